@@ -1,0 +1,1 @@
+"""gpufed alertmanager package."""

@@ -1,0 +1,1 @@
+"""gpufed exporter package."""

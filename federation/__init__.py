@@ -1,0 +1,1 @@
+"""gpufed federation package."""

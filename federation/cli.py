@@ -1,0 +1,36 @@
+"""The ``gpufed`` command line: thin commands over the same core functions REST uses.
+
+Each command group lives in its own module under ``federation.commands`` and is
+registered here; nothing runs at import time.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="gpufed",
+    help="Sharded federation control plane for GPU-cluster monitoring.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+bench_app = typer.Typer(help="Benchmarks that print figures (JSON with --json).", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+def _register() -> None:
+    # Imported here so that importing federation.cli stays cheap and side-effect free.
+    from federation.commands import bench, render
+
+    render.register(app)
+    bench.register(bench_app)
+
+
+def main() -> None:
+    _register()
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""CLI command groups, each registered by federation.cli."""

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what gpufed needs on a fresh Debian machine: Prometheus/Alertmanager from
+# Debian (promtool, amtool and the real processes the end-to-end tests start) and a
+# virtualenv in .venv with gpufed and its dev tools. Idempotent; sourced by the
+# other scripts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+if ! command -v promtool >/dev/null 2>&1 || ! command -v amtool >/dev/null 2>&1 \
+   || ! command -v prometheus-alertmanager >/dev/null 2>&1; then
+  echo "bootstrap: installing Debian packages prometheus prometheus-alertmanager" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "bootstrap: creating .venv" >&2
+  python3 -m venv .venv
+fi
+stamp=.venv/.gpufed-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "bootstrap: installing gpufed and dev tools into .venv" >&2
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  touch "$stamp"
+fi

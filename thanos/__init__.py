@@ -1,0 +1,1 @@
+"""gpufed thanos package."""
