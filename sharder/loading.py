@@ -59,9 +59,7 @@ def read_document(path: Path, *, error_cls: type[SpecError] = SpecError) -> Any:
 M = TypeVar("M", bound=BaseModel)
 
 
-def parse_model(
-    model: type[M], data: Any, *, source: str, error_cls: type[SpecError] = SpecError
-) -> M:
+def parse_model(model: type[M], data: Any, *, source: str, error_cls: type[SpecError] = SpecError) -> M:
     if not isinstance(data, dict):
         raise error_cls(f"expected a mapping at the top level, got {type(data).__name__}", source=source)
     try:

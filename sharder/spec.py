@@ -39,7 +39,9 @@ def _check_duration(value: str) -> str:
 
 class RegionSpec(StrictModel):
     name: str
-    shards: int | None = Field(default=None, ge=1, description="fixed child count; default from targets_per_shard")
+    shards: int | None = Field(
+        default=None, ge=1, description="fixed child count; default from targets_per_shard"
+    )
 
     @field_validator("name")
     @classmethod
@@ -100,12 +102,9 @@ class JobSpec(StrictModel):
 
     @model_validator(mode="after")
     def _timeout_within_interval(self) -> JobSpec:
-        if self.scrape_timeout and parse_duration(self.scrape_timeout) > parse_duration(
-            self.scrape_interval
-        ):
+        if self.scrape_timeout and parse_duration(self.scrape_timeout) > parse_duration(self.scrape_interval):
             raise ValueError(
-                f"scrape_timeout {self.scrape_timeout} is longer than scrape_interval "
-                f"{self.scrape_interval}"
+                f"scrape_timeout {self.scrape_timeout} is longer than scrape_interval {self.scrape_interval}"
             )
         return self
 
