@@ -1,12 +1,398 @@
-"""Typed alerting spec (the ``alerting`` section of federation.yaml).
+"""Typed alerting spec: the ``alerting`` section of federation.yaml, and nothing else.
 
-Placeholder shape; the alerting issue fills it in.
+``alertmanager.render`` turns it into ``alertmanager.yml`` and the relay's robot file,
+``alertmanager.ha`` into per-replica flags. Checks that need the rest of the spec (the
+region names) live in ``check_regions`` so this package never imports ``federation``.
+
+    alerting:
+      relay_url: http://gpufed-dingtalk:8060
+      replicas: [{name: am-0, host: alertmanager-0}, {name: am-1, host: alertmanager-1}]
+      robots: [{name: bj-oncall, url: "https://oapi.dingtalk.com/robot/send?access_token=${BJ_TOKEN}"}]
+      receivers: [{name: sre, robots: [bj-oncall]}]
+      default_receiver: sre
+      routes: [{region: cn-beijing, robot: bj-oncall, critical: [sre]}]
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import re
+from collections.abc import Sequence
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from alertmanager.errors import AlertingError
+from sharder.spec import LABEL_NAME_RE, NAME_RE, StrictModel, parse_duration
+
+Severity = Literal["critical", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
+#: Labels the rule pack (federation/rules) sets on every alert it fires. Only these may
+#: appear in an inhibition ``equal`` unless the user declares more in guaranteed_labels.
+GUARANTEED_LABELS = frozenset({"alertname", "severity", "region", "node", "cluster"})
+MATCHER_RE = re.compile(r'^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|[^"\s]*)\s*$')
+RECEIVER_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+HHMM_RE = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$|^24:00$")
+_DAY = "(monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+WEEKDAYS_RE = re.compile(rf"^{_DAY}(:{_DAY})?$")
+ENV_REF = "${"
 
 
-class AlertingSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+def _positive_duration(value: str) -> str:
+    if parse_duration(value) <= 0:
+        raise ValueError(f"duration must be above zero: {value!r}")
+    return value
+
+
+def _zone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown time zone {value!r} (example: Asia/Shanghai)") from exc
+    return value
+
+
+def _no_env_ref(value: str, what: str) -> str:
+    # Alertmanager reads its file verbatim: a ${VAR} here would be sent as is.
+    if ENV_REF in value:
+        raise ValueError(f"{what} cannot hold ${{ENV}} references: Alertmanager does not expand them")
+    return value
+
+
+class Timing(StrictModel):
+    """Notification pacing of one route node; repeat_interval is one value per node."""
+
+    group_wait: str = "30s"
+    group_interval: str = "5m"
+    repeat_interval: str = "4h"
+
+    @field_validator("group_wait", "group_interval", "repeat_interval")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        return _positive_duration(value)
+
+    @model_validator(mode="after")
+    def _repeat_after_group(self) -> Timing:
+        if parse_duration(self.repeat_interval) < parse_duration(self.group_interval):
+            raise ValueError(
+                f"repeat_interval {self.repeat_interval} is shorter than group_interval "
+                f"{self.group_interval}; Alertmanager would repeat only every group_interval"
+            )
+        return self
+
+
+class SeverityTiming(Timing):
+    """A severity's child route: its pacing and, optionally, when it may notify."""
+
+    active_time_intervals: list[str] = Field(default_factory=list)
+    mute_time_intervals: list[str] = Field(default_factory=list)
+
+
+class SeverityTimings(StrictModel):
+    critical: SeverityTiming = SeverityTiming(group_wait="10s", group_interval="1m", repeat_interval="15m")
+    warning: SeverityTiming = SeverityTiming(group_wait="30s", group_interval="5m", repeat_interval="2h")
+    info: SeverityTiming = SeverityTiming(group_wait="2m", group_interval="30m", repeat_interval="12h")
+
+
+class TimeRange(StrictModel):
+    start_time: str
+    end_time: str
+
+    @field_validator("start_time", "end_time")
+    @classmethod
+    def _hhmm(cls, value: str) -> str:
+        if not HHMM_RE.match(value):
+            raise ValueError(f"expected HH:MM (00:00 to 24:00), got {value!r}")
+        return value
+
+
+class TimeIntervalSpec(StrictModel):
+    """A named Alertmanager time interval (``time_intervals`` at the top level)."""
+
+    name: str
+    weekdays: list[str] = Field(default_factory=list, description="e.g. monday:friday")
+    times: list[TimeRange] = Field(default_factory=list)
+    location: str | None = Field(default=None, description="IANA zone, e.g. Asia/Shanghai")
+
+    @field_validator("weekdays")
+    @classmethod
+    def _weekdays(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not WEEKDAYS_RE.match(value):
+                raise ValueError(f"not a weekday or range: {value!r} (examples: monday, monday:friday)")
+        return values
+
+    @field_validator("location")
+    @classmethod
+    def _location(cls, value: str | None) -> str | None:
+        return None if value is None else _zone(value)
+
+
+class Mentions(StrictModel):
+    """Mirrors the relay's ``Mentions``: who a robot @-mentions."""
+
+    mobiles: list[str] = Field(default_factory=list)
+    user_ids: list[str] = Field(default_factory=list)
+    all_on_critical: bool = False
+
+
+class RobotSpec(StrictModel):
+    """A DingTalk group robot; url and secret may be ``${ENV}`` references the relay expands."""
+
+    name: str
+    url: str
+    secret: str | None = None
+    keywords: list[str] = Field(default_factory=list)
+    mentions: Mentions = Field(default_factory=Mentions)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_RE.match(value):
+            raise ValueError("robot names are lower-case letters, digits and '-' (they are URL segments)")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")) or "access_token=" not in value:
+            raise ValueError("robot url must be http(s) and carry ?access_token=...")
+        return value
+
+
+class WebhookSpec(StrictModel):
+    url: str
+    send_resolved: bool = True
+    max_alerts: int = Field(default=0, ge=0)
+    credentials_file: str | None = Field(default=None, description="bearer token read by Alertmanager")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("webhook url must start with http:// or https://")
+        return _no_env_ref(value, "webhook url")
+
+
+class EmailSpec(StrictModel):
+    to: str
+    sender: str = Field(alias="from")
+    smarthost: str
+    require_tls: bool = True
+    auth_username: str | None = None
+    auth_password_file: str | None = None
+    send_resolved: bool = False
+
+    @field_validator("to", "sender", "smarthost", "auth_username")
+    @classmethod
+    def _plain(cls, value: str | None) -> str | None:
+        return None if value is None else _no_env_ref(value, "email settings")
+
+
+class ReceiverSpec(StrictModel):
+    """A pass-through receiver: robots (through the relay), webhooks and e-mail."""
+
+    name: str
+    robots: list[str] = Field(default_factory=list)
+    webhooks: list[WebhookSpec] = Field(default_factory=list)
+    emails: list[EmailSpec] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not RECEIVER_RE.match(value):
+            raise ValueError("receiver names are letters, digits, '_', '.' and '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> ReceiverSpec:
+        if not (self.robots or self.webhooks or self.emails):
+            raise ValueError(f"receiver {self.name!r} has no robots, webhooks or emails")
+        return self
+
+
+class RegionRouteSpec(StrictModel):
+    """One region's subtree: its robot for every severity, plus receivers per severity."""
+
+    region: str
+    robot: str
+    critical: list[str] = Field(default_factory=list)
+    warning: list[str] = Field(default_factory=list)
+    info: list[str] = Field(default_factory=list)
+    group_by: list[str] | None = None
+
+    def extra(self, severity: Severity) -> list[str]:
+        return list(getattr(self, severity))
+
+
+class InhibitRuleSpec(StrictModel):
+    source_matchers: list[str] = Field(min_length=1)
+    target_matchers: list[str] = Field(min_length=1)
+    equal: list[str] = Field(default_factory=list)
+
+    @field_validator("source_matchers", "target_matchers")
+    @classmethod
+    def _matchers(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not MATCHER_RE.match(value):
+                raise ValueError(f'not a matcher: {value!r} (examples: severity="critical", node=~"bj-.*")')
+        return values
+
+
+class ReplicaSpec(StrictModel):
+    """One Alertmanager of the HA set; peers gossip on cluster_port."""
+
+    name: str
+    host: str
+    port: int = Field(default=9093, ge=1, le=65535)
+    cluster_port: int = Field(default=9094, ge=1, le=65535)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def cluster_address(self) -> str:
+        return f"{self.host}:{self.cluster_port}"
+
+
+def region_receiver(region: str) -> str:
+    """The receiver every alert of a region reaches: its DingTalk robot."""
+    return f"{region}-dingtalk"
+
+
+def severity_receiver(region: str, severity: Severity) -> str:
+    """The region's receiver for one severity, when that severity adds receivers."""
+    return f"{region}-{severity}"
+
+
+DEFAULT_INHIBIT_RULES = (
+    # A node that is down takes its GPU alerts with it; page for the node, not 8 GPUs.
+    InhibitRuleSpec(
+        source_matchers=['alertname="NodeDown"'],
+        target_matchers=['component="gpu"'],
+        equal=["cluster", "region", "node"],
+    ),
+    InhibitRuleSpec(
+        source_matchers=['severity="critical"'],
+        target_matchers=['severity=~"warning|info"'],
+        equal=["alertname", "cluster", "region", "node"],
+    ),
+)
+
+
+class AlertingSpec(StrictModel):
+    relay_url: str = Field(default="http://gpufed-dingtalk:8060", description="as Alertmanager reaches it")
+    relay_listen: str = "0.0.0.0:8060"
+    timezone: str = "Asia/Shanghai"
+    replicas: list[ReplicaSpec] = Field(min_length=1)
+    group_by: list[str] = Field(default_factory=lambda: ["alertname", "region", "cluster"])
+    guaranteed_labels: list[str] = Field(default_factory=list, description="set on every alert by you")
+    timing: Timing = Field(default_factory=Timing, description="root route; alerts without severity")
+    severities: SeverityTimings = Field(default_factory=SeverityTimings)
+    time_intervals: list[TimeIntervalSpec] = Field(default_factory=list)
+    robots: list[RobotSpec] = Field(default_factory=list)
+    receivers: list[ReceiverSpec] = Field(min_length=1)
+    default_receiver: str = Field(description="alerts of no routed region")
+    routes: list[RegionRouteSpec] = Field(default_factory=list)
+    default_inhibit_rules: bool = True
+    inhibit_rules: list[InhibitRuleSpec] = Field(default_factory=list)
+
+    @field_validator("relay_url")
+    @classmethod
+    def _relay_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("relay_url must start with http:// or https://")
+        return _no_env_ref(value, "relay_url").rstrip("/")
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        return _zone(value)
+
+    @field_validator("group_by", "guaranteed_labels")
+    @classmethod
+    def _labels(cls, values: list[str]) -> list[str]:
+        if values == ["..."]:
+            return values  # explicit opt-in: one notification per alert
+        for value in values:
+            if not LABEL_NAME_RE.match(value):
+                raise ValueError(f"not a valid label name: {value!r}")
+        return values
+
+    @field_validator("inhibit_rules")
+    @classmethod
+    def _equal_guaranteed(cls, rules: list[InhibitRuleSpec], info: ValidationInfo) -> list[InhibitRuleSpec]:
+        guaranteed = GUARANTEED_LABELS | set(info.data.get("guaranteed_labels") or [])
+        for i, rule in enumerate(rules):
+            for label in rule.equal:
+                if label not in guaranteed:
+                    raise ValueError(
+                        f"rule [{i}]: equal label {label!r} is not guaranteed on every alert; Alertmanager"
+                        " counts two alerts that both lack it as equal, so the rule would mute every"
+                        f" target alert without it. Guaranteed: {', '.join(sorted(guaranteed))};"
+                        " declare more in alerting.guaranteed_labels"
+                    )
+        return rules
+
+    @model_validator(mode="after")
+    def _names_and_references(self) -> AlertingSpec:
+        generated = [region_receiver(r.region) for r in self.routes] + [
+            severity_receiver(r.region, s) for r in self.routes for s in SEVERITIES if r.extra(s)
+        ]
+        for what, names in (
+            ("robot", [r.name for r in self.robots]),
+            ("receiver", [r.name for r in self.receivers] + generated),
+            ("route region", [r.region for r in self.routes]),
+            ("time interval", [t.name for t in self.time_intervals]),
+            ("replica", [r.name for r in self.replicas]),
+            ("replica address", [r.cluster_address for r in self.replicas]),
+        ):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                clash = what == "receiver" and set(dupes) & set(generated)
+                hint = " (each route adds receivers <region>-dingtalk and <region>-<severity>)"
+                hint = hint if clash else ""
+                raise ValueError(f"duplicate {what} names: {dupes}{hint}")
+        for where, name, known, kind in self._references():
+            if name not in known:
+                raise ValueError(f"{where} names unknown {kind} {name!r} (known: {sorted(known)})")
+        return self
+
+    def _references(self) -> list[tuple[str, str, set[str], str]]:
+        """(field, name, names it may take, kind) for every cross-reference in the section."""
+        robots = {r.name for r in self.robots}
+        receivers = {r.name for r in self.receivers}
+        intervals = {t.name for t in self.time_intervals}
+        refs = [("default_receiver", self.default_receiver, receivers, "receiver")]
+        for i, rec in enumerate(self.receivers):
+            refs += [(f"receivers[{i}].robots", name, robots, "robot") for name in rec.robots]
+        for i, route in enumerate(self.routes):
+            refs.append((f"routes[{i}].robot", route.robot, robots, "robot"))
+            for sev in SEVERITIES:
+                refs += [(f"routes[{i}].{sev}", name, receivers, "receiver") for name in route.extra(sev)]
+        for sev in SEVERITIES:
+            timing: SeverityTiming = getattr(self.severities, sev)
+            names = timing.active_time_intervals + timing.mute_time_intervals
+            refs += [(f"severities.{sev}", name, intervals, "time interval") for name in names]
+        return refs
+
+    def all_inhibit_rules(self) -> list[InhibitRuleSpec]:
+        return [*(DEFAULT_INHIBIT_RULES if self.default_inhibit_rules else ()), *self.inhibit_rules]
+
+    def robot(self, name: str) -> RobotSpec:
+        return next(r for r in self.robots if r.name == name)
+
+    def receiver(self, name: str) -> ReceiverSpec:
+        return next(r for r in self.receivers if r.name == name)
+
+
+def check_regions(alerting: AlertingSpec, regions: Sequence[str]) -> None:
+    """Routes may only name the spec's regions; a typo would silently route nothing."""
+    for i, route in enumerate(alerting.routes):
+        if route.region not in regions:
+            raise AlertingError(
+                f"unknown region; the spec's regions are {sorted(regions)}",
+                field=f"alerting.routes[{i}].region",
+                value=route.region,
+            )

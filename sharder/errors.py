@@ -3,8 +3,10 @@
     SharderError
     ├── SpecError          a federation spec or inventory that does not validate
     │   └── InventoryError an inventory (static file, registry data) that does not validate
-    └── AssignmentError    input that is valid alone but cannot be assigned
-                           (a region with targets and no shard, too few shards for r)
+    ├── AssignmentError    input that is valid alone but cannot be assigned
+    │                      (a region with targets and no shard, too few shards for r)
+    ├── OutputError        an output directory gpufed will not (or cannot) replace
+    └── ConfigCheckError   a rendered config that promtool rejects (carries its message)
 
 Every error names the offending field and value, and the file when there is one, so a
 user can fix the input without reading a traceback.
@@ -37,3 +39,14 @@ class InventoryError(SpecError):
 
 class AssignmentError(SharderError):
     pass
+
+
+class OutputError(SharderError):
+    pass
+
+
+class ConfigCheckError(SharderError):
+    def __init__(self, message: str, *, path: str = "") -> None:
+        self.path = path
+        self.reason = message
+        super().__init__(f"{path}: {message}" if path else message)

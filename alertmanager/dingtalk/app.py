@@ -1,0 +1,189 @@
+"""FastAPI app of the relay: thin routes over ``handle_webhook`` and ``reload_config``.
+
+``create_app`` builds everything (nothing is built at import): the HTTP client is
+injected so tests run against ``httpx.MockTransport`` or the capture server, and one
+``clock`` (seconds since the epoch) drives signing timestamps, rate limits and dedup
+windows so tests control all three. Domain errors become ``application/problem+json``
+in one exception handler.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from alertmanager.dingtalk.client import DingTalkClient, Sender, redact
+from alertmanager.dingtalk.config import RelayConfig, load_config
+from alertmanager.dingtalk.dedup import Deduplicator
+from alertmanager.dingtalk.errors import (
+    ConfigError,
+    PermanentDeliveryError,
+    RelayError,
+    ThrottledError,
+    UnknownRobotError,
+)
+from alertmanager.dingtalk.metrics import RelayMetrics
+from alertmanager.dingtalk.payload import dedup_key, parse_webhook
+from alertmanager.dingtalk.ratelimit import RateLimiter
+from alertmanager.dingtalk.render import Renderer
+from alertmanager.dingtalk.sender import RobotSender
+from alertmanager.dingtalk.split import split
+
+log = logging.getLogger(__name__)
+Clock = Callable[[], float]
+
+_TITLES = {400: "Bad request", 404: "Unknown robot", 422: "Invalid webhook payload",
+           503: "DingTalk delivery deferred", 500: "Relay error"}
+
+
+@dataclass
+class Relay:
+    """Everything a request needs; ``apply_config`` swaps the config-derived parts."""
+
+    config: RelayConfig
+    renderer: Renderer
+    dedup: Deduplicator
+    senders: dict[str, RobotSender]
+    metrics: RelayMetrics
+    registry: CollectorRegistry
+    client: Sender
+    clock: Clock
+
+
+def build_relay(config: RelayConfig, *, client: Sender, clock: Clock = time.time,
+                registry: CollectorRegistry | None = None) -> Relay:
+    registry = registry if registry is not None else CollectorRegistry()
+    relay = Relay(config=config, renderer=Renderer(config),
+                  dedup=Deduplicator(config.dedup_window, clock=clock), senders={},
+                  metrics=RelayMetrics(registry), registry=registry, client=client, clock=clock)
+    apply_config(relay, config, renderer=relay.renderer)
+    return relay
+
+
+def apply_config(relay: Relay, config: RelayConfig, *, renderer: Renderer | None = None) -> None:
+    """Swap in a validated config; limiter history survives so a reload cannot burst."""
+    relay.renderer = renderer or Renderer(config)
+    relay.config = config
+    relay.dedup.window = config.dedup_window
+    for name, robot in config.robots.items():
+        sender = relay.senders.get(name)
+        if sender is None:
+            relay.senders[name] = RobotSender(
+                name, robot, client=relay.client, metrics=relay.metrics, limit=config.max_message_bytes,
+                limiter=RateLimiter(robot.rate_per_minute, clock=relay.clock))
+            relay.metrics.init_robot(name)
+        else:
+            sender.robot, sender.limit = robot, config.max_message_bytes
+            sender.limiter.resize(robot.rate_per_minute)
+
+
+def reload_config(relay: Relay, path: Path) -> bool:
+    """Re-read ``path``; on any error log it and keep serving the old config."""
+    try:
+        config = load_config(path)
+        renderer = Renderer(config)  # compile templates before committing to the new config
+    except ConfigError as exc:
+        relay.metrics.reloads.labels("failure").inc()
+        log.error("config reload from %s failed, keeping the old config: %s", path, redact(exc.detail))
+        return False
+    apply_config(relay, config, renderer=renderer)
+    relay.metrics.reloads.labels("success").inc()
+    log.info("config reloaded from %s: robots %s", path, ", ".join(sorted(config.robots)))
+    return True
+
+
+async def handle_webhook(relay: Relay, robot: str, body: bytes) -> dict[str, Any]:
+    """One Alertmanager notification -> DingTalk; returns the 200 body or raises ``RelayError``."""
+    config = relay.config
+    if robot not in config.robots:
+        known = ", ".join(sorted(config.robots))
+        raise UnknownRobotError(f"unknown robot {robot!r}; configured robots: {known}", field="robot")
+    message = parse_webhook(body)
+    key = dedup_key(robot, message)
+    if not relay.dedup.reserve(key):
+        relay.metrics.dedup_dropped.labels(robot).inc()
+        return {"status": "duplicate", "robot": robot}
+    finished = False
+    try:
+        parts = split(relay.renderer, robot, message, limit=config.max_message_bytes)
+        delivered = relay.dedup.delivered_parts(key)
+        todo = [part for part in parts if part.digest() not in delivered]
+        await relay.senders[robot].submit(
+            todo, max_wait=config.max_wait,
+            on_delivered=lambda part: relay.dedup.part_delivered(key, part.digest()))
+        finished = True
+        return {"status": "sent", "robot": robot, "parts": len(parts), "alerts": len(message.alerts)}
+    except PermanentDeliveryError as exc:
+        # Retrying cannot fix a bad signature or keyword: answer 200 so Alertmanager does
+        # not hammer DingTalk; the failure metric and this log line are the signal.
+        finished = True
+        log.error("robot %s: notification %s dropped: %s", robot, message.groupKey, exc.detail)
+        return {"status": "dropped", "robot": robot, "reason": exc.reason, "detail": exc.detail}
+    finally:
+        if finished:
+            relay.dedup.complete(key)
+        else:
+            relay.dedup.release(key)
+
+
+def problem(exc: RelayError) -> JSONResponse:
+    """The one mapping from domain errors to HTTP problem bodies."""
+    body: dict[str, Any] = {"type": "about:blank", "title": _TITLES.get(exc.status, "Relay error"),
+                            "status": exc.status, "detail": exc.detail}
+    if exc.field:
+        body["field"] = exc.field
+    headers = {"Retry-After": str(round(exc.retry_after))} if isinstance(exc, ThrottledError) else None
+    return JSONResponse(body, status_code=exc.status, media_type="application/problem+json", headers=headers)
+
+
+def create_app(config: RelayConfig, *, http_client: httpx.AsyncClient | None = None, clock: Clock = time.time,
+               registry: CollectorRegistry | None = None) -> FastAPI:
+    """The relay app; an ``http_client`` passed in is the caller's to close."""
+    own_client = http_client is None
+    http = http_client if http_client is not None else httpx.AsyncClient()
+    client = DingTalkClient(http, timeout=config.request_timeout, clock=clock)
+    relay = build_relay(config, client=client, clock=clock, registry=registry)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        for sender in relay.senders.values():
+            await sender.aclose()
+        if own_client:
+            await http.aclose()
+
+    app = FastAPI(title="gpufed DingTalk relay", lifespan=lifespan)
+    app.state.relay = relay
+
+    @app.exception_handler(RelayError)
+    async def _relay_error(_: Request, exc: RelayError) -> JSONResponse:
+        return problem(exc)
+
+    @app.post("/dingtalk/{robot}/send")
+    async def send(robot: str, request: Request) -> dict[str, Any]:
+        with relay.metrics.webhook_seconds.labels(robot if robot in relay.senders else "_unknown").time():
+            return await handle_webhook(relay, robot, await request.body())
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(relay.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> dict[str, Any]:
+        return {"status": "ready", "robots": sorted(relay.config.robots)}
+
+    return app

@@ -1,0 +1,64 @@
+"""``gpufed-dingtalk --config FILE [--listen HOST:PORT]``: run the relay under uvicorn.
+
+The CLI is the only place that touches process state: it installs the SIGHUP handler
+(``reload_config`` on the running loop) and owns the uvicorn server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from alertmanager.dingtalk.app import create_app, reload_config
+from alertmanager.dingtalk.config import load_config
+from alertmanager.dingtalk.errors import ConfigError
+
+cli = typer.Typer(add_completion=False, help="Relay Alertmanager webhooks to DingTalk custom robots.")
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:8060`` for IPv6) -> (host, port)."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise typer.BadParameter(f"expected HOST:PORT, got {listen!r}", param_hint="--listen")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+@cli.command()
+def run(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Relay config YAML.", exists=True,
+                                         dir_okay=False)],
+    listen: Annotated[str | None, typer.Option(help="HOST:PORT; default: `listen` in the config.")] = None,
+    check: Annotated[bool, typer.Option("--check", help="Validate the config and exit.")] = False,
+    log_level: Annotated[str, typer.Option(help="Python/uvicorn log level.")] = "info",
+) -> None:
+    """Serve ``POST /dingtalk/{robot}/send``, ``/metrics``, ``/healthz``, ``/readyz``."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        relay_config = load_config(config)
+    except ConfigError as exc:
+        typer.echo(f"gpufed-dingtalk: {exc.detail}", err=True)
+        raise typer.Exit(2) from exc
+    if check:
+        typer.echo(f"config OK: robots {', '.join(sorted(relay_config.robots))}")
+        return
+    host, port = parse_listen(listen or relay_config.listen)
+    app = create_app(relay_config)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level.lower()))
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGHUP, reload_config, app.state.relay, config)
+        await server.serve()
+
+    asyncio.run(serve())
+
+
+def main() -> None:
+    cli()

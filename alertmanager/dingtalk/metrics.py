@@ -1,0 +1,41 @@
+"""The relay's metrics, registered on a registry the app owns (nothing at import time)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class RelayMetrics:
+    """Per-robot counters behind ``/metrics``; one instance per app."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.sent = Counter("gpufed_dingtalk_messages_sent", "Messages DingTalk accepted.",
+                            ["robot"], registry=registry)
+        self.alerts_sent = Counter("gpufed_dingtalk_alerts_sent", "Alerts inside accepted messages.",
+                                   ["robot"], registry=registry)
+        self.failed = Counter("gpufed_dingtalk_send_failures", "Messages DingTalk did not take.",
+                              ["robot", "kind", "reason"], registry=registry)
+        self.throttled = Counter("gpufed_dingtalk_throttled",
+                                 "Webhooks answered 503 because no rate-limit slot came in time.",
+                                 ["robot"], registry=registry)
+        self.queued = Gauge("gpufed_dingtalk_queued_messages", "Message parts waiting for a slot.",
+                            ["robot"], registry=registry)
+        self.merged = Counter("gpufed_dingtalk_merged_parts",
+                              "Queued parts sent inside another part's message.", ["robot"],
+                              registry=registry)
+        self.dedup_dropped = Counter("gpufed_dingtalk_dedup_dropped",
+                                     "Notifications dropped as duplicates from another replica.",
+                                     ["robot"], registry=registry)
+        self.webhook_seconds = Histogram("gpufed_dingtalk_webhook_seconds", "Webhook handling time.",
+                                         ["robot"], registry=registry)
+        self.reloads = Counter("gpufed_dingtalk_config_reloads", "Config reloads by result.",
+                               ["result"], registry=registry)
+
+    def init_robot(self, robot: str) -> None:
+        """Export zeros for a robot so rate() works before its first event."""
+        self.sent.labels(robot)
+        self.alerts_sent.labels(robot)
+        self.throttled.labels(robot)
+        self.queued.labels(robot).set(0)
+        self.dedup_dropped.labels(robot)
+        self.merged.labels(robot)

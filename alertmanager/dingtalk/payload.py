@@ -1,0 +1,76 @@
+"""Alertmanager webhook payload (version "4"), validated at the relay's edge.
+
+Pure model layer. ``dedup_key`` is here because it is a property of the payload: the
+same notification sent by several Alertmanager replicas yields the same key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from alertmanager.dingtalk.errors import PayloadError
+
+#: Alertmanager writes this for "no end yet"; templates treat it as unset.
+ZERO_TIME = datetime.fromisoformat("0001-01-01T00:00:00+00:00")
+
+
+class Alert(BaseModel):
+    """One alert; camelCase names mirror Alertmanager's JSON so no aliases are needed."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    status: Literal["firing", "resolved"]
+    labels: dict[str, str]
+    annotations: dict[str, str] = Field(default_factory=dict)
+    startsAt: datetime
+    endsAt: datetime = ZERO_TIME
+    generatorURL: str = ""
+    fingerprint: str = ""
+
+    def identity(self) -> str:
+        """Alertmanager's fingerprint, or a stable hash of the labels when it is absent."""
+        if self.fingerprint:
+            return self.fingerprint
+        blob = json.dumps(self.labels, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class WebhookMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    version: Literal["4"]
+    groupKey: str
+    truncatedAlerts: int = 0
+    status: Literal["firing", "resolved"]
+    receiver: str
+    groupLabels: dict[str, str] = Field(default_factory=dict)
+    commonLabels: dict[str, str] = Field(default_factory=dict)
+    commonAnnotations: dict[str, str] = Field(default_factory=dict)
+    externalURL: str = ""
+    alerts: list[Alert] = Field(min_length=1)
+
+
+def parse_webhook(body: bytes) -> WebhookMessage:
+    """Body bytes -> payload; 400 when not JSON, 422 naming the first bad field."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PayloadError(f"body is not JSON: {exc}", status=400) from exc
+    try:
+        return WebhookMessage.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "body"
+        raise PayloadError(f"{field}: {first['msg']}", field=field) from exc
+
+
+def dedup_key(robot: str, message: WebhookMessage) -> str:
+    """robot + groupKey + status + sorted fingerprints: equal across HA replicas."""
+    prints = sorted(alert.identity() + ":" + alert.status for alert in message.alerts)
+    blob = "\x1f".join([robot, message.groupKey, message.status, *prints])
+    return hashlib.sha256(blob.encode()).hexdigest()

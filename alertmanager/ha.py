@@ -1,0 +1,67 @@
+"""Pure HA wiring: each Alertmanager replica's gossip flags and Prometheus' view of the set.
+
+Alertmanager HA is a gossip mesh, not a load-balanced service: every replica must know
+its peers (``--cluster.peer``), and every Prometheus must send every alert to *every*
+replica so that notification dedup by gossip works when one is down. A load balancer in
+front would lose alerts sent to a replica that then fails before gossiping them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alertmanager.models import AlertingSpec, ReplicaSpec
+
+
+def replica_flags(alerting: AlertingSpec, replica: ReplicaSpec) -> list[str]:
+    """Command-line flags for one replica: listen, advertise, one ``--cluster.peer`` per other."""
+    flags = [
+        f"--web.listen-address=0.0.0.0:{replica.port}",
+        f"--cluster.listen-address=0.0.0.0:{replica.cluster_port}",
+        f"--cluster.advertise-address={replica.cluster_address}",
+    ]
+    flags += [f"--cluster.peer={p.cluster_address}" for p in alerting.replicas if p.name != replica.name]
+    return flags
+
+
+def all_replica_flags(alerting: AlertingSpec) -> dict[str, list[str]]:
+    return {replica.name: replica_flags(alerting, replica) for replica in alerting.replicas}
+
+
+def prometheus_alerting(alerting: AlertingSpec, *, cluster: str | None = None) -> dict[str, Any]:
+    """The ``alerting:`` block of a Prometheus config: every replica listed, never a VIP.
+
+    With ``cluster`` set, alerts lacking a ``cluster`` label get it, so the label the
+    inhibition rules rely on is always there.
+    """
+    block: dict[str, Any] = {
+        "alertmanagers": [
+            {
+                "api_version": "v2",
+                "scheme": "http",
+                "timeout": "10s",
+                "static_configs": [{"targets": [r.address for r in alerting.replicas]}],
+            }
+        ]
+    }
+    if cluster is not None:
+        block["alert_relabel_configs"] = [
+            {"source_labels": ["cluster"], "regex": "", "target_label": "cluster", "replacement": cluster}
+        ]
+    return block
+
+
+def ha_document(alerting: AlertingSpec, *, cluster: str) -> dict[str, Any]:
+    """What ``ha.json`` holds: per-replica addresses and flags, and the Prometheus block."""
+    return {
+        "cluster": cluster,
+        "replicas": {
+            r.name: {
+                "address": r.address,
+                "cluster_address": r.cluster_address,
+                "flags": replica_flags(alerting, r),
+            }
+            for r in alerting.replicas
+        },
+        "prometheus_alerting": prometheus_alerting(alerting, cluster=cluster),
+    }

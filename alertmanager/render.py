@@ -1,0 +1,206 @@
+"""Pure renderer: ``AlertingSpec`` in, ``alertmanager.yml`` and the relay's robot file out.
+
+Pipeline position: the CLI loads ``GpufedSpec`` and passes its ``alerting`` section with the
+cluster and region names (this package never imports ``federation``, which imports it);
+``render_alerting_bundle`` returns files that ``sharder.output.write_tree`` puts under the
+output dir. Functions here return plain dicts; dumping happens in ``sharder.output``.
+
+Routing tree (first match wins, no ``continue``)::
+
+    root (default_receiver, root timing)
+    ├── region="cn-beijing" -> cn-beijing-dingtalk
+    │   ├── severity="critical" -> cn-beijing-critical (robot + extra receivers) | -dingtalk
+    │   ├── severity="warning"  -> ...            each child carries its severity's timing
+    │   └── severity="info"     -> ...            (and active/mute time intervals)
+    ├── region="cn-shanghai" -> ...
+    └── severity=... -> default_receiver          unknown-region alerts keep severity timing
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from alertmanager import ha
+from alertmanager.models import (
+    SEVERITIES,
+    AlertingSpec,
+    RegionRouteSpec,
+    Severity,
+    SeverityTiming,
+    Timing,
+    check_regions,
+    region_receiver,
+    severity_receiver,
+)
+from sharder.output import Bundle, dump_json, dump_yaml
+
+ALERTMANAGER_FILE = "alertmanager/alertmanager.yml"
+HA_FILE = "alertmanager/ha.json"
+RELAY_FILE = "alertmanager/dingtalk.yml"
+PROMETHEUS_ALERTING_FILE = "alertmanager/prometheus-alerting.yml"
+
+
+def robot_url(relay_url: str, robot: str) -> str:
+    """The relay endpoint for one robot: ``POST <relay>/dingtalk/<robot>/send``."""
+    return f"{relay_url}/dingtalk/{robot}/send"
+
+
+def _timing(timing: Timing) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "group_wait": timing.group_wait,
+        "group_interval": timing.group_interval,
+        "repeat_interval": timing.repeat_interval,
+    }
+    if isinstance(timing, SeverityTiming):
+        if timing.active_time_intervals:
+            out["active_time_intervals"] = list(timing.active_time_intervals)
+        if timing.mute_time_intervals:
+            out["mute_time_intervals"] = list(timing.mute_time_intervals)
+    return out
+
+
+def _receiver(
+    alerting: AlertingSpec, name: str, *, robots: list[str], passthrough: list[str]
+) -> dict[str, Any]:
+    """One Alertmanager receiver merging robots and pass-through receivers, each URL once."""
+    hooks: dict[str, dict[str, Any]] = {}
+    emails: list[dict[str, Any]] = []
+    robot_names = list(robots)
+    for extra in passthrough:
+        robot_names += alerting.receiver(extra).robots
+    for robot in robot_names:
+        url = robot_url(alerting.relay_url, robot)
+        hooks.setdefault(url, {"url": url, "send_resolved": True, "max_alerts": 0})
+    for extra in passthrough:
+        spec = alerting.receiver(extra)
+        for hook in spec.webhooks:
+            entry: dict[str, Any] = {
+                "url": hook.url,
+                "send_resolved": hook.send_resolved,
+                "max_alerts": hook.max_alerts,
+            }
+            if hook.credentials_file:
+                entry["http_config"] = {"authorization": {"credentials_file": hook.credentials_file}}
+            hooks.setdefault(hook.url, entry)
+        for mail in spec.emails:
+            email = {k: v for k, v in mail.model_dump(by_alias=True).items() if v is not None}
+            if email not in emails:
+                emails.append(email)
+    out: dict[str, Any] = {"name": name}
+    if hooks:
+        out["webhook_configs"] = list(hooks.values())
+    if emails:
+        out["email_configs"] = emails
+    return out
+
+
+def _severity_routes(alerting: AlertingSpec, receiver_for: dict[Severity, str]) -> list[dict[str, Any]]:
+    return [
+        {
+            "matchers": [f'severity="{sev}"'],
+            "receiver": receiver_for[sev],
+            **_timing(getattr(alerting.severities, sev)),
+        }
+        for sev in SEVERITIES
+    ]
+
+
+def _region_route(alerting: AlertingSpec, route: RegionRouteSpec) -> dict[str, Any]:
+    base = region_receiver(route.region)
+    by_severity = {
+        sev: severity_receiver(route.region, sev) if route.extra(sev) else base for sev in SEVERITIES
+    }
+    out: dict[str, Any] = {
+        "matchers": [f'region="{route.region}"'],
+        "receiver": base,
+        "routes": _severity_routes(alerting, by_severity),
+    }
+    if route.group_by is not None:
+        out["group_by"] = list(route.group_by)
+    return out
+
+
+def _receivers(alerting: AlertingSpec) -> list[dict[str, Any]]:
+    out = [_receiver(alerting, r.name, robots=[], passthrough=[r.name]) for r in alerting.receivers]
+    for route in alerting.routes:
+        out.append(_receiver(alerting, region_receiver(route.region), robots=[route.robot], passthrough=[]))
+        for sev in SEVERITIES:
+            if route.extra(sev):
+                name = severity_receiver(route.region, sev)
+                out.append(_receiver(alerting, name, robots=[route.robot], passthrough=route.extra(sev)))
+    return sorted(out, key=lambda r: str(r["name"]))
+
+
+def _time_intervals(alerting: AlertingSpec) -> list[dict[str, Any]]:
+    out = []
+    for interval in alerting.time_intervals:
+        entry: dict[str, Any] = {}
+        if interval.weekdays:
+            entry["weekdays"] = list(interval.weekdays)
+        if interval.times:
+            entry["times"] = [t.model_dump() for t in interval.times]
+        if interval.location:
+            entry["location"] = interval.location
+        out.append({"name": interval.name, "time_intervals": [entry]})
+    return out
+
+
+def render_alertmanager_config(alerting: AlertingSpec) -> dict[str, Any]:
+    """The whole ``alertmanager.yml`` as a dict (``matchers`` only, never ``match``/``match_re``)."""
+    default = alerting.default_receiver
+    route: dict[str, Any] = {
+        "receiver": default,
+        "group_by": list(alerting.group_by),
+        **_timing(alerting.timing),
+        "routes": [
+            *(_region_route(alerting, r) for r in alerting.routes),
+            *_severity_routes(alerting, dict.fromkeys(SEVERITIES, default)),
+        ],
+    }
+    config: dict[str, Any] = {
+        "global": {"resolve_timeout": "5m"},
+        "route": route,
+        "receivers": _receivers(alerting),
+        "inhibit_rules": [
+            {"source_matchers": r.source_matchers, "target_matchers": r.target_matchers, "equal": r.equal}
+            if r.equal
+            else {"source_matchers": r.source_matchers, "target_matchers": r.target_matchers}
+            for r in alerting.all_inhibit_rules()
+        ],
+    }
+    if alerting.time_intervals:
+        config["time_intervals"] = _time_intervals(alerting)
+    return config
+
+
+def render_relay_config(alerting: AlertingSpec) -> dict[str, Any]:
+    """The relay's robots file (``alertmanager.dingtalk.config.RelayConfig``); ``${ENV}`` kept as is."""
+    robots: dict[str, Any] = {}
+    for robot in alerting.robots:
+        entry: dict[str, Any] = {
+            "url": robot.url,
+            "keywords": list(robot.keywords),
+            "mentions": robot.mentions.model_dump(),
+        }
+        if robot.secret is not None:
+            entry["secret"] = robot.secret
+        robots[robot.name] = entry
+    return {"listen": alerting.relay_listen, "timezone": alerting.timezone, "robots": robots}
+
+
+def render_alerting_bundle(alerting: AlertingSpec, *, cluster: str, regions: Sequence[str]) -> Bundle:
+    """Every alerting file, keyed by path relative to the output dir.
+
+    ``dingtalk.yml`` is left out when the spec has no robots: the relay refuses an empty
+    robot list, and a deployment without DingTalk runs no relay.
+    """
+    check_regions(alerting, regions)
+    bundle: Bundle = {
+        ALERTMANAGER_FILE: dump_yaml(render_alertmanager_config(alerting)),
+        HA_FILE: dump_json(ha.ha_document(alerting, cluster=cluster)),
+        PROMETHEUS_ALERTING_FILE: dump_yaml({"alerting": ha.prometheus_alerting(alerting, cluster=cluster)}),
+    }
+    if alerting.robots:
+        bundle[RELAY_FILE] = dump_yaml(render_relay_config(alerting))
+    return bundle

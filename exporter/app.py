@@ -1,0 +1,136 @@
+"""Wiring for `serve`: backend -> collection loop -> snapshot collector -> HTTP (+ Consul).
+
+`ExporterApp` owns the lifecycle: start collects once before serving so the first scrape
+has data, and `stop` (SIGTERM/SIGINT) deregisters from Consul before closing the
+listener, so the sharder stops scraping us before we disappear.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry
+
+from exporter.attribution import node_name, placement_labels, pod_attribution
+from exporter.backend import GpuBackend
+from exporter.catalogue import select_families
+from exporter.collection import Collection, CollectionLoop
+from exporter.errors import ConfigError
+from exporter.exposition import LabelPolicy, SnapshotCollector
+from exporter.registration import Registrar, ServiceDefinition, ServiceRegistry, service_definition
+from exporter.server import HttpServer, NodeRoutes
+from exporter.settings import ExporterSettings
+from exporter.simulated import SimulatedBackend
+
+log = logging.getLogger(__name__)
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """`host:port` (host may be empty or bracketed IPv6) into its parts."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"listen must be host:port, got {listen!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def advertised_address(settings: ExporterSettings, listen_host: str) -> str:
+    """What Consul should hand to Prometheus: explicit, else the listen host, else our IP."""
+    if settings.advertise_address:
+        return settings.advertise_address
+    if listen_host not in ("0.0.0.0", "::", ""):
+        return listen_host
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def build_backend(
+    settings: ExporterSettings, *, node: str = "", clock: Callable[[], float] = time.time
+) -> GpuBackend:
+    if settings.backend == "simulated":
+        return SimulatedBackend(settings.gpus, settings.gpu_model, seed=settings.seed, node=node, clock=clock)
+    from exporter.nvml_backend import NvmlBackend
+
+    return NvmlBackend(clock=clock)
+
+
+def consul_registry(settings: ExporterSettings) -> ServiceRegistry:
+    from exporter.consul_registry import ConsulAgentRegistry
+
+    assert settings.consul is not None
+    return ConsulAgentRegistry(settings.consul, token=settings.consul_token)
+
+
+class ExporterApp:
+    """One node's exporter. Backend and registry are injectable for tests."""
+
+    def __init__(
+        self,
+        settings: ExporterSettings,
+        *,
+        backend: GpuBackend | None = None,
+        registry: ServiceRegistry | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.node = node_name(settings.node_name)
+        families = select_families(include=settings.families_include, exclude=settings.families_exclude)
+        self._attribution = pod_attribution(settings.pod_attribution)
+        self.backend = backend or build_backend(settings, node=self.node, clock=clock)
+        self.collection = Collection(
+            self.backend, families, attribution=self._attribution, timeout=settings.collect_timeout,
+            health_window=settings.health_window, clock=clock,
+        )
+        placement = placement_labels(region=settings.region, rack=settings.rack, team=settings.team,
+                                     cluster=settings.cluster)
+        policy = LabelPolicy(self.node, settings.hostname_label, placement, settings.hami_legacy)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SnapshotCollector(self.collection, policy))
+        self.loop = CollectionLoop([self.collection], interval=settings.collect_interval)
+        host, port = split_listen(settings.listen)
+        self.routes = NodeRoutes(self.registry, ready=lambda: self.collection.ready(settings.max_age),
+                                 version=lambda: self.collection.stats)
+        self.http = HttpServer(self.routes, host=host, port=port)
+        self.registrar: Registrar | None = None
+        if settings.consul and settings.kubernetes:
+            log.info("kubernetes mode: consul registration skipped; the sharder reads pod labels")
+        elif settings.consul or registry is not None:
+            self.registrar = Registrar(registry or consul_registry(settings), [self.service(host)],
+                                       interval=settings.register_interval)
+
+    def service(self, listen_host: str) -> ServiceDefinition:
+        s, devices = self.settings, self.collection.devices
+        meta = {
+            **placement_labels(region=s.region, rack=s.rack, team=s.team, cluster=s.cluster),
+            "gpu_count": len(devices),
+            "gpu_model": devices[0].model if devices else "",
+            "driver": self.collection.driver,
+            "metrics_path": "/metrics",
+            "node": self.node,
+        }
+        return service_definition(
+            s.service_name, self.node, address=advertised_address(s, listen_host), port=self.http.port,
+            meta=meta, check_interval=s.check_interval, check_timeout=s.check_timeout,
+            deregister_after=s.deregister_critical_after,
+        )
+
+    def start(self) -> None:
+        self.collection.collect_once()
+        self.loop.start()
+        self.http.start()
+        if self.registrar:
+            self.registrar.start()
+        log.info("serving node=%s port=%d gpus=%d", self.node, self.http.port, len(self.collection.devices))
+
+    def stop(self) -> None:
+        if self.registrar:
+            self.registrar.stop(deregister=True)
+        self.http.stop()
+        self.loop.stop()
+        self._attribution.close()
+        self.backend.close()
+        log.info("stopped node=%s", self.node)

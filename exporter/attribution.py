@@ -1,0 +1,71 @@
+"""Who a GPU belongs to: node name, placement labels, and (optionally) the pod using it.
+
+Node name comes from `NODE_NAME` (the Kubernetes downward API) or the host name; region,
+rack, team and cluster come from settings and ride on every series. GPU -> pod mapping is
+behind `PodAttribution`, refreshed in the background by the implementation and read once
+per collection, never per scrape (per-scrape pod mapping is what made dcgm-exporter
+scrapes time out). The default maps nothing.
+
+The kubelet pod-resources implementation needs `grpcio`, which gpufed does not depend
+on; it is a documented optional extra that is not built yet (see exporter/README.md).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from typing import Protocol
+
+from exporter.errors import ConfigError
+
+PLACEMENT_KEYS = ("region", "rack", "team", "cluster")
+
+
+class PodAttribution(Protocol):
+    """GPU UUID -> pod labels (`namespace`, `pod`, `container`), kept fresh in background."""
+
+    def labels(self) -> Mapping[str, Mapping[str, str]]:
+        """The latest mapping; must return immediately."""
+        ...
+
+    def close(self) -> None:
+        """Stop any background refresh."""
+        ...
+
+
+class NoPodAttribution:
+    """The default: no pod labels; the exporter is complete without them."""
+
+    def labels(self) -> Mapping[str, Mapping[str, str]]:
+        return {}
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+
+def pod_attribution(kind: str) -> PodAttribution:
+    """The attribution named in settings; `kubelet` needs the not-yet-built grpc extra."""
+    if kind == "none":
+        return NoPodAttribution()
+    if kind == "kubelet":
+        try:
+            import grpc  # noqa: F401  # optional extra, not a gpufed dependency
+        except ImportError as exc:
+            raise ConfigError(
+                "pod attribution 'kubelet' needs grpcio (kubelet pod-resources API), which is not "
+                "installed; it is an optional extra that is not built yet: use 'none'"
+            ) from exc
+        raise ConfigError("pod attribution 'kubelet' is not implemented yet; use 'none'")
+    raise ConfigError(f"unknown pod attribution {kind!r}; known: none, kubelet")
+
+
+def node_name(explicit: str | None = None, *, environ: Mapping[str, str] | None = None) -> str:
+    """Setting, then `NODE_NAME`, then the short host name."""
+    env = os.environ if environ is None else environ
+    return explicit or env.get("NODE_NAME") or socket.gethostname().split(".")[0]
+
+
+def placement_labels(**values: str) -> dict[str, str]:
+    """Only the placement labels that are set, in a fixed order."""
+    return {key: values[key] for key in PLACEMENT_KEYS if values.get(key)}

@@ -1,0 +1,144 @@
+"""`gpufed-exporter`: `serve` (the default), `fleet` and `bench`; thin over app/fleet/bench.
+
+Settings come from `GPUFED_EXPORTER_*` environment variables; flags given on the command
+line override them. Both are merged into one `ExporterSettings` here, in `main()`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from typing import Annotated, Any, Protocol
+
+import typer
+from pydantic import ValidationError
+
+from exporter import logs
+from exporter.errors import ExporterError
+from exporter.settings import ExporterSettings
+
+cli = typer.Typer(add_completion=False, help="GPU metrics exporter with DCGM-compatible names.")
+COMMANDS = ("serve", "fleet", "bench")
+
+Backend = Annotated[str | None, typer.Option(help="nvml (default) or simulated")]
+Gpus = Annotated[int | None, typer.Option(help="simulated GPUs per node")]
+Listen = Annotated[str | None, typer.Option(help="host:port to serve on (default 0.0.0.0:9400)")]
+Consul = Annotated[str | None, typer.Option(help="local Consul agent host:port; enables registration")]
+Interval = Annotated[float | None, typer.Option(help="seconds between collections (default 5)")]
+Families = Annotated[str | None, typer.Option(help="comma-separated families to add: pcie,gpm,process")]
+Deny = Annotated[str | None, typer.Option(help="comma-separated families to drop")]
+HostLabel = Annotated[str | None, typer.Option(help="Hostname (default) or hostname")]
+Seed = Annotated[int | None, typer.Option(help="simulation seed")]
+
+
+class Runnable(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def build_settings(**flags: Any) -> ExporterSettings:
+    """Environment first, then every flag that was actually given."""
+    given = {key: value for key, value in flags.items() if value is not None}
+    for key in ("families_include", "families_exclude"):
+        if isinstance(given.get(key), str):
+            given[key] = [part.strip() for part in given[key].split(",") if part.strip()]
+    try:
+        return ExporterSettings(**given)
+    except ValidationError as exc:
+        typer.echo(f"invalid settings: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+def run_until_signal(app: Runnable) -> None:
+    """Start, wait for SIGTERM/SIGINT, stop (which deregisters from Consul first)."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        app.start()
+        while not stop.wait(1.0):
+            pass
+    finally:
+        app.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@cli.command()
+def serve(
+    backend: Backend = None, gpus: Gpus = None, listen: Listen = None, consul: Consul = None,
+    collect_interval: Interval = None, families: Families = None, exclude: Deny = None,
+    hostname_label: HostLabel = None, seed: Seed = None,
+    node_name: Annotated[str | None, typer.Option(help="node name (default $NODE_NAME or host)")] = None,
+    region: Annotated[str | None, typer.Option()] = None,
+    rack: Annotated[str | None, typer.Option()] = None,
+    team: Annotated[str | None, typer.Option()] = None,
+    cluster: Annotated[str | None, typer.Option()] = None,
+    kubernetes: Annotated[bool | None, typer.Option(help="DaemonSet mode: never register")] = None,
+) -> None:
+    """Serve one node's GPUs on /metrics (default command)."""
+    settings = build_settings(
+        backend=backend, gpus=gpus, listen=listen, consul=consul, collect_interval=collect_interval,
+        families_include=families, families_exclude=exclude, hostname_label=hostname_label, seed=seed,
+        node_name=node_name, region=region, rack=rack, team=team, cluster=cluster, kubernetes=kubernetes,
+    )
+    logs.configure(level=settings.log_level, fmt=settings.log_format)
+    from exporter.app import ExporterApp
+
+    try:
+        run_until_signal(ExporterApp(settings))
+    except ExporterError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+@cli.command()
+def fleet(
+    nodes: Annotated[int, typer.Option(help="simulated nodes")] = 100,
+    regions: Annotated[int, typer.Option(help="regions to spread nodes over")] = 3,
+    gpus: Gpus = None, listen: Listen = None, consul: Consul = None, collect_interval: Interval = None,
+    families: Families = None, exclude: Deny = None, seed: Seed = None,
+) -> None:
+    """Serve many simulated nodes on one port at /nodes/<node>/metrics."""
+    settings = build_settings(
+        backend="simulated", gpus=gpus, listen=listen, consul=consul, collect_interval=collect_interval,
+        families_include=families, families_exclude=exclude, seed=seed,
+    )
+    logs.configure(level=settings.log_level, fmt=settings.log_format)
+    from exporter.app import consul_registry
+    from exporter.fleet import FleetApp, fleet_nodes
+
+    registry = consul_registry(settings) if settings.consul else None
+    run_until_signal(FleetApp(settings, fleet_nodes(nodes, regions=regions), registry=registry))
+
+
+@cli.command()
+def bench(
+    gpus: Annotated[int, typer.Option()] = 8,
+    scrapes: Annotated[int, typer.Option()] = 2000,
+    fleet_nodes: Annotated[int, typer.Option(help="nodes for the fleet run; 0 skips it")] = 200,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Measure scrape latency, CPU per scrape, RSS and fleet capacity on this machine."""
+    from exporter.bench import bench_fleet, bench_serve
+
+    result: dict[str, Any] = {"serve": bench_serve(gpus=gpus, scrapes=scrapes)}
+    if fleet_nodes:
+        result["fleet"] = bench_fleet(nodes=fleet_nodes, gpus=gpus, scrapes=scrapes)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, sort_keys=True))
+        return
+    for section, values in result.items():
+        typer.echo(f"[{section}]")
+        for key, value in sorted(values.items()):
+            typer.echo(f"  {key}: {value}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console script entry: a bare flag list means `serve`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in (*COMMANDS, "--help", "-h"):
+        args = ["serve", *args]
+    cli(args=args, prog_name="gpufed-exporter")

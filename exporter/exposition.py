@@ -1,0 +1,162 @@
+"""Render the latest snapshot as Prometheus metric families on each scrape.
+
+`SnapshotCollector` is a prometheus-client collector (one `collect` method) whose data
+source, a `Collection`, is a constructor argument; it is registered on an app-owned
+`CollectorRegistry`, never the global one. A scrape only walks the snapshot: no backend
+call, no pod lookup.
+
+DCGM counters whose names do not end in `_total` are exposed as `untyped`: the
+prometheus-client text writer appends `_total` to counter names, which would rename the
+very series dashboards query. Our own counters are proper counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Sample
+
+from exporter.catalogue import metrics_for
+from exporter.collection import Collection
+from exporter.models import GpuDevice, Snapshot
+
+MIB = 1024.0 * 1024.0
+
+
+@dataclass(frozen=True, slots=True)
+class LabelPolicy:
+    """Labels shared by every GPU series: ONE host label plus the placement labels."""
+
+    node: str
+    hostname_label: str = "Hostname"
+    placement: Mapping[str, str] = field(default_factory=dict)
+    hami_legacy: bool = False
+
+    def gpu_labels(self, device: GpuDevice, pod: Mapping[str, str] | None = None) -> dict[str, str]:
+        labels = {
+            "gpu": str(device.index),
+            "UUID": device.uuid,
+            "device": device.device,
+            "modelName": device.model,
+            "pci_bus_id": device.pci_bus_id,
+            self.hostname_label: self.node,
+            **self.placement,
+        }
+        if pod:
+            labels.update(pod)
+        return labels
+
+
+def _family(name: str, doc: str, kind: str) -> Metric:
+    return Metric(name, doc, kind)
+
+
+class SnapshotCollector:
+    """Collector over one `Collection`; cheap enough to run on every scrape."""
+
+    def __init__(self, collection: Collection, policy: LabelPolicy) -> None:
+        self._collection = collection
+        self._policy = policy
+        self._specs = metrics_for(collection.families)
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._collection.snapshot
+        if snap is not None:
+            yield from self._gpu_families(snap)
+        yield from self._self_families()
+
+    def _gpu_families(self, snap: Snapshot) -> Iterator[Metric]:
+        fams = self._collection.families
+        labels = {
+            d.index: self._policy.gpu_labels(d, snap.pod_labels.get(d.uuid)) for d in snap.devices
+        }
+        for spec in self._specs:
+            metric = _family(spec.name, spec.help, "gauge" if spec.kind == "gauge" else "unknown")
+            for index, reading in snap.readings.items():
+                value = reading.values.get(spec.name)
+                if value is not None:
+                    metric.samples.append(Sample(spec.name, labels[index], value))
+            if metric.samples:
+                yield metric
+        if "xid" in fams:
+            yield from self._xid_families(snap, labels)
+        if "health" in fams:
+            health = _family("gpufed_gpu_health", "1 if the GPU read fine and had no critical XID "
+                             "within the health window, else 0.", "gauge")
+            for index, ok in snap.health.items():
+                health.samples.append(Sample("gpufed_gpu_health", labels[index], 1.0 if ok else 0.0))
+            yield health
+        if "hami" in fams:
+            yield from self._hami_families(snap, labels)
+        if "process" in fams:
+            procs = _family("gpufed_gpu_process_memory_used_bytes",
+                            "GPU memory used by one process.", "gauge")
+            for index, reading in snap.readings.items():
+                for proc in reading.processes:
+                    procs.samples.append(Sample(
+                        procs.name, {**labels[index], "pid": str(proc.pid)}, proc.used_memory_mib * MIB
+                    ))
+            yield procs
+
+    def _xid_families(self, snap: Snapshot, labels: dict[int, dict[str, str]]) -> Iterator[Metric]:
+        last = _family("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", "gauge")
+        for index in labels:
+            code = snap.last_xid.get(index, 0)
+            last.samples.append(Sample(last.name, {**labels[index], "err_code": str(code)}, float(code)))
+        yield last
+        total = _family("gpufed_gpu_xid_errors", "XID errors reported by the driver, by code.", "counter")
+        seen = _family("gpufed_gpu_xid_last_seen_timestamp_seconds",
+                       "Unix time the XID code was last reported.", "gauge")
+        for (index, code), tally in sorted(snap.xids.items()):
+            if index not in labels:
+                continue
+            xid_labels = {**labels[index], "err_code": str(code)}
+            total.samples.append(Sample("gpufed_gpu_xid_errors_total", xid_labels, float(tally.count)))
+            seen.samples.append(Sample(seen.name, xid_labels, tally.last_seen))
+        yield total
+        yield seen
+
+    def _hami_families(self, snap: Snapshot, labels: dict[int, dict[str, str]]) -> Iterator[Metric]:
+        mem = _family("hami_host_gpu_memory_used_bytes", "GPU device memory used, in bytes.", "gauge")
+        util = _family("hami_host_gpu_utilization_ratio", "GPU core utilisation, 0-1.", "gauge")
+        legacy_mem = _family("HostGPUMemoryUsage", "GPU device memory usage", "gauge")
+        legacy_util = _family("HostCoreUtilization", "GPU core utilization", "gauge")
+        by_index = {d.index: d for d in snap.devices}
+        for index, reading in snap.readings.items():
+            used, busy = reading.values.get("DCGM_FI_DEV_FB_USED"), reading.values.get("DCGM_FI_DEV_GPU_UTIL")
+            dev = by_index[index]
+            legacy = {"nodeid": self._policy.node, "deviceidx": str(index),
+                      "deviceuuid": dev.uuid, "devicetype": dev.model}
+            if used is not None:
+                mem.samples.append(Sample(mem.name, labels[index], used * MIB))
+                legacy_mem.samples.append(Sample(legacy_mem.name, legacy, used * MIB))
+            if busy is not None:
+                util.samples.append(Sample(util.name, labels[index], busy / 100.0))
+                legacy_util.samples.append(Sample(legacy_util.name, legacy, busy))
+        yield mem
+        yield util
+        if self._policy.hami_legacy:
+            yield legacy_mem
+            yield legacy_util
+
+    def _self_families(self) -> Iterator[Metric]:
+        stats = self._collection.stats
+        if stats.last_success is not None:
+            ts = _family("gpufed_exporter_last_collection_success_timestamp_seconds",
+                         "Unix time of the last successful collection.", "gauge")
+            ts.samples.append(Sample(ts.name, {}, stats.last_success))
+            yield ts
+        duration = _family("gpufed_exporter_collection_duration_seconds",
+                           "Wall time of the last successful collection.", "gauge")
+        duration.samples.append(Sample(duration.name, {}, stats.last_duration))
+        yield duration
+        for name, doc, value in (
+            ("gpufed_exporter_collections", "Successful collections.", stats.collections),
+            ("gpufed_exporter_collection_errors", "Failed or partial collections.", stats.errors),
+            ("gpufed_exporter_collection_timeouts", "Collections abandoned at the timeout.", stats.timeouts),
+        ):
+            counter = _family(name, doc, "counter")
+            counter.samples.append(Sample(f"{name}_total", {}, float(value)))
+            yield counter

@@ -1,0 +1,142 @@
+"""Many simulated nodes from one process, for demos and sharder benchmarks.
+
+All nodes share one port: node N is `/nodes/<N>/metrics` (Prometheus reaches it through
+`__metrics_path__`, which Consul Meta `metrics_path` carries), so 500 nodes cost one
+listener and one collection thread instead of 500 of each. Node names, regions, racks
+and teams are derived deterministically from the node's position.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+
+from exporter.app import advertised_address, split_listen
+from exporter.catalogue import select_families
+from exporter.collection import Collection, CollectionLoop
+from exporter.exposition import LabelPolicy, SnapshotCollector
+from exporter.registration import Registrar, ServiceDefinition, ServiceRegistry, service_definition
+from exporter.server import NOT_FOUND, TEXT, HttpServer, NodeRoutes, Response
+from exporter.settings import ExporterSettings
+from exporter.simulated import SimulatedBackend
+
+log = logging.getLogger(__name__)
+TEAMS = ("training", "inference", "research", "platform")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetNode:
+    """Where one simulated node sits."""
+
+    name: str
+    region: str
+    rack: str
+    team: str
+
+
+def fleet_nodes(count: int, *, regions: int = 3, racks_per_region: int = 8) -> list[FleetNode]:
+    """`gpu-<region>-<n>` nodes spread round-robin over regions, racks and teams."""
+    nodes = []
+    for i in range(count):
+        region = f"region-{i % regions}"
+        local = i // regions
+        nodes.append(FleetNode(
+            name=f"gpu-{region}-{local:04d}",
+            region=region,
+            rack=f"{region}-rack-{local % racks_per_region:02d}",
+            team=TEAMS[i % len(TEAMS)],
+        ))
+    return nodes
+
+
+class FleetApp:
+    """One process, N simulated exporters behind per-node paths."""
+
+    def __init__(
+        self,
+        settings: ExporterSettings,
+        nodes: list[FleetNode],
+        *,
+        registry: ServiceRegistry | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        families = select_families(include=settings.families_include, exclude=settings.families_exclude)
+        self.nodes = {node.name: node for node in nodes}
+        self.collections: dict[str, Collection] = {}
+        self.routes: dict[str, NodeRoutes] = {}
+        for node in nodes:
+            backend = SimulatedBackend(settings.gpus, settings.gpu_model, seed=settings.seed, node=node.name,
+                                       clock=clock)
+            # Simulated reads never hang, so no per-read watchdog thread (timeout=None).
+            collection = Collection(backend, families, timeout=None, health_window=settings.health_window,
+                                    clock=clock)
+            policy = LabelPolicy(node.name, settings.hostname_label,
+                                 {"region": node.region, "rack": node.rack, "team": node.team,
+                                  **({"cluster": settings.cluster} if settings.cluster else {})},
+                                 settings.hami_legacy)
+            reg = CollectorRegistry(auto_describe=False)
+            reg.register(SnapshotCollector(collection, policy))
+            self.collections[node.name] = collection
+            self.routes[node.name] = NodeRoutes(
+                reg,
+                ready=lambda c=collection: c.ready(settings.max_age),  # type: ignore[misc]
+                version=lambda c=collection: c.stats,  # type: ignore[misc]
+            )
+        self.loop = CollectionLoop(list(self.collections.values()), interval=settings.collect_interval)
+        host, port = split_listen(settings.listen)
+        self.http = HttpServer(self.handle, host=host, port=port)
+        self.registrar: Registrar | None = None
+        if registry is not None:
+            self.registrar = Registrar(registry, self.services(host), interval=settings.register_interval)
+
+    def handle(self, path: str) -> Response:
+        if path in ("/healthz", "/readyz"):
+            ready = all(c.ready(self.settings.max_age) for c in self.collections.values())
+            if path == "/healthz" or ready:
+                return 200, TEXT, b"ok\n"
+            return 503, TEXT, b"not every node has collected\n"
+        if path == "/nodes":
+            return 200, TEXT, "".join(f"{name}\n" for name in self.nodes).encode()
+        parts = path.split("/")
+        if len(parts) == 4 and parts[1] == "nodes" and parts[2] in self.routes:
+            return self.routes[parts[2]](f"/{parts[3]}")
+        return NOT_FOUND
+
+    def services(self, listen_host: str) -> list[ServiceDefinition]:
+        s = self.settings
+        address = advertised_address(s, listen_host)
+        out = []
+        for name, node in self.nodes.items():
+            meta = {"region": node.region, "rack": node.rack, "team": node.team, "cluster": s.cluster,
+                    "gpu_count": s.gpus, "gpu_model": s.gpu_model, "driver": "550.54.15",
+                    "metrics_path": f"/nodes/{name}/metrics", "node": name}
+            out.append(service_definition(
+                s.service_name, name, address=address, port=self.http.port,
+                meta={k: v for k, v in meta.items() if v != ""},
+                check_path=f"/nodes/{name}/healthz", check_interval=s.check_interval,
+                check_timeout=s.check_timeout, deregister_after=s.deregister_critical_after,
+            ))
+        return out
+
+    def start(self) -> None:
+        started = time.perf_counter()
+        for collection in self.collections.values():
+            collection.collect_once()
+        took = time.perf_counter() - started
+        log.info("fleet first collection nodes=%d seconds=%.3f", len(self.nodes), took)
+        self.loop.start()
+        self.http.start()
+        if self.registrar:
+            self.registrar.start()
+        log.info("fleet serving nodes=%d port=%d", len(self.nodes), self.http.port)
+
+    def stop(self) -> None:
+        if self.registrar:
+            self.registrar.stop(deregister=True)
+        self.http.stop()
+        self.loop.stop()

@@ -1,0 +1,92 @@
+"""Plain data the exporter passes between layers: devices, readings, XID events, snapshots.
+
+Backends produce `GpuDevice` and `Reading` values; the collection loop folds them into an
+immutable `Snapshot`; the exposition collector renders the latest snapshot on each scrape.
+Nothing here does I/O, so every other layer can depend on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevice:
+    """Static identity of one GPU; read once at start, these become series labels."""
+
+    index: int
+    uuid: str
+    model: str
+    pci_bus_id: str
+    memory_total_mib: float = 0.0
+
+    @property
+    def device(self) -> str:
+        """DCGM's `device` label: the /dev node name."""
+        return f"nvidia{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    """One XID reported by the driver; counted, never kept as a sticky gauge."""
+
+    gpu: int
+    code: int
+    timestamp: float
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUsage:
+    """GPU memory held by one process (the opt-in `process` family)."""
+
+    pid: int
+    used_memory_mib: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """Values read for one GPU in one collection.
+
+    `values` maps a metric name from `exporter.catalogue` to its value in the exposed
+    unit; a metric the device does not support is simply absent, so its series is left
+    out instead of failing the scrape.
+    """
+
+    gpu: int
+    values: Mapping[str, float]
+    processes: tuple[ProcessUsage, ...] = ()
+    ok: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class XidTally:
+    """Running XID count for one (gpu, code) with the time it was last seen."""
+
+    count: int
+    last_seen: float
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one scrape serves; replaced whole, so scrapes never see a half update."""
+
+    taken_at: float
+    devices: tuple[GpuDevice, ...]
+    readings: Mapping[int, Reading]
+    xids: Mapping[tuple[int, int], XidTally] = field(default_factory=dict)
+    last_xid: Mapping[int, int] = field(default_factory=dict)
+    health: Mapping[int, bool] = field(default_factory=dict)
+    pod_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    driver_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionStats:
+    """Self-metrics of the collection loop, read by the collector at scrape time."""
+
+    last_success: float | None = None
+    last_duration: float = 0.0
+    collections: int = 0
+    errors: int = 0
+    timeouts: int = 0

@@ -1,0 +1,269 @@
+"""GPU readings from NVML through nvidia-ml-py (module `pynvml`), behind `GpuBackend`.
+
+Why it is shaped like this: dcgm-exporter's pains came from doing work per scrape. Here
+NVML is initialised once, device handles are cached, the cheap scalar fields are read in
+one `nvmlDeviceGetFieldValues` call per GPU, and XIDs arrive on an event thread
+(`nvmlEventSetWait`) instead of being polled into a sticky gauge. An answer of "not
+supported" leaves that series out; any other NVML error marks that GPU's reading failed
+(health 0) without failing the others. The nvml module is a constructor argument
+(default `import pynvml`), so tests hand in `tests/exporter/fake_nvml.py`; nothing here
+has run on a real GPU yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from exporter.errors import BackendError
+from exporter.models import GpuDevice, ProcessUsage, Reading, XidEvent
+
+log = logging.getLogger(__name__)
+MIB = 1024 * 1024
+
+# NVML field id (pynvml constant name) -> (metric, multiplier to the DCGM unit)
+FIELDS: dict[str, dict[str, tuple[str, float]]] = {
+    "core": {
+        "NVML_FI_DEV_MEMORY_TEMP": ("DCGM_FI_DEV_MEMORY_TEMP", 1.0),
+        "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1.0),
+        "NVML_FI_DEV_PCIE_REPLAY_COUNTER": ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 1.0),
+        "NVML_FI_DEV_POWER_INSTANT": ("DCGM_FI_DEV_POWER_USAGE", 0.001),
+    },
+    "ecc": {
+        "NVML_FI_DEV_ECC_SBE_VOL_TOTAL": ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", 1.0),
+        "NVML_FI_DEV_ECC_DBE_VOL_TOTAL": ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 1.0),
+        "NVML_FI_DEV_ECC_SBE_AGG_TOTAL": ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", 1.0),
+        "NVML_FI_DEV_ECC_DBE_AGG_TOTAL": ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", 1.0),
+    },
+}
+GPM_METRICS = {
+    "NVML_GPM_METRIC_GRAPHICS_UTIL": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "NVML_GPM_METRIC_SM_UTIL": "DCGM_FI_PROF_SM_ACTIVE",
+    "NVML_GPM_METRIC_ANY_TENSOR_UTIL": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "NVML_GPM_METRIC_DRAM_BW_UTIL": "DCGM_FI_PROF_DRAM_ACTIVE",
+}
+# nvmlValue_t union member per nvmlValueType_t
+VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class NvmlBackend:
+    """Real GPUs. Construct once per process; `close()` stops the event thread."""
+
+    def __init__(
+        self,
+        nvml: Any = None,
+        *,
+        event_timeout_ms: int = 1000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if nvml is None:
+            import pynvml as nvml  # nvidia-ml-py's official binding
+        self._nvml: Any = nvml
+        self._clock = clock
+        try:
+            nvml.nvmlInit()
+            self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+            self._devices = tuple(self._describe(i, h) for i, h in enumerate(self._handles))
+            self._driver = _text(nvml.nvmlSystemGetDriverVersion())
+        except nvml.NVMLError as exc:
+            raise BackendError(f"NVML initialisation failed: {exc}") from exc
+        self._events: list[XidEvent] = []
+        self._events_lock = threading.Lock()
+        self._gpm_prev: dict[int, Any] = {}
+        self._pcie_total: dict[tuple[int, str], float] = {}
+        self._pcie_at: float | None = None
+        self._stop = threading.Event()
+        self._event_timeout_ms = event_timeout_ms
+        self._thread = threading.Thread(target=self._watch_xids, name="nvml-xid-events", daemon=True)
+        self._thread.start()
+
+    def _describe(self, index: int, handle: Any) -> GpuDevice:
+        nvml = self._nvml
+        memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+        return GpuDevice(
+            index=index,
+            uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+            model=_text(nvml.nvmlDeviceGetName(handle)),
+            pci_bus_id=_text(nvml.nvmlDeviceGetPciInfo(handle).busId),
+            memory_total_mib=memory.total / MIB,
+        )
+
+    def devices(self) -> tuple[GpuDevice, ...]:
+        return self._devices
+
+    def driver_version(self) -> str:
+        return self._driver
+
+    def _unsupported(self, exc: Exception) -> bool:
+        nvml = self._nvml
+        return getattr(exc, "value", None) == nvml.NVML_ERROR_NOT_SUPPORTED
+
+    def _optional(self, call: Callable[[], Any]) -> Any:
+        """The call's answer, or None when the GPU says "not supported"."""
+        try:
+            return call()
+        except self._nvml.NVMLError as exc:
+            if self._unsupported(exc):
+                return None
+            raise
+
+    def read(self, families: Iterable[str]) -> dict[int, Reading]:
+        wanted = set(families)
+        now = self._clock()
+        elapsed = 0.0 if self._pcie_at is None else max(0.0, now - self._pcie_at)
+        self._pcie_at = now
+        readings = {}
+        for index, handle in enumerate(self._handles):
+            try:
+                readings[index] = self._read_one(index, handle, wanted, elapsed)
+            except self._nvml.NVMLError as exc:
+                log.warning("nvml read failed gpu=%d error=%r", index, str(exc))
+                readings[index] = Reading(index, {}, ok=False)
+        if readings and not any(r.ok for r in readings.values()):
+            raise BackendError("NVML read failed on every GPU")
+        return readings
+
+    def _read_one(self, index: int, handle: Any, wanted: set[str], elapsed: float) -> Reading:
+        nvml, opt = self._nvml, self._optional
+        values: dict[str, float] = {}
+        fields = {k: v for fam in ("core", "ecc") if fam in wanted for k, v in FIELDS[fam].items()}
+        if fields:
+            ids = [getattr(nvml, name) for name in fields]
+            for name, fv in zip(fields, nvml.nvmlDeviceGetFieldValues(handle, ids), strict=True):
+                if fv.nvmlReturn == nvml.NVML_SUCCESS:
+                    metric, scale = fields[name]
+                    values[metric] = float(getattr(fv.value, VALUE_MEMBERS[fv.valueType])) * scale
+        if "core" in wanted or "hami" in wanted:
+            self._read_core(handle, values)
+        if "pcie" in wanted:
+            for direction, metric in (("TX", "DCGM_FI_DEV_PCIE_TX_THROUGHPUT"),
+                                      ("RX", "DCGM_FI_DEV_PCIE_RX_THROUGHPUT")):
+                counter = getattr(nvml, f"NVML_PCIE_UTIL_{direction}_BYTES")
+                kb_per_s = opt(lambda c=counter: nvml.nvmlDeviceGetPcieThroughput(handle, c))
+                if kb_per_s is not None:
+                    # NVML gives a 20 ms rate in KB/s; integrate it into DCGM's KB counter.
+                    key = (index, direction)
+                    self._pcie_total[key] = self._pcie_total.get(key, 0.0) + kb_per_s * elapsed
+                    values[metric] = float(int(self._pcie_total[key]))
+        if "gpm" in wanted:
+            values.update(self._read_gpm(index, handle))
+        processes: tuple[ProcessUsage, ...] = ()
+        if "process" in wanted:
+            procs = opt(lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle)) or []
+            processes = tuple(
+                ProcessUsage(int(p.pid), (p.usedGpuMemory or 0) / MIB) for p in procs
+            )
+        return Reading(index, values, processes)
+
+    def _read_core(self, handle: Any, values: dict[str, float]) -> None:
+        nvml, opt = self._nvml, self._optional
+        temp = opt(lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
+        util = opt(lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
+        enc = opt(lambda: nvml.nvmlDeviceGetEncoderUtilization(handle))
+        dec = opt(lambda: nvml.nvmlDeviceGetDecoderUtilization(handle))
+        mem = opt(lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
+        sm = opt(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
+        memclk = opt(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM))
+        pairs: list[tuple[str, Any]] = [
+            ("DCGM_FI_DEV_GPU_TEMP", temp),
+            ("DCGM_FI_DEV_GPU_UTIL", util and util.gpu),
+            ("DCGM_FI_DEV_MEM_COPY_UTIL", util and util.memory),
+            ("DCGM_FI_DEV_ENC_UTIL", enc and enc[0]),
+            ("DCGM_FI_DEV_DEC_UTIL", dec and dec[0]),
+            ("DCGM_FI_DEV_FB_USED", mem and mem.used // MIB),
+            ("DCGM_FI_DEV_FB_FREE", mem and mem.free // MIB),
+            ("DCGM_FI_DEV_SM_CLOCK", sm),
+            ("DCGM_FI_DEV_MEM_CLOCK", memclk),
+        ]
+        values.update({name: float(v) for name, v in pairs if v is not None})
+        if "DCGM_FI_DEV_POWER_USAGE" not in values:
+            milliwatts = opt(lambda: nvml.nvmlDeviceGetPowerUsage(handle))
+            if milliwatts is not None:
+                values["DCGM_FI_DEV_POWER_USAGE"] = milliwatts / 1000.0
+
+    def _read_gpm(self, index: int, handle: Any) -> dict[str, float]:
+        """GPM metrics between the previous collection's sample and this one."""
+        nvml = self._nvml
+        support = self._optional(lambda: nvml.nvmlGpmQueryDeviceSupport(handle))
+        if support is None or not support.isSupportedDevice:
+            return {}
+        sample = nvml.nvmlGpmSampleAlloc()
+        nvml.nvmlGpmSampleGet(handle, sample)
+        prev, self._gpm_prev[index] = self._gpm_prev.get(index), sample
+        if prev is None:
+            return {}
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(GPM_METRICS)
+        request.sample1, request.sample2 = prev, sample
+        for slot, name in enumerate(GPM_METRICS):
+            request.metrics[slot].metricId = getattr(nvml, name)
+        try:
+            nvml.nvmlGpmMetricsGet(request)
+        finally:
+            nvml.nvmlGpmSampleFree(prev)
+        return {
+            GPM_METRICS[name]: round(request.metrics[slot].value / 100.0, 6)
+            for slot, name in enumerate(GPM_METRICS)
+            if request.metrics[slot].nvmlReturn == nvml.NVML_SUCCESS
+        }
+
+    def _watch_xids(self) -> None:
+        """Event thread: XID critical events into a list the loop drains."""
+        nvml = self._nvml
+        try:
+            event_set = nvml.nvmlEventSetCreate()
+        except nvml.NVMLError as exc:
+            log.warning("nvml events unavailable error=%r", str(exc))
+            return
+        for index, handle in enumerate(self._handles):
+            try:
+                nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, event_set)
+            except nvml.NVMLError as exc:
+                log.warning("xid events not registered gpu=%d error=%r", index, str(exc))
+        try:
+            while not self._stop.is_set():
+                try:
+                    data = nvml.nvmlEventSetWait(event_set, self._event_timeout_ms)
+                except nvml.NVMLError as exc:
+                    if getattr(exc, "value", None) != nvml.NVML_ERROR_TIMEOUT:
+                        log.warning("nvml event wait failed error=%r", str(exc))
+                        self._stop.wait(self._event_timeout_ms / 1000)
+                    continue
+                if data.eventType & nvml.nvmlEventTypeXidCriticalError:
+                    event = XidEvent(self._index_of(data.device), int(data.eventData), self._clock())
+                    with self._events_lock:
+                        self._events.append(event)
+        finally:
+            nvml.nvmlEventSetFree(event_set)
+
+    def _index_of(self, handle: Any) -> int:
+        # ctypes handles compare by identity, so fall back to the UUID.
+        for index, known in enumerate(self._handles):
+            if known is handle:
+                return index
+        uuid = _text(self._nvml.nvmlDeviceGetUUID(handle))
+        return next((d.index for d in self._devices if d.uuid == uuid), -1)
+
+    def drain_xid_events(self) -> list[XidEvent]:
+        with self._events_lock:
+            events, self._events = self._events, []
+        return events
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self._event_timeout_ms / 1000 + 1)
+        for sample in self._gpm_prev.values():
+            self._nvml.nvmlGpmSampleFree(sample)
+        self._gpm_prev.clear()
+        try:
+            self._nvml.nvmlShutdown()
+        except self._nvml.NVMLError as exc:
+            log.warning("nvml shutdown failed error=%r", str(exc))

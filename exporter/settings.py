@@ -1,0 +1,98 @@
+"""Exporter settings: environment (`GPUFED_EXPORTER_*`) overridden by CLI flags.
+
+Built in `cli.main()` and passed down; never at import. `NODE_NAME` (downward API) is
+read without the prefix. Durations handed to Consul are Go duration strings.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from exporter.catalogue import FAMILIES
+
+_GO_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|ms|s|m|h))+$")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def go_duration_seconds(text: str) -> float:
+    """Seconds in a Go duration such as `1m30s`."""
+    if not _GO_DURATION.match(text):
+        raise ValueError(f"not a Go duration: {text!r}")
+    return sum(float(n) * _UNITS[u] for n, _, u in re.findall(r"(\d+(\.\d+)?)(ns|us|ms|s|m|h)", text))
+
+
+def _split(value: object) -> object:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class ExporterSettings(BaseSettings):
+    """Everything `serve` and `fleet` need; field docs are the reference."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUFED_EXPORTER_", extra="forbid")
+
+    backend: Literal["nvml", "simulated"] = "nvml"
+    gpus: int = Field(8, ge=0, le=64, description="simulated GPUs per node")
+    gpu_model: str = "NVIDIA H100 80GB HBM3"
+    seed: int = 0
+    listen: str = "0.0.0.0:9400"
+    collect_interval: float = Field(5.0, gt=0)
+    collect_timeout: float = Field(3.0, gt=0)
+    ready_max_age: float | None = Field(None, description="default: 3 x collect_interval")
+    health_window: float = Field(600.0, gt=0, description="seconds a critical XID marks a GPU unhealthy")
+    families_include: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    families_exclude: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    hostname_label: Literal["Hostname", "hostname"] = "Hostname"
+    hami_legacy: bool = False
+    node_name: str | None = Field(
+        None, validation_alias=AliasChoices("GPUFED_EXPORTER_NODE_NAME", "NODE_NAME", "node_name")
+    )
+    region: str = ""
+    rack: str = ""
+    team: str = ""
+    cluster: str = ""
+    pod_attribution: Literal["none", "kubelet"] = "none"
+    kubernetes: bool = Field(False, description="running as a DaemonSet: no Consul registration")
+    consul: str | None = Field(None, description="host:port of the local Consul agent; None: no registration")
+    consul_token: str | None = None
+    service_name: str = "gpufed-exporter"
+    advertise_address: str | None = None
+    register_interval: float = Field(30.0, gt=0, description="anti-entropy re-check period")
+    check_interval: str = "10s"
+    check_timeout: str = "2s"
+    deregister_critical_after: str = "5m"
+    log_format: Literal["logfmt", "json"] = "logfmt"
+    log_level: str = "INFO"
+
+    _split_include = field_validator("families_include", "families_exclude", mode="before")(_split)
+
+    @field_validator("families_include", "families_exclude")
+    @classmethod
+    def _known(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(FAMILIES))
+        if unknown:
+            raise ValueError(f"unknown families {unknown}; known: {sorted(FAMILIES)}")
+        return value
+
+    @field_validator("check_interval", "check_timeout")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        go_duration_seconds(value)
+        return value
+
+    @field_validator("deregister_critical_after")
+    @classmethod
+    def _at_least_a_minute(cls, value: str) -> str:
+        # Consul reaps critical services no faster than once a minute.
+        if go_duration_seconds(value) < 60:
+            raise ValueError("deregister_critical_after must be at least 1m")
+        return value
+
+    @property
+    def max_age(self) -> float:
+        return self.ready_max_age or 3 * self.collect_interval

@@ -1,0 +1,178 @@
+"""A seeded GPU simulator behind the `GpuBackend` seam, for demos, benchmarks and tests.
+
+Every value is a pure function of (seed, node, gpu, time): utilisation follows a slow
+sine plus 5-second noise, memory, temperature, power and clocks follow utilisation,
+counters (energy, ECC, PCIe) are closed-form integrals so they only ever go up, and
+XIDs fire in rare seeded 15-minute windows. The clock is injected, so a snapshot at a
+fixed time is byte-for-byte reproducible across processes (no salted `hash()`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from exporter.models import GpuDevice, ProcessUsage, Reading, XidEvent
+
+XID_WINDOW_S = 900.0
+# Application-level XIDs dominate real fleets; hardware ones are rare.
+XID_CODES = (13, 13, 13, 31, 31, 43, 43, 45, 48, 63, 74, 79, 94)
+HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    """What a simulated GPU looks like: memory, power envelope, clocks, GPM support."""
+
+    memory_mib: int
+    idle_w: float
+    max_w: float
+    sm_clock_mhz: int
+    mem_clock_mhz: int
+    gpm: bool
+
+
+MODELS: dict[str, GpuModel] = {
+    "NVIDIA H100 80GB HBM3": GpuModel(81559, 70.0, 700.0, 1980, 2619, True),
+    "NVIDIA H200": GpuModel(143771, 75.0, 700.0, 1980, 3201, True),
+    "NVIDIA A100-SXM4-80GB": GpuModel(81920, 55.0, 400.0, 1410, 1593, False),
+    "NVIDIA L40S": GpuModel(46068, 35.0, 350.0, 2520, 9001, False),
+}
+
+
+def _rng(*parts: object) -> random.Random:
+    """A generator seeded from a string: sha512-based, so stable across processes."""
+    return random.Random(":".join(str(p) for p in parts))
+
+
+class SimulatedBackend:
+    """N simulated GPUs of one model on one node."""
+
+    def __init__(
+        self,
+        gpus: int = 8,
+        model: str = "NVIDIA H100 80GB HBM3",
+        *,
+        seed: int = 0,
+        node: str = "",
+        xid_probability: float = 0.02,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._spec = MODELS.get(model, MODELS["NVIDIA H100 80GB HBM3"])
+        self._seed, self._node, self._clock = seed, node, clock
+        self._xid_p = xid_probability
+        self._boot = clock()
+        self._xid_cursor = self._boot
+        self._lock = threading.Lock()
+        self._devices = tuple(self._device(i, model) for i in range(gpus))
+        self._params = [self._gpu_params(i) for i in range(gpus)]
+
+    def _device(self, index: int, model: str) -> GpuDevice:
+        digest = hashlib.sha1(f"{self._seed}:{self._node}:{index}".encode()).hexdigest()
+        uuid = f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+        bus = HGX_BUSES[index] if index < len(HGX_BUSES) else 0x10 + index
+        return GpuDevice(index, uuid, model, f"00000000:{bus:02X}:00.0", float(self._spec.memory_mib))
+
+    def _gpu_params(self, index: int) -> dict[str, float]:
+        rng = _rng(self._seed, self._node, index)
+        return {
+            "base": rng.uniform(25.0, 75.0),
+            "omega": 2 * math.pi / rng.uniform(300.0, 1200.0),
+            "phase": rng.uniform(0.0, 2 * math.pi),
+            "sbe_rate": rng.choice((0.0, 0.0, 0.0, 1 / 1800)),
+            "replay_rate": rng.choice((0.0, 0.0, 1 / 600)),
+            "agg_sbe": float(rng.randrange(0, 4)),
+        }
+
+    def devices(self) -> tuple[GpuDevice, ...]:
+        return self._devices
+
+    def driver_version(self) -> str:
+        return "550.54.15"
+
+    def read(self, families: Iterable[str]) -> dict[int, Reading]:
+        now, wanted = self._clock(), set(families)
+        return {dev.index: self._reading(dev, now, wanted) for dev in self._devices}
+
+    def _reading(self, dev: GpuDevice, now: float, wanted: set[str]) -> Reading:
+        p, spec = self._params[dev.index], self._spec
+        noise = _rng(self._seed, self._node, dev.index, int(now // 5)).random()
+        wave = math.sin(p["omega"] * now + p["phase"])
+        util = min(100.0, max(0.0, round(p["base"] + 25.0 * wave + 10.0 * (noise - 0.5))))
+        up = max(0.0, now - self._boot)
+        used = round(spec.memory_mib * min(0.95, 0.15 + util / 120.0))
+        k = (spec.max_w - spec.idle_w) * 0.9 / 100.0
+        values: dict[str, float] = {}
+        if "core" in wanted or "hami" in wanted or "health" in wanted:
+            # Closed-form integral of the power curve, so energy never goes backwards.
+            energy_j = (spec.idle_w + k * p["base"]) * up - k * 25.0 / p["omega"] * (
+                math.cos(p["omega"] * now + p["phase"]) - math.cos(p["omega"] * self._boot + p["phase"])
+            )
+            values.update(
+                {
+                    "DCGM_FI_DEV_SM_CLOCK": float(spec.sm_clock_mhz if util > 5 else 345),
+                    "DCGM_FI_DEV_MEM_CLOCK": float(spec.mem_clock_mhz),
+                    "DCGM_FI_DEV_MEMORY_TEMP": float(round(34 + util * 0.45 + noise * 2)),
+                    "DCGM_FI_DEV_GPU_TEMP": float(round(30 + util * 0.4 + noise * 2)),
+                    "DCGM_FI_DEV_POWER_USAGE": round(spec.idle_w + k * util + noise * 5.0, 3),
+                    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": float(int(max(0.0, energy_j) * 1000)),
+                    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": float(int(up * p["replay_rate"])),
+                    "DCGM_FI_DEV_GPU_UTIL": util,
+                    "DCGM_FI_DEV_MEM_COPY_UTIL": float(round(util * 0.6)),
+                    "DCGM_FI_DEV_ENC_UTIL": 0.0,
+                    "DCGM_FI_DEV_DEC_UTIL": float(round(noise * 3)),
+                    "DCGM_FI_DEV_FB_FREE": float(spec.memory_mib - used),
+                    "DCGM_FI_DEV_FB_USED": float(used),
+                }
+            )
+        if "ecc" in wanted:
+            sbe = float(int(up * p["sbe_rate"]))
+            values.update(
+                {
+                    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": sbe,
+                    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0.0,
+                    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": sbe + p["agg_sbe"],
+                    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": 0.0,
+                }
+            )
+        if "pcie" in wanted:
+            values["DCGM_FI_DEV_PCIE_TX_THROUGHPUT"] = float(int(up * 2_000_000 * p["base"] / 100))
+            values["DCGM_FI_DEV_PCIE_RX_THROUGHPUT"] = float(int(up * 3_000_000 * p["base"] / 100))
+        if "gpm" in wanted and spec.gpm:
+            values.update(
+                {
+                    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": round(util / 100, 4),
+                    "DCGM_FI_PROF_SM_ACTIVE": round(util * 0.85 / 100, 4),
+                    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": round(util * 0.55 / 100, 4),
+                    "DCGM_FI_PROF_DRAM_ACTIVE": round(util * 0.6 / 100, 4),
+                }
+            )
+        processes: tuple[ProcessUsage, ...] = ()
+        if "process" in wanted and util > 10:
+            pid = 10_000 + 100 * dev.index
+            processes = (ProcessUsage(pid, float(used - 512)), ProcessUsage(pid + 1, 512.0))
+        return Reading(dev.index, values, processes)
+
+    def drain_xid_events(self) -> list[XidEvent]:
+        """XIDs whose seeded time falls between the previous drain and now."""
+        with self._lock:
+            start, end = self._xid_cursor, self._clock()
+            self._xid_cursor = max(start, end)
+        events = []
+        for dev in self._devices:
+            for window in range(int(start // XID_WINDOW_S), int(end // XID_WINDOW_S) + 1):
+                rng = _rng(self._seed, self._node, dev.index, "xid", window)
+                if rng.random() >= self._xid_p:
+                    continue
+                code, at = rng.choice(XID_CODES), (window + rng.random()) * XID_WINDOW_S
+                if start < at <= end:
+                    events.append(XidEvent(dev.index, code, at))
+        return sorted(events, key=lambda e: (e.timestamp, e.gpu))
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,163 @@
+"""Render and plan as plain functions: what ``gpufed render``/``plan`` and the controller call.
+
+Pipeline: load spec + inventory -> read the previous ``assignment.json`` (sticky) ->
+``sharder.assign`` -> bundle (relative path -> bytes, composed from ``BUNDLE_PARTS``) ->
+write into a staging dir -> ``promtool check config`` every child there -> swap.
+A failed check or bad input leaves the existing output tree untouched.
+
+More bundles (Alertmanager, Thanos) join by adding a ``BundlePart`` to the tuple or by
+passing ``parts=``; the sharder never imports them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from federation.spec import GpufedSpec, load_gpufed_spec
+from sharder import assign as assigning
+from sharder import output
+from sharder import plan as planning
+from sharder.assignment import Assignment
+from sharder.errors import AssignmentError, OutputError
+from sharder.inventory import Target
+from sharder.loading import StaticFileSource
+from sharder.promtool import ConfigChecker, check_all
+
+BundlePart = Callable[[GpufedSpec, list[Target], Assignment], output.Bundle]
+
+
+def sharder_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
+    return output.build_bundle(spec, targets, assignment)
+
+
+BUNDLE_PARTS: tuple[BundlePart, ...] = (sharder_part,)
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    out: Path
+    assignment: Assignment
+    previous: Assignment | None
+    manifest: dict[str, Any]
+    checked: int
+    """Child configs promtool accepted; 0 when checking was skipped."""
+
+
+def load_inputs(spec_path: str | Path, inventory_path: str | Path) -> tuple[GpufedSpec, list[Target]]:
+    return load_gpufed_spec(spec_path), StaticFileSource(inventory_path).list_targets()
+
+
+def build_bundle(
+    spec: GpufedSpec,
+    targets: list[Target],
+    assignment: Assignment,
+    *,
+    parts: Sequence[BundlePart] = BUNDLE_PARTS,
+) -> output.Bundle:
+    """Merge every part's files; two parts writing one path is a bug, not a merge."""
+    bundle: output.Bundle = {}
+    for part in parts:
+        files = part(spec, targets, assignment)
+        clash = sorted(bundle.keys() & files.keys())
+        if clash:
+            raise OutputError(f"two bundle parts write {clash[0]}")
+        bundle.update(files)
+    return bundle
+
+
+def sticky_previous(
+    spec: GpufedSpec, previous: Assignment | None, *, allow_algorithm_change: bool, source: str
+) -> Assignment | None:
+    """The previous assignment to stay close to, refusing a silent algorithm switch.
+
+    A different algorithm would move most targets at once; that must be asked for.
+    """
+    if previous is None or previous.algorithm == spec.sharding.algorithm:
+        return previous
+    if not allow_algorithm_change:
+        raise AssignmentError(
+            f"{source} was made by algorithm {previous.algorithm!r} but the spec asks for"
+            f" {spec.sharding.algorithm!r}; pass --allow-algorithm-change to reassign every target"
+        )
+    return None
+
+
+def render(
+    spec: GpufedSpec,
+    targets: list[Target],
+    *,
+    out: str | Path,
+    checker: ConfigChecker | None,
+    allow_algorithm_change: bool = False,
+    parts: Sequence[BundlePart] = BUNDLE_PARTS,
+    workers: int = 8,
+) -> RenderResult:
+    """Assign (sticky to ``out``), render, check every child config, then swap ``out``."""
+    out = Path(out)
+    previous = output.read_assignment(out)
+    base = sticky_previous(
+        spec,
+        previous,
+        allow_algorithm_change=allow_algorithm_change,
+        source=str(out / output.ASSIGNMENT_FILE),
+    )
+    assignment = assigning.assign(spec, targets, previous=base)
+    bundle = build_bundle(spec, targets, assignment, parts=parts)
+    configs = output.prometheus_configs(bundle)
+    checked = 0
+
+    def validate(root: Path) -> None:
+        nonlocal checked
+        if checker is not None:
+            checked = check_all(checker, root, configs, agent=spec.children.agent_mode, workers=workers)
+
+    written = output.write_tree(out, bundle, validate=validate)
+    manifest = json.loads(bundle[output.MANIFEST_FILE])
+    return RenderResult(
+        out=written, assignment=assignment, previous=previous, manifest=manifest, checked=checked
+    )
+
+
+def plan(
+    spec: GpufedSpec, targets: list[Target], *, previous_dir: str | Path, allow_algorithm_change: bool = False
+) -> planning.Plan:
+    """What a render into ``previous_dir`` would change; writes nothing."""
+    previous = output.read_assignment(previous_dir)
+    source = str(Path(previous_dir) / output.ASSIGNMENT_FILE)
+    base = sticky_previous(spec, previous, allow_algorithm_change=allow_algorithm_change, source=source)
+    return planning.diff(previous, assigning.assign(spec, targets, previous=base))
+
+
+def moved_targets(previous: Assignment | None, current: Assignment) -> int:
+    if previous is None:
+        return 0
+    return sum(1 for ident, shard in current.targets.items() if previous.targets.get(ident, shard) != shard)
+
+
+def summary(result: RenderResult) -> dict[str, Any]:
+    """Machine summary of a render: totals and per-region load spread."""
+    assignment = result.assignment
+    load = assignment.load()
+    regions: dict[str, dict[str, Any]] = {}
+    for shard, info in sorted(assignment.shards.items()):
+        row = regions.setdefault(info.region, {"shards": 0, "targets": 0, "load": 0, "max_load": 0})
+        row["shards"] += 1
+        row["targets"] += len(assignment.members(shard))
+        row["load"] += load[shard]
+        row["max_load"] = max(row["max_load"], load[shard])
+    for row in regions.values():
+        row["mean_load"] = round(row["load"] / row["shards"], 2)
+    return {
+        "out": str(result.out),
+        "children": len(result.manifest["children"]),
+        "shards": len(assignment.shards),
+        "targets": len(assignment.targets),
+        "checked": result.checked,
+        "moved": moved_targets(result.previous, assignment),
+        "first_run": result.previous is None,
+        "regions": regions,
+    }

@@ -1,0 +1,168 @@
+"""The sharding benchmark behind ``gpufed bench sharding``: speed, balance and movement.
+
+Figures it reports, all on seeded synthetic targets (unique 10.x.y.z:9400 addresses,
+each with 4 or 8 GPUs as its weight) in one region with a fixed shard count S:
+
+* ``assign_seconds``: :func:`sharder.assign.assign` from scratch, best of 3 (timings on a
+  shared machine are noisy; the best run is the least disturbed one).
+* ``max_over_mean``: heaviest shard over the mean shard, by weight.
+* Adding one shard (S -> S+1) with the previous assignment given, as the controller runs
+  it; the optimum is 1/(S+1). Hash luck depends on the shard names, so this is averaged
+  over ``trials`` name sets (regions ``bench0``, ``bench1`` ...), with the worst reported
+  too. ``*_stateless`` is the same without ``previous``.
+* Removing one shard (S -> S-1): the unavoidable part is the removed shard's own targets;
+  ``remove_shard_spill_fraction`` is everything moved beyond that.
+* Prometheus ``hashmod`` on the same addresses, S -> S+1, for comparison.
+
+Movement trials call :func:`sharder.assign.place` (the per-region core of ``assign``) on
+plain lists, so renaming shards does not mean rebuilding a million ``Target`` models.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from statistics import fmean
+from typing import Any
+
+from sharder.assign import ALGORITHM, ALGORITHM_VERSION, VNODES, assign, place
+from sharder.hashing import hashmod
+from sharder.inventory import Target
+from sharder.spec import FederationSpec, JobSpec, RegionSpec, ShardingSpec, shard_id
+
+GPU_MIX = (4, 8)
+MAX_TARGETS = 1 << 24  # distinct 10.x.y.z addresses
+
+
+def bench_spec(*, region: str, shards: int, load_factor: float = 1.05) -> FederationSpec:
+    """One region with a fixed shard count, one job."""
+    return FederationSpec(
+        cluster="bench",
+        regions=[RegionSpec(name=region, shards=shards)],
+        sharding=ShardingSpec(load_factor=load_factor),
+        jobs=[JobSpec(name="gpu")],
+    )
+
+
+def synth_targets(count: int, *, seed: int, region: str) -> list[Target]:
+    """``count`` GPU-exporter targets with distinct seeded addresses and a 4/8 GPU mix."""
+    if not 1 <= count <= MAX_TARGETS:
+        raise ValueError(f"targets must be between 1 and {MAX_TARGETS}, got {count}")
+    rnd = random.Random(seed)
+    addresses = rnd.sample(range(MAX_TARGETS), count)
+    # model_construct: these are valid by construction and a million validations take seconds.
+    return [
+        Target.model_construct(
+            address=f"10.{a >> 16}.{(a >> 8) & 255}.{a & 255}",
+            port=9400,
+            job="gpu",
+            node=f"node-{a:06x}",
+            region=region,
+            gpus=rnd.choice(GPU_MIX),
+        )
+        for a in addresses
+    ]
+
+
+def _moved(
+    before: Sequence[int], after: Sequence[int], *, before_names: Sequence[str], after_names: Sequence[str]
+) -> int:
+    return sum(1 for b, a in zip(before, after, strict=True) if before_names[b] != after_names[a])
+
+
+def _max_over_mean(owner: Sequence[int], weights: Sequence[int], *, shards: int) -> float:
+    load = [0] * shards
+    for shard, weight in zip(owner, weights, strict=True):
+        load[shard] += weight
+    return max(load) / (sum(load) / shards)
+
+
+def _movement(
+    keys: list[str], weights: list[int], *, shards: int, trials: int, load_factor: float
+) -> dict[str, Any]:
+    """Add/remove-one-shard movement, averaged over ``trials`` shard-name sets."""
+    count = len(keys)
+    add, add_stateless, remove, remove_own = [], [], [], []
+    for trial in range(trials):
+        names = [shard_id(f"bench{trial}", i) for i in range(shards + 1)]
+        old_names = names[:shards]
+        base = place(old_names, keys, weights, load_factor=load_factor)
+        previous = dict(zip(keys, (old_names[s] for s in base), strict=True))
+        grown = place(
+            names, keys, weights, load_factor=load_factor, previous=previous, previous_shards=old_names
+        )
+        add.append(_moved(base, grown, before_names=old_names, after_names=names) / count)
+        fresh = place(names, keys, weights, load_factor=load_factor)
+        add_stateless.append(_moved(base, fresh, before_names=old_names, after_names=names) / count)
+        if shards > 1:
+            kept = old_names[:-1]
+            shrunk = place(
+                kept, keys, weights, load_factor=load_factor, previous=previous, previous_shards=old_names
+            )
+            remove.append(_moved(base, shrunk, before_names=old_names, after_names=kept) / count)
+            remove_own.append(base.count(shards - 1) / count)
+    optimal = 1 / (shards + 1)
+    result: dict[str, Any] = {
+        "optimal_add_fraction": optimal,
+        "add_shard_moved_fraction": fmean(add),
+        "add_shard_moved_fraction_worst": max(add),
+        "add_shard_ratio_to_optimal": fmean(add) / optimal,
+        "add_shard_ratio_to_optimal_worst": max(add) / optimal,
+        "add_shard_moved_fraction_stateless": fmean(add_stateless),
+        "add_shard_ratio_to_optimal_stateless": fmean(add_stateless) / optimal,
+        "remove_shard_moved_fraction": fmean(remove) if remove else None,
+        "optimal_remove_fraction": fmean(remove_own) if remove else None,
+        "remove_shard_spill_fraction": fmean(r - o for r, o in zip(remove, remove_own, strict=True))
+        if remove
+        else None,
+        "remove_shard_spill_fraction_worst": max(r - o for r, o in zip(remove, remove_own, strict=True))
+        if remove
+        else None,
+    }
+    return result
+
+
+def _hashmod(keys: list[str], weights: list[int], *, shards: int) -> dict[str, float]:
+    before = [hashmod([k], shards) for k in keys]
+    after = [hashmod([k], shards + 1) for k in keys]
+    moved = sum(1 for b, a in zip(before, after, strict=True) if b != a) / len(keys)
+    return {
+        "hashmod_add_shard_moved_fraction": moved,
+        "hashmod_add_ratio_to_optimal": moved * (shards + 1),
+        "hashmod_max_over_mean": _max_over_mean(before, weights, shards=shards),
+    }
+
+
+def run_sharding_bench(
+    *, targets: int, shards: int, seed: int = 0, trials: int = 20, repeats: int = 3
+) -> dict[str, Any]:
+    """Every figure of the sharding benchmark as one flat JSON-ready dict."""
+    if shards < 1 or trials < 1 or repeats < 1:
+        raise ValueError("shards, trials and repeats must be at least 1")
+    spec = bench_spec(region="bench", shards=shards)
+    items = synth_targets(targets, seed=seed, region="bench")
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        assignment = assign(spec, items)
+        best = min(best, time.perf_counter() - started)
+    load = assignment.load()
+    keys = [t.identity for t in items]
+    weights = [t.weight for t in items]
+    load_factor = spec.sharding.load_factor
+    result: dict[str, Any] = {
+        "targets": targets,
+        "shards": shards,
+        "seed": seed,
+        "trials": trials,
+        "algorithm": ALGORITHM,
+        "algorithm_version": ALGORITHM_VERSION,
+        "vnodes": VNODES,
+        "load_factor": load_factor,
+        "assign_seconds": best,
+        "max_over_mean": max(load.values()) / (sum(load.values()) / shards),
+    }
+    result.update(_movement(keys, weights, shards=shards, trials=trials, load_factor=load_factor))
+    result.update(_hashmod(keys, weights, shards=shards))
+    return {k: round(v, 6) if isinstance(v, float) else v for k, v in result.items()}

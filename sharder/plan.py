@@ -1,0 +1,115 @@
+"""What changes between two assignments: the plan that ``gpufed plan`` and REST print.
+
+Pipeline: ``sharder.assign`` -> :func:`diff` (here, pure) -> CLI/REST show the plan, the
+controller applies it. A plan is plain data: every list is sorted and every dict keyed in
+shard order, so ``to_json_dict()`` is the same for the same two assignments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from sharder.assignment import Assignment, ShardInfo
+
+
+class PlanModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Move(PlanModel):
+    identity: str
+    from_shard: str
+    to_shard: str
+
+
+class Placement(PlanModel):
+    identity: str
+    shard: str
+
+
+class PlanCounts(PlanModel):
+    targets_before: int
+    targets_after: int
+    moved: int
+    added: int
+    removed: int
+    unchanged: int
+    shards_added: int
+    shards_removed: int
+    moved_fraction: float
+    """moved / targets present both before and after; 0 when there are none."""
+
+
+class Plan(PlanModel):
+    algorithm: str
+    algorithm_version: int
+    algorithm_changed: bool
+    moves: list[Move]
+    added_targets: list[Placement]
+    removed_targets: list[Placement]
+    added_shards: list[str]
+    removed_shards: list[str]
+    load_before: dict[str, int]
+    """shard id -> total weight (GPUs) before; shards that did not exist are absent."""
+    load_after: dict[str, int]
+    counts: PlanCounts
+
+    @property
+    def changed(self) -> bool:
+        """Whether applying the plan would change any child's targets or the shard set."""
+        c = self.counts
+        return bool(c.moved or c.added or c.removed or c.shards_added or c.shards_removed)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict (for ``gpufed plan --json`` and the REST API)."""
+        return self.model_dump(mode="json")
+
+
+def _shard_order(infos: Mapping[str, ShardInfo]) -> list[str]:
+    """Shard ids by region then numeric index (``a-2`` before ``a-10``)."""
+    return sorted(infos, key=lambda name: (infos[name].region, infos[name].index, name))
+
+
+def diff(old: Assignment | None, new: Assignment) -> Plan:
+    """Moves, additions, removals and per-shard load from ``old`` (None: nothing yet) to ``new``."""
+    before = old.targets if old else {}
+    after = new.targets
+    moves = [
+        Move(identity=identity, from_shard=before[identity], to_shard=shard)
+        for identity, shard in sorted(after.items())
+        if identity in before and before[identity] != shard
+    ]
+    added = [Placement(identity=i, shard=s) for i, s in sorted(after.items()) if i not in before]
+    removed = [Placement(identity=i, shard=s) for i, s in sorted(before.items()) if i not in after]
+    old_shards = set(old.shards) if old else set()
+    ordered = _shard_order({**(old.shards if old else {}), **new.shards})
+    old_load = old.load() if old else {}
+    new_load = new.load()
+    kept = len(after) - len(added)
+    return Plan(
+        algorithm=new.algorithm,
+        algorithm_version=new.algorithm_version,
+        algorithm_changed=bool(old)
+        and (old.algorithm, old.algorithm_version) != (new.algorithm, new.algorithm_version),
+        moves=moves,
+        added_targets=added,
+        removed_targets=removed,
+        added_shards=[s for s in ordered if s not in old_shards],
+        removed_shards=[s for s in ordered if s not in new.shards],
+        load_before={s: old_load[s] for s in ordered if s in old_load},
+        load_after={s: new_load[s] for s in ordered if s in new_load},
+        counts=PlanCounts(
+            targets_before=len(before),
+            targets_after=len(after),
+            moved=len(moves),
+            added=len(added),
+            removed=len(removed),
+            unchanged=kept - len(moves),
+            shards_added=len(new.shards.keys() - old_shards),
+            shards_removed=len(old_shards - new.shards.keys()),
+            moved_fraction=len(moves) / kept if kept else 0.0,
+        ),
+    )

@@ -1,0 +1,68 @@
+"""The relay against the capture server: real HTTP, signature and keyword checked there."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from fakes.dingtalk_api import FakeDingTalk
+from prometheus_client import CollectorRegistry
+
+from alertmanager.dingtalk.app import create_app
+
+from .payloads import SECRET, alert, relay_config, webhook
+
+
+@pytest.fixture
+def api() -> Iterator[FakeDingTalk]:
+    with FakeDingTalk() as server:
+        yield server
+
+
+def deliver(api: FakeDingTalk, *, secret: str, keywords: list[str], bodies: list[dict[str, object]],
+            script: tuple[int, ...] = ()) -> tuple[list[int], CollectorRegistry]:
+    url = api.add_robot("tok-capture-1", secret=SECRET, keywords=["告警"])
+    api.script("tok-capture-1", *script)
+    config = relay_config(url=url, robot={"secret": secret, "keywords": keywords})
+    registry = CollectorRegistry()
+
+    async def main() -> list[int]:
+        async with httpx.AsyncClient() as http:
+            app = create_app(config, http_client=http, registry=registry)
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://r") as relay:
+                return [(await relay.post("/dingtalk/cn-bj/send", json=b)).status_code for b in bodies]
+
+    return asyncio.run(main()), registry
+
+
+def test_signed_message_with_keyword_is_accepted(api: FakeDingTalk) -> None:
+    statuses, _ = deliver(api, secret=SECRET, keywords=["告警"], bodies=[webhook([alert(1)])])
+    assert statuses == [200]
+    robot = api.robots["tok-capture-1"]
+    assert robot.rejected == [] and len(robot.messages) == 1
+    assert "node=node-0001" in robot.messages[0]["markdown"]["text"]
+
+
+def test_wrong_secret_is_permanent(api: FakeDingTalk) -> None:
+    body = webhook([alert(1)])
+    statuses, registry = deliver(api, secret="SECwrong-secret", keywords=["告警"], bodies=[body])
+    assert statuses == [200]
+    assert api.robots["tok-capture-1"].rejected == [(310000, "sign not match: signature mismatch")]
+    labels = {"robot": "cn-bj", "kind": "permanent", "reason": "errcode_310000"}
+    assert registry.get_sample_value("gpufed_dingtalk_send_failures_total", labels) == 1
+
+
+def test_missing_keyword_is_rejected_by_dingtalk(api: FakeDingTalk) -> None:
+    statuses, _ = deliver(api, secret=SECRET, keywords=[], bodies=[webhook([alert(1)])])
+    assert statuses == [200]
+    assert api.robots["tok-capture-1"].rejected == [(310000, "keywords not in content")]
+
+
+def test_scripted_130101_is_retried_by_the_sender_of_the_webhook(api: FakeDingTalk) -> None:
+    body = webhook([alert(1)])
+    statuses, _ = deliver(api, secret=SECRET, keywords=["告警"], bodies=[body, body], script=(130101,))
+    assert statuses == [503, 200]
+    assert len(api.messages("tok-capture-1")) == 1

@@ -1,0 +1,99 @@
+"""Template rendering, mentions, keywords and splitting under DingTalk's byte limit."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from alertmanager.dingtalk.config import DINGTALK_MAX_BYTES
+from alertmanager.dingtalk.payload import WebhookMessage
+from alertmanager.dingtalk.render import PartInfo, Renderer, merge
+from alertmanager.dingtalk.split import split
+
+from .payloads import alert, relay_config, webhook
+
+ONE = PartInfo(part=1, parts=1, more=0)
+
+
+def message(alerts: list[dict[str, object]]) -> WebhookMessage:
+    return WebhookMessage.model_validate(webhook(alerts))  # type: ignore[arg-type]
+
+
+def test_default_template_sections_times_links() -> None:
+    msg = message([alert(1), alert(2, status="resolved")])
+    part = Renderer(relay_config()).render("cn-bj", msg, msg.alerts, ONE)
+    assert part.title == "[FIRING:2] GPUXidError cn-bj"
+    assert "#### Firing (1)" in part.text and "#### Resolved (1)" in part.text
+    assert "2024-05-01 18:00:00 CST" in part.text  # 10:00Z in Asia/Shanghai
+    assert "2024-05-01 18:00:00 CST -> 2024-05-01 19:00:00 CST" in part.text
+    assert "[Alertmanager](http://am.example:9093/#/alerts?receiver=dingtalk-cn-bj)" in part.text
+    assert "[Grafana](http://grafana:3000)" in part.text
+    assert "[source](http://prometheus:9090/graph?g0.expr=up)" in part.text
+    body = part.body()
+    assert body["msgtype"] == "markdown" and body["markdown"]["title"] == part.title
+
+
+def test_timezone_is_configurable() -> None:
+    msg = message([alert(1)])
+    part = Renderer(relay_config(timezone="UTC")).render("cn-bj", msg, msg.alerts, ONE)
+    assert "2024-05-01 10:00:00 UTC" in part.text
+
+
+def test_mentions_from_label_and_rule_written_into_text() -> None:
+    config = relay_config(robot={"mentions": {"mobiles": ["13800000000"], "user_ids": ["ops1"],
+                                              "all_on_critical": True}})
+    msg = message([alert(1, dingtalk_at="13900000001, 13900000002", severity="critical")])
+    part = Renderer(config).render("cn-bj", msg, msg.alerts, ONE)
+    assert part.body()["at"] == {"atMobiles": ["13800000000", "13900000001", "13900000002"],
+                                 "atUserIds": ["ops1"], "isAtAll": True}
+    for who in ("@13800000000", "@13900000001", "@13900000002", "@ops1"):
+        assert who in part.text
+
+
+def test_keyword_added_only_when_missing() -> None:
+    msg = message([alert(1)])
+    text = Renderer(relay_config(robot={"keywords": ["告警"]})).render("cn-bj", msg, msg.alerts, ONE).text
+    assert text.endswith("@13800000000 告警")
+    config = relay_config(robot={"keywords": ["Firing"]})
+    assert not Renderer(config).render("cn-bj", msg, msg.alerts, ONE).text.endswith("Firing")
+
+
+def test_custom_template_path(tmp_path: Path) -> None:
+    template = tmp_path / "t.md.j2"
+    template.write_text('{% set title = "custom " ~ total %}'
+                        "{% for a in firing %}* {{ a.labels.node }}\n{% endfor %}")
+    msg = message([alert(1), alert(2)])
+    part = Renderer(relay_config(template=str(template))).render("cn-bj", msg, msg.alerts, ONE)
+    assert part.title == "custom 2"
+    assert part.text.startswith("* node-0001\n* node-0002")
+
+
+def test_split_keeps_every_alert_under_the_limit() -> None:
+    alerts = [alert(i, dingtalk_at="13900000001") for i in range(600)]
+    msg = message([*alerts, alert(9999, status="resolved")])
+    parts = split(Renderer(relay_config()), "cn-bj", msg, limit=19_000)
+    assert len(parts) > 1
+    assert all(part.size() < DINGTALK_MAX_BYTES for part in parts)
+    nodes = [n for part in parts for n in re.findall(r"node=(node-\d{4})", part.text)]
+    assert sorted(nodes) == sorted({f"node-{i:04d}" for i in [*range(600), 9999]})
+    assert len(nodes) == len(set(nodes)), "an alert appears in two parts"
+    assert f"+{601 - parts[0].alerts} more alert(s)" in parts[0].text
+    assert f"(1/{len(parts)})" in parts[0].text
+    assert all("@13900000001" in part.text for part in parts)
+
+
+def test_single_huge_alert_is_truncated_with_a_note() -> None:
+    msg = message([alert(1, description="显" * 30_000), alert(2)])
+    parts = split(Renderer(relay_config()), "cn-bj", msg, limit=19_000)
+    assert all(part.size() <= 19_000 for part in parts)
+    assert "alert truncated" in parts[0].text
+    assert "node=node-0002" in "".join(part.text for part in parts)
+
+
+def test_merge_joins_parts_within_one_message() -> None:
+    renderer = Renderer(relay_config())
+    msgs = [message([alert(i)]) for i in (1, 2)]
+    one, two = (renderer.render("cn-bj", msg, msg.alerts, ONE) for msg in msgs)
+    merged = merge([one, two])
+    assert one.text in merged.text and two.text in merged.text
+    assert merged.alerts == 2 and merged.title.endswith("(+1 more)")

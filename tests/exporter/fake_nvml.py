@@ -1,0 +1,256 @@
+"""A stand-in for the `pynvml` module (nvidia-ml-py) with scriptable GPUs.
+
+Mirrors the calls `exporter.nvml_backend` makes, with pynvml's constant values and error
+shape (`NVMLError.value`), and counts calls so tests can assert that NVML is initialised
+once, handles are cached and field values are batched. A GPU can mark any call or field
+"not supported", be "lost", and receive XID events.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections import Counter
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+NVML_SUCCESS = 0
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_TEMPERATURE_GPU = 0
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_PCIE_UTIL_TX_BYTES = 0
+NVML_PCIE_UTIL_RX_BYTES = 1
+NVML_VALUE_TYPE_DOUBLE = 0
+NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_FI_DEV_ECC_SBE_VOL_TOTAL = 3
+NVML_FI_DEV_ECC_DBE_VOL_TOTAL = 4
+NVML_FI_DEV_ECC_SBE_AGG_TOTAL = 5
+NVML_FI_DEV_ECC_DBE_AGG_TOTAL = 6
+NVML_FI_DEV_MEMORY_TEMP = 82
+NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION = 83
+NVML_FI_DEV_PCIE_REPLAY_COUNTER = 94
+NVML_FI_DEV_POWER_INSTANT = 186
+nvmlEventTypeXidCriticalError = 0x8
+NVML_GPM_METRIC_GRAPHICS_UTIL = 1
+NVML_GPM_METRIC_SM_UTIL = 2
+NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
+NVML_GPM_METRIC_DRAM_BW_UTIL = 10
+NVML_GPM_METRICS_GET_VERSION = 1
+MIB = 1024 * 1024
+
+
+class NVMLError(Exception):
+    value = 999
+
+    def __init__(self, value: int | None = None) -> None:
+        if value is not None:
+            self.value = value
+        super().__init__(f"NVML error {self.value}")
+
+
+class NVMLError_NotSupported(NVMLError):
+    value = NVML_ERROR_NOT_SUPPORTED
+
+
+class NVMLError_Timeout(NVMLError):
+    value = NVML_ERROR_TIMEOUT
+
+
+class NVMLError_GpuIsLost(NVMLError):
+    value = NVML_ERROR_GPU_IS_LOST
+
+
+class NVMLError_DriverNotLoaded(NVMLError):
+    value = NVML_ERROR_DRIVER_NOT_LOADED
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    name: str = "NVIDIA H100 80GB HBM3"
+    bus_id: str = "00000000:18:00.0"
+    memory_total: int = 81559 * MIB
+    memory_used: int = 40000 * MIB
+    util: int = 70
+    mem_util: int = 40
+    temp: int = 55
+    memory_temp: int = 60
+    power_mw: int = 450_000
+    energy_mj: int = 123_456_789
+    sm_clock: int = 1980
+    mem_clock: int = 2619
+    pcie_kb_s: int = 1000
+    gpm: bool = True
+    unsupported: set[str] = field(default_factory=set)  # method names or NVML_FI_* names
+    lost: bool = False
+
+
+class c_nvmlGpmMetricsGet_t:
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1: Any = None
+        self.sample2: Any = None
+        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=NVML_SUCCESS, value=0.0) for _ in range(16)]
+
+
+_FIELD_NAMES = {
+    3: "NVML_FI_DEV_ECC_SBE_VOL_TOTAL", 4: "NVML_FI_DEV_ECC_DBE_VOL_TOTAL",
+    5: "NVML_FI_DEV_ECC_SBE_AGG_TOTAL", 6: "NVML_FI_DEV_ECC_DBE_AGG_TOTAL", 82: "NVML_FI_DEV_MEMORY_TEMP",
+    83: "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 94: "NVML_FI_DEV_PCIE_REPLAY_COUNTER",
+    186: "NVML_FI_DEV_POWER_INSTANT",
+}
+
+
+class FakeNvml:
+    """Pass an instance where the backend expects the `pynvml` module."""
+
+    NVMLError = NVMLError
+    NVMLError_NotSupported = NVMLError_NotSupported
+    NVMLError_Timeout = NVMLError_Timeout
+    c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t
+
+    def __init__(self, gpus: list[FakeGpu], *, driver: str = "550.54.15", init_error: bool = False) -> None:
+        self.gpus = gpus
+        self.driver = driver
+        self.init_error = init_error
+        self.calls: Counter[str] = Counter()
+        self.events: queue.Queue[Any] = queue.Queue()
+        self.registered: list[tuple[str, int]] = []
+        self.freed_samples = 0
+        globals_ = {k: v for k, v in globals().items() if k.startswith(("NVML_", "nvmlEventType"))}
+        self.__dict__.update(globals_)
+
+    def _gpu(self, handle: FakeGpu, call: str) -> FakeGpu:
+        self.calls[call] += 1
+        if handle.lost:
+            raise NVMLError_GpuIsLost()
+        if call in handle.unsupported:
+            raise NVMLError_NotSupported()
+        return handle
+
+    # library
+    def nvmlInit(self) -> None:
+        self.calls["nvmlInit"] += 1
+        if self.init_error:
+            raise NVMLError_DriverNotLoaded()
+
+    def nvmlShutdown(self) -> None:
+        self.calls["nvmlShutdown"] += 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self.driver
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
+        self.calls["nvmlDeviceGetHandleByIndex"] += 1
+        return self.gpus[index]
+
+    # identity
+    def nvmlDeviceGetUUID(self, handle: Any) -> bytes:
+        return handle.uuid.encode()  # older bindings return bytes
+
+    def nvmlDeviceGetName(self, handle: FakeGpu) -> str:
+        return handle.name
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeGpu) -> SimpleNamespace:
+        return SimpleNamespace(busId=handle.bus_id.encode())
+
+    # readings
+    def nvmlDeviceGetFieldValues(self, handle: FakeGpu, ids: list[int]) -> list[SimpleNamespace]:
+        gpu = self._gpu(handle, "nvmlDeviceGetFieldValues")
+        values = {3: 2, 4: 0, 5: 7, 6: 1, 82: gpu.memory_temp, 83: gpu.energy_mj, 94: 3, 186: gpu.power_mw}
+        out = []
+        for field_id in ids:
+            ret = NVML_ERROR_NOT_SUPPORTED if _FIELD_NAMES[field_id] in gpu.unsupported else NVML_SUCCESS
+            value = SimpleNamespace(dVal=0.0, uiVal=0, ulVal=0, ullVal=values[field_id], sllVal=0, siVal=0,
+                                    usVal=0)
+            out.append(SimpleNamespace(fieldId=field_id, nvmlReturn=ret,
+                                       valueType=NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, value=value))
+        return out
+
+    def nvmlDeviceGetTemperature(self, handle: FakeGpu, sensor: int) -> int:
+        return self._gpu(handle, "nvmlDeviceGetTemperature").temp
+
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeGpu) -> SimpleNamespace:
+        gpu = self._gpu(handle, "nvmlDeviceGetUtilizationRates")
+        return SimpleNamespace(gpu=gpu.util, memory=gpu.mem_util)
+
+    def nvmlDeviceGetEncoderUtilization(self, handle: FakeGpu) -> list[int]:
+        self._gpu(handle, "nvmlDeviceGetEncoderUtilization")
+        return [0, 167000]
+
+    def nvmlDeviceGetDecoderUtilization(self, handle: FakeGpu) -> list[int]:
+        self._gpu(handle, "nvmlDeviceGetDecoderUtilization")
+        return [5, 167000]
+
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeGpu) -> SimpleNamespace:
+        gpu = self._gpu(handle, "nvmlDeviceGetMemoryInfo")
+        return SimpleNamespace(total=gpu.memory_total, used=gpu.memory_used,
+                               free=gpu.memory_total - gpu.memory_used)
+
+    def nvmlDeviceGetClockInfo(self, handle: FakeGpu, clock: int) -> int:
+        gpu = self._gpu(handle, "nvmlDeviceGetClockInfo")
+        return gpu.sm_clock if clock == NVML_CLOCK_SM else gpu.mem_clock
+
+    def nvmlDeviceGetPowerUsage(self, handle: FakeGpu) -> int:
+        return self._gpu(handle, "nvmlDeviceGetPowerUsage").power_mw
+
+    def nvmlDeviceGetPcieThroughput(self, handle: FakeGpu, counter: int) -> int:
+        return self._gpu(handle, "nvmlDeviceGetPcieThroughput").pcie_kb_s
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeGpu) -> list[SimpleNamespace]:
+        self._gpu(handle, "nvmlDeviceGetComputeRunningProcesses")
+        return [SimpleNamespace(pid=4242, usedGpuMemory=2048 * MIB),
+                SimpleNamespace(pid=4243, usedGpuMemory=None)]
+
+    # GPM
+    def nvmlGpmQueryDeviceSupport(self, handle: FakeGpu) -> SimpleNamespace:
+        gpu = self._gpu(handle, "nvmlGpmQueryDeviceSupport")
+        return SimpleNamespace(isSupportedDevice=int(gpu.gpm))
+
+    def nvmlGpmSampleAlloc(self) -> SimpleNamespace:
+        return SimpleNamespace(gpu=None)
+
+    def nvmlGpmSampleGet(self, handle: FakeGpu, sample: SimpleNamespace) -> None:
+        sample.gpu = self._gpu(handle, "nvmlGpmSampleGet")
+
+    def nvmlGpmSampleFree(self, sample: SimpleNamespace) -> None:
+        self.freed_samples += 1
+
+    def nvmlGpmMetricsGet(self, request: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
+        gpu = request.sample2.gpu
+        answers = {NVML_GPM_METRIC_GRAPHICS_UTIL: float(gpu.util), NVML_GPM_METRIC_SM_UTIL: 63.0,
+                   NVML_GPM_METRIC_ANY_TENSOR_UTIL: 40.0, NVML_GPM_METRIC_DRAM_BW_UTIL: 30.0}
+        for metric in request.metrics[: request.numMetrics]:
+            metric.value = answers[metric.metricId]
+        return request
+
+    # events
+    def nvmlEventSetCreate(self) -> str:
+        return "event-set"
+
+    def nvmlDeviceRegisterEvents(self, handle: FakeGpu, types: int, event_set: str) -> None:
+        self._gpu(handle, "nvmlDeviceRegisterEvents")
+        self.registered.append((handle.uuid, types))
+
+    def nvmlEventSetWait(self, event_set: str, timeout_ms: int) -> SimpleNamespace:
+        try:
+            return self.events.get(timeout=timeout_ms / 1000)
+        except queue.Empty:
+            raise NVMLError_Timeout() from None
+
+    def nvmlEventSetFree(self, event_set: str) -> None:
+        self.calls["nvmlEventSetFree"] += 1
+
+    def inject_xid(self, index: int, code: int) -> None:
+        """An XID on GPU `index`; the handle is a fresh object, as ctypes gives."""
+        device = SimpleNamespace(uuid=self.gpus[index].uuid)
+        event = SimpleNamespace(device=device, eventType=nvmlEventTypeXidCriticalError, eventData=code)
+        self.events.put(event)

@@ -1,0 +1,70 @@
+"""A real Prometheus 2.42 scrapes the simulated exporter; DCGM queries return 8 series."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import free_port, require_tool
+
+from exporter.app import ExporterApp
+from exporter.settings import ExporterSettings
+
+
+def _api(port: int, path: str, **params: str) -> dict:
+    query = f"?{urllib.parse.urlencode(params)}" if params else ""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}{query}", timeout=5) as response:
+        return json.loads(response.read())
+
+
+@pytest.mark.e2e
+def test_prometheus_scrapes_simulated_exporter(tmp_path: Path) -> None:
+    prometheus = require_tool("prometheus")
+    settings = ExporterSettings(backend="simulated", gpus=8, listen="127.0.0.1:0", node_name="e2e-node",
+                                collect_interval=0.5)
+    app = ExporterApp(settings)
+    app.start()
+    prom_port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: gpu\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{app.http.port}']}}]\n"
+    )
+    log = (tmp_path / "prometheus.log").open("wb")
+    proc = subprocess.Popen(
+        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline, up, series = time.monotonic() + 30, False, []
+        while time.monotonic() < deadline and not (up and len(series) == 8):
+            time.sleep(0.3)
+            try:
+                targets = _api(prom_port, "/api/v1/targets")["data"]["activeTargets"]
+                up = any(t["health"] == "up" for t in targets)
+                query = 'DCGM_FI_DEV_GPU_TEMP{Hostname="e2e-node"}'
+                series = _api(prom_port, "/api/v1/query", query=query)["data"]["result"]
+            except OSError:
+                continue
+        assert up, "target never came up"
+        assert sorted(s["metric"]["gpu"] for s in series) == [str(i) for i in range(8)]
+        fb = _api(prom_port, "/api/v1/query", query="sum by (Hostname) (DCGM_FI_DEV_FB_FREE)")
+        fb = fb["data"]["result"]
+        assert fb and fb[0]["metric"]["Hostname"] == "e2e-node"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        app.stop()
