@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from exporter.errors import BackendError
@@ -64,7 +65,9 @@ class NvmlBackend:
         clock: Callable[[], float] = time.time,
     ) -> None:
         if nvml is None:
-            import pynvml as nvml  # nvidia-ml-py's official binding
+            import pynvml  # nvidia-ml-py's official binding
+
+            nvml = pynvml
         self._nvml: Any = nvml
         self._clock = clock
         try:
@@ -146,7 +149,7 @@ class NvmlBackend:
             for direction, metric in (("TX", "DCGM_FI_DEV_PCIE_TX_THROUGHPUT"),
                                       ("RX", "DCGM_FI_DEV_PCIE_RX_THROUGHPUT")):
                 counter = getattr(nvml, f"NVML_PCIE_UTIL_{direction}_BYTES")
-                kb_per_s = opt(lambda c=counter: nvml.nvmlDeviceGetPcieThroughput(handle, c))
+                kb_per_s = opt(partial(nvml.nvmlDeviceGetPcieThroughput, handle, counter))
                 if kb_per_s is not None:
                     # NVML gives a 20 ms rate in KB/s; integrate it into DCGM's KB counter.
                     key = (index, direction)

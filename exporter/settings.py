@@ -37,32 +37,32 @@ class ExporterSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFED_EXPORTER_", extra="forbid")
 
     backend: Literal["nvml", "simulated"] = "nvml"
-    gpus: int = Field(8, ge=0, le=64, description="simulated GPUs per node")
+    gpus: int = Field(default=8, ge=0, le=64, description="simulated GPUs per node")
     gpu_model: str = "NVIDIA H100 80GB HBM3"
     seed: int = 0
     listen: str = "0.0.0.0:9400"
-    collect_interval: float = Field(5.0, gt=0)
-    collect_timeout: float = Field(3.0, gt=0)
-    ready_max_age: float | None = Field(None, description="default: 3 x collect_interval")
-    health_window: float = Field(600.0, gt=0, description="seconds a critical XID marks a GPU unhealthy")
+    collect_interval: float = Field(default=5.0, gt=0)
+    collect_timeout: float = Field(default=3.0, gt=0)
+    ready_max_age: float | None = Field(default=None, description="default: 3 x collect_interval")
+    health_window: float = Field(default=600.0, gt=0, description="seconds a bad XID marks a GPU down")
     families_include: Annotated[list[str], NoDecode] = Field(default_factory=list)
     families_exclude: Annotated[list[str], NoDecode] = Field(default_factory=list)
     hostname_label: Literal["Hostname", "hostname"] = "Hostname"
     hami_legacy: bool = False
     node_name: str | None = Field(
-        None, validation_alias=AliasChoices("GPUFED_EXPORTER_NODE_NAME", "NODE_NAME", "node_name")
+        default=None, validation_alias=AliasChoices("GPUFED_EXPORTER_NODE_NAME", "NODE_NAME", "node_name")
     )
     region: str = ""
     rack: str = ""
     team: str = ""
     cluster: str = ""
     pod_attribution: Literal["none", "kubelet"] = "none"
-    kubernetes: bool = Field(False, description="running as a DaemonSet: no Consul registration")
-    consul: str | None = Field(None, description="host:port of the local Consul agent; None: no registration")
+    kubernetes: bool = Field(default=False, description="running as a DaemonSet: no Consul registration")
+    consul: str | None = Field(default=None, description="local agent host:port; unset: no registration")
     consul_token: str | None = None
     service_name: str = "gpufed-exporter"
     advertise_address: str | None = None
-    register_interval: float = Field(30.0, gt=0, description="anti-entropy re-check period")
+    register_interval: float = Field(default=30.0, gt=0, description="anti-entropy re-check period")
     check_interval: str = "10s"
     check_timeout: str = "2s"
     deregister_critical_after: str = "5m"

@@ -3,26 +3,32 @@
 Pipeline: sources list targets -> :func:`assign` (here, pure) -> ``sharder.plan.diff``
 against the saved assignment -> renderers write one config per child.
 
-**Algorithm** ``bounded-ring`` v1, chosen by measurement (100k targets, 100 shards, 4/8
-GPU weights, c = 1.05; details in ``sharder.bench``): a hash ring with 512 virtual nodes
-per shard, targets placed in ring order, each walking clockwise to the first shard whose
-load plus the target's weight stays within the capacity (Mirrokni, Thorup, Zadimoghaddam,
-"Consistent hashing with bounded loads", 2018). It assigns 100k targets in ~0.1 s where
-weighted rendezvous with the same bound needs ~2 s (it ranks all S shards per target, 10M
-hash calls in Python), and rendezvous moved 1.55x the optimum on adding a shard against
-~1.06x here with stickiness. Fewer vnodes are cheaper but move more: with stickiness
-256 vnodes moved 1.10x on average, 512 moved 1.06x (worst of 20 name sets 1.18x/1.14x).
+**Algorithm** ``bounded-ring`` v1 (Mirrokni, Thorup, Zadimoghaddam, "Consistent hashing
+with bounded loads", 2018): a hash ring with 512 virtual nodes per shard; every target
+goes to the shard owning the first vnode clockwise from its key hash unless that would
+lift the shard above its capacity; targets left over walk on clockwise, in ring order, to
+the first shard with room. Chosen by measurement (``gpufed bench sharding``; 100 shards,
+4/8-GPU weights, c = 1.05, 2-core machine):
+
+* weighted rendezvous (HRW) with the same bound ranks all S shards per target: 10k
+  targets took 0.19 s (so ~2 s for 100k, 10x the budget) and adding a shard moved 1.55x
+  the optimum, no better than this ring's 1.58x on the same 10k targets without stickiness;
+* the ring places 100k targets in ~0.09 s (``place``; ~0.15-0.2 s for ``assign``, which
+  also reads the pydantic targets); with stickiness, adding a shard moved 1.11x / 1.05x /
+  1.03x the optimum with 256 / 512 / 1024 vnodes (worst of 20 name sets 1.21x / 1.14x /
+  1.10x) for 71 / 83 / 110 ms, so 512 it is.
 
 **Capacity** per shard is ``floor(c x total / S)`` (so max/mean <= c), raised to
 ``ceil(total / S) + heaviest - 1`` when that is larger: below that bound a walk could find
 every shard too full for a heavy target, above it one always has room.
 
 **Stickiness.** With ``previous``, a target first keeps its previous shard when that shard
-still exists in its region, still has room, and the target's ring owner is not a newly
-added shard; targets whose owner is new move to it (falling back to their old shard if it
-is full). So adding a shard moves about its fair share, removing one moves only its own
-targets, and drift from the ring is bounded by capacity. Every pass runs in ring order
-(sorted key hashes), so the result depends on the *set* of targets, never their order.
+still exists in its region, has room, and the target's ring owner is not a newly added
+shard; then the rest go to their ring owner, then back to their previous shard if the
+owner was full, then walk. So adding a shard moves about its fair share, removing one
+moves only its own targets, and drift from the ring is bounded by capacity. Contention
+for a shard is always settled in ring order (sorted key hashes), so the result depends on
+the *set* of targets, never on their order.
 """
 
 from __future__ import annotations
