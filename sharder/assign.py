@@ -18,6 +18,10 @@ the first shard with room. Chosen by measurement (``gpufed bench sharding``; 100
   1.03x the optimum with 256 / 512 / 1024 vnodes (worst of 20 name sets 1.21x / 1.14x /
   1.10x) for 71 / 83 / 110 ms, so 512 it is.
 
+Both are registered in :data:`STRATEGIES` behind one :class:`Placer` signature and share
+the bounded-load fill; ``spec.sharding.algorithm`` picks one and the result is pinned by
+name and version, so a later run never silently mixes them.
+
 **Capacity** per shard is ``floor(c x total / S)`` (so max/mean <= c), raised to
 ``ceil(total / S) + heaviest - 1`` when that is larger: below that bound a walk could find
 every shard too full for a heavy target, above it one always has room.
@@ -35,13 +39,15 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from itertools import chain
+from typing import Any, Protocol
 
 from sharder.assignment import Assignment, ShardInfo
 from sharder.errors import AssignmentError
-from sharder.hashing import Ring, key_hashes
+from sharder.hashing import Ring, key_hashes, rendezvous_ranking, rendezvous_seeds, rendezvous_winner
 from sharder.inventory import Target
 from sharder.spec import FederationSpec, shard_id
 
@@ -64,6 +70,25 @@ def _rank(hashes: list[int], keys: Sequence[str]) -> Callable[[int], Any]:
     return lambda j: (hashes[j], keys[j])
 
 
+class Placer(Protocol):
+    """One region's placement: the shard index of each unique key, in input order.
+
+    ``previous`` maps key -> shard name; ``previous_shards`` are the shard names that
+    existed then (a shard not among them counts as new).
+    """
+
+    def __call__(
+        self,
+        shards: Sequence[str],
+        keys: Sequence[str],
+        weights: Sequence[int],
+        *,
+        load_factor: float,
+        previous: Mapping[str, str] | None = None,
+        previous_shards: Collection[str] = (),
+    ) -> list[int]: ...
+
+
 def place(
     shards: Sequence[str],
     keys: Sequence[str],
@@ -74,37 +99,65 @@ def place(
     previous_shards: Collection[str] = (),
     vnodes: int = VNODES,
 ) -> list[int]:
-    """Place unique ``keys`` on ``shards``: the shard index of each key, in input order.
+    """``bounded-ring``: the core of :func:`assign` for one region, on plain lists (see Placer)."""
+    if not keys:
+        return []
+    hashes = key_hashes(keys)
+    ring = Ring(shards, vnodes=vnodes)
+    owners = [*ring.owners, ring.owners[0]]  # bisect past the last point wraps to the first
+    slots = list(map(partial(bisect.bisect_right, ring.positions), hashes))
+    size = len(ring)
 
-    The core of :func:`assign` for one region, on plain lists so benchmarks can rename
-    shards cheaply. ``previous`` maps key -> shard name; ``previous_shards`` are the shard
-    names that existed then (a shard not among them counts as new).
+    def clockwise(j: int) -> Iterable[int]:
+        return map(owners.__getitem__, chain(range(slots[j], size), range(slots[j])))
+
+    fill = _Fill(weights, rank=_rank(hashes, keys), shards=len(shards), load_factor=load_factor)
+    fill.run(
+        list(map(owners.__getitem__, slots)),
+        clockwise,
+        was=_was(shards, keys, previous),
+        fresh=_fresh(shards, previous_shards),
+    )
+    return fill.result
+
+
+def place_rendezvous(
+    shards: Sequence[str],
+    keys: Sequence[str],
+    weights: Sequence[int],
+    *,
+    load_factor: float,
+    previous: Mapping[str, str] | None = None,
+    previous_shards: Collection[str] = (),
+) -> list[int]:
+    """``bounded-rendezvous``: highest-random-weight order instead of the ring (see Placer).
+
+    Kept as the measured alternative: S hash calls per target make it ~10x slower.
     """
     if not keys:
         return []
     hashes = key_hashes(keys)
-    rank = _rank(hashes, keys)
-    ring = Ring(shards, vnodes=vnodes)
-    owners = [*ring.owners, ring.owners[0]]  # bisect past the last point wraps to the first
-    slots = list(map(partial(bisect.bisect_right, ring.positions), hashes))
-    primary = list(map(owners.__getitem__, slots))
-    fill = _Fill(
-        weights,
-        rank=rank,
-        shards=len(shards),
-        cap=capacity(sum(weights), shards=len(shards), heaviest=max(weights), load_factor=load_factor),
-    )
-    if previous:
-        index_of = {name: i for i, name in enumerate(shards)}
-        was = [index_of.get(previous.get(key, ""), -1) for key in keys]
-        fresh = [name not in previous_shards for name in shards]
-        fill.offer([-1 if fresh[p] else w for w, p in zip(was, primary, strict=True)])
-        fill.offer([-1 if r >= 0 else p for r, p in zip(fill.result, primary, strict=True)])
-        fill.offer([-1 if r >= 0 else w for r, w in zip(fill.result, was, strict=True)])
-    else:
-        fill.offer(primary)
-    fill.walk(slots, owners)
+    seeds = rendezvous_seeds(shards)
+    primary = [rendezvous_winner(h, seeds) for h in hashes]
+
+    def ranking(j: int) -> Iterable[int]:
+        return rendezvous_ranking(hashes[j], seeds)
+
+    fill = _Fill(weights, rank=_rank(hashes, keys), shards=len(shards), load_factor=load_factor)
+    fill.run(primary, ranking, was=_was(shards, keys, previous), fresh=_fresh(shards, previous_shards))
     return fill.result
+
+
+def _was(shards: Sequence[str], keys: Sequence[str], previous: Mapping[str, str] | None) -> list[int] | None:
+    """Previous shard index of each key; -1 where it was elsewhere or nowhere."""
+    if not previous:
+        return None
+    index_of = {name: i for i, name in enumerate(shards)}
+    return [index_of.get(previous.get(key, ""), -1) for key in keys]
+
+
+def _fresh(shards: Sequence[str], previous_shards: Collection[str]) -> list[bool]:
+    return [name not in previous_shards for name in shards]
 
 
 class _Fill:
@@ -112,15 +165,35 @@ class _Fill:
 
     A stage accepts all its offers to a shard when they fit; otherwise that shard takes
     them in ring order while they fit. Only those contended shards need sorting, which is
-    what keeps 100k targets under 0.2 s. Targets left over walk the ring in ring order.
+    what keeps 100k targets under 0.2 s. Targets left over then walk their candidate
+    shards, in ring order, to the first with room.
     """
 
-    def __init__(self, weights: Sequence[int], *, rank: Callable[[int], Any], shards: int, cap: int) -> None:
+    def __init__(
+        self, weights: Sequence[int], *, rank: Callable[[int], Any], shards: int, load_factor: float
+    ) -> None:
         self.weights = weights
         self.rank = rank
-        self.cap = cap
+        self.cap = capacity(sum(weights), shards=shards, heaviest=max(weights), load_factor=load_factor)
         self.load = [0] * shards
         self.result = [-1] * len(weights)
+
+    def run(
+        self,
+        primary: list[int],
+        candidates: Callable[[int], Iterable[int]],
+        *,
+        was: list[int] | None,
+        fresh: list[bool],
+    ) -> None:
+        """Sticky stages (keep, owner, back to the old shard), then the walk."""
+        if was is not None:
+            self.offer([-1 if fresh[p] else w for w, p in zip(was, primary, strict=True)])
+            self.offer([-1 if r >= 0 else p for r, p in zip(self.result, primary, strict=True)])
+            self.offer([-1 if r >= 0 else w for r, w in zip(self.result, was, strict=True)])
+        else:
+            self.offer(primary)
+        self.walk(candidates)
 
     def offer(self, wanted: Sequence[int]) -> None:
         """Place target j on ``wanted[j]`` where it fits; -1 offers nothing."""
@@ -145,30 +218,53 @@ class _Fill:
                 load[shard] += weight
                 result[j] = shard
 
-    def walk(self, slots: Sequence[int], owners: Sequence[int]) -> None:
-        """Walk each unplaced target clockwise to the first shard with room."""
+    def walk(self, candidates: Callable[[int], Iterable[int]]) -> None:
+        """Each unplaced target takes its first candidate with room; :func:`capacity` ensures one."""
         load, cap, weights, result = self.load, self.cap, self.weights, self.result
-        size = len(owners) - 1  # the last entry repeats the first, for the wrap
         for j in sorted((j for j, r in enumerate(result) if r < 0), key=self.rank):
-            weight, slot = weights[j], slots[j]
-            shard = owners[slot]
-            while load[shard] + weight > cap:
-                slot = slot + 1 if slot + 1 < size else 0
-                shard = owners[slot]
+            weight = weights[j]
+            shard = next(s for s in candidates(j) if load[s] + weight <= cap)
             load[shard] += weight
             result[j] = shard
 
 
-def check_algorithm(previous: Assignment | None, *, allow_algorithm_change: bool) -> Assignment | None:
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    version: int
+    place: Placer
+
+
+STRATEGIES: dict[str, Strategy] = {
+    s.name: s
+    for s in (
+        Strategy(ALGORITHM, ALGORITHM_VERSION, place),
+        Strategy("bounded-rendezvous", 1, place_rendezvous),
+    )
+}
+
+
+def strategy(name: str) -> Strategy:
+    try:
+        return STRATEGIES[name]
+    except KeyError:
+        raise AssignmentError(
+            f"unknown assignment algorithm {name!r} (known: {', '.join(STRATEGIES)})"
+        ) from None
+
+
+def check_algorithm(
+    previous: Assignment | None, chosen: Strategy, *, allow_algorithm_change: bool
+) -> Assignment | None:
     """The previous assignment if its placements may be kept; refuse a silent reshuffle."""
-    if previous is None or (previous.algorithm, previous.algorithm_version) == (ALGORITHM, ALGORITHM_VERSION):
+    if previous is None or (previous.algorithm, previous.algorithm_version) == (chosen.name, chosen.version):
         return previous
     if not allow_algorithm_change:
         raise AssignmentError(
             f"the previous assignment was made by {previous.algorithm} v{previous.algorithm_version} "
-            f"but this gpufed assigns with {ALGORITHM} v{ALGORITHM_VERSION}; switching moves most "
-            "targets to another shard (every child re-scrapes from scratch and loses its recent "
-            "history). Pass allow_algorithm_change=True (--allow-algorithm-change) to accept the reshuffle"
+            f"but this run assigns with {chosen.name} v{chosen.version}; switching moves most "
+            "targets to another shard (their children lose the recent history of those targets). "
+            "Pass allow_algorithm_change=True (--allow-algorithm-change) to accept the reshuffle"
         )
     return None  # old placements came from another algorithm: start afresh
 
@@ -207,14 +303,19 @@ def assign(
     *,
     previous: Assignment | None = None,
     allow_algorithm_change: bool = False,
+    algorithm: str | None = None,
 ) -> Assignment:
     """Assign every target to one shard of its own region; pure and deterministic.
+
+    The algorithm is ``spec.sharding.algorithm`` unless ``algorithm`` names another
+    (benchmarks compare them).
 
     Shards are listed by region name then index; targets by region, then in input order
     (re-sorting 1M keys would cost more than the assignment), so compare assignments with
     ``==`` and write them with sorted keys for byte-identical files.
     """
-    kept = check_algorithm(previous, allow_algorithm_change=allow_algorithm_change)
+    chosen = strategy(algorithm or spec.sharding.algorithm)
+    kept = check_algorithm(previous, chosen, allow_algorithm_change=allow_algorithm_change)
     shards: dict[str, ShardInfo] = {}
     owners: dict[str, str] = {}
     weights: dict[str, int] = {}
@@ -227,7 +328,7 @@ def assign(
         shards.update((name, ShardInfo(region=region, index=index)) for index, name in enumerate(names))
         keys = [t.identity for t in members]
         loads = [t.weight for t in members]
-        owner = place(
+        owner = chosen.place(
             names,
             keys,
             loads,
@@ -244,8 +345,8 @@ def assign(
         )
     # Built from validated parts, so skip re-validating 100k-entry dicts.
     return Assignment.model_construct(
-        algorithm=ALGORITHM,
-        algorithm_version=ALGORITHM_VERSION,
+        algorithm=chosen.name,
+        algorithm_version=chosen.version,
         replication_factor=spec.sharding.replication_factor,
         shards=shards,
         targets=owners,

@@ -72,6 +72,28 @@ class Ring:
         return self.owners[self.slot(point)]
 
 
+def rendezvous_seeds(shards: Sequence[str]) -> list[int]:
+    """Per-shard seeds for rendezvous (highest random weight) hashing."""
+    return [_xxh3(shard.encode()) for shard in shards]
+
+
+def _scores(point: int, seeds: Sequence[int]) -> list[int]:
+    raw = point.to_bytes(8, "big")
+    return [_xxh3(raw, seed) for seed in seeds]
+
+
+def rendezvous_winner(point: int, seeds: Sequence[int]) -> int:
+    """Index of the shard with the highest score for a key hash (ties: lowest index)."""
+    scores = _scores(point, seeds)
+    return scores.index(max(scores))
+
+
+def rendezvous_ranking(point: int, seeds: Sequence[int]) -> list[int]:
+    """Shard indices from highest score to lowest (ties: lowest index first)."""
+    scores = _scores(point, seeds)
+    return sorted(range(len(seeds)), key=lambda i: (-scores[i], i))
+
+
 def hashmod(values: Sequence[str], modulus: int, *, separator: str = ";") -> int:
     """Prometheus ``hashmod``: MD5 of the joined source label values, low 8 bytes, mod N.
 
