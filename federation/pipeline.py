@@ -12,17 +12,20 @@ passing ``parts=``; the sharder never imports them.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from alertmanager.amtool import ConfigTool
+from alertmanager.render import ALERTMANAGER_FILE, render_alerting_bundle
 from federation.spec import GpufedSpec, load_gpufed_spec
 from sharder import assign as assigning
 from sharder import output
 from sharder import plan as planning
 from sharder.assignment import Assignment
-from sharder.errors import AssignmentError, OutputError
+from sharder.errors import OutputError
 from sharder.inventory import Target
 from sharder.loading import StaticFileSource
 from sharder.promtool import ConfigChecker, check_all
@@ -34,7 +37,15 @@ def sharder_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment
     return output.build_bundle(spec, targets, assignment)
 
 
-BUNDLE_PARTS: tuple[BundlePart, ...] = (sharder_part,)
+def alerting_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
+    """``alertmanager/`` files (config, HA flags, relay robots) when the spec has alerting."""
+    del targets, assignment  # routing depends on the spec's regions, not on placement
+    if spec.alerting is None:
+        return {}
+    return render_alerting_bundle(spec.alerting, cluster=spec.cluster, regions=spec.region_names())
+
+
+BUNDLE_PARTS: tuple[BundlePart, ...] = (sharder_part, alerting_part)
 
 
 @dataclass(frozen=True)
@@ -69,29 +80,13 @@ def build_bundle(
     return bundle
 
 
-def sticky_previous(
-    spec: GpufedSpec, previous: Assignment | None, *, allow_algorithm_change: bool, source: str
-) -> Assignment | None:
-    """The previous assignment to stay close to, refusing a silent algorithm switch.
-
-    A different algorithm would move most targets at once; that must be asked for.
-    """
-    if previous is None or previous.algorithm == spec.sharding.algorithm:
-        return previous
-    if not allow_algorithm_change:
-        raise AssignmentError(
-            f"{source} was made by algorithm {previous.algorithm!r} but the spec asks for"
-            f" {spec.sharding.algorithm!r}; pass --allow-algorithm-change to reassign every target"
-        )
-    return None
-
-
 def render(
     spec: GpufedSpec,
     targets: list[Target],
     *,
     out: str | Path,
     checker: ConfigChecker | None,
+    alert_checker: ConfigTool | None = None,
     allow_algorithm_change: bool = False,
     parts: Sequence[BundlePart] = BUNDLE_PARTS,
     workers: int = 8,
@@ -99,13 +94,9 @@ def render(
     """Assign (sticky to ``out``), render, check every child config, then swap ``out``."""
     out = Path(out)
     previous = output.read_assignment(out)
-    base = sticky_previous(
-        spec,
-        previous,
-        allow_algorithm_change=allow_algorithm_change,
-        source=str(out / output.ASSIGNMENT_FILE),
+    assignment = assigning.assign(
+        spec, targets, previous=previous, allow_algorithm_change=allow_algorithm_change
     )
-    assignment = assigning.assign(spec, targets, previous=base)
     bundle = build_bundle(spec, targets, assignment, parts=parts)
     configs = output.prometheus_configs(bundle)
     checked = 0
@@ -114,6 +105,8 @@ def render(
         nonlocal checked
         if checker is not None:
             checked = check_all(checker, root, configs, agent=spec.children.agent_mode, workers=workers)
+        if alert_checker is not None and ALERTMANAGER_FILE in bundle:
+            alert_checker.check_config(root / ALERTMANAGER_FILE)
 
     written = output.write_tree(out, bundle, validate=validate)
     manifest = json.loads(bundle[output.MANIFEST_FILE])
@@ -127,37 +120,37 @@ def plan(
 ) -> planning.Plan:
     """What a render into ``previous_dir`` would change; writes nothing."""
     previous = output.read_assignment(previous_dir)
-    source = str(Path(previous_dir) / output.ASSIGNMENT_FILE)
-    base = sticky_previous(spec, previous, allow_algorithm_change=allow_algorithm_change, source=source)
-    return planning.diff(previous, assigning.assign(spec, targets, previous=base))
-
-
-def moved_targets(previous: Assignment | None, current: Assignment) -> int:
-    if previous is None:
-        return 0
-    return sum(1 for ident, shard in current.targets.items() if previous.targets.get(ident, shard) != shard)
+    current = assigning.assign(
+        spec, targets, previous=previous, allow_algorithm_change=allow_algorithm_change
+    )
+    return planning.diff(previous, current)
 
 
 def summary(result: RenderResult) -> dict[str, Any]:
     """Machine summary of a render: totals and per-region load spread."""
     assignment = result.assignment
+    counts = planning.diff(result.previous, assignment).counts
     load = assignment.load()
+    sizes = Counter(assignment.targets.values())
     regions: dict[str, dict[str, Any]] = {}
     for shard, info in sorted(assignment.shards.items()):
         row = regions.setdefault(info.region, {"shards": 0, "targets": 0, "load": 0, "max_load": 0})
         row["shards"] += 1
-        row["targets"] += len(assignment.members(shard))
+        row["targets"] += sizes[shard]
         row["load"] += load[shard]
         row["max_load"] = max(row["max_load"], load[shard])
     for row in regions.values():
         row["mean_load"] = round(row["load"] / row["shards"], 2)
+        row["children"] = row["shards"] * assignment.replication_factor
     return {
         "out": str(result.out),
         "children": len(result.manifest["children"]),
         "shards": len(assignment.shards),
         "targets": len(assignment.targets),
         "checked": result.checked,
-        "moved": moved_targets(result.previous, assignment),
+        "moved": counts.moved,
+        "added": counts.added,
+        "removed": counts.removed,
         "first_run": result.previous is None,
         "regions": regions,
     }

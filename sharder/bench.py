@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from statistics import fmean
 from typing import Any
 
-from sharder.assign import ALGORITHM, ALGORITHM_VERSION, VNODES, assign, place
+from sharder.assign import ALGORITHM, VNODES, Placer, assign, strategy
 from sharder.hashing import hashmod
 from sharder.inventory import Target
 from sharder.spec import FederationSpec, JobSpec, RegionSpec, ShardingSpec, shard_id
@@ -79,7 +79,7 @@ def _max_over_mean(owner: Sequence[int], weights: Sequence[int], *, shards: int)
 
 
 def _movement(
-    keys: list[str], weights: list[int], *, shards: int, trials: int, load_factor: float
+    place: Placer, keys: list[str], weights: list[int], *, shards: int, trials: int, load_factor: float
 ) -> dict[str, Any]:
     """Add/remove-one-shard movement, averaged over ``trials`` shard-name sets."""
     count = len(keys)
@@ -135,17 +135,24 @@ def _hashmod(keys: list[str], weights: list[int], *, shards: int) -> dict[str, f
 
 
 def run_sharding_bench(
-    *, targets: int, shards: int, seed: int = 0, trials: int = 20, repeats: int = 3
+    *,
+    targets: int,
+    shards: int,
+    seed: int = 0,
+    trials: int = 20,
+    repeats: int = 3,
+    algorithm: str = ALGORITHM,
 ) -> dict[str, Any]:
     """Every figure of the sharding benchmark as one flat JSON-ready dict."""
     if shards < 1 or trials < 1 or repeats < 1:
         raise ValueError("shards, trials and repeats must be at least 1")
+    chosen = strategy(algorithm)
     spec = bench_spec(region="bench", shards=shards)
     items = synth_targets(targets, seed=seed, region="bench")
     best = float("inf")
     for _ in range(repeats):
         started = time.perf_counter()
-        assignment = assign(spec, items)
+        assignment = assign(spec, items, algorithm=chosen.name)
         best = min(best, time.perf_counter() - started)
     load = assignment.load()
     keys = [t.identity for t in items]
@@ -156,13 +163,15 @@ def run_sharding_bench(
         "shards": shards,
         "seed": seed,
         "trials": trials,
-        "algorithm": ALGORITHM,
-        "algorithm_version": ALGORITHM_VERSION,
-        "vnodes": VNODES,
+        "algorithm": chosen.name,
+        "algorithm_version": chosen.version,
+        "vnodes": VNODES if chosen.name == ALGORITHM else None,
         "load_factor": load_factor,
         "assign_seconds": best,
         "max_over_mean": max(load.values()) / (sum(load.values()) / shards),
     }
-    result.update(_movement(keys, weights, shards=shards, trials=trials, load_factor=load_factor))
+    result.update(
+        _movement(chosen.place, keys, weights, shards=shards, trials=trials, load_factor=load_factor)
+    )
     result.update(_hashmod(keys, weights, shards=shards))
     return {k: round(v, 6) if isinstance(v, float) else v for k, v in result.items()}

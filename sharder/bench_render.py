@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sharder import assign as assigning
 from sharder import output
+from sharder.assign import assign
 from sharder.inventory import Target
 from sharder.promtool import Promtool, check_all
 from sharder.spec import FederationSpec
@@ -59,7 +59,7 @@ def run_render_bench(
     checker = Promtool(promtool) if promtool else Promtool.find()
     timings: dict[str, float] = {}
     started = time.perf_counter()
-    assignment = assigning.assign(spec, targets)
+    assignment = assign(spec, targets)
     timings["assign_s"] = time.perf_counter() - started
     mark = time.perf_counter()
     bundle = output.build_bundle(spec, targets, assignment)

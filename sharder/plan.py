@@ -75,7 +75,7 @@ def _shard_order(infos: Mapping[str, ShardInfo]) -> list[str]:
 
 def diff(old: Assignment | None, new: Assignment) -> Plan:
     """Moves, additions, removals and per-shard load from ``old`` (None: nothing yet) to ``new``."""
-    before = old.targets if old else {}
+    before = old.targets if old is not None else {}
     after = new.targets
     moves = [
         Move(identity=identity, from_shard=before[identity], to_shard=shard)
@@ -84,16 +84,19 @@ def diff(old: Assignment | None, new: Assignment) -> Plan:
     ]
     added = [Placement(identity=i, shard=s) for i, s in sorted(after.items()) if i not in before]
     removed = [Placement(identity=i, shard=s) for i, s in sorted(before.items()) if i not in after]
-    old_shards = set(old.shards) if old else set()
-    ordered = _shard_order({**(old.shards if old else {}), **new.shards})
-    old_load = old.load() if old else {}
+    old_shards = set(old.shards) if old is not None else set()
+    ordered = _shard_order({**(old.shards if old is not None else {}), **new.shards})
+    old_load = old.load() if old is not None else {}
+    changed = old is not None and (old.algorithm, old.algorithm_version) != (
+        new.algorithm,
+        new.algorithm_version,
+    )
     new_load = new.load()
     kept = len(after) - len(added)
     return Plan(
         algorithm=new.algorithm,
         algorithm_version=new.algorithm_version,
-        algorithm_changed=bool(old)
-        and (old.algorithm, old.algorithm_version) != (new.algorithm, new.algorithm_version),
+        algorithm_changed=changed,
         moves=moves,
         added_targets=added,
         removed_targets=removed,

@@ -17,8 +17,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from alertmanager.amtool import Amtool
+from alertmanager.errors import AmtoolError
 from federation import pipeline
 from sharder.errors import ConfigCheckError, SharderError
+from sharder.plan import Plan
 from sharder.promtool import Promtool
 
 SpecOpt = Annotated[Path, typer.Option("--spec", help="federation.yaml")]
@@ -38,7 +41,7 @@ def one_line(exc: Exception) -> str:
 def user_errors() -> Iterator[None]:
     try:
         yield
-    except ConfigCheckError as exc:
+    except (ConfigCheckError, AmtoolError) as exc:
         typer.echo(f"error: {one_line(exc)}", err=True)
         raise typer.Exit(1) from exc
     except SharderError as exc:
@@ -50,18 +53,24 @@ def render_command(
     spec: SpecOpt,
     inventory: InventoryOpt,
     out: Annotated[Path, typer.Option("--out", help="output directory, replaced as a whole")],
-    no_check: Annotated[bool, typer.Option("--no-check", help="skip promtool check config")] = False,
+    no_check: Annotated[bool, typer.Option("--no-check", help="skip promtool/amtool checks")] = False,
     as_json: JsonOpt = False,
     allow_algorithm_change: AllowAlgoOpt = False,
 ) -> None:
     """Assign targets to shards and write every child Prometheus config into OUT."""
     checker = None if no_check else Promtool.find()
-    if checker is None and not no_check:
-        typer.echo("warning: promtool not on PATH; configs are not checked", err=True)
+    alert_checker = None if no_check else Amtool.find()
+    if not no_check and (checker is None or alert_checker is None):
+        typer.echo("warning: promtool or amtool not on PATH; configs are not all checked", err=True)
     with user_errors():
         loaded_spec, targets = pipeline.load_inputs(spec, inventory)
         result = pipeline.render(
-            loaded_spec, targets, out=out, checker=checker, allow_algorithm_change=allow_algorithm_change
+            loaded_spec,
+            targets,
+            out=out,
+            checker=checker,
+            alert_checker=alert_checker,
+            allow_algorithm_change=allow_algorithm_change,
         )
     info = pipeline.summary(result)
     if as_json:
@@ -83,22 +92,26 @@ def plan_command(
         result = pipeline.plan(
             loaded_spec, targets, previous_dir=previous, allow_algorithm_change=allow_algorithm_change
         )
-    data = result.to_json_dict()
     if as_json:
-        typer.echo(json.dumps(data, sort_keys=True, indent=2))
+        typer.echo(json.dumps(result.to_json_dict(), sort_keys=True, indent=2))
     else:
-        print_plan(data)
+        print_plan(result)
 
 
 def print_render_summary(info: dict[str, Any]) -> None:
     console = Console()
-    table = Table(title=f"{info['children']} children rendered into {info['out']}")
-    for column in ("region", "shards", "targets", "load", "max load", "mean load"):
-        table.add_column(column, justify="left" if column == "region" else "right")
+    table = Table(
+        title=f"{info['children']} children rendered into {info['out']}",
+        caption="load: GPUs scraped; max and mean: load per shard",
+    )
+    table.add_column("region", no_wrap=True)
+    for column in ("shards", "children", "targets", "load", "max", "mean"):
+        table.add_column(column, justify="right")
     for region, row in info["regions"].items():
         table.add_row(
             region,
             str(row["shards"]),
+            str(row["children"]),
             str(row["targets"]),
             str(row["load"]),
             str(row["max_load"]),
@@ -110,8 +123,43 @@ def print_render_summary(info: dict[str, Any]) -> None:
     console.print(f"{checked}; {moved}")
 
 
-def print_plan(data: dict[str, Any]) -> None:
-    raise NotImplementedError  # wired once sharder.plan lands
+def shard_order(shard: str) -> tuple[str, int, str]:
+    """``<region>-<index>`` by region then numeric index, so ``-10`` follows ``-9``."""
+    region, _, index = shard.rpartition("-")
+    return (region, int(index), "") if index.isdigit() else (shard, -1, shard)
+
+
+def print_plan(plan: Plan, *, max_moves: int = 50) -> None:
+    """Moves (the first ``max_moves``), then load per shard before/after."""
+    console = Console()
+    c = plan.counts
+    console.print(
+        f"{c.moved} moved, {c.added} added, {c.removed} removed, {c.unchanged} unchanged;"
+        f" shards +{c.shards_added} -{c.shards_removed}"
+        + ("; algorithm changed" if plan.algorithm_changed else "")
+    )
+    if plan.moves:
+        moves = Table(title=f"moves ({c.moved_fraction:.1%} of kept targets)")
+        for column in ("target", "from", "to"):
+            moves.add_column(column)
+        for move in plan.moves[:max_moves]:
+            moves.add_row(move.identity, move.from_shard, move.to_shard)
+        if len(plan.moves) > max_moves:
+            moves.add_row(f"... {len(plan.moves) - max_moves} more (--json lists all)", "", "")
+        console.print(moves)
+    loads = Table(title="load per shard (GPUs)")
+    for column in ("shard", "before", "after", "change"):
+        loads.add_column(column, justify="left" if column == "shard" else "right")
+    for shard in sorted({*plan.load_before, *plan.load_after}, key=shard_order):
+        before, after = plan.load_before.get(shard), plan.load_after.get(shard)
+        change = (after or 0) - (before or 0)
+        loads.add_row(
+            shard,
+            "-" if before is None else str(before),
+            "-" if after is None else str(after),
+            f"{change:+d}" if change else "",
+        )
+    console.print(loads)
 
 
 def register(app: typer.Typer) -> None:

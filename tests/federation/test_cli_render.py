@@ -132,6 +132,11 @@ BAD_INPUTS = {
         SMALL_SPEC.replace("shards: 2", "shards: 0"),
         "{spec}: field 'regions[0].shards' Input should be greater than or equal to 1 (value 0)",
     ),
+    "unknown_region": (
+        "inventory",
+        SMALL_INVENTORY + "  - {name: x1, address: 10.9.0.1, region: eu-west, gpus: 8}\n",
+        "target '10.9.0.1:9100' is in region 'eu-west', which the spec does not define",
+    ),
     "duplicate_target": (
         "inventory",
         SMALL_INVENTORY + "  - {name: n4, address: 10.0.0.1, region: cn-beijing}\n",
@@ -148,19 +153,12 @@ def test_bad_input_is_one_error_line_and_exit_2(app: typer.Typer, tmp_path: Path
     result = invoke(app, "render", "--spec", spec_path, "--inventory", inventory_path, "--out", out)
     assert result.exit_code == 2
     assert result.stdout == ""
-    assert result.stderr == "error: " + expected.format(spec=spec_path, inventory=inventory_path) + "\n"
+    message = "error: " + expected.format(spec=spec_path, inventory=inventory_path)
+    if case == "unknown_region":  # the engine's wording past the region is its own business
+        assert result.stderr.startswith(message) and result.stderr.count("\n") == 1
+    else:
+        assert result.stderr == message + "\n"
     assert not out.exists()
-
-
-def test_unknown_region_in_inventory_is_refused(app: typer.Typer, tmp_path: Path) -> None:
-    inventory = SMALL_INVENTORY + "  - {name: x1, address: 10.9.0.1, region: eu-west, gpus: 8}\n"
-    spec_path, inventory_path = write_inputs(tmp_path, inventory=inventory)
-    result = invoke(
-        app, "render", "--spec", spec_path, "--inventory", inventory_path, "--out", tmp_path / "o"
-    )
-    assert result.exit_code == 2
-    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
-    assert "eu-west" in result.stderr
 
 
 def test_plan_shows_moves_without_writing(app: typer.Typer, tmp_path: Path) -> None:
@@ -190,7 +188,7 @@ def test_pipeline_render_refuses_an_algorithm_switch(tmp_path: Path, promtool: s
     result = pipeline.render(spec, targets, out=out, checker=None)
     pinned = result.assignment.model_copy(update={"algorithm": "consistent-hash"})
     (out / output.ASSIGNMENT_FILE).write_bytes(output.dump_json(pinned.model_dump(mode="json")))
-    with pytest.raises(AssignmentError, match="pass --allow-algorithm-change"):
+    with pytest.raises(AssignmentError, match="--allow-algorithm-change"):
         pipeline.render(spec, targets, out=out, checker=None)
     again = pipeline.render(spec, targets, out=out, checker=Promtool(promtool), allow_algorithm_change=True)
     assert again.assignment.algorithm == "bounded-rendezvous"

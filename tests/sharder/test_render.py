@@ -265,3 +265,11 @@ def test_dumped_yaml_is_sorted_and_unwrapped() -> None:
     text = output.dump_yaml({"b": ["x" * 200], "a": 1}).decode()
     assert text == f"a: 1\nb:\n- {'x' * 200}\n"
     assert yaml.safe_load(text) == {"a": 1, "b": ["x" * 200]}
+
+
+def test_render_bench_runs_small(promtool: str) -> None:
+    from sharder.bench_render import run_render_bench
+
+    figures = run_render_bench(children=4, workers=2, promtool=promtool)
+    assert figures["children"] == figures["checked"] == 4
+    assert figures["targets"] == 4 * 12 * 2

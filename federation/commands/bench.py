@@ -1,0 +1,44 @@
+"""``gpufed bench sharding``: a thin command over ``sharder.bench.run_sharding_bench``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sharder.assign import ALGORITHM, STRATEGIES
+from sharder.bench import MAX_TARGETS, run_sharding_bench
+
+
+def sharding(
+    targets: Annotated[int, typer.Option(min=1, max=MAX_TARGETS, help="synthetic targets")] = 100_000,
+    shards: Annotated[int, typer.Option(min=1, help="shards in the one bench region")] = 100,
+    seed: Annotated[int, typer.Option(help="seed for addresses and the 4/8 GPU mix")] = 0,
+    trials: Annotated[int, typer.Option(min=1, help="shard-name sets to average movement over")] = 20,
+    algorithm: Annotated[str, typer.Option(help=f"one of {', '.join(STRATEGIES)}")] = ALGORITHM,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Time assignment and measure balance and movement on add/remove of one shard."""
+    if algorithm not in STRATEGIES:
+        raise typer.BadParameter(f"unknown algorithm {algorithm!r} (known: {', '.join(STRATEGIES)})")
+    result = run_sharding_bench(targets=targets, shards=shards, seed=seed, trials=trials, algorithm=algorithm)
+    if as_json:
+        typer.echo(json.dumps(result, sort_keys=True))
+        return
+    Console().print(_table(result))
+
+
+def _table(result: dict[str, Any]) -> Table:
+    table = Table(title=f"sharding: {result['targets']} targets on {result['shards']} shards")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, value in result.items():
+        table.add_row(key, "-" if value is None else str(value))
+    return table
+
+
+def register(bench_app: typer.Typer) -> None:
+    bench_app.command("sharding")(sharding)

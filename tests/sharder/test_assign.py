@@ -1,0 +1,313 @@
+"""The assignment engine: property tests for balance, movement and determinism, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from statistics import fmean
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sharder.assign import ALGORITHM, STRATEGIES, assign, capacity
+from sharder.assignment import Assignment
+from sharder.errors import AssignmentError, InventoryError, SpecError
+from sharder.inventory import Target
+from sharder.loading import parse_inventory, parse_model
+from sharder.spec import FederationSpec, shard_id
+
+ROOT = Path(__file__).resolve().parents[2]
+REGIONS = ["r-a", "r-b", "r-c"]
+ALGORITHMS = sorted(STRATEGIES)
+FAST = settings(max_examples=40, deadline=None)
+Scenario = tuple[dict[str, int | None], list[Target]]
+
+
+def make_spec(
+    shards: dict[str, int | None], *, replication_factor: int = 1, algorithm: str = ALGORITHM
+) -> FederationSpec:
+    # model_construct on the sharding part: the spec may still only list older algorithm names.
+    spec = FederationSpec.model_validate(
+        {
+            "cluster": "test",
+            "regions": [{"name": name, "shards": count} for name, count in shards.items()],
+            "sharding": {"replication_factor": replication_factor, "targets_per_shard": 12},
+            "jobs": [{"name": "gpu"}],
+        }
+    )
+    sharding = spec.sharding.model_copy(update={"algorithm": algorithm})
+    return spec.model_copy(update={"sharding": sharding})
+
+
+def ip(n: int) -> str:
+    return f"10.{n >> 16}.{(n >> 8) & 255}.{n & 255}"
+
+
+def gpu_target(n: int, *, region: str, gpus: int = 8, node: str | None = None) -> Target:
+    return Target(address=ip(n), port=9400, job="gpu", node=node or f"n{n}", region=region, gpus=gpus)
+
+
+def seeded_targets(count: int, *, region: str, seed: int = 0) -> list[Target]:
+    rnd = random.Random(seed)
+    return [gpu_target(n, region=region, gpus=rnd.choice((4, 8))) for n in rnd.sample(range(1 << 24), count)]
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    regions = REGIONS[: draw(st.integers(min_value=1, max_value=3))]
+    shards = {r: draw(st.one_of(st.none(), st.integers(min_value=1, max_value=6))) for r in regions}
+    numbers = draw(st.lists(st.integers(min_value=0, max_value=(1 << 24) - 1), unique=True, max_size=120))
+    targets = [
+        gpu_target(
+            n,
+            region=draw(st.sampled_from(regions)),
+            gpus=draw(st.sampled_from([0, 1, 4, 8])),
+            node=f"n{n % 40}",
+        )
+        for n in numbers
+    ]
+    return shards, targets
+
+
+def loads_by_region(assignment: Assignment) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for shard, load in assignment.load().items():
+        out.setdefault(assignment.shards[shard].region, []).append(load)
+    return out
+
+
+def moved(old: Assignment, new: Assignment) -> set[str]:
+    return {i for i, s in new.targets.items() if i in old.targets and old.targets[i] != s}
+
+
+# -- determinism -------------------------------------------------------------------------
+
+BUILD = """
+import random
+from sharder.assign import assign
+from sharder.inventory import Target
+from sharder.spec import FederationSpec
+
+def build():
+    rnd = random.Random(7)
+    spec = {"cluster": "c", "jobs": [{"name": "gpu"}],
+            "regions": [{"name": "r-a", "shards": 5}, {"name": "r-b"}]}
+    targets = [Target(address=f"10.1.{n >> 8}.{n & 255}", port=9400, job="gpu", node=f"n{n % 300}",
+                      region=rnd.choice(["r-a", "r-b"]), gpus=rnd.choice([4, 8]))
+               for n in rnd.sample(range(1 << 16), 1500)]
+    previous = assign(FederationSpec.model_validate({**spec, "regions": [{"name": "r-a", "shards": 4},
+                                                                         {"name": "r-b", "shards": 9}]}),
+                      targets)
+    return assign(FederationSpec.model_validate(spec), targets, previous=previous)
+"""
+
+
+def canonical(assignment: Assignment) -> str:
+    return json.dumps(assignment.model_dump(mode="json"), sort_keys=True)
+
+
+def test_same_result_in_processes_with_different_hash_seeds() -> None:
+    namespace: dict[str, object] = {}
+    exec(BUILD, namespace)
+    here = canonical(namespace["build"]())  # type: ignore[operator]
+    script = BUILD + "\nimport json\nprint(json.dumps(build().model_dump(mode='json'), sort_keys=True))"
+    for seed in ("1", "4242"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run(
+            [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+        )
+        assert done.stdout.strip() == here
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@given(scenario=scenarios(), seed=st.integers(min_value=0, max_value=2**32))
+@FAST
+def test_any_order_gives_the_same_assignment(algorithm: str, scenario: Scenario, seed: int) -> None:
+    shards, targets = scenario
+    spec = make_spec(shards, algorithm=algorithm)
+    shuffled = list(targets)
+    random.Random(seed).shuffle(shuffled)
+    first = assign(spec, targets)
+    assert assign(spec, shuffled) == first
+    assert canonical(assign(spec, shuffled)) == canonical(first)
+    grown = make_spec({r: (n or 1) + 1 for r, n in shards.items()}, algorithm=algorithm)
+    assert assign(grown, shuffled, previous=first) == assign(grown, targets, previous=first)
+
+
+# -- balance and regions -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@given(scenario=scenarios())
+@FAST
+def test_no_shard_above_capacity(algorithm: str, scenario: Scenario) -> None:
+    shards, targets = scenario
+    assignment = assign(make_spec(shards, algorithm=algorithm), targets)
+    for region, loads in loads_by_region(assignment).items():
+        weights = [t.weight for t in targets if t.region == region]
+        total, heaviest = sum(weights), max(weights, default=0)
+        cap = capacity(total, shards=len(loads), heaviest=heaviest, load_factor=1.05)
+        assert max(loads) <= cap
+        assert cap <= max(1.05 * total / len(loads), -(-total // len(loads)) + heaviest - 1)
+
+
+def test_weighted_max_over_mean_is_within_the_load_factor() -> None:
+    targets = seeded_targets(20_000, region="r-a")
+    loads = list(assign(make_spec({"r-a": 20}), targets).load().values())
+    assert max(loads) / fmean(loads) <= 1.05
+
+
+@given(scenario=scenarios())
+@FAST
+def test_targets_stay_in_their_region_and_every_region_gets_its_shards(
+    scenario: Scenario,
+) -> None:
+    shards, targets = scenario
+    spec = make_spec(shards)
+    assignment = assign(spec, targets)
+    expected = set()
+    for region, fixed in shards.items():
+        nodes = {t.node for t in targets if t.region == region}
+        count = fixed if fixed is not None else max(1, -(-len(nodes) // 12))
+        expected |= {shard_id(region, i) for i in range(count)}
+    assert set(assignment.shards) == expected
+    for target in targets:
+        assert assignment.shards[assignment.targets[target.identity]].region == target.region
+    assert assignment.weights == {t.identity: t.weight for t in targets}
+
+
+def test_a_region_without_targets_still_gets_its_shards() -> None:
+    assignment = assign(make_spec({"r-a": None, "r-b": 3}), [gpu_target(1, region="r-a")])
+    assert sorted(assignment.shards) == ["r-a-0", "r-b-0", "r-b-1", "r-b-2"]
+    assert assignment.load() == {"r-a-0": 8, "r-b-0": 0, "r-b-1": 0, "r-b-2": 0}
+
+
+@given(scenario=scenarios(), replicas=st.integers(min_value=1, max_value=3))
+@FAST
+def test_replicas_are_distinct_children_in_the_targets_region(scenario: Scenario, replicas: int) -> None:
+    shards, targets = scenario
+    assignment = assign(make_spec(shards, replication_factor=replicas), targets)
+    assert assignment.replication_factor == replicas
+    for target in targets:
+        shard = assignment.targets[target.identity]
+        children = assignment.children(shard)
+        assert len({child for child, _ in children}) == replicas
+        assert [k for _, k in children] == list(range(replicas))
+        assert all(child.startswith(shard) for child, _ in children)
+        assert assignment.shards[shard].region == target.region
+
+
+# -- movement and stickiness -------------------------------------------------------------
+
+
+def test_adding_a_shard_moves_about_its_share() -> None:
+    targets = seeded_targets(6000, region="r-a")
+    ratios = []
+    for name in ("r-a", "r-b", "r-c", "r-d", "r-e"):
+        here = [t.model_copy(update={"region": name}) for t in targets]
+        before = assign(make_spec({name: 12}), here)
+        after = assign(make_spec({name: 13}), here, previous=before)
+        assert set(after.targets.values()) >= {f"{name}-12"}
+        ratios.append(len(moved(before, after)) / len(here) * 13)
+    assert fmean(ratios) <= 1.25 and max(ratios) <= 1.4, ratios
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@given(scenario=scenarios())
+@FAST
+def test_removing_a_shard_moves_only_its_targets(algorithm: str, scenario: Scenario) -> None:
+    shards, targets = scenario
+    fixed = {r: (n or 1) + 1 for r, n in shards.items()}
+    before = assign(make_spec(fixed, algorithm=algorithm), targets)
+    region = REGIONS[0]
+    fixed[region] -= 1
+    after = assign(make_spec(fixed, algorithm=algorithm), targets, previous=before)
+    gone = shard_id(region, fixed[region])
+    assert moved(before, after) == {i for i, s in before.targets.items() if s == gone}
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@given(scenario=scenarios(), extra=st.integers(min_value=1, max_value=30))
+@FAST
+def test_sticky_runs_are_stable_and_new_targets_move_nobody(
+    algorithm: str, scenario: Scenario, extra: int
+) -> None:
+    shards, targets = scenario
+    spec = make_spec({r: n or 2 for r, n in shards.items()}, algorithm=algorithm)
+    first = assign(spec, targets)
+    assert assign(spec, targets, previous=first) == first
+    newcomers = [gpu_target((1 << 24) + i, region=REGIONS[i % len(shards)]) for i in range(extra)]
+    grown = assign(spec, targets + newcomers, previous=first)
+    assert not moved(first, grown)
+
+
+# -- pinning and bad input ----------------------------------------------------------------
+
+
+def test_a_previous_assignment_from_another_algorithm_is_refused() -> None:
+    spec = make_spec({"r-a": 2})
+    targets = [gpu_target(n, region="r-a") for n in range(10)]
+    old = assign(spec, targets).model_copy(update={"algorithm": "hashmod", "algorithm_version": 3})
+    with pytest.raises(AssignmentError) as caught:
+        assign(spec, targets, previous=old)
+    assert str(caught.value) == (
+        "the previous assignment was made by hashmod v3 but this run assigns with bounded-ring v1; "
+        "switching moves most targets to another shard (their children lose the recent history of "
+        "those targets). Pass allow_algorithm_change=True (--allow-algorithm-change) to accept the reshuffle"
+    )
+    fresh = assign(spec, targets, previous=old, allow_algorithm_change=True)
+    assert fresh == assign(spec, targets)
+
+
+def test_a_target_in_an_unknown_region_is_named() -> None:
+    spec = make_spec({"r-a": 1, "r-b": 1})
+    targets = [gpu_target(1, region="r-a"), gpu_target(9, region="eu-west"), gpu_target(5, region="eu-x")]
+    with pytest.raises(AssignmentError) as caught:
+        assign(spec, targets)
+    assert str(caught.value) == (
+        "target '10.0.0.5:9400' is in region 'eu-x', which the spec does not define "
+        "(known regions: r-a, r-b) (1 more in unknown regions)"
+    )
+
+
+def test_duplicate_identities_are_refused() -> None:
+    spec = make_spec({"r-a": 2})
+    with pytest.raises(AssignmentError) as caught:
+        assign(spec, [gpu_target(1, region="r-a"), gpu_target(2, region="r-a"), gpu_target(1, region="r-a")])
+    assert str(caught.value) == (
+        "target '10.0.0.1:9400' is listed more than once; identities must be unique "
+        "(set 'identity' on targets that share an address and port)"
+    )
+
+
+def test_an_unknown_algorithm_is_refused() -> None:
+    with pytest.raises(AssignmentError) as caught:
+        assign(make_spec({"r-a": 1}), [], algorithm="magic")
+    assert (
+        str(caught.value) == "unknown assignment algorithm 'magic' (known: bounded-ring, bounded-rendezvous)"
+    )
+
+
+def test_zero_shards_cannot_be_specified() -> None:
+    data = {"cluster": "c", "regions": [{"name": "r-a", "shards": 0}], "jobs": [{"name": "gpu"}]}
+    with pytest.raises(SpecError) as caught:
+        parse_model(FederationSpec, data, source="federation.yaml")
+    assert caught.value.field == "regions[0].shards"
+    assert str(caught.value) == (
+        "federation.yaml: field 'regions[0].shards' Input should be greater than or equal to 1 (value 0)"
+    )
+
+
+def test_duplicate_targets_are_refused_when_loading() -> None:
+    target = {"address": "10.0.0.1", "port": 9400, "job": "gpu", "node": "n1", "region": "r-a"}
+    with pytest.raises(InventoryError) as caught:
+        parse_inventory({"targets": [target, target]}, source="inventory.yaml")
+    assert str(caught.value) == (
+        "inventory.yaml: field 'targets[1].address' duplicate target (also at targets[0])"
+        " (value '10.0.0.1:9400')"
+    )

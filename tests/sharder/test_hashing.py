@@ -1,0 +1,84 @@
+"""Stable hashes and the exact reproduction of Prometheus' ``hashmod`` relabel action."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sharder.hashing import (
+    Ring,
+    hashmod,
+    key_hash,
+    rendezvous_ranking,
+    rendezvous_seeds,
+    rendezvous_winner,
+    ring_points,
+)
+
+# From prometheus/prometheus model/relabel/relabel_test.go, TestRelabel: a hashmod rule
+# with modulus 1000 and separator ";" sets the target label to these values.
+PROMETHEUS_VECTORS = [
+    (["baz"], 1000, 976),  # source_labels [c], c="baz" -> d="976"
+    (["foo\nbar"], 1000, 734),  # source_labels [a], a="foo\nbar" -> b="734"
+]
+
+
+@pytest.mark.parametrize(("values", "modulus", "expected"), PROMETHEUS_VECTORS)
+def test_hashmod_matches_prometheus_test_vectors(values: list[str], modulus: int, expected: int) -> None:
+    assert hashmod(values, modulus) == expected
+
+
+def test_hashmod_joins_source_labels_with_the_separator() -> None:
+    assert hashmod(["a", "b"], 7) == hashmod(["a;b"], 7)
+    assert hashmod(["a", "b"], 1000, separator=",") == hashmod(["a,b"], 1000)
+
+
+@given(st.lists(st.text(max_size=20), min_size=1, max_size=3), st.integers(min_value=1, max_value=2**64 - 1))
+@settings(max_examples=50, deadline=None)
+def test_hashmod_is_low_eight_md5_bytes_big_endian(values: list[str], modulus: int) -> None:
+    digest = hashlib.md5(";".join(values).encode()).digest()
+    assert hashmod(values, modulus) == int.from_bytes(digest[8:16], "big") % modulus
+
+
+def test_hashmod_refuses_a_zero_modulus() -> None:
+    with pytest.raises(ValueError, match="hashmod modulus must be at least 1, got 0"):
+        hashmod(["x"], 0)
+
+
+def test_key_hash_and_ring_points_are_pinned() -> None:
+    """These values are part of bounded-ring v1: changing them needs a new algorithm_version."""
+    assert key_hash("10.0.0.1:9400") == 8787868372495930868
+    assert ring_points("cn-beijing-0", 2) == [3963773915032914100, 17766971323521326534]
+
+
+def test_ring_is_sorted_and_gives_each_shard_its_vnodes() -> None:
+    ring = Ring(["a-0", "a-1", "a-2"], vnodes=64)
+    assert ring.positions == sorted(ring.positions)
+    assert len(ring) == 192
+    assert sorted(ring.owners.count(i) for i in range(3)) == [64, 64, 64]
+
+
+def test_adding_a_shard_keeps_every_existing_point() -> None:
+    small = Ring(["a-0", "a-1"], vnodes=32)
+    big = Ring(["a-0", "a-1", "a-2"], vnodes=32)
+    old = set(zip(small.positions, small.owners, strict=True))
+    assert old <= set(zip(big.positions, big.owners, strict=True))
+
+
+def test_ring_lookup_wraps_past_the_last_point() -> None:
+    ring = Ring(["a-0", "a-1"], vnodes=8)
+    assert ring.slot(ring.positions[-1]) == 0
+    assert ring.primary(2**64 - 1) == ring.owners[0]
+    assert ring.primary(ring.positions[0] - 1) == ring.owners[0]
+
+
+@given(st.integers(min_value=0, max_value=2**64 - 1))
+@settings(max_examples=50, deadline=None)
+def test_rendezvous_winner_heads_its_ranking(point: int) -> None:
+    seeds = rendezvous_seeds([f"a-{i}" for i in range(7)])
+    ranking = rendezvous_ranking(point, seeds)
+    assert sorted(ranking) == list(range(7))
+    assert ranking[0] == rendezvous_winner(point, seeds)
