@@ -55,7 +55,7 @@ class ShardingSpec(StrictModel):
     targets_per_shard: int = Field(default=12, ge=1)
     replication_factor: int = Field(default=1, ge=1, le=3)
     load_factor: float = Field(default=1.05, ge=1.0, le=2.0, description="c in 'no shard above c x mean'")
-    algorithm: Literal["bounded-rendezvous"] = "bounded-rendezvous"
+    algorithm: Literal["bounded-ring", "bounded-rendezvous"] = "bounded-ring"
 
 
 class JobSpec(StrictModel):

@@ -1,4 +1,4 @@
-"""``gpufed bench sharding``: a thin command over ``sharder.bench.run_sharding_bench``."""
+"""``gpufed bench sharding`` and ``gpufed bench render``: thin commands over the sharder benches."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from rich.table import Table
 
 from sharder.assign import ALGORITHM, STRATEGIES
 from sharder.bench import MAX_TARGETS, run_sharding_bench
+from sharder.bench_render import run_render_bench
 
 
 def sharding(
@@ -28,11 +29,27 @@ def sharding(
     if as_json:
         typer.echo(json.dumps(result, sort_keys=True))
         return
-    Console().print(_table(result))
+    Console().print(
+        _table(result, title=f"sharding: {result['targets']} targets on {result['shards']} shards")
+    )
 
 
-def _table(result: dict[str, Any]) -> Table:
-    table = Table(title=f"sharding: {result['targets']} targets on {result['shards']} shards")
+def render(
+    children: Annotated[int, typer.Option(min=1, max=2000, help="child configs to render")] = 100,
+    workers: Annotated[int, typer.Option(min=1, max=64, help="concurrent promtool checks")] = 8,
+    no_check: Annotated[bool, typer.Option("--no-check", help="skip promtool")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Time assign, render, write and promtool-check of N child configs."""
+    result = run_render_bench(children=children, workers=workers, check=not no_check)
+    if as_json:
+        typer.echo(json.dumps(result, sort_keys=True))
+        return
+    Console().print(_table(result, title=f"render: {children} children"))
+
+
+def _table(result: dict[str, Any], *, title: str) -> Table:
+    table = Table(title=title)
     table.add_column("figure")
     table.add_column("value", justify="right")
     for key, value in result.items():
@@ -42,3 +59,4 @@ def _table(result: dict[str, Any]) -> Table:
 
 def register(bench_app: typer.Typer) -> None:
     bench_app.command("sharding")(sharding)
+    bench_app.command("render")(render)

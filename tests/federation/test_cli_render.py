@@ -191,4 +191,4 @@ def test_pipeline_render_refuses_an_algorithm_switch(tmp_path: Path, promtool: s
     with pytest.raises(AssignmentError, match="--allow-algorithm-change"):
         pipeline.render(spec, targets, out=out, checker=None)
     again = pipeline.render(spec, targets, out=out, checker=Promtool(promtool), allow_algorithm_change=True)
-    assert again.assignment.algorithm == "bounded-rendezvous"
+    assert again.assignment.algorithm == "bounded-ring"
