@@ -1,0 +1,66 @@
+"""The README's commands are the product's front door: run them as written."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+GPUFED = [sys.executable, "-m", "federation.cli"]
+
+
+def section(title: str) -> str:
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", README, flags=re.M | re.S)
+    assert match, f"README has no '## {title}' section"
+    return match.group(1)
+
+
+def sh_blocks(text: str) -> list[str]:
+    return [block.strip() for block in re.findall(r"```sh\n(.*?)```", text, flags=re.S)]
+
+
+def test_quick_start_has_exactly_the_two_setup_commands() -> None:
+    assert sh_blocks(section("Quick start")) == ["bash scripts/demo.sh", "bash scripts/test.sh"]
+    assert "bash scripts/test.sh" in (ROOT / ".ci/run").read_text(encoding="utf-8")
+
+
+def demo_render_args() -> list[str]:
+    """The gpufed command scripts/demo.sh runs, without the trailing "$@"."""
+    line = next(
+        line for line in (ROOT / "scripts/demo.sh").read_text().splitlines() if line.startswith("gpufed ")
+    )
+    args = shlex.split(line)[1:]
+    return [arg for arg in args if arg != "$@"]
+
+
+def test_demo_command_renders_the_bundled_example(tmp_path: Path, promtool: str, amtool: str) -> None:
+    args = demo_render_args()
+    assert args[:1] == ["render"]
+    args[args.index("--out") + 1] = str(tmp_path / "out")
+    done = subprocess.run(
+        [*GPUFED, *args, "--json"], cwd=ROOT, capture_output=True, text=True, check=False, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["targets"] == 620
+    assert summary["checked"] == summary["children"] == 26
+    assert (tmp_path / "out/alertmanager/alertmanager.yml").is_file()
+
+
+def test_benchmark_command_prints_json() -> None:
+    (command,) = sh_blocks(section("Benchmarks"))[:1]
+    args = shlex.split(command)
+    assert args[0].endswith("gpufed")
+    # Same command, fewer movement trials so the suite stays fast.
+    done = subprocess.run(
+        [*GPUFED, *args[1:], "--trials", "2"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert figures["targets"] == 100_000
+    assert figures["max_over_mean"] <= 1.05 + 1e-9
