@@ -17,7 +17,7 @@ from exporter.simulated import SimulatedBackend
 
 GOLDEN = Path(__file__).parent / "golden"
 T0 = 1_700_000_000.0
-UPDATE = os.environ.get("GPUFED_UPDATE_GOLDEN") == "1"
+UPDATE = os.environ.get("GPUFED_REGEN_GOLDEN") == "1"
 
 
 def render(*, gpus: int = 2, families=None, policy: LabelPolicy | None = None, steps=(0.0, 3600.0),
@@ -45,7 +45,7 @@ def test_golden_bytes_of_seeded_snapshot() -> None:
     path = GOLDEN / "simulated_2gpu.prom"
     if UPDATE:
         path.write_bytes(body)
-    assert body == path.read_bytes(), "regenerate with GPUFED_UPDATE_GOLDEN=1 and review the diff"
+    assert body == path.read_bytes(), "regenerate with GPUFED_REGEN_GOLDEN=1 and review the diff"
 
 
 def test_golden_has_xids_and_self_metrics() -> None:
