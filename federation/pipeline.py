@@ -56,6 +56,8 @@ class RenderResult:
     manifest: dict[str, Any]
     checked: int
     """Child configs promtool accepted; 0 when checking was skipped."""
+    alerting_checked: bool = False
+    """amtool accepted ``alertmanager/alertmanager.yml``."""
 
 
 def load_inputs(spec_path: str | Path, inventory_path: str | Path) -> tuple[GpufedSpec, list[Target]]:
@@ -100,18 +102,25 @@ def render(
     bundle = build_bundle(spec, targets, assignment, parts=parts)
     configs = output.prometheus_configs(bundle)
     checked = 0
+    alerting_checked = False
 
     def validate(root: Path) -> None:
-        nonlocal checked
+        nonlocal checked, alerting_checked
         if checker is not None:
             checked = check_all(checker, root, configs, agent=spec.children.agent_mode, workers=workers)
         if alert_checker is not None and ALERTMANAGER_FILE in bundle:
             alert_checker.check_config(root / ALERTMANAGER_FILE)
+            alerting_checked = True
 
     written = output.write_tree(out, bundle, validate=validate)
     manifest = json.loads(bundle[output.MANIFEST_FILE])
     return RenderResult(
-        out=written, assignment=assignment, previous=previous, manifest=manifest, checked=checked
+        out=written,
+        assignment=assignment,
+        previous=previous,
+        manifest=manifest,
+        checked=checked,
+        alerting_checked=alerting_checked,
     )
 
 
@@ -148,6 +157,7 @@ def summary(result: RenderResult) -> dict[str, Any]:
         "shards": len(assignment.shards),
         "targets": len(assignment.targets),
         "checked": result.checked,
+        "alerting_checked": result.alerting_checked,
         "moved": counts.moved,
         "added": counts.added,
         "removed": counts.removed,

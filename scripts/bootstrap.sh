@@ -22,7 +22,12 @@ fi
 stamp=.venv/.gpufed-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "bootstrap: installing gpufed and dev tools into .venv" >&2
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  log=.venv/install.log
+  if ! { .venv/bin/python -m pip install --upgrade pip \
+         && .venv/bin/python -m pip install -e '.[dev]'; } >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "bootstrap: pip install failed; full log in $log" >&2
+    exit 1
+  fi
   touch "$stamp"
 fi

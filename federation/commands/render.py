@@ -119,6 +119,8 @@ def print_render_summary(info: dict[str, Any]) -> None:
         )
     console.print(table)
     checked = f"promtool checked {info['checked']} configs" if info["checked"] else "configs not checked"
+    if info["alerting_checked"]:
+        checked += ", amtool checked alertmanager.yml"
     moved = "first run" if info["first_run"] else f"{info['moved']} targets moved"
     console.print(f"{checked}; {moved}")
 
