@@ -76,7 +76,9 @@ class NvmlBackend:
             self._devices = tuple(self._describe(i, h) for i, h in enumerate(self._handles))
             self._driver = _text(nvml.nvmlSystemGetDriverVersion())
         except nvml.NVMLError as exc:
-            raise BackendError(f"NVML initialisation failed: {exc}") from exc
+            raise BackendError(
+                f"NVML initialisation failed: {exc} (no NVIDIA driver here? try --backend simulated)"
+            ) from exc
         self._events: list[XidEvent] = []
         self._events_lock = threading.Lock()
         self._gpm_prev: dict[int, Any] = {}

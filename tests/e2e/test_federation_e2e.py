@@ -1,0 +1,277 @@
+"""End to end: simulated fleet -> rendered child Prometheus servers -> remote_write -> master.
+
+One stack per module, on loopback: a 12-node x 2-GPU simulated fleet over two regions
+(every node behind ``/nodes/<node>/metrics`` on one port, so targets differ only in
+``__metrics_path__`` and need an explicit ``identity``), a master Prometheus with the
+remote-write receiver, and one child Prometheus per rendered child dir, started from
+another cwd so file_sd's relative paths must resolve against the config file's dir.
+
+``test_every_node_arrives_once_with_its_shard_labels`` checks the steady state against
+whatever assignment is current; ``test_added_shard_moves_only_its_share`` re-renders with
+one more shard, reloads the children by SIGHUP and checks the master converges.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from conftest import require_tool
+from prom_process import PrometheusProcess, poll
+
+from exporter.fleet import FleetApp, fleet_nodes
+from exporter.settings import ExporterSettings
+from federation import pipeline
+from sharder.assignment import Assignment
+from sharder.inventory import Target
+from sharder.promtool import Promtool
+
+pytestmark = pytest.mark.e2e
+
+NODES = 12
+GPUS = 2
+REGIONS = {"region-0": 2, "region-1": 1}
+KEPT = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP"]
+DROPPED = "DCGM_FI_DEV_POWER_USAGE"  # served by every simulated node, not in the keep list
+CONVERGE_S = 30.0
+
+
+def dump(document: dict[str, Any]) -> str:
+    return yaml.safe_dump(document, sort_keys=True)
+
+
+def spec_document(*, master_port: int, shards: dict[str, int]) -> dict[str, Any]:
+    return {
+        "cluster": "e2e",
+        "regions": [{"name": name, "shards": count} for name, count in shards.items()],
+        "sharding": {"replication_factor": 1},
+        "jobs": [{"name": "gpu", "scrape_interval": "1s", "keep_metrics": KEPT}],
+        "remote_write": [
+            {
+                "name": "master",
+                "url": f"http://127.0.0.1:{master_port}/api/v1/write",
+                "queue_config": {"batch_send_deadline": "1s", "min_backoff": "100ms", "max_backoff": "1s"},
+            }
+        ],
+        "children": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+    }
+
+
+def inventory_document(fleet: FleetApp) -> dict[str, Any]:
+    return {
+        "targets": [
+            {
+                "address": "127.0.0.1",
+                "port": fleet.http.port,
+                "job": "gpu",
+                "node": node.name,
+                "region": node.region,
+                "rack": node.rack,
+                "team": node.team,
+                "gpus": GPUS,
+                "metrics_path": f"/nodes/{node.name}/metrics",
+                "identity": f"gpu/{node.name}",
+            }
+            for node in fleet.nodes.values()
+        ]
+    }
+
+
+@dataclass
+class Federation:
+    root: Path
+    prometheus: str
+    client: httpx.Client
+    master: PrometheusProcess
+    fleet: FleetApp
+    targets: list[Target]
+    assignment: Assignment
+    children: dict[str, PrometheusProcess] = field(default_factory=dict)
+
+    @property
+    def out(self) -> Path:
+        return self.root / "out"
+
+    @property
+    def spec_path(self) -> Path:
+        return self.root / "federation.yaml"
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.root / "inventory.yaml"
+
+    def write_spec(self, shards: dict[str, int]) -> None:
+        document = spec_document(master_port=self.master.port, shards=shards)
+        self.spec_path.write_text(dump(document), encoding="utf-8")
+
+    def start_child(self, child: str) -> PrometheusProcess:
+        process = PrometheusProcess(
+            self.prometheus,
+            config=self.out / "children" / child / "prometheus.yml",
+            data=self.root / "data" / child,
+            log=self.root / "logs" / f"{child}.log",
+            client=self.client,
+            cwd=self.root / "elsewhere",  # file_sd paths must not depend on the cwd
+        )
+        self.children[child] = process
+        process.start()
+        return process
+
+    def shard_of(self, node: str) -> str:
+        return self.assignment.targets[f"gpu/{node}"]
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    prometheus = require_tool("prometheus")
+    promtool = require_tool("promtool")
+    root = tmp_path_factory.mktemp("federation")
+    for sub in ("data", "logs", "elsewhere"):
+        (root / sub).mkdir()
+    (root / "master.yml").write_text("global: {scrape_interval: 1s}\n", encoding="utf-8")
+
+    settings = ExporterSettings(backend="simulated", gpus=GPUS, listen="127.0.0.1:0", collect_interval=0.5)
+    fleet = FleetApp(settings, fleet_nodes(NODES, regions=len(REGIONS)))
+    with httpx.Client(timeout=2.0) as client, PrometheusProcess(
+        prometheus,
+        config=root / "master.yml",
+        data=root / "data" / "master",
+        log=root / "logs" / "master.log",
+        client=client,
+        extra_args=("--web.enable-remote-write-receiver",),
+    ) as master:
+        fleet.start()
+        try:
+            spec_path, inventory_path = root / "federation.yaml", root / "inventory.yaml"
+            first_spec = spec_document(master_port=master.port, shards=REGIONS)
+            spec_path.write_text(dump(first_spec), encoding="utf-8")
+            inventory_path.write_text(dump(inventory_document(fleet)), encoding="utf-8")
+            spec, targets = pipeline.load_inputs(spec_path, inventory_path)
+            result = pipeline.render(spec, targets, out=root / "out", checker=Promtool(promtool))
+            assert result.checked == sum(REGIONS.values())
+            stack = Federation(root=root, prometheus=prometheus, client=client, master=master, fleet=fleet,
+                               targets=targets, assignment=result.assignment)
+            master.wait_ready()
+            try:
+                for entry in result.manifest["children"]:
+                    stack.start_child(entry["child"])
+                for child in stack.children.values():
+                    child.wait_ready()
+                yield stack
+            finally:
+                for child in stack.children.values():
+                    child.stop()
+        finally:
+            fleet.stop()
+
+
+def up_by_node(federation: Federation) -> dict[str, list[dict[str, str]]] | None:
+    """node -> label sets of its live ``up`` series at the master, once all nodes report 1."""
+    series = federation.master.query('up{job="gpu"}')
+    by_node: dict[str, list[dict[str, str]]] = {}
+    for sample in series:
+        if sample["value"][1] != "1":
+            return None
+        by_node.setdefault(sample["metric"]["node"], []).append(sample["metric"])
+    return by_node if len(by_node) == NODES else None
+
+
+def converged(federation: Federation) -> dict[str, list[dict[str, str]]] | None:
+    """``up_by_node`` once every node has exactly one series, from the shard that owns it."""
+    by_node = up_by_node(federation)
+    if by_node is None:
+        return None
+    for node, label_sets in by_node.items():
+        if [labels["shard"] for labels in label_sets] != [federation.shard_of(node)]:
+            return None
+    return by_node
+
+
+def test_every_node_arrives_once_with_its_shard_labels(federation: Federation) -> None:
+    by_node = poll(lambda: up_by_node(federation), timeout=CONVERGE_S, what="up == 1 for every node")
+    # Each child scrapes its shard's targets and nothing else...
+    for child, process in federation.children.items():
+        scraped = {f"gpu/{t['labels']['node']}" for t in process.active_targets()}
+        assert scraped == set(federation.assignment.members(child)), child
+    # ...so every node reaches the master exactly once: no target is scraped by two children.
+    assert sorted(by_node) == sorted(federation.fleet.nodes)
+    assert {node: len(sets) for node, sets in by_node.items()} == dict.fromkeys(federation.fleet.nodes, 1)
+    counts = federation.master.query('count by (node) (up{job="gpu"})')
+    assert {s["metric"]["node"]: s["value"][1] for s in counts} == dict.fromkeys(federation.fleet.nodes, "1")
+
+    fleet_port = federation.fleet.http.port
+    for node, (labels,) in by_node.items():
+        shard = federation.shard_of(node)
+        region = federation.assignment.shards[shard].region
+        assert labels["cluster"] == "e2e"
+        assert labels["shard"] == shard
+        assert labels["replica"] == "0"
+        # Region isolation: the node's own region is its shard's region.
+        assert labels["region"] == federation.fleet.nodes[node].region == region
+        assert labels["instance"] == f"127.0.0.1:{fleet_port}"
+
+    # __metrics_path__ took effect: each target's GPU series come from its own node's path.
+    def gpu_util() -> dict[str, int] | None:
+        series = federation.master.query("DCGM_FI_DEV_GPU_UTIL")
+        per_node = Counter(s["metric"]["node"] for s in series)
+        return dict(per_node) if len(per_node) == NODES else None
+
+    per_node = poll(gpu_util, timeout=CONVERGE_S, what="DCGM_FI_DEV_GPU_UTIL for every node")
+    assert per_node == dict.fromkeys(federation.fleet.nodes, GPUS)
+    for sample in federation.master.query("DCGM_FI_DEV_GPU_UTIL"):
+        assert sample["metric"]["Hostname"] == sample["metric"]["node"]
+        assert sample["metric"]["shard"] == federation.shard_of(sample["metric"]["node"])
+
+    # The keep list: a family every node serves is absent everywhere downstream.
+    some_node = next(iter(federation.fleet.nodes))
+    exposition = federation.client.get(f"http://127.0.0.1:{fleet_port}/nodes/{some_node}/metrics").text
+    assert f"\n{DROPPED}{{" in exposition
+    assert federation.master.query(DROPPED) == []
+    for process in federation.children.values():
+        assert process.query(DROPPED) == []
+    assert federation.master.query(f'count({{__name__=~"{"|".join(KEPT)}"}})')
+
+
+def test_added_shard_moves_only_its_share(federation: Federation) -> None:
+    poll(lambda: converged(federation), timeout=CONVERGE_S, what="initial federation converged")
+    old = federation.assignment
+    grown = {**REGIONS, "region-1": REGIONS["region-1"] + 1}
+    federation.write_spec(grown)
+    spec, targets = pipeline.load_inputs(federation.spec_path, federation.inventory_path)
+    assert targets == federation.targets
+
+    plan = pipeline.plan(spec, federation.targets, previous_dir=federation.out)
+    assert plan.added_shards == ["region-1-1"]
+    assert plan.removed_shards == [] and plan.added_targets == [] and plan.removed_targets == []
+    # Only region-1 changes, and only toward the new shard. Equal weights and a 1.05 load
+    # bound leave room for exactly half of region-1 on each of its two shards.
+    region_1 = [t for t in federation.targets if t.region == "region-1"]
+    assert {(m.from_shard, m.to_shard) for m in plan.moves} == {("region-1-0", "region-1-1")}
+    assert plan.counts.moved == len(region_1) // 2
+
+    result = pipeline.render(spec, federation.targets, out=federation.out,
+                             checker=Promtool(require_tool("promtool")))
+    assert result.previous == old
+    assert result.assignment.targets == {
+        **old.targets, **{m.identity: m.to_shard for m in plan.moves}
+    }
+    federation.assignment = result.assignment
+
+    for process in federation.children.values():
+        process.reload()
+    federation.start_child("region-1-1").wait_ready()
+
+    # Old owners stop scraping moved nodes and send staleness markers, so each node is
+    # again live exactly once, now labelled with its new shard.
+    by_node = poll(lambda: converged(federation), timeout=CONVERGE_S, what="master converged after reshard")
+    moved = {m.identity.removeprefix("gpu/") for m in plan.moves}
+    assert {node for node, (labels,) in by_node.items() if labels["shard"] == "region-1-1"} == moved
+    for child, process in federation.children.items():
+        scraped = {f"gpu/{t['labels']['node']}" for t in process.active_targets()}
+        assert scraped == set(federation.assignment.members(child)), child
