@@ -4,8 +4,11 @@
 
 Posts the storm to both replicas (as Prometheus does), waits until every alert shows up
 in a captured DingTalk message (or the timeout), then reports delivery, duplicates, the
-busiest robot-minute and relay latency. Runs from a source checkout: the capture server
-is ``tests/fakes/dingtalk_api.py``. Times are wall-clock; nothing is faked.
+busiest robot-minute and relay latency. The configs are gpufed's own: an ``AlertingSpec``
+(one region route and robot per region, ``${ENV}`` secrets) rendered by
+``render_alerting_bundle``, replicas started with ``ha.all_replica_flags``. Runs from a
+source checkout: the capture server is ``tests/fakes/dingtalk_api.py``. Times are
+wall-clock; nothing is faked.
 """
 
 from __future__ import annotations
@@ -22,10 +25,21 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from alertmanager.dingtalk.app import create_app
 from alertmanager.dingtalk.config import parse_config
-from alertmanager.dingtalk.harness import AlertmanagerHA, RelayThread, alertmanager_config, gpu_alert
+from alertmanager.dingtalk.harness import AlertmanagerHA, RelayThread, free_port, gpu_alert, loopback_replicas
+from alertmanager.models import (
+    AlertingSpec,
+    ReceiverSpec,
+    RegionRouteSpec,
+    RobotSpec,
+    SeverityTiming,
+    SeverityTimings,
+    Timing,
+)
+from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
 
 _ID = re.compile(r"alert_id=(a\d+)")
 Scope = MutableMapping[str, Any]
@@ -64,42 +78,64 @@ def _max_per_minute(times: list[float]) -> int:
     return max((bisect.bisect_left(ordered, t + 60) - i for i, t in enumerate(ordered)), default=0)
 
 
+def _env(region: str, what: str) -> str:
+    return f"BENCH_{region.upper().replace('-', '_')}_{what}"
+
+
+def bench_spec(capture_url: str, region_names: list[str], *, relay_port: int) -> AlertingSpec:
+    """One route and robot per region; group_wait 5s, one notification per group in the run."""
+    wait, interval, repeat = "5s", "10m", "1h"
+    each = SeverityTiming(group_wait=wait, group_interval=interval, repeat_interval=repeat)
+    return AlertingSpec(
+        relay_url=f"http://127.0.0.1:{relay_port}", relay_listen=f"127.0.0.1:{relay_port}",
+        replicas=loopback_replicas(2),
+        timing=Timing(group_wait=wait, group_interval=interval, repeat_interval=repeat),
+        severities=SeverityTimings(critical=each, warning=each, info=each),
+        robots=[RobotSpec(name=r, url=f"{capture_url}/robot/send?access_token=${{{_env(r, 'TOKEN')}}}",
+                          secret=f"${{{_env(r, 'SECRET')}}}", keywords=["告警"]) for r in region_names],
+        receivers=[ReceiverSpec(name="blackhole", robots=[region_names[0]])], default_receiver="blackhole",
+        routes=[RegionRouteSpec(region=r, robot=r) for r in region_names])
+
+
 def run(*, alerts: int, regions: int, alertnames: int, timeout: float) -> dict[str, Any]:
     fake_dingtalk = _capture_server()
     names = [f"GPUBench{k}" for k in range(alertnames)]
     region_names = [f"region-{r:02d}" for r in range(regions)]
-    storm = [gpu_alert(region=region_names[i % regions], node=f"node-{i // 8:05d}", gpu=i % 8,
-                       alertname=names[(i // regions) % alertnames], alert_id=f"a{i}") for i in range(alerts)]
+    storm = [gpu_alert(region=region_names[i % regions], cluster="bench", node=f"node-{i // 8:05d}",
+                       gpu=i % 8, alertname=names[(i // regions) % alertnames], alert_id=f"a{i}")
+             for i in range(alerts)]
     with fake_dingtalk() as api:
-        robots = {r: {"url": api.add_robot(f"tok-{r}", secret=f"SEC{r}-bench", keywords=["告警"]),
-                      "secret": f"SEC{r}-bench", "keywords": ["告警"], "rate_per_minute": 18}
-                  for r in region_names}
-        config = parse_config({"max_wait": "8s", "robots": robots}, env={})
+        env: dict[str, str] = {}
+        for r in region_names:
+            env |= {_env(r, "TOKEN"): f"tok-{r}", _env(r, "SECRET"): f"SEC{r}-bench"}
+            api.add_robot(f"tok-{r}", secret=f"SEC{r}-bench", keywords=["告警"])
+        relay_port = free_port()
+        alerting = bench_spec(api.base_url, region_names, relay_port=relay_port)
+        bundle = render_alerting_bundle(alerting, cluster="bench", regions=region_names)
+        config = parse_config(yaml.safe_load(bundle[RELAY_FILE]), env=env)
         relay_app = create_app(config)
         timed = Timed(relay_app)
-        with RelayThread(timed) as relay:  # type: ignore[arg-type]
-            am_config = alertmanager_config(relay.url, {r: r for r in region_names}, group_wait="5s",
-                                            group_interval="10m", repeat_interval="1h")
-            with AlertmanagerHA(am_config, peer_timeout="2s") as am:
-                start = time.monotonic()
-                for batch in range(0, len(storm), 500):
-                    am.post_alerts(storm[batch:batch + 500])
-                posted = time.monotonic() - start
-                seen: Counter[str] = Counter()
-                deadline = start + timeout
-                all_in_at: float | None = None
-                while time.monotonic() < deadline:
-                    seen = Counter(i for r in region_names for m in api.messages(f"tok-{r}")
-                                   for i in _ID.findall(m["markdown"]["text"]))
-                    if len(seen) >= alerts:
-                        all_in_at = time.monotonic() - start
-                        break
-                    time.sleep(0.5)
-                time.sleep(4)  # past both replicas' peer timeouts: late duplicates would land now
+        with RelayThread(timed, port=relay_port) as relay, AlertmanagerHA(  # type: ignore[arg-type]
+                alerting, config=bundle[ALERTMANAGER_FILE], peer_timeout="2s") as am:
+            start = time.monotonic()
+            for batch in range(0, len(storm), 500):
+                am.post_alerts(storm[batch:batch + 500])
+            posted = time.monotonic() - start
+            seen: Counter[str] = Counter()
+            deadline = start + timeout
+            all_in_at: float | None = None
+            while time.monotonic() < deadline:
                 seen = Counter(i for r in region_names for m in api.messages(f"tok-{r}")
                                for i in _ID.findall(m["markdown"]["text"]))
-                total = time.monotonic() - start
-                metrics = httpx.get(f"{relay.url}/metrics").text
+                if len(seen) >= alerts:
+                    all_in_at = time.monotonic() - start
+                    break
+                time.sleep(0.5)
+            time.sleep(4)  # past both replicas' peer timeouts: late duplicates would land now
+            seen = Counter(i for r in region_names for m in api.messages(f"tok-{r}")
+                           for i in _ID.findall(m["markdown"]["text"]))
+            total = time.monotonic() - start
+            metrics = httpx.get(f"{relay.url}/metrics").text
         per_robot = {r: api.robots[f"tok-{r}"] for r in region_names}
     return {
         "alerts_sent": alerts, "regions": regions, "robots": regions, "alertnames": alertnames,
@@ -116,7 +152,8 @@ def run(*, alerts: int, regions: int, alertnames: int, timeout: float) -> dict[s
         "post_seconds": round(posted, 2),
         "seconds_to_all_delivered": None if all_in_at is None else round(all_in_at, 2),
         "duration_seconds": round(total, 2),
-        "note": "wall clock, no fakes; group_wait 5s; includes 4s quiet period to catch late duplicates",
+        "note": "wall clock, no fakes; rendered configs, group_wait 5s; includes 4s quiet period to catch"
+                " late duplicates",
     }
 
 

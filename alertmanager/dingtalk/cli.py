@@ -16,10 +16,19 @@ import typer
 import uvicorn
 
 from alertmanager.dingtalk.app import create_app, reload_config
+from alertmanager.dingtalk.client import redact
 from alertmanager.dingtalk.config import load_config
 from alertmanager.dingtalk.errors import ConfigError
 
 cli = typer.Typer(add_completion=False, help="Relay Alertmanager webhooks to DingTalk custom robots.")
+
+
+class RedactFilter(logging.Filter):
+    """httpx logs every request URL at INFO, and a robot URL carries its access_token and sign."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = redact(record.getMessage()), None
+        return True
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -40,6 +49,8 @@ def run(
 ) -> None:
     """Serve ``POST /dingtalk/{robot}/send``, ``/metrics``, ``/healthz``, ``/readyz``."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactFilter())
     try:
         relay_config = load_config(config)
     except ConfigError as exc:

@@ -1,7 +1,10 @@
-"""Real-process harness: an Alertmanager 0.25 HA pair and the relay on loopback.
+"""Real-process harness: an Alertmanager 0.25 HA set and the relay on loopback.
 
-Used by ``tests/e2e/test_alertmanager_ha.py`` and ``bench``. Owns the subprocesses and
-always kills them on exit; ports are free loopback ports, state lives in a temp dir.
+Used by ``tests/e2e/test_alertmanager_ha.py`` and ``bench``. It runs what gpufed renders:
+the ``alertmanager.yml`` bytes from ``alertmanager.render`` and each replica's flags from
+``alertmanager.ha.all_replica_flags`` (replicas on free loopback ports, see
+``loopback_replicas``); it adds only flags that shorten gossip timings for tests. Owns the
+subprocesses and always kills them on exit; state lives in a temp dir.
 """
 
 from __future__ import annotations
@@ -18,8 +21,16 @@ from typing import Any
 
 import httpx
 import uvicorn
-import yaml
 from fastapi import FastAPI
+
+from alertmanager import ha
+from alertmanager.models import AlertingSpec, ReplicaSpec
+from alertmanager.render import render_alertmanager_config
+from sharder.output import dump_yaml
+
+#: Test-only timings; the rendered flags leave these at Alertmanager's defaults.
+FAST_GOSSIP = ("--cluster.settle-timeout=2s", "--cluster.gossip-interval=50ms",
+               "--cluster.pushpull-interval=1s")
 
 
 def free_port() -> int:
@@ -28,54 +39,40 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def alertmanager_config(relay_url: str, regions: dict[str, str], *, group_wait: str = "1s",
-                        group_interval: str = "2s", repeat_interval: str = "1h") -> dict[str, Any]:
-    """Route each region to its robot's relay endpoint; NodeDown inhibits a node's GPU alerts."""
-    return {
-        "route": {"receiver": "blackhole", "group_by": ["region", "alertname"], "group_wait": group_wait,
-                  "group_interval": group_interval, "repeat_interval": repeat_interval,
-                  "routes": [{"matchers": [f'region="{region}"'], "receiver": f"dingtalk-{robot}"}
-                             for region, robot in sorted(regions.items())]},
-        "receivers": [{"name": "blackhole"}] + [
-            {"name": f"dingtalk-{robot}", "webhook_configs": [
-                {"url": f"{relay_url}/dingtalk/{robot}/send", "send_resolved": True, "max_alerts": 0}]}
-            for robot in sorted(set(regions.values()))],
-        "inhibit_rules": [{"source_matchers": ['alertname="NodeDown"'],
-                           "target_matchers": ['alertname=~"GPU.*"'], "equal": ["node"]}],
-    }
+def loopback_replicas(count: int = 2) -> list[ReplicaSpec]:
+    """An HA set on free loopback ports, for ``AlertingSpec.replicas``."""
+    return [ReplicaSpec(name=f"am-{i}", host="127.0.0.1", port=free_port(), cluster_port=free_port())
+            for i in range(count)]
 
 
 class AlertmanagerHA:
-    """Two gossiping ``prometheus-alertmanager`` replicas; ``urls`` once entered."""
+    """One ``prometheus-alertmanager`` per replica of ``alerting``, gossiping; ``urls`` once entered.
 
-    def __init__(self, config: dict[str, Any], *, peer_timeout: str = "1s",
+    ``config`` is the file content to run, by default ``render_alertmanager_config(alerting)``
+    dumped as ``gpufed render`` dumps it; pass the bundle's bytes to run exactly those.
+    """
+
+    def __init__(self, alerting: AlertingSpec, *, config: bytes | None = None, peer_timeout: str = "1s",
                  binary: str = "prometheus-alertmanager") -> None:
-        self.config = config
+        self.alerting = alerting
+        self.config = config if config is not None else dump_yaml(render_alertmanager_config(alerting))
+        self.flags = ha.all_replica_flags(alerting)
         self.peer_timeout = peer_timeout
         self.binary = shutil.which(binary) or binary
         self.dir = Path(tempfile.mkdtemp(prefix="gpufed-am-"))
         self.config_path = self.dir / "alertmanager.yml"
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.urls: list[str] = []
+        self.urls = [f"http://{replica.address}" for replica in alerting.replicas]
 
     def __enter__(self) -> AlertmanagerHA:
-        self.config_path.write_text(yaml.safe_dump(self.config, sort_keys=True))
-        web, cluster = [free_port(), free_port()], [free_port(), free_port()]
+        self.config_path.write_bytes(self.config)
         try:
-            for i in (0, 1):
-                args = [
-                    self.binary, f"--config.file={self.config_path}",
-                    f"--storage.path={self.dir / f'data{i}'}",
-                    f"--web.listen-address=127.0.0.1:{web[i]}",
-                    f"--cluster.listen-address=127.0.0.1:{cluster[i]}",
-                    f"--cluster.advertise-address=127.0.0.1:{cluster[i]}",
-                    f"--cluster.peer=127.0.0.1:{cluster[1 - i]}", "--cluster.settle-timeout=2s",
-                    "--cluster.gossip-interval=50ms", "--cluster.pushpull-interval=1s",
-                    f"--cluster.peer-timeout={self.peer_timeout}", "--log.level=warn",
-                ]
-                with (self.dir / f"am{i}.log").open("wb") as log:
+            for name, flags in self.flags.items():
+                args = [self.binary, f"--config.file={self.config_path}",
+                        f"--storage.path={self.dir / f'data-{name}'}", *flags, *FAST_GOSSIP,
+                        f"--cluster.peer-timeout={self.peer_timeout}", "--log.level=warn"]
+                with (self.dir / f"{name}.log").open("wb") as log:
                     self.procs.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT))
-                self.urls.append(f"http://127.0.0.1:{web[i]}")
             self._wait_clustered()
         except BaseException:
             self.__exit__()
@@ -87,17 +84,18 @@ class AlertmanagerHA:
         while time.monotonic() < deadline:
             try:
                 states = [httpx.get(f"{url}/api/v2/status", timeout=1).json()["cluster"] for url in self.urls]
-                if all(s["status"] == "ready" and len(s.get("peers") or []) == 2 for s in states):
+                size = len(self.urls)
+                if all(s["status"] == "ready" and len(s.get("peers") or []) == size for s in states):
                     return
             except (httpx.HTTPError, KeyError, ValueError):
                 pass
             if any(proc.poll() is not None for proc in self.procs):
                 raise RuntimeError(f"alertmanager exited: {self.logs()}")
             time.sleep(0.1)
-        raise TimeoutError(f"alertmanager pair did not cluster in {timeout}s: {self.logs()}")
+        raise TimeoutError(f"alertmanager replicas did not cluster in {timeout}s: {self.logs()}")
 
     def logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace")[-2000:] for p in sorted(self.dir.glob("am*.log")))
+        return "\n".join(p.read_text(errors="replace")[-2000:] for p in sorted(self.dir.glob("*.log")))
 
     def post_alerts(self, alerts: Sequence[dict[str, Any]]) -> None:
         """Post to BOTH replicas, as Prometheus does with an HA Alertmanager."""
@@ -105,9 +103,10 @@ class AlertmanagerHA:
             httpx.post(f"{url}/api/v2/alerts", json=list(alerts), timeout=30).raise_for_status()
 
     def __exit__(self, *exc: object) -> None:
+        # One at a time: a replica leaving the gossip mesh waits for a live peer's ack, so
+        # stopping all at once makes each sit out its 10 s leave timeout.
         for proc in self.procs:
             proc.terminate()
-        for proc in self.procs:
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -119,8 +118,8 @@ class AlertmanagerHA:
 class RelayThread:
     """The relay app under uvicorn in a daemon thread (uvicorn skips signal handlers there)."""
 
-    def __init__(self, app: FastAPI) -> None:
-        self.port = free_port()
+    def __init__(self, app: FastAPI, *, port: int | None = None) -> None:
+        self.port = port if port is not None else free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
@@ -140,9 +139,14 @@ class RelayThread:
         self.thread.join(timeout=10)
 
 
-def gpu_alert(*, region: str, node: str, alertname: str = "GPUXidError", gpu: int = 0,
+def gpu_alert(*, region: str, node: str, cluster: str, alertname: str = "GPUXidError",
+              severity: str = "critical", component: str = "gpu", gpu: int | None = 0,
               **labels: str) -> dict[str, Any]:
-    """An alert as Prometheus posts it to ``/api/v2/alerts``."""
-    return {"labels": {"alertname": alertname, "region": region, "node": node, "gpu": str(gpu), **labels},
-            "annotations": {"summary": f"{alertname} on {node} gpu {gpu}"},
+    """An alert as Prometheus posts it to ``/api/v2/alerts``, labelled as the rule pack does."""
+    base = {"alertname": alertname, "severity": severity, "component": component, "region": region,
+            "cluster": cluster, "node": node}
+    if gpu is not None:
+        base["gpu"] = str(gpu)
+    return {"labels": {**base, **labels},
+            "annotations": {"summary": f"{alertname} on {node}" + ("" if gpu is None else f" gpu {gpu}")},
             "generatorURL": "http://prometheus:9090/graph"}

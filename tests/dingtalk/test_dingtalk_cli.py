@@ -1,14 +1,15 @@
-"""The CLI through typer's runner: config check, bad config, listen parsing."""
+"""The CLI through typer's runner: config check, bad config, listen parsing, log redaction."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
-from alertmanager.dingtalk.cli import cli, parse_listen
+from alertmanager.dingtalk.cli import RedactFilter, cli, parse_listen
 
 CONFIG = """
 robots:
@@ -40,3 +41,13 @@ def test_parse_listen() -> None:
     assert parse_listen("[::1]:9000") == ("::1", 9000)
     with pytest.raises(typer.BadParameter):
         parse_listen("8060")
+
+
+def test_log_filter_redacts_robot_urls() -> None:
+    # What httpx logs for every request the relay makes to a robot.
+    record = logging.LogRecord("httpx", logging.INFO, __file__, 1, 'HTTP Request: %s %s "%s"',
+                               ("POST", "https://oapi.dingtalk.com/robot/send?access_token=tok-abc&timestamp=1"
+                                "&sign=c2ln%3D", "HTTP/1.1 200 OK"), None)
+    assert RedactFilter().filter(record)
+    assert record.getMessage() == ('HTTP Request: POST https://oapi.dingtalk.com/robot/send?access_token=<redacted>'
+                                   '&timestamp=1&sign=<redacted> "HTTP/1.1 200 OK"')

@@ -1,31 +1,62 @@
-"""End to end: real Alertmanager 0.25 HA pair -> relay (uvicorn) -> DingTalk capture server.
+"""End to end: the rendered alerting bundle, run by real Alertmanager 0.25 replicas -> relay -> DingTalk.
 
-One pair, relay and capture server per module; each test owns a region (and robot) so
-messages do not mix. The capture server checks signatures and keywords like DingTalk.
+Nothing here is hand-written config: an ``AlertingSpec`` (replicas on free loopback ports,
+robots on the capture server with ``${ENV}`` secrets, test timings set through
+``severities``) goes through ``render_alerting_bundle``; the replicas run its
+``alertmanager.yml`` with flags from ``ha.all_replica_flags``, and the relay loads its
+``dingtalk.yml`` with an env mapping. Alerts carry the rule pack's labels so the DEFAULT
+inhibition rules apply. One HA set, relay and capture server per module; each test owns
+a region (and robot) so messages do not mix. The capture server checks signatures and
+keywords like DingTalk.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import yaml
 from conftest import require_tool
 from fakes.dingtalk_api import FakeDingTalk
 
+from alertmanager import amtool, ha
 from alertmanager.dingtalk.app import create_app
-from alertmanager.dingtalk.config import parse_config
-from alertmanager.dingtalk.harness import AlertmanagerHA, RelayThread, alertmanager_config, gpu_alert
+from alertmanager.dingtalk.config import RelayConfig, load_config
+from alertmanager.dingtalk.harness import AlertmanagerHA, RelayThread, free_port, gpu_alert, loopback_replicas
+from alertmanager.models import (
+    AlertingSpec,
+    ReceiverSpec,
+    RegionRouteSpec,
+    RobotSpec,
+    SeverityTiming,
+    SeverityTimings,
+    Timing,
+)
+from alertmanager.render import ALERTMANAGER_FILE, HA_FILE, RELAY_FILE, render_alerting_bundle
 
 pytestmark = pytest.mark.e2e
 
-REGIONS = ("e2e-dedup", "e2e-inhibit", "e2e-retry", "e2e-split")
-SECRET = "SECe2e-secret-for-capture"
+CLUSTER = "e2e"
+#: region -> its robot; the default receiver's robot gets alerts of any other region.
+ROBOTS = {"e2e-dedup": "dedup", "e2e-inhibit": "inhibit", "e2e-retry": "retry", "e2e-split": "split",
+          "cn-beijing": "bj-oncall", "cn-shanghai": "sh-oncall"}
+DEFAULT_ROBOT = "sre"
+KEYWORD = "告警"
+#: Sub-minute timings are valid spec durations; every severity gets them so no alert waits.
+FAST = SeverityTiming(group_wait="1s", group_interval="2s", repeat_interval="1h")
+
+
+def env_name(robot: str, what: str) -> str:
+    return f"E2E_{robot.upper().replace('-', '_')}_{what}"
+
+
+def env_ref(robot: str, what: str) -> str:
+    return "${" + env_name(robot, what) + "}"
 
 
 @dataclass
@@ -33,23 +64,58 @@ class Stack:
     api: FakeDingTalk
     am: AlertmanagerHA
     relay: RelayThread
-    tokens: dict[str, str]
+    bundle: dict[str, bytes]
+    relay_config: RelayConfig
+    env: dict[str, str]
+    tokens: dict[str, str]  # robot -> access token
 
-    def messages(self, region: str) -> list[dict[str, Any]]:
-        return self.api.messages(self.tokens[region])
+    def messages(self, robot: str) -> list[dict[str, Any]]:
+        return self.api.messages(self.tokens[robot])
+
+    def texts(self, robot: str) -> list[str]:
+        return [m["markdown"]["text"] for m in self.messages(robot)]
+
+
+def alerting_spec(capture_url: str, *, relay_port: int) -> AlertingSpec:
+    robots = [*ROBOTS.values(), DEFAULT_ROBOT]
+    return AlertingSpec(
+        relay_url=f"http://127.0.0.1:{relay_port}",
+        relay_listen=f"127.0.0.1:{relay_port}",
+        replicas=loopback_replicas(2),
+        timing=Timing(group_wait=FAST.group_wait, group_interval=FAST.group_interval,
+                      repeat_interval=FAST.repeat_interval),
+        severities=SeverityTimings(critical=FAST, warning=FAST, info=FAST),
+        robots=[RobotSpec(name=robot, url=f"{capture_url}/robot/send?access_token={env_ref(robot, 'TOKEN')}",
+                          secret=env_ref(robot, "SECRET"), keywords=[KEYWORD]) for robot in robots],
+        receivers=[ReceiverSpec(name="sre", robots=[DEFAULT_ROBOT])],
+        default_receiver="sre",
+        routes=[RegionRouteSpec(region=region, robot=robot) for region, robot in ROBOTS.items()],
+    )
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     binary = require_tool("prometheus-alertmanager")
+    out = tmp_path_factory.mktemp("alerting")
     with FakeDingTalk() as api:
-        tokens = {region: f"tok-{region}" for region in REGIONS}
-        robots = {region: {"url": api.add_robot(tokens[region], secret=SECRET, keywords=["告警"]),
-                           "secret": SECRET, "keywords": ["告警"]} for region in REGIONS}
-        config = parse_config({"max_wait": "3s", "dedup_window": "5m", "robots": robots}, env={})
-        with RelayThread(create_app(config)) as relay, AlertmanagerHA(
-                alertmanager_config(relay.url, {r: r for r in REGIONS}), binary=binary) as am:
-            yield Stack(api=api, am=am, relay=relay, tokens=tokens)
+        relay_port = free_port()
+        alerting = alerting_spec(api.base_url, relay_port=relay_port)
+        bundle = render_alerting_bundle(alerting, cluster=CLUSTER, regions=list(ROBOTS))
+        for path, content in bundle.items():
+            (out / path).parent.mkdir(parents=True, exist_ok=True)
+            (out / path).write_bytes(content)
+        env: dict[str, str] = {}
+        tokens: dict[str, str] = {}
+        for robot in alerting.robots:
+            token, secret = f"tok-{robot.name}-e2e", f"SEC{robot.name}-e2e-secret"
+            env |= {env_name(robot.name, "TOKEN"): token, env_name(robot.name, "SECRET"): secret}
+            tokens[robot.name] = token
+            api.add_robot(token, secret=secret, keywords=[KEYWORD])
+        config = load_config(out / RELAY_FILE, env=env)
+        with RelayThread(create_app(config), port=relay_port) as relay, AlertmanagerHA(
+                alerting, config=bundle[ALERTMANAGER_FILE], binary=binary) as am:
+            yield Stack(api=api, am=am, relay=relay, bundle=bundle, relay_config=config, env=env,
+                        tokens=tokens)
 
 
 def wait_for(check: Callable[[], bool], *, timeout: float = 15.0) -> None:
@@ -60,67 +126,106 @@ def wait_for(check: Callable[[], bool], *, timeout: float = 15.0) -> None:
         time.sleep(0.1)
 
 
-def texts(stack: Stack, region: str) -> list[str]:
-    return [m["markdown"]["text"] for m in stack.messages(region)]
+def test_rendered_config_passes_amtool_and_routes_regions(stack: Stack) -> None:
+    tool = require_tool("amtool")
+    amtool.check_config(stack.am.config_path, amtool=tool)
+    assert stack.am.config_path.read_bytes() == stack.bundle[ALERTMANAGER_FILE]
+    labels = {"alertname": "GPUXidError", "severity": "critical", "cluster": CLUSTER, "node": "n"}
+
+    def receivers(region: str) -> list[str]:
+        return amtool.routes_test(stack.am.config_path, {**labels, "region": region}, amtool=tool)
+
+    assert receivers("cn-shanghai") == ["cn-shanghai-dingtalk"]
+    assert receivers("cn-nowhere") == ["sre"]
 
 
-def test_config_passes_amtool(stack: Stack) -> None:
-    amtool = require_tool("amtool")
-    command = [amtool, "check-config", str(stack.am.config_path)]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
+def test_replicas_run_the_rendered_flags(stack: Stack) -> None:
+    document = json.loads(stack.bundle[HA_FILE])
+    assert {name: r["flags"] for name, r in document["replicas"].items()} == stack.am.flags
+    assert stack.am.flags == ha.all_replica_flags(stack.am.alerting)
+
+
+def test_relay_file_keeps_secrets_in_the_environment(stack: Stack) -> None:
+    text = stack.bundle[RELAY_FILE].decode()
+    assert "${E2E_SH_ONCALL_TOKEN}" in text and "${E2E_SH_ONCALL_SECRET}" in text
+    assert not any(value in text for value in stack.env.values())
+    robots = {*ROBOTS.values(), DEFAULT_ROBOT}
+    assert set(yaml.safe_load(text)["robots"]) == set(stack.relay_config.robots) == robots
+    url = stack.relay_config.robots["sh-oncall"].url.get_secret_value()
+    assert url == f"{stack.api.base_url}/robot/send?access_token=tok-sh-oncall-e2e"
 
 
 def test_one_message_per_group_despite_two_replicas(stack: Stack) -> None:
-    region = "e2e-dedup"
-    stack.am.post_alerts([gpu_alert(region=region, node=f"n{i}", gpu=i) for i in range(3)]
-                         + [gpu_alert(region=region, node="n0", alertname="GPUHighTemp")])
+    region, robot = "e2e-dedup", ROBOTS["e2e-dedup"]
+    xid = [gpu_alert(region=region, cluster=CLUSTER, node=f"n{i}", gpu=i) for i in range(3)]
+    hot = gpu_alert(region=region, cluster=CLUSTER, node="n0", alertname="GPUTemperatureHigh",
+                    severity="warning")
+    stack.am.post_alerts([*xid, hot])
 
     def headings() -> list[str]:  # one per group; the relay may merge groups into one message
-        return sorted(re.findall(r"^### (.*)$", "\n".join(texts(stack, region)), flags=re.M))
+        return sorted(re.findall(r"^### (.*)$", "\n".join(stack.texts(robot)), flags=re.M))
 
     wait_for(lambda: len(headings()) >= 2)
     time.sleep(3)  # past the second replica's peer timeout: a duplicate would have arrived by now
-    assert headings() == [f"[FIRING:1] GPUHighTemp {region}", f"[FIRING:3] GPUXidError {region}"]
-    assert stack.api.robots[stack.tokens[region]].rejected == [], "signature and keyword accepted"
+    # Group labels are the spec's group_by (alertname, region, cluster), in Alertmanager's key order.
+    assert headings() == [f"[FIRING:1] GPUTemperatureHigh {CLUSTER} {region}",
+                          f"[FIRING:3] GPUXidError {CLUSTER} {region}"]
+    assert stack.api.robots[stack.tokens[robot]].rejected == [], "signature and keyword accepted"
 
 
 def test_node_down_inhibits_that_nodes_gpu_alerts(stack: Stack) -> None:
-    region = "e2e-inhibit"
-    stack.am.post_alerts([gpu_alert(region=region, node="dead", alertname="NodeDown"),
-                          gpu_alert(region=region, node="dead", gpu=1),
-                          gpu_alert(region=region, node="alive", gpu=2)])
-    wait_for(lambda: all(name in "".join(texts(stack, region)) for name in ("GPUXidError", "NodeDown")))
+    region, robot = "e2e-inhibit", ROBOTS["e2e-inhibit"]
+    stack.am.post_alerts([
+        gpu_alert(region=region, cluster=CLUSTER, node="dead", alertname="NodeDown", component="node",
+                  gpu=None),
+        gpu_alert(region=region, cluster=CLUSTER, node="dead", gpu=1),
+        gpu_alert(region=region, cluster=CLUSTER, node="alive", gpu=2)])
+    wait_for(lambda: all(name in "".join(stack.texts(robot)) for name in ("GPUXidError", "NodeDown")))
     time.sleep(2)
-    body = "\n".join(texts(stack, region))
+    body = "\n".join(stack.texts(robot))
     assert "NodeDown" in body
     gpu_lines = [line for line in body.splitlines() if line.startswith("- **GPUXidError**")]
     assert gpu_lines and all("node=alive" in line for line in gpu_lines)
 
 
+def test_region_routes_reach_their_own_robot(stack: Stack) -> None:
+    nodes = {"cn-shanghai": "sh-node-1", "cn-beijing": "bj-node-1", "cn-nowhere": "lost-node-1"}
+    stack.am.post_alerts([gpu_alert(region=region, cluster=CLUSTER, node=node,
+                                    alertname="GPUEccDoubleBitErrors") for region, node in nodes.items()])
+    expect = {"sh-oncall": "sh-node-1", "bj-oncall": "bj-node-1", DEFAULT_ROBOT: "lost-node-1"}
+    wait_for(lambda: all(node in "".join(stack.texts(robot)) for robot, node in expect.items()))
+    time.sleep(2)  # a misrouted copy would have arrived by now
+    for robot in stack.tokens:
+        body = "".join(stack.texts(robot))
+        wanted = [expect[robot]] if robot in expect else []
+        assert [node for node in nodes.values() if node in body] == wanted, robot
+
+
 def test_130101_is_retried_until_delivered(stack: Stack) -> None:
-    region = "e2e-retry"
-    stack.api.script(stack.tokens[region], 130101)
-    stack.am.post_alerts([gpu_alert(region=region, node="r1")])
-    wait_for(lambda: len(stack.messages(region)) >= 1)
+    region, robot = "e2e-retry", ROBOTS["e2e-retry"]
+    stack.api.script(stack.tokens[robot], 130101)
+    stack.am.post_alerts([gpu_alert(region=region, cluster=CLUSTER, node="r1")])
+    wait_for(lambda: len(stack.messages(robot)) >= 1)
     time.sleep(2)
-    robot = stack.api.robots[stack.tokens[region]]
-    assert [code for code, _ in robot.rejected] == [130101]
-    assert len(robot.messages) == 1 and "node=r1" in robot.messages[0]["markdown"]["text"]
+    fake = stack.api.robots[stack.tokens[robot]]
+    assert [code for code, _ in fake.rejected] == [130101]
+    assert len(fake.messages) == 1 and "node=r1" in fake.messages[0]["markdown"]["text"]
 
 
 def test_large_group_split_under_20000_bytes(stack: Stack) -> None:
-    region = "e2e-split"
+    region, robot = "e2e-split", ROBOTS["e2e-split"]
     nodes = {f"big-{i:03d}" for i in range(400)}
-    stack.am.post_alerts([gpu_alert(region=region, node=n, gpu=i % 8) for i, n in enumerate(sorted(nodes))])
+    stack.am.post_alerts([gpu_alert(region=region, cluster=CLUSTER, node=n, gpu=i % 8)
+                          for i, n in enumerate(sorted(nodes))])
     delivered: set[str] = set()
 
     def all_in() -> bool:
-        delivered.update(n for t in texts(stack, region) for n in re.findall(r"node=(big-\d{3})", t))
+        delivered.update(n for t in stack.texts(robot) for n in re.findall(r"node=(big-\d{3})", t))
         return delivered == nodes
 
     wait_for(all_in)
-    assert len(stack.messages(region)) > 1
-    sizes = [len(json.dumps(m, ensure_ascii=False).encode()) for m in stack.messages(region)]
+    assert len(stack.messages(robot)) > 1
+    sizes = [len(json.dumps(m, ensure_ascii=False).encode()) for m in stack.messages(robot)]
     assert max(sizes) < 20_000
-    assert stack.api.robots[stack.tokens[region]].rejected == []
+    assert stack.api.robots[stack.tokens[robot]].rejected == []
+
