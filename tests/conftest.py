@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,16 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def stop_process(proc: subprocess.Popen[bytes], *, timeout: float = 10) -> None:
+    """Terminate a process the test started (by its own handle, never by name), then kill."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout)
 
 
 def require_tool(name: str) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import free_port
+from conftest import free_port, stop_process
 from fakes.dingtalk_api import FakeDingTalk
 
 from .payloads import alert, webhook
@@ -107,12 +107,7 @@ def relay(tmp_path: Path, api: FakeDingTalk) -> Iterator[RelayProcess]:
         assert proc.poll() is None, log.read_text(errors="replace")
         yield process
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def test_sighup_adds_robot_and_survives_bad_configs(relay: RelayProcess, api: FakeDingTalk) -> None:

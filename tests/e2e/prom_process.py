@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
-from conftest import free_port
+from conftest import free_port, stop_process
 
 T = TypeVar("T")
 
@@ -121,12 +121,7 @@ class PrometheusProcess:
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+            stop_process(self.proc)
         self.proc = None
 
     def query(self, promql: str) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import free_port, require_tool
+from conftest import free_port, require_tool, stop_process
 
 from exporter.app import ExporterApp
 from exporter.settings import ExporterSettings
@@ -60,11 +60,6 @@ def test_prometheus_scrapes_simulated_exporter(tmp_path: Path) -> None:
         fb = fb["data"]["result"]
         assert fb and fb[0]["metric"]["Hostname"] == "e2e-node"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         log.close()
         app.stop()
