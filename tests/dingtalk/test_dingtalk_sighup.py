@@ -14,15 +14,15 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from conftest import free_port, stop_process
+from conftest import wait_for as shared_wait_for
 from fakes.dingtalk_api import FakeDingTalk
 
 from .payloads import alert, webhook
@@ -70,17 +70,7 @@ class RelayProcess:
         self.proc.send_signal(signal.SIGHUP)
 
 
-def wait_for(check: Callable[[], Any], *, timeout: float = 10.0, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if check():
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+wait_for = partial(shared_wait_for, timeout=10.0, interval=0.05)
 
 
 @pytest.fixture

@@ -9,37 +9,14 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
-from conftest import free_port, stop_process
+from conftest import free_port, stop_process, wait_for
 
 T = TypeVar("T")
-
-
-def poll(check: Callable[[], T | None], *, timeout: float, interval: float = 0.25, what: str) -> T:
-    """``check()`` until it returns something other than None/False; AssertionError at the deadline.
-
-    ``check`` may raise ``httpx.HTTPError`` while a server is still starting; that counts as
-    "not yet". The last value seen is put in the failure message.
-    """
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = check()
-        except httpx.HTTPError as exc:
-            last = exc
-        else:
-            if last is not None and last is not False:
-                return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; last: {last!r}")
-        time.sleep(interval)
 
 
 class PrometheusProcess:
@@ -87,7 +64,7 @@ class PrometheusProcess:
             self._check_alive()
             return self.client.get(f"{self.url}/-/ready").status_code == 200
 
-        poll(ready, timeout=timeout, interval=0.1, what=f"prometheus on {self.url} ready")
+        wait_for(ready, timeout=timeout, interval=0.1, what=f"prometheus on {self.url} ready")
 
     def runtime_info(self) -> dict[str, Any]:
         response = self.client.get(f"{self.url}/api/v1/status/runtimeinfo")
@@ -115,7 +92,7 @@ class PrometheusProcess:
                 raise AssertionError(f"prometheus on {self.url} rejected its config:\n{self.log_tail()}")
             return True
 
-        poll(reloaded, timeout=timeout, interval=0.1, what=f"prometheus on {self.url} to reload")
+        wait_for(reloaded, timeout=timeout, interval=0.1, what=f"prometheus on {self.url} to reload")
 
     def stop(self) -> None:
         if self.proc is None:

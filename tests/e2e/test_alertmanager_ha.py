@@ -15,13 +15,15 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pytest
 import yaml
 from conftest import require_tool
+from conftest import wait_for as shared_wait_for
 from fakes.dingtalk_api import FakeDingTalk
 
 from alertmanager import amtool, ha
@@ -118,12 +120,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                         tokens=tokens)
 
 
-def wait_for(check: Callable[[], bool], *, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.1)
+wait_for = partial(shared_wait_for, timeout=15.0, interval=0.1)
 
 
 def test_rendered_config_passes_amtool_and_routes_regions(stack: Stack) -> None:

@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from conftest import require_tool
-from prom_process import PrometheusProcess, poll
+from conftest import require_tool, wait_for
+from prom_process import PrometheusProcess
 
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.settings import ExporterSettings
@@ -138,14 +138,17 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
 
     settings = ExporterSettings(backend="simulated", gpus=GPUS, listen="127.0.0.1:0", collect_interval=0.5)
     fleet = FleetApp(settings, fleet_nodes(NODES, regions=len(REGIONS)))
-    with httpx.Client(timeout=2.0) as client, PrometheusProcess(
-        prometheus,
-        config=root / "master.yml",
-        data=root / "data" / "master",
-        log=root / "logs" / "master.log",
-        client=client,
-        extra_args=("--web.enable-remote-write-receiver",),
-    ) as master:
+    with (
+        httpx.Client(timeout=2.0) as client,
+        PrometheusProcess(
+            prometheus,
+            config=root / "master.yml",
+            data=root / "data" / "master",
+            log=root / "logs" / "master.log",
+            client=client,
+            extra_args=("--web.enable-remote-write-receiver",),
+        ) as master,
+    ):
         fleet.start()
         try:
             spec_path, inventory_path = root / "federation.yaml", root / "inventory.yaml"
@@ -155,8 +158,15 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
             spec, targets = pipeline.load_inputs(spec_path, inventory_path)
             result = pipeline.render(spec, targets, out=root / "out", checker=Promtool(promtool))
             assert result.checked == sum(REGIONS.values())
-            stack = Federation(root=root, prometheus=prometheus, client=client, master=master, fleet=fleet,
-                               targets=targets, assignment=result.assignment)
+            stack = Federation(
+                root=root,
+                prometheus=prometheus,
+                client=client,
+                master=master,
+                fleet=fleet,
+                targets=targets,
+                assignment=result.assignment,
+            )
             master.wait_ready()
             try:
                 for entry in result.manifest["children"]:
@@ -194,7 +204,7 @@ def converged(federation: Federation) -> dict[str, list[dict[str, str]]] | None:
 
 
 def test_every_node_arrives_once_with_its_shard_labels(federation: Federation) -> None:
-    by_node = poll(lambda: up_by_node(federation), timeout=CONVERGE_S, what="up == 1 for every node")
+    by_node = wait_for(lambda: up_by_node(federation), timeout=CONVERGE_S, what="up == 1 for every node")
     # Each child scrapes its shard's targets and nothing else...
     for child, process in federation.children.items():
         scraped = {f"gpu/{t['labels']['node']}" for t in process.active_targets()}
@@ -222,7 +232,7 @@ def test_every_node_arrives_once_with_its_shard_labels(federation: Federation) -
         per_node = Counter(s["metric"]["node"] for s in series)
         return dict(per_node) if len(per_node) == NODES else None
 
-    per_node = poll(gpu_util, timeout=CONVERGE_S, what="DCGM_FI_DEV_GPU_UTIL for every node")
+    per_node = wait_for(gpu_util, timeout=CONVERGE_S, what="DCGM_FI_DEV_GPU_UTIL for every node")
     assert per_node == dict.fromkeys(federation.fleet.nodes, GPUS)
     for sample in federation.master.query("DCGM_FI_DEV_GPU_UTIL"):
         assert sample["metric"]["Hostname"] == sample["metric"]["node"]
@@ -239,7 +249,7 @@ def test_every_node_arrives_once_with_its_shard_labels(federation: Federation) -
 
 
 def test_added_shard_moves_only_its_share(federation: Federation) -> None:
-    poll(lambda: converged(federation), timeout=CONVERGE_S, what="initial federation converged")
+    wait_for(lambda: converged(federation), timeout=CONVERGE_S, what="initial federation converged")
     old = federation.assignment
     grown = {**REGIONS, "region-1": REGIONS["region-1"] + 1}
     federation.write_spec(grown)
@@ -255,12 +265,11 @@ def test_added_shard_moves_only_its_share(federation: Federation) -> None:
     assert {(m.from_shard, m.to_shard) for m in plan.moves} == {("region-1-0", "region-1-1")}
     assert plan.counts.moved == len(region_1) // 2
 
-    result = pipeline.render(spec, federation.targets, out=federation.out,
-                             checker=Promtool(require_tool("promtool")))
+    result = pipeline.render(
+        spec, federation.targets, out=federation.out, checker=Promtool(require_tool("promtool"))
+    )
     assert result.previous == old
-    assert result.assignment.targets == {
-        **old.targets, **{m.identity: m.to_shard for m in plan.moves}
-    }
+    assert result.assignment.targets == {**old.targets, **{m.identity: m.to_shard for m in plan.moves}}
     federation.assignment = result.assignment
 
     for process in federation.children.values():
@@ -269,7 +278,9 @@ def test_added_shard_moves_only_its_share(federation: Federation) -> None:
 
     # Old owners stop scraping moved nodes and send staleness markers, so each node is
     # again live exactly once, now labelled with its new shard.
-    by_node = poll(lambda: converged(federation), timeout=CONVERGE_S, what="master converged after reshard")
+    by_node = wait_for(
+        lambda: converged(federation), timeout=CONVERGE_S, what="master converged after reshard"
+    )
     moved = {m.identity.removeprefix("gpu/") for m in plan.moves}
     assert {node for node, (labels,) in by_node.items() if labels["shard"] == "region-1-1"} == moved
     for child, process in federation.children.items():

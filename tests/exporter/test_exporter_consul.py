@@ -6,9 +6,11 @@ import json
 import threading
 import time
 import urllib.request
+from functools import partial
 
 import pytest
 from conftest import free_port
+from conftest import wait_for as shared_wait_for
 from fakes.consul_agent import FakeConsulAgent
 
 from exporter.app import ExporterApp
@@ -17,13 +19,7 @@ from exporter.errors import RegistryError
 from exporter.registration import Registrar, clean_meta, service_definition, service_id
 from exporter.settings import ExporterSettings
 
-
-def wait_for(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.01)
+wait_for = partial(shared_wait_for, timeout=5.0, interval=0.01)
 
 
 @pytest.fixture
