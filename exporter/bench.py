@@ -8,6 +8,8 @@ own CPU delta, divided by scrapes; it includes the HTTP accept thread and the
 collection loop if it ticked. Collection CPU is measured separately (thread CPU of
 `collect_once`). Cold runs render every scrape (production: each 15 s scrape
 follows a fresh 5 s collection); the warm run hits the per-collection render cache.
+Collection wall time per cycle (p50/p99/max of `collect_once`) is reported too: for the
+NVML backend that is driver time, which thread CPU does not show.
 Idle overhead = scrape CPU / scrape interval + collection CPU / collection interval.
 Fleet capacity = budget / (per-node scrape CPU + per-node collection CPU x collections
 per scrape interval), with budget = `core_fraction` x scrape interval.
@@ -22,7 +24,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from exporter.app import ExporterApp
 from exporter.collection import Collection
@@ -85,10 +87,23 @@ def _collect_cpu(collections: list[Collection], rounds: int = 5) -> float:
     return (time.thread_time() - t0) / (rounds * len(collections))
 
 
+def _collect_wall(collection: Collection, rounds: int) -> dict[str, float]:
+    """Wall time of `collect_once` (what the loop waits on), in ms."""
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        collection.collect_once()
+        times.append((time.perf_counter() - t0) * 1000)
+    return {"collect_wall_p50_ms": round(statistics.median(times), 4),
+            "collect_wall_p99_ms": round(_percentile(times, 0.99), 4),
+            "collect_wall_max_ms": round(max(times), 4), "collect_rounds": rounds}
+
+
 def bench_serve(*, gpus: int = 8, scrapes: int = 2000, scrape_interval: float = 15.0,
-                collect_interval: float = 5.0) -> dict[str, Any]:
-    settings = ExporterSettings(backend="simulated", gpus=gpus, listen="127.0.0.1:0", node_name="bench-node",
-                                collect_interval=collect_interval)
+                collect_interval: float = 5.0, backend: Literal["nvml", "simulated"] = "simulated",
+                families: tuple[str, ...] = (), collect_rounds: int = 20) -> dict[str, Any]:
+    settings = ExporterSettings(backend=backend, gpus=gpus, listen="127.0.0.1:0", node_name="bench-node",
+                                collect_interval=collect_interval, families_include=list(families))
     app = ExporterApp(settings)
     app.start()
     try:
@@ -99,13 +114,17 @@ def bench_serve(*, gpus: int = 8, scrapes: int = 2000, scrape_interval: float = 
         app.routes.cache = True
         warm = _scrape_run(app.http.port, lambda _: "/metrics", scrapes)
         collect_s = _collect_cpu([app.collection])
+        wall = _collect_wall(app.collection, collect_rounds)
         rss = rss_mib()
+        devices = len(app.collection.devices)
     finally:
         app.stop()
     overhead = run["server_cpu_ms_per_scrape"] / 1000 / scrape_interval + collect_s / collect_interval
-    return {**run, "warm_cache": warm, "gpus": gpus, "collect_cpu_ms": round(collect_s * 1000, 4),
-            "core_percent_at_interval": round(overhead * 100, 4), "scrape_interval_s": scrape_interval,
-            "collect_interval_s": collect_interval, "rss_mib": round(rss, 1)}
+    return {**run, "warm_cache": warm, "gpus": devices, "backend": backend,
+            "families": sorted(app.collection.families), "collect_cpu_ms": round(collect_s * 1000, 4),
+            **wall, "core_percent_at_interval": round(overhead * 100, 4),
+            "scrape_interval_s": scrape_interval, "collect_interval_s": collect_interval,
+            "rss_mib": round(rss, 1)}
 
 
 def bench_fleet(*, nodes: int = 200, gpus: int = 8, scrapes: int = 2000, scrape_interval: float = 15.0,

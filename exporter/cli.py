@@ -120,11 +120,22 @@ def bench(
     scrapes: Annotated[int, typer.Option()] = 2000,
     fleet_nodes: Annotated[int, typer.Option(help="nodes for the fleet run; 0 skips it")] = 200,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    backend: Annotated[str, typer.Option(help="serve run's backend: simulated or nvml (real GPUs)")]
+    = "simulated",
+    families: Families = None,
+    collect_rounds: Annotated[int, typer.Option(help="collections timed for wall p50/p99")] = 20,
 ) -> None:
     """Measure scrape latency, CPU per scrape, RSS and fleet capacity on this machine."""
     from exporter.bench import bench_fleet, bench_serve
 
-    result: dict[str, Any] = {"serve": bench_serve(gpus=gpus, scrapes=scrapes)}
+    settings = build_settings(backend=backend, families_include=families)  # validates the flags
+    try:
+        serve_run = bench_serve(gpus=gpus, scrapes=scrapes, backend=settings.backend,
+                                families=tuple(settings.families_include), collect_rounds=collect_rounds)
+    except ExporterError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    result: dict[str, Any] = {"serve": serve_run}
     if fleet_nodes:
         result["fleet"] = bench_fleet(nodes=fleet_nodes, gpus=gpus, scrapes=scrapes)
     if as_json:

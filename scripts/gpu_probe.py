@@ -1,0 +1,183 @@
+"""Probe the NVML calls `exporter.nvml_backend` makes, on a real GPU, and print JSON.
+
+For each call: what it answered on GPU 0 (or the NVML error), and its median latency over
+`--repeat` calls. Also: field-value return codes and value types, GPM support and one
+metrics read, XID event support and the CPU an idle `nvmlEventSetWait` costs. Run where the
+driver is (`python3 scripts/gpu_probe.py > probe.json`); `--fake` runs it against
+tests/exporter/fake_nvml.py to check the script itself on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+FIELD_NAMES = (
+    "NVML_FI_DEV_MEMORY_TEMP", "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "NVML_FI_DEV_PCIE_REPLAY_COUNTER",
+    "NVML_FI_DEV_POWER_INSTANT", "NVML_FI_DEV_ECC_SBE_VOL_TOTAL", "NVML_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "NVML_FI_DEV_ECC_SBE_AGG_TOTAL", "NVML_FI_DEV_ECC_DBE_AGG_TOTAL",
+)
+VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+GPM_NAMES = ("NVML_GPM_METRIC_GRAPHICS_UTIL", "NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+             "NVML_GPM_METRIC_DRAM_BW_UTIL")
+
+
+def plain(value: Any) -> Any:
+    """JSON-able view of an NVML answer (ctypes structs become dicts of their fields)."""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    fields = getattr(value, "_fields_", None)
+    if fields:
+        return {name: plain(getattr(value, name)) for name, *_ in fields}
+    if hasattr(value, "__dict__"):
+        return {k: plain(v) for k, v in vars(value).items() if not k.startswith("_")}
+    return repr(value)
+
+
+def timed(fn: Callable[[], Any], repeat: int) -> dict[str, Any]:
+    """Answer (or error) of `fn`, and its median/max latency in microseconds."""
+    times, answer, error = [], None, None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        try:
+            answer = fn()
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc} (value={getattr(exc, 'value', None)})"
+        times.append((time.perf_counter() - t0) * 1e6)
+    out: dict[str, Any] = {"median_us": round(statistics.median(times), 2), "max_us": round(max(times), 2)}
+    if error is not None:
+        out["error"] = error
+    else:
+        out["answer"] = plain(answer)
+    return out
+
+
+def probe(nvml: Any, repeat: int) -> dict[str, Any]:
+    report: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    nvml.nvmlInit()
+    report["init_ms"] = round((time.perf_counter() - t0) * 1000, 2)
+    report["module"] = getattr(nvml, "__file__", type(nvml).__name__)
+    for name in ("nvmlSystemGetDriverVersion", "nvmlSystemGetNVMLVersion", "nvmlSystemGetCudaDriverVersion",
+                 "nvmlDeviceGetCount"):
+        report[name] = timed(lambda n=name: getattr(nvml, n)(), 1)
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    calls: dict[str, Callable[[], Any]] = {
+        "nvmlDeviceGetHandleByIndex": lambda: str(nvml.nvmlDeviceGetHandleByIndex(0)),
+        "nvmlDeviceGetUUID": lambda: nvml.nvmlDeviceGetUUID(handle),
+        "nvmlDeviceGetName": lambda: nvml.nvmlDeviceGetName(handle),
+        "nvmlDeviceGetPciInfo.busId": lambda: nvml.nvmlDeviceGetPciInfo(handle).busId,
+        "nvmlDeviceGetTemperature": lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
+        "nvmlDeviceGetUtilizationRates": lambda: nvml.nvmlDeviceGetUtilizationRates(handle),
+        "nvmlDeviceGetEncoderUtilization": lambda: nvml.nvmlDeviceGetEncoderUtilization(handle),
+        "nvmlDeviceGetDecoderUtilization": lambda: nvml.nvmlDeviceGetDecoderUtilization(handle),
+        "nvmlDeviceGetMemoryInfo": lambda: nvml.nvmlDeviceGetMemoryInfo(handle),
+        "nvmlDeviceGetClockInfo.SM": lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
+        "nvmlDeviceGetClockInfo.MEM": lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM),
+        "nvmlDeviceGetPowerUsage": lambda: nvml.nvmlDeviceGetPowerUsage(handle),
+        "nvmlDeviceGetComputeRunningProcesses": lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle),
+        "nvmlGpmQueryDeviceSupport": lambda: nvml.nvmlGpmQueryDeviceSupport(handle),
+        "nvmlDeviceGetSupportedEventTypes": lambda: nvml.nvmlDeviceGetSupportedEventTypes(handle),
+    }
+    report["calls"] = {name: timed(fn, repeat) for name, fn in calls.items()}
+    report["calls"]["nvmlDeviceGetPcieThroughput.TX"] = timed(
+        lambda: nvml.nvmlDeviceGetPcieThroughput(handle, nvml.NVML_PCIE_UTIL_TX_BYTES), min(repeat, 10))
+    report["fields"] = probe_fields(nvml, handle, repeat)
+    report["gpm"] = probe_gpm(nvml, handle)
+    report["events"] = probe_events(nvml, handle)
+    nvml.nvmlShutdown()
+    return report
+
+
+def probe_fields(nvml: Any, handle: Any, repeat: int) -> dict[str, Any]:
+    ids = [getattr(nvml, name) for name in FIELD_NAMES]
+    batch = timed(lambda: nvml.nvmlDeviceGetFieldValues(handle, ids), repeat)
+    out: dict[str, Any] = {"batched_median_us": batch["median_us"], "batch_error": batch.get("error")}
+    values = nvml.nvmlDeviceGetFieldValues(handle, ids)
+    for name, fv in zip(FIELD_NAMES, values, strict=True):
+        member = VALUE_MEMBERS[fv.valueType] if 0 <= fv.valueType < len(VALUE_MEMBERS) else None
+        out[name] = {"id": getattr(nvml, name), "nvmlReturn": fv.nvmlReturn, "valueType": fv.valueType,
+                     "value": plain(getattr(fv.value, member)) if member else None}
+    return out
+
+
+def probe_gpm(nvml: Any, handle: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    try:
+        support = nvml.nvmlGpmQueryDeviceSupport(handle)
+        out["isSupportedDevice"] = int(support.isSupportedDevice)
+        first, second = nvml.nvmlGpmSampleAlloc(), nvml.nvmlGpmSampleAlloc()
+        nvml.nvmlGpmSampleGet(handle, first)
+        time.sleep(0.2)
+        nvml.nvmlGpmSampleGet(handle, second)
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(GPM_NAMES)
+        request.sample1, request.sample2 = first, second
+        for slot, name in enumerate(GPM_NAMES):
+            request.metrics[slot].metricId = getattr(nvml, name)
+        t0 = time.perf_counter()
+        nvml.nvmlGpmMetricsGet(request)
+        out["metrics_get_us"] = round((time.perf_counter() - t0) * 1e6, 2)
+        out["metrics"] = {name: {"nvmlReturn": request.metrics[slot].nvmlReturn,
+                                 "value": request.metrics[slot].value} for slot, name in enumerate(GPM_NAMES)}
+        nvml.nvmlGpmSampleFree(first)
+        nvml.nvmlGpmSampleFree(second)
+    except Exception as exc:
+        out["error"] = f"{type(exc).__name__}: {exc} (value={getattr(exc, 'value', None)})"
+    return out
+
+
+def probe_events(nvml: Any, handle: Any) -> dict[str, Any]:
+    """Register XID events and time three idle 1 s waits: wall, thread CPU, error value."""
+    out: dict[str, Any] = {}
+    try:
+        event_set = nvml.nvmlEventSetCreate()
+        nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, event_set)
+        out["registered"] = True
+        waits = []
+        for _ in range(3):
+            w0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                data = nvml.nvmlEventSetWait(event_set, 1000)
+                result = f"event type={data.eventType} data={data.eventData}"
+            except nvml.NVMLError as exc:
+                result = f"NVMLError value={getattr(exc, 'value', None)}"
+            waits.append({"wall_ms": round((time.perf_counter() - w0) * 1000, 2),
+                          "cpu_ms": round((time.thread_time() - c0) * 1000, 3), "result": result})
+        out["waits"] = waits
+        nvml.nvmlEventSetFree(event_set)
+    except Exception as exc:
+        out["error"] = f"{type(exc).__name__}: {exc} (value={getattr(exc, 'value', None)})"
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--fake", action="store_true", help="tests/exporter/fake_nvml.py instead of pynvml")
+    args = parser.parse_args()
+    if args.fake:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "exporter"))
+        from fake_nvml import FakeGpu, FakeNvml
+
+        nvml: Any = FakeNvml([FakeGpu(uuid="GPU-fake")])
+    else:
+        import pynvml
+
+        nvml = pynvml
+    print(json.dumps(probe(nvml, args.repeat), indent=2, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
