@@ -137,10 +137,12 @@ def main() -> None:
             result["ready_s"] = round(wait_ready(port, proc, 60), 3)
             result["after_start"] = memory(proc.pid)
             result["scrape_idle_status"] = scrape_to(port, args.out / "metrics-idle.prom")
-            before = task_cpu(proc.pid)
+            before, cpu0 = task_cpu(proc.pid), process_cpu(proc.pid)
             time.sleep(args.idle)
-            after = task_cpu(proc.pid)
+            after, cpu1 = task_cpu(proc.pid), process_cpu(proc.pid)
             result["idle_window_s"] = args.idle
+            # Whole process: the per-read worker threads are gone by now, their CPU is not.
+            result["idle_process_cpu_ms"] = round((cpu1 - cpu0) * 1000, 1)
             result["idle_threads"] = {
                 str(tid): {**now, "cpu_ms": round((now["cpu_s"] - before[tid]["cpu_s"]) * 1000, 1)}
                 for tid, now in sorted(after.items()) if tid in before

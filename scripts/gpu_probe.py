@@ -103,6 +103,9 @@ def probe_fields(nvml: Any, handle: Any, repeat: int) -> dict[str, Any]:
     ids = [getattr(nvml, name) for name in FIELD_NAMES]
     batch = timed(lambda: nvml.nvmlDeviceGetFieldValues(handle, ids), repeat)
     out: dict[str, Any] = {"batched_median_us": batch["median_us"], "batch_error": batch.get("error")}
+    for name, field_id in zip(FIELD_NAMES, ids, strict=True):
+        alone = timed(lambda f=field_id: nvml.nvmlDeviceGetFieldValues(handle, [f]), min(repeat, 20))
+        out[f"alone_median_us.{name}"] = alone["median_us"]
     values = nvml.nvmlDeviceGetFieldValues(handle, ids)
     for name, fv in zip(FIELD_NAMES, values, strict=True):
         member = VALUE_MEMBERS[fv.valueType] if 0 <= fv.valueType < len(VALUE_MEMBERS) else None

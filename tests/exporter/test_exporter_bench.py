@@ -1,0 +1,57 @@
+"""The benchmark's own measurements: what `gpufed-exporter bench` reports must be what ran."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+
+from typer.testing import CliRunner
+
+from exporter import bench
+from exporter.catalogue import select_families
+from exporter.cli import cli
+from exporter.collection import Collection
+from exporter.models import Reading
+from exporter.simulated import SimulatedBackend
+
+BURN_S = 0.03
+
+
+class BurningBackend(SimulatedBackend):
+    """Spends BURN_S of CPU in every read, on whatever thread the read runs."""
+
+    def read(self, families: Iterable[str]) -> dict[int, Reading]:
+        start = time.thread_time()
+        while time.thread_time() - start < BURN_S:
+            pass
+        return super().read(families)
+
+
+def test_collect_cpu_counts_the_read_on_the_worker_thread() -> None:
+    # With a collect timeout the read runs on a "gpu-read" worker thread; on the H100 the
+    # bench reported the calling thread's CPU only, so the driver calls never showed up.
+    collection = Collection(BurningBackend(1), select_families(), timeout=3.0)
+    assert bench._collect_cpu([collection], rounds=2) >= BURN_S * 0.9
+
+
+def test_collect_wall_reports_percentiles() -> None:
+    collection = Collection(BurningBackend(1), select_families(), timeout=None)
+    wall = bench._collect_wall(collection, 3)
+    assert wall["collect_rounds"] == 3
+    assert BURN_S * 1000 * 0.9 <= wall["collect_wall_p50_ms"] <= wall["collect_wall_max_ms"]
+
+
+def test_cli_bench_backend_and_families() -> None:
+    runner = CliRunner()
+    result = runner.invoke(cli, ["bench", "--backend", "simulated", "--gpus", "1", "--scrapes", "20",
+                                 "--fleet-nodes", "0", "--families", "pcie,gpm", "--collect-rounds", "4",
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    serve = json.loads(result.output)["serve"]
+    assert serve["backend"] == "simulated"
+    assert {"pcie", "gpm"} <= set(serve["families"])
+    assert serve["collect_rounds"] == 4
+    assert serve["collect_wall_p99_ms"] >= serve["collect_wall_p50_ms"] > 0
+    bad = runner.invoke(cli, ["bench", "--backend", "cuda", "--fleet-nodes", "0"])
+    assert bad.exit_code == 2
