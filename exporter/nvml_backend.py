@@ -6,8 +6,8 @@ one `nvmlDeviceGetFieldValues` call per GPU, and XIDs arrive on an event thread
 (`nvmlEventSetWait`) instead of being polled into a sticky gauge. An answer of "not
 supported" leaves that series out; any other NVML error marks that GPU's reading failed
 (health 0) without failing the others. The nvml module is a constructor argument
-(default `import pynvml`), so tests hand in `tests/exporter/fake_nvml.py`; nothing here
-has run on a real GPU yet.
+(default `import pynvml`), so tests hand in `tests/exporter/fake_nvml.py`. Measured on an
+H100 in exporter/MEASURED-H100.md.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from exporter.models import GpuDevice, ProcessUsage, Reading, XidEvent
 log = logging.getLogger(__name__)
 MIB = 1024 * 1024
 
-# NVML field id (pynvml constant name) -> (metric, multiplier to the DCGM unit)
+# NVML field id (pynvml constant name) -> (metric, multiplier to the DCGM unit).
+# On an H100 the energy field costs ~3 ms of driver CPU, the other seven ~0.15 ms together.
 FIELDS: dict[str, dict[str, tuple[str, float]]] = {
     "core": {
         "NVML_FI_DEV_MEMORY_TEMP": ("DCGM_FI_DEV_MEMORY_TEMP", 1.0),

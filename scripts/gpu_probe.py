@@ -85,6 +85,7 @@ def probe(nvml: Any, repeat: int) -> dict[str, Any]:
         "nvmlDeviceGetClockInfo.SM": lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
         "nvmlDeviceGetClockInfo.MEM": lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM),
         "nvmlDeviceGetPowerUsage": lambda: nvml.nvmlDeviceGetPowerUsage(handle),
+        "nvmlDeviceGetTotalEnergyConsumption": lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle),
         "nvmlDeviceGetComputeRunningProcesses": lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle),
         "nvmlGpmQueryDeviceSupport": lambda: nvml.nvmlGpmQueryDeviceSupport(handle),
         "nvmlDeviceGetSupportedEventTypes": lambda: nvml.nvmlDeviceGetSupportedEventTypes(handle),
@@ -103,6 +104,9 @@ def probe_fields(nvml: Any, handle: Any, repeat: int) -> dict[str, Any]:
     ids = [getattr(nvml, name) for name in FIELD_NAMES]
     batch = timed(lambda: nvml.nvmlDeviceGetFieldValues(handle, ids), repeat)
     out: dict[str, Any] = {"batched_median_us": batch["median_us"], "batch_error": batch.get("error")}
+    rest = [i for name, i in zip(FIELD_NAMES, ids, strict=True) if "ENERGY" not in name]
+    out["batched_without_energy_median_us"] = timed(
+        lambda: nvml.nvmlDeviceGetFieldValues(handle, rest), repeat)["median_us"]
     for name, field_id in zip(FIELD_NAMES, ids, strict=True):
         alone = timed(lambda f=field_id: nvml.nvmlDeviceGetFieldValues(handle, [f]), min(repeat, 20))
         out[f"alone_median_us.{name}"] = alone["median_us"]
@@ -132,6 +136,16 @@ def probe_gpm(nvml: Any, handle: Any) -> dict[str, Any]:
         t0 = time.perf_counter()
         nvml.nvmlGpmMetricsGet(request)
         out["metrics_get_us"] = round((time.perf_counter() - t0) * 1e6, 2)
+        gets, sample_gets = [], []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            nvml.nvmlGpmSampleGet(handle, second)
+            sample_gets.append((time.perf_counter() - t0) * 1e6)
+            t0 = time.perf_counter()
+            nvml.nvmlGpmMetricsGet(request)
+            gets.append((time.perf_counter() - t0) * 1e6)
+        out["sample_get_median_us"] = round(statistics.median(sample_gets), 2)
+        out["metrics_get_median_us"] = round(statistics.median(gets), 2)
         out["metrics"] = {name: {"nvmlReturn": request.metrics[slot].nvmlReturn,
                                  "value": request.metrics[slot].value} for slot, name in enumerate(GPM_NAMES)}
         nvml.nvmlGpmSampleFree(first)

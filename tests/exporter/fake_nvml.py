@@ -25,6 +25,7 @@ NVML_CLOCK_MEM = 2
 NVML_PCIE_UTIL_TX_BYTES = 0
 NVML_PCIE_UTIL_RX_BYTES = 1
 NVML_VALUE_TYPE_DOUBLE = 0
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
 NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
 NVML_FI_DEV_ECC_SBE_VOL_TOTAL = 3
 NVML_FI_DEV_ECC_DBE_VOL_TOTAL = 4
@@ -98,6 +99,12 @@ class c_nvmlGpmMetricsGet_t:
         self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=NVML_SUCCESS, value=0.0) for _ in range(16)]
 
 
+# What an H100 (driver 580.159.04) answered per field (exporter/measured-h100/probe-run2.json):
+# temperature, power and the replay counter come as unsigned int, ECC and energy as ull.
+_FIELD_TYPES = {82: NVML_VALUE_TYPE_UNSIGNED_INT, 94: NVML_VALUE_TYPE_UNSIGNED_INT,
+                186: NVML_VALUE_TYPE_UNSIGNED_INT}
+_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
 _FIELD_NAMES = {
     3: "NVML_FI_DEV_ECC_SBE_VOL_TOTAL", 4: "NVML_FI_DEV_ECC_DBE_VOL_TOTAL",
     5: "NVML_FI_DEV_ECC_SBE_AGG_TOTAL", 6: "NVML_FI_DEV_ECC_DBE_AGG_TOTAL", 82: "NVML_FI_DEV_MEMORY_TEMP",
@@ -169,10 +176,11 @@ class FakeNvml:
         out = []
         for field_id in ids:
             ret = NVML_ERROR_NOT_SUPPORTED if _FIELD_NAMES[field_id] in gpu.unsupported else NVML_SUCCESS
-            value = SimpleNamespace(dVal=0.0, uiVal=0, ulVal=0, ullVal=values[field_id], sllVal=0, siVal=0,
-                                    usVal=0)
-            out.append(SimpleNamespace(fieldId=field_id, nvmlReturn=ret,
-                                       valueType=NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, value=value))
+            kind = _FIELD_TYPES.get(field_id, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG)
+            # A union: only the member of this value type holds the answer.
+            value = SimpleNamespace(**{member: 0 for member in _MEMBERS})
+            setattr(value, _MEMBERS[kind], values[field_id])
+            out.append(SimpleNamespace(fieldId=field_id, nvmlReturn=ret, valueType=kind, value=value))
         return out
 
     def nvmlDeviceGetTemperature(self, handle: FakeGpu, sensor: int) -> int:

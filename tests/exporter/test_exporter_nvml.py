@@ -47,7 +47,8 @@ def test_devices_and_units(backend: NvmlBackend, nvml: FakeNvml) -> None:
     assert backend.devices()[1].pci_bus_id == "00000000:19:00.0"
     assert backend.driver_version() == "550.54.15"
     values = backend.read(select_families())[0].values
-    assert values["DCGM_FI_DEV_POWER_USAGE"] == 450.0  # mW -> W
+    assert values["DCGM_FI_DEV_POWER_USAGE"] == 450.0  # mW (unsigned int on an H100) -> W
+    assert values["DCGM_FI_DEV_MEMORY_TEMP"] == 60.0  # unsigned int member of the union
     assert values["DCGM_FI_DEV_FB_USED"] == 40000.0  # bytes -> MiB
     assert values["DCGM_FI_DEV_FB_FREE"] == 81559.0 - 40000.0
     assert values["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] == 123_456_789.0  # mJ, as DCGM
