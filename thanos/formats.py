@@ -146,7 +146,9 @@ _RINGS = TypeAdapter(list[HashringConfig])
 
 
 def _raise(exc: ValidationError, *, source: str, prefix: str = "") -> None:
-    first = exc.errors()[0]
+    errors = exc.errors()
+    # A misspelt key also makes the real one "missing"; the misspelling is what to fix.
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = field_path(tuple(first["loc"]))
     field = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
     raise ThanosFormatError(
