@@ -139,17 +139,14 @@ def test_compactor_retention_flags() -> None:
     assert "--retention.resolution-1h=0d" in args
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+# thanos-oss-sidecar names a rule file on the target host, so promtool cannot check it here.
+@pytest.mark.parametrize("name", ["thanos-example", "thanos-s3-single"])
 def test_master_config_passes_promtool(name: str, promtool: str, tmp_path: Path) -> None:
     spec = spec_for(name)
-    if spec.master is None:
-        pytest.skip("no master section")
     bundle = mastering.render_master_bundle(spec, rule_pack=mastering.load_rule_pack())
     for rel, data in bundle.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes(data)
-    if spec.master.extra_rule_files:  # absolute paths on the target host; not checkable here
-        pytest.skip("extra_rule_files point outside the tree")
     done = subprocess.run(
         [promtool, "check", "config", mastering.MASTER_FILE],
         cwd=tmp_path,

@@ -8,9 +8,13 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
-from federation.spec import load_gpufed_spec
+from federation.spec import GpufedSpec, load_gpufed_spec
 from sharder.errors import SpecError
+from sharder.loading import raise_first_error
 from thanos import formats
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,3 +178,57 @@ def test_objstore_typo_and_unknown_type() -> None:
     with pytest.raises(formats.ThanosFormatError) as info:
         formats.parse_objstore("type: S3\nconfig: {bucket: b, endpoint: s3.amazonaws.com}\nprefixx: a\n")
     assert info.value.field == "prefixx"
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+KEYS = st.sampled_from(
+    [
+        "hashring",
+        "tenants",
+        "endpoints",
+        "address",
+        "az",
+        "tenant_matcher_type",
+        "type",
+        "config",
+        "bucket",
+        "endpoint",
+        "directory",
+        "prefix",
+        "algorithm",
+    ]
+)
+SHAPED = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(JSON, SHAPED))
+def test_parsers_fail_only_with_a_format_error(data: Any) -> None:
+    for parse, text in (
+        (formats.parse_hashrings, json.dumps(data)),
+        (formats.parse_objstore, yaml.safe_dump(data)),
+    ):
+        try:
+            parse(text)
+        except formats.ThanosFormatError as exc:
+            assert str(exc)
+
+
+@settings(max_examples=40, deadline=None)
+@given(SHAPED)
+def test_bad_thanos_sections_fail_with_a_spec_error(section: Any) -> None:
+    document = base()
+    document["thanos"] = section
+    try:
+        GpufedSpec.model_validate(document)
+    except ValidationError as exc:
+        with pytest.raises(SpecError):
+            raise_first_error(exc, source="federation.yaml")
