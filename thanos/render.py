@@ -21,16 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sharder.output import Bundle, dump_json, dump_yaml
-from thanos.models import (
-    RECEIVE_REPLICA_LABEL,
-    EndpointSpec,
-    ObjstoreSpec,
-    OSSStore,
-    ReceiveSpec,
-    S3Store,
-    SecretRef,
-    ThanosSpec,
-)
+from thanos.models import RECEIVE_REPLICA_LABEL, EndpointSpec, ReceiveSpec, ThanosSpec
+from thanos.objstore import ObjstoreSpec, OSSStore, S3Store, SecretRef
 
 HASHRINGS_FILE = "thanos/hashrings.json"
 OBJSTORE_FILE = "thanos/objstore.yml"
