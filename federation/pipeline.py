@@ -5,7 +5,7 @@ Pipeline: load spec + inventory -> read the previous ``assignment.json`` (sticky
 write into a staging dir -> ``promtool check config`` every child there -> swap.
 A failed check or bad input leaves the existing output tree untouched.
 
-More bundles (Alertmanager, Thanos) join by adding a ``BundlePart`` to the tuple or by
+More bundles (Alertmanager, master, Thanos) join by adding a ``BundlePart`` to the tuple or by
 passing ``parts=``; the sharder never imports them.
 """
 
@@ -20,6 +20,7 @@ from typing import Any
 
 from alertmanager.amtool import ConfigTool
 from alertmanager.render import ALERTMANAGER_FILE, render_alerting_bundle
+from federation import master as mastering
 from federation.spec import GpufedSpec, load_gpufed_spec
 from sharder import assign as assigning
 from sharder import output
@@ -29,6 +30,7 @@ from sharder.errors import OutputError
 from sharder.inventory import Target
 from sharder.loading import StaticFileSource
 from sharder.promtool import ConfigChecker, check_all
+from thanos.render import render_thanos_bundle
 
 BundlePart = Callable[[GpufedSpec, list[Target], Assignment], output.Bundle]
 
@@ -45,7 +47,23 @@ def alerting_part(spec: GpufedSpec, targets: list[Target], assignment: Assignmen
     return render_alerting_bundle(spec.alerting, cluster=spec.cluster, regions=spec.region_names())
 
 
-BUNDLE_PARTS: tuple[BundlePart, ...] = (sharder_part, alerting_part)
+def master_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
+    """``master/`` (config, flags, rule pack) when the spec has a master section."""
+    del targets, assignment  # the master receives whatever the children send
+    if spec.master is None:
+        return {}
+    return mastering.render_master_bundle(spec, rule_pack=mastering.load_rule_pack())
+
+
+def thanos_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
+    """``thanos/`` (hashrings, objstore, component arguments) when the spec has a thanos section."""
+    del targets, assignment
+    if spec.thanos is None:
+        return {}
+    return render_thanos_bundle(spec.thanos, masters=mastering.master_instances(spec))
+
+
+BUNDLE_PARTS: tuple[BundlePart, ...] = (sharder_part, alerting_part, master_part, thanos_part)
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,8 @@ class RenderResult:
     """Child configs promtool accepted; 0 when checking was skipped."""
     alerting_checked: bool = False
     """amtool accepted ``alertmanager/alertmanager.yml``."""
+    master_checked: bool = False
+    """promtool accepted ``master/prometheus.yml`` and its rule files."""
 
 
 def load_inputs(spec_path: str | Path, inventory_path: str | Path) -> tuple[GpufedSpec, list[Target]]:
@@ -102,12 +122,15 @@ def render(
     bundle = build_bundle(spec, targets, assignment, parts=parts)
     configs = output.prometheus_configs(bundle)
     checked = 0
-    alerting_checked = False
+    alerting_checked = master_checked = False
 
     def validate(root: Path) -> None:
-        nonlocal checked, alerting_checked
+        nonlocal checked, alerting_checked, master_checked
         if checker is not None:
             checked = check_all(checker, root, configs, agent=spec.children.agent_mode, workers=workers)
+            if mastering.MASTER_FILE in bundle:
+                checker.check(root, mastering.MASTER_FILE)
+                master_checked = True
         if alert_checker is not None and ALERTMANAGER_FILE in bundle:
             alert_checker.check_config(root / ALERTMANAGER_FILE)
             alerting_checked = True
@@ -121,6 +144,7 @@ def render(
         manifest=manifest,
         checked=checked,
         alerting_checked=alerting_checked,
+        master_checked=master_checked,
     )
 
 
@@ -158,6 +182,7 @@ def summary(result: RenderResult) -> dict[str, Any]:
         "targets": len(assignment.targets),
         "checked": result.checked,
         "alerting_checked": result.alerting_checked,
+        "master_checked": result.master_checked,
         "moved": counts.moved,
         "added": counts.added,
         "removed": counts.removed,

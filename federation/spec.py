@@ -11,17 +11,39 @@ from pathlib import Path
 from pydantic import model_validator
 
 from alertmanager.models import AlertingSpec, check_regions
+from federation.master_spec import MasterSpec
 from sharder.loading import parse_model, read_document
 from sharder.spec import FederationSpec
+from thanos.models import ThanosSpec
 
 
 class GpufedSpec(FederationSpec):
     alerting: AlertingSpec | None = None
+    master: MasterSpec | None = None
+    thanos: ThanosSpec | None = None
 
     @model_validator(mode="after")
     def _alerting_regions(self) -> GpufedSpec:
         if self.alerting is not None:
             check_regions(self.alerting, self.region_names())
+        return self
+
+    @model_validator(mode="after")
+    def _master_and_thanos(self) -> GpufedSpec:
+        if self.thanos is None:
+            return self
+        if self.thanos.mode == "sidecar" and self.master is None:
+            raise ValueError("thanos mode sidecar runs beside the master Prometheus: add a master section")
+        if self.master is not None and self.thanos.receive is not None:
+            # Exact tenants the master never sends would leave a ring empty and the data elsewhere.
+            sent = {self.cluster, *(self.region_names() if self.master.tenants == "per-region" else [])}
+            for ring in self.thanos.receive.hashrings:
+                unknown = sorted(set(ring.tenants) - sent) if ring.tenant_matcher_type == "exact" else []
+                if unknown:
+                    raise ValueError(
+                        f"hashring {ring.name!r} names tenants {unknown} the master never sends"
+                        f" (it sends {sorted(sent)})"
+                    )
         return self
 
 

@@ -6,5 +6,5 @@ bash scripts/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PATH"
 ruff check .
 lint-imports --config .importlinter
-mypy sharder federation alertmanager exporter
+mypy sharder federation alertmanager exporter thanos
 pytest -q "$@"

@@ -1,4 +1,4 @@
-"""``gpufed bench sharding`` and ``gpufed bench render``: thin commands over the sharder benches."""
+"""``gpufed bench sharding``, ``render`` and ``thanos``: thin commands over the benches."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from rich.table import Table
 from sharder.assign import ALGORITHM, STRATEGIES
 from sharder.bench import MAX_TARGETS, run_sharding_bench
 from sharder.bench_render import run_render_bench
+from thanos.bench import MAX_SERIES, run_thanos_bench
 
 
 def sharding(
@@ -48,6 +49,21 @@ def render(
     Console().print(_table(result, title=f"render: {children} children"))
 
 
+def thanos(
+    series: Annotated[int, typer.Option(min=1, max=MAX_SERIES, help="synthetic GPU series")] = 1_000_000,
+    ingestors: Annotated[int, typer.Option(min=1, max=1000, help="ingestors before one joins")] = 6,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Series moved when one Receive ingestor joins: ketama vs hashmod vs the optimum 1/(K+1)."""
+    result = run_thanos_bench(series=series, ingestors=ingestors)
+    if as_json:
+        typer.echo(json.dumps(result, sort_keys=True))
+        return
+    Console().print(
+        _table(result, title=f"thanos: {series} series, {ingestors} -> {ingestors + 1} ingestors")
+    )
+
+
 def _table(result: dict[str, Any], *, title: str) -> Table:
     table = Table(title=title)
     table.add_column("figure")
@@ -60,3 +76,4 @@ def _table(result: dict[str, Any], *, title: str) -> Table:
 def register(bench_app: typer.Typer) -> None:
     bench_app.command("sharding")(sharding)
     bench_app.command("render")(render)
+    bench_app.command("thanos")(thanos)

@@ -121,6 +121,8 @@ def print_render_summary(info: dict[str, Any]) -> None:
     checked = f"promtool checked {info['checked']} configs" if info["checked"] else "configs not checked"
     if info["alerting_checked"]:
         checked += ", amtool checked alertmanager.yml"
+    if info.get("master_checked"):
+        checked += ", promtool checked master/prometheus.yml"
     moved = "first run" if info["first_run"] else f"{info['moved']} targets moved"
     console.print(f"{checked}; {moved}")
 

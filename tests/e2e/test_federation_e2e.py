@@ -2,9 +2,11 @@
 
 One stack per module, on loopback: a 12-node x 2-GPU simulated fleet over two regions
 (every node behind ``/nodes/<node>/metrics`` on one port, so targets differ only in
-``__metrics_path__`` and need an explicit ``identity``), a master Prometheus with the
-remote-write receiver, and one child Prometheus per rendered child dir, started from
-another cwd so file_sd's relative paths must resolve against the config file's dir.
+``__metrics_path__`` and need an explicit ``identity``), the rendered master Prometheus
+(``master/prometheus.yml`` with the flags from ``master/flags.json`` and the rule pack),
+an HA pair of real Alertmanagers it alerts, and one child Prometheus per rendered child
+dir, started from another cwd so file_sd's relative paths must resolve against the
+config file's dir.
 
 ``test_every_node_arrives_once_with_its_shard_labels`` checks the steady state against
 whatever assignment is current; ``test_added_shard_moves_only_its_share`` re-renders with
@@ -13,6 +15,8 @@ one more shard, reloads the children by SIGHUP and checks the master converges.
 
 from __future__ import annotations
 
+import json
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,9 +28,14 @@ import pytest
 import yaml
 from conftest import require_tool, wait_for
 from prom_process import PrometheusProcess
+from webhook_capture import WebhookCapture
 
+from alertmanager.dingtalk.harness import AlertmanagerHA, loopback_replicas
+from alertmanager.models import ReplicaSpec
+from alertmanager.render import ALERTMANAGER_FILE
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.settings import ExporterSettings
+from federation import master as mastering
 from federation import pipeline
 from sharder.assignment import Assignment
 from sharder.inventory import Target
@@ -40,13 +49,26 @@ REGIONS = {"region-0": 2, "region-1": 1}
 KEPT = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP"]
 DROPPED = "DCGM_FI_DEV_POWER_USAGE"  # served by every simulated node, not in the keep list
 CONVERGE_S = 30.0
+FAST = {"group_wait": "1s", "group_interval": "2s", "repeat_interval": "1h"}
+#: An alert that fires as soon as GPU data reaches the master; one per region.
+E2E_RULES = """\
+groups:
+  - name: e2e
+    interval: 1s
+    rules:
+      - alert: E2EFleetReporting
+        expr: count by (cluster, region) (DCGM_FI_DEV_GPU_UTIL) > 0
+        labels: {severity: warning, component: e2e, node: "*"}
+"""
 
 
 def dump(document: dict[str, Any]) -> str:
     return yaml.safe_dump(document, sort_keys=True)
 
 
-def spec_document(*, master_port: int, shards: dict[str, int]) -> dict[str, Any]:
+def spec_document(
+    *, master_port: int, shards: dict[str, int], alertmanagers: list[ReplicaSpec], hook: str, rules: Path
+) -> dict[str, Any]:
     return {
         "cluster": "e2e",
         "regions": [{"name": name, "shards": count} for name, count in shards.items()],
@@ -60,6 +82,19 @@ def spec_document(*, master_port: int, shards: dict[str, int]) -> dict[str, Any]
             }
         ],
         "children": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "master": {
+            "port": master_port,
+            "scrape_interval": "1s",
+            "evaluation_interval": "1s",
+            "extra_rule_files": [str(rules)],
+        },
+        "alerting": {
+            "replicas": [r.model_dump() for r in alertmanagers],
+            "receivers": [{"name": "capture", "webhooks": [{"url": hook}]}],
+            "default_receiver": "capture",
+            "timing": FAST,
+            "severities": dict.fromkeys(("critical", "warning", "info"), FAST),
+        },
     }
 
 
@@ -92,6 +127,8 @@ class Federation:
     fleet: FleetApp
     targets: list[Target]
     assignment: Assignment
+    alertmanagers: AlertmanagerHA
+    hook: WebhookCapture
     children: dict[str, PrometheusProcess] = field(default_factory=dict)
 
     @property
@@ -107,7 +144,13 @@ class Federation:
         return self.root / "inventory.yaml"
 
     def write_spec(self, shards: dict[str, int]) -> None:
-        document = spec_document(master_port=self.master.port, shards=shards)
+        document = spec_document(
+            master_port=self.master.port,
+            shards=shards,
+            alertmanagers=self.alertmanagers.alerting.replicas,
+            hook=self.hook.url,
+            rules=self.root / "e2e-rules.yml",
+        )
         self.spec_path.write_text(dump(document), encoding="utf-8")
 
     def start_child(self, child: str) -> PrometheusProcess:
@@ -134,30 +177,42 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
     root = tmp_path_factory.mktemp("federation")
     for sub in ("data", "logs", "elsewhere"):
         (root / sub).mkdir()
-    (root / "master.yml").write_text("global: {scrape_interval: 1s}\n", encoding="utf-8")
+    (root / "e2e-rules.yml").write_text(E2E_RULES, encoding="utf-8")
 
     settings = ExporterSettings(backend="simulated", gpus=GPUS, listen="127.0.0.1:0", collect_interval=0.5)
     fleet = FleetApp(settings, fleet_nodes(NODES, regions=len(REGIONS)))
-    with (
-        httpx.Client(timeout=2.0) as client,
-        PrometheusProcess(
+    replicas = loopback_replicas(2)
+    with httpx.Client(timeout=2.0) as client, WebhookCapture() as hook:
+        # The master runs the rendered config, so it is created (port chosen) before the
+        # render that needs its port, and started after it with the rendered flags.
+        master = PrometheusProcess(
             prometheus,
-            config=root / "master.yml",
+            config=root / "out" / mastering.MASTER_FILE,
             data=root / "data" / "master",
             log=root / "logs" / "master.log",
             client=client,
-            extra_args=("--web.enable-remote-write-receiver",),
-        ) as master,
-    ):
+        )
         fleet.start()
         try:
             spec_path, inventory_path = root / "federation.yaml", root / "inventory.yaml"
-            first_spec = spec_document(master_port=master.port, shards=REGIONS)
+            first_spec = spec_document(
+                master_port=master.port,
+                shards=REGIONS,
+                alertmanagers=replicas,
+                hook=hook.url,
+                rules=root / "e2e-rules.yml",
+            )
             spec_path.write_text(dump(first_spec), encoding="utf-8")
             inventory_path.write_text(dump(inventory_document(fleet)), encoding="utf-8")
             spec, targets = pipeline.load_inputs(spec_path, inventory_path)
             result = pipeline.render(spec, targets, out=root / "out", checker=Promtool(promtool))
-            assert result.checked == sum(REGIONS.values())
+            assert result.checked == sum(REGIONS.values()) and result.master_checked
+            assert spec.alerting is not None
+            am_config = (root / "out" / ALERTMANAGER_FILE).read_bytes()
+            alertmanagers = AlertmanagerHA(
+                spec.alerting, config=am_config, binary=require_tool("prometheus-alertmanager")
+            )
+            master.extra_args = rendered_master_flags(root / "out")
             stack = Federation(
                 root=root,
                 prometheus=prometheus,
@@ -166,19 +221,29 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
                 fleet=fleet,
                 targets=targets,
                 assignment=result.assignment,
+                alertmanagers=alertmanagers,
+                hook=hook,
             )
-            master.wait_ready()
-            try:
-                for entry in result.manifest["children"]:
-                    stack.start_child(entry["child"])
-                for child in stack.children.values():
-                    child.wait_ready()
-                yield stack
-            finally:
-                for child in stack.children.values():
-                    child.stop()
+            with alertmanagers, master:
+                master.wait_ready()
+                try:
+                    for entry in result.manifest["children"]:
+                        stack.start_child(entry["child"])
+                    for child in stack.children.values():
+                        child.wait_ready()
+                    yield stack
+                finally:
+                    for child in stack.children.values():
+                        child.stop()
         finally:
             fleet.stop()
+
+
+def rendered_master_flags(out: Path) -> tuple[str, ...]:
+    """``master/flags.json`` minus where to listen and store, which the harness picks."""
+    flags = json.loads((out / mastering.FLAGS_FILE).read_text(encoding="utf-8"))["flags"]
+    own = ("--storage.tsdb.path=", "--web.listen-address=")
+    return tuple(flag for flag in flags if not flag.startswith(own))
 
 
 def up_by_node(federation: Federation) -> dict[str, list[dict[str, str]]] | None:
@@ -246,6 +311,47 @@ def test_every_node_arrives_once_with_its_shard_labels(federation: Federation) -
     for process in federation.children.values():
         assert process.query(DROPPED) == []
     assert federation.master.query(f'count({{__name__=~"{"|".join(KEPT)}"}})')
+
+
+def test_master_runs_the_rendered_config_and_rule_pack(federation: Federation) -> None:
+    info = federation.master.runtime_info()
+    assert info["reloadConfigSuccess"] is True
+    response = federation.client.get(f"{federation.master.url}/api/v1/rules")
+    response.raise_for_status()
+    groups = response.json()["data"]["groups"]
+    files = {Path(group["file"]).name for group in groups}
+    assert files == {*mastering.load_rule_pack(), "e2e-rules.yml"}
+    assert all(rule["health"] != "err" for group in groups for rule in group["rules"])
+    flags = federation.client.get(f"{federation.master.url}/api/v1/status/flags").json()["data"]
+    assert flags["web.enable-remote-write-receiver"] == "true"
+
+
+def test_master_alert_reaches_both_alertmanagers_and_is_delivered_once(federation: Federation) -> None:
+    regions = sorted(REGIONS)
+
+    def alerts_at(url: str) -> list[dict[str, Any]] | None:
+        response = federation.client.get(
+            f"{url}/api/v2/alerts", params={"filter": 'alertname="E2EFleetReporting"'}
+        )
+        response.raise_for_status()
+        found: list[dict[str, Any]] = response.json()
+        return found if sorted(a["labels"]["region"] for a in found) == regions else None
+
+    for url in federation.alertmanagers.urls:  # Prometheus sends to every replica, never to one
+        alerts = wait_for(lambda url=url: alerts_at(url), timeout=CONVERGE_S, what=f"master alerts at {url}")
+        for alert in alerts:
+            assert alert["labels"]["cluster"] == "e2e"
+            assert "replica" not in alert["labels"], "alert_relabel_configs must drop replica labels"
+
+    def firing_by_region() -> dict[str, int] | None:
+        counts = Counter(
+            n["groupLabels"]["region"] for n in federation.hook.received() if n["status"] == "firing"
+        )
+        return dict(counts) if sorted(counts) == regions else None
+
+    wait_for(firing_by_region, timeout=CONVERGE_S, what="one notification per region group")
+    time.sleep(3)  # past both replicas' peer timeout and group_interval: a duplicate would be here
+    assert firing_by_region() == dict.fromkeys(regions, 1)
 
 
 def test_added_shard_moves_only_its_share(federation: Federation) -> None:
