@@ -105,9 +105,10 @@ def pod_dashboard() -> Dashboard:
 
 
 # Namespaces from every source that knows one: quotas, HAMi allocations, attributed GPUs.
+# The variable's regex /namespace="..."/ also matches HAMi's podnamespace="...".
 NAMESPACE_UNION = (
     'count by (namespace) (kube_resourcequota{resource=~".*nvidia\\\\.com/.*"})'
-    ' or count by (namespace) (label_replace(vGPUMemoryAllocated, "namespace", "$1", "podnamespace", "(.+)"))'
+    ' or count by (podnamespace) (vGPUMemoryAllocated)'
     ' or count by (namespace) (DCGM_FI_DEV_GPU_UTIL{pod!=""})'
 )
 
