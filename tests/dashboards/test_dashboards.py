@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from federation.dashboards.grafana import (
     layout,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 BUILTINS = {"__rate_interval", "__range", "__interval", "__all"}
 VARIABLE_REF = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
 EXPECTED = {"gpufed-cluster", "gpufed-node", "gpufed-workloads", "gpufed-quota", "gpufed-federation"}
@@ -151,3 +154,14 @@ def test_check_and_write_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "gpufed-node.json" in err and "orphan.json" in err
     assert build.main(["--dir", str(tmp_path), "--write"]) == 0
     assert not (tmp_path / "orphan.json").exists()
+
+
+def test_readme_check_command_runs_as_written() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"^### Dashboards\n(.*?)(?=^##)", text, flags=re.M | re.S)
+    assert match, "README has no '### Dashboards' section"
+    blocks = re.findall(r"```sh\n(.*?)```", match.group(1), flags=re.S)
+    assert [b.strip() for b in blocks] == ["python -m federation.dashboards.build"]
+    done = subprocess.run([sys.executable, "-m", "federation.dashboards.build"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
