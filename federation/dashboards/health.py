@@ -4,7 +4,7 @@ Sources, all read at the master tier:
 
 * children's scrape results (``up``, ``scrape_*``), remote-written with the child's
   ``cluster``/``region``/``shard``/``replica`` external labels, so "per child" means
-  per ``(shard, replica)``;
+  per ``(shard, replica)``; ``shard!=""`` leaves out what the master scrapes itself;
 * each child Prometheus' own metrics (``prometheus_remote_storage_*``, ``prometheus_sd_*``,
   agent/TSDB series) from the master's meta-monitoring job, named ``gpufed-child*`` as
   in ``federation/rules/federation.yml``, whose targets carry ``shard``/``region``/
@@ -20,7 +20,7 @@ from typing import Any
 
 from federation.dashboards.grafana import Dashboard, Panel, Query, Row, Variable
 
-TARGETS = 'job!~"gpufed-child.*", region=~"$region", shard=~"$shard"'
+TARGETS = 'job!~"gpufed-child.*", shard!="", region=~"$region", shard=~"$shard"'
 CHILD = 'job=~"gpufed-child.*", region=~"$region", shard=~"$shard"'
 UP_MAP = (("1", "Up", "green"), ("0", "Down", "red"))
 CONTROLLER = ("Source: the gpufed controller (`gpufed serve`, metric {name}); no data while it is "

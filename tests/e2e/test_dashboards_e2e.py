@@ -69,6 +69,7 @@ CHOICES = {"region": "region-0", "node": SPECIAL, "gpu": "0", "namespace": "trai
 GRAFANA_BUILTINS = {"__rate_interval": "30s", "__range": "5m", "__interval": "15s"}
 VARIABLE_REF = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
 CONVERGE_S = 40.0
+GPUS_TOTAL = 4 * 2 + 8  # fleet nodes x GPUs + the attributed node
 
 CONTROLLER = "controller metric: the controller (gpufed serve) is built in parallel and not run here"
 DISCOVERY = "discovery metric: gpufed discovery runs inside the controller, not run here"
@@ -205,7 +206,7 @@ def spec(master_port: int) -> dict[str, Any]:
     return {
         "cluster": "e2e",
         "regions": [{"name": name, "shards": 1} for name in REGIONS],
-        "sharding": {"replication_factor": 1},
+        "sharding": {"replication_factor": 2},
         "jobs": [{"name": "gpu", "scrape_interval": "1s"}],
         "remote_write": [{"name": "master", "url": f"http://127.0.0.1:{master_port}/api/v1/write",
                           "queue_config": {"batch_send_deadline": "1s", "min_backoff": "100ms",
@@ -214,7 +215,7 @@ def spec(master_port: int) -> dict[str, Any]:
     }
 
 
-def master_config(*, children: dict[str, tuple[PrometheusProcess, str, str]], self_port: int,
+def master_config(*, children: dict[str, tuple[PrometheusProcess, str, str, str]], self_port: int,
                   am_port: int, relay_port: int) -> dict[str, Any]:
     rules = ROOT / "federation" / "rules"
     return {
@@ -224,8 +225,8 @@ def master_config(*, children: dict[str, tuple[PrometheusProcess, str, str]], se
         "scrape_configs": [
             {"job_name": "gpufed-child", "static_configs": [
                 {"targets": [f"127.0.0.1:{proc.port}"],
-                 "labels": {"cluster": "e2e", "region": region, "shard": shard, "replica": "0"}}
-                for proc, shard, region in children.values()]},
+                 "labels": {"cluster": "e2e", "region": region, "shard": shard, "replica": replica}}
+                for proc, shard, region, replica in children.values()]},
             {"job_name": "gpufed-master", "static_configs": [{"targets": [f"127.0.0.1:{self_port}"]}]},
             {"job_name": "alertmanager", "static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]},
             {"job_name": "gpufed-dingtalk", "static_configs": [{"targets": [f"127.0.0.1:{relay_port}"]}]},
@@ -288,7 +289,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             entry["child"]: (PrometheusProcess(prometheus, config=root / "out" / entry["config"],
                                                data=root / f"data-{entry['child']}",
                                                log=root / f"{entry['child']}.log", client=client),
-                             entry["shard"], entry["region"])
+                             entry["shard"], entry["region"], str(entry["replica"]))
             for entry in result.manifest["children"]
         }
         (root / "master.yml").write_text(yaml.safe_dump(master_config(
@@ -296,10 +297,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         subprocess.run([promtool, "check", "config", str(root / "master.yml")], check=True,
                        capture_output=True)
         stack.enter_context(master)
-        for proc, _, _ in children.values():
+        for proc, *_ in children.values():
             stack.enter_context(proc)
         master.wait_ready()
-        for proc, _, _ in children.values():
+        for proc, *_ in children.values():
             proc.wait_ready()
         wait_for(lambda: client.get(f"http://127.0.0.1:{am_port}/-/ready").status_code == 200,
                  timeout=15, what="alertmanager ready")
@@ -429,6 +430,35 @@ def test_variables_offer_concrete_values_and_queries_return_series(stack: Stack)
     counts = poll(stack, all_checks)
     assert_expectations(all_checks, counts)
     print(summary("concrete", counts))
+
+
+def panel_expr(uid: str, title: str, values: dict[str, str]) -> str:
+    panel = next(p for p in dashboards()[uid]["panels"] if p["title"] == title)
+    (target,) = panel["targets"]
+    return substitute(target["expr"], values)
+
+
+def test_fleet_stats_count_each_gpu_once_across_ha_replicas(stack: Stack) -> None:
+    """Every shard runs as an HA pair, so the master holds each series twice; the stats must not."""
+    values = dict.fromkeys(["region", "node", "gpu", "namespace", "pod", "shard"], ".*")
+
+    def value(title: str) -> float:
+        (sample,) = stack.query(panel_expr("gpufed-cluster", title, values))
+        return float(sample["value"][1])
+
+    raw = wait_for(lambda: int(stack.query("count(DCGM_FI_DEV_GPU_UTIL)")[0]["value"][1]) == 2 * GPUS_TOTAL
+                   or None, timeout=CONVERGE_S, what="both replicas of every GPU series at the master")
+    assert raw
+    assert value("GPUs") == GPUS_TOTAL
+    assert value("GPU nodes") == 6  # 4 fleet nodes, the attributed node, the node that is down
+    assert value("GPUs allocated") == len(PODS)
+    assert value("GPU exporters down") == 1
+    assert value("Unhealthy GPUs") >= 1  # XID 79 on GPU 0; a simulated XID may add one
+    assert value("Unhealthy GPU nodes") >= 2  # the node that is down and the attributed node
+    per_child = {(s["metric"]["shard"], s["metric"]["replica"]): s["value"][1] for s in
+                 stack.query(panel_expr("gpufed-federation", "Targets scraped per child", values))}
+    assert per_child == {("region-0-0", "0"): "4", ("region-0-0", "1"): "4",
+                         ("region-1-0", "0"): "2", ("region-1-0", "1"): "2"}
 
 
 def test_parse_only_queries_name_real_panels() -> None:
