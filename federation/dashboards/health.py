@@ -216,8 +216,8 @@ def federation_dashboard() -> Dashboard:
                     "the alerting path (Alertmanager, DingTalk relay).",
         tags=("gpufed", "federation"),
         variables=(
-            Variable("region", "Region", 'up{job=~"gpufed-child.*"}'),
-            Variable("shard", "Shard", 'up{job=~"gpufed-child.*", region=~"$region"}'),
+            Variable("region", "Region", 'up{shard!=""}'),
+            Variable("shard", "Shard", 'up{shard!="", region=~"$region"}'),
         ),
         rows=(shards, children, remote, discovery, alerting, dingtalk),
     )
