@@ -1,0 +1,185 @@
+"""The workload dashboards: **training job / pod** (GPU use per pod and namespace) and
+**quota** (namespace GPU quota used vs limit).
+
+Pod attribution: gpufed-exporter (and dcgm-exporter in Kubernetes mode) add
+``namespace``/``pod``/``container`` to a GPU's series when a pod holds it; series
+without a pod carry no such label, so ``pod!=""`` selects attributed GPUs. HAMi's
+metrics spell the labels ``podnamespace``/``podname``; kube-state-metrics' ResourceQuota
+series use ``namespace``/``resource``/``type``. Quota sources are optional: each panel
+says what it shows when its source is not scraped.
+"""
+
+from __future__ import annotations
+
+from federation.dashboards.grafana import Dashboard, Panel, Query, Row, Variable
+
+MIB = 1048576
+POD_SEL = 'region=~"$region", namespace=~"$namespace", pod=~"$pod", pod!=""'
+NS_SEL = 'region=~"$region", namespace=~"$namespace", pod!=""'
+HAMI_POD = 'podnamespace=~"$namespace", podname=~"$pod"'
+HAMI_NS = 'podnamespace=~"$namespace"'
+QUOTA = r'resource=~".*nvidia\\.com/.*", namespace=~"$namespace"'
+NO_ATTRIBUTION = ("No data means no GPU series carries pod labels: the exporter's pod attribution "
+                  "is off (the default) or no pod holds a GPU.")
+NO_HAMI = ("Source: HAMi ({what}). Without HAMi these panels show no data; the 'Without a "
+           "scheduler' row still shows GPU use per namespace from pod attribution.")
+NO_KSM = ("Source: kube-state-metrics `kube_resourcequota` for resources matching nvidia.com/ "
+          "(e.g. requests.nvidia.com/gpu). Without kube-state-metrics or a GPU ResourceQuota this "
+          "panel shows no data.")
+
+
+def per_pod_gpu(metric: str, selector: str) -> str:
+    """One series per (pod, GPU), HA replica copies collapsed."""
+    return f"max by (namespace, pod, container, node, gpu) ({metric}{{{selector}}})"
+
+
+def pod_dashboard() -> Dashboard:
+    namespaces = Row("Namespaces", (
+        Panel("Attributed GPUs", "stat", (Query(
+            f"count(group by (node, gpu) (DCGM_FI_DEV_GPU_UTIL{{{NS_SEL}}}))", instant=True),),
+            "GPUs held by pods in the chosen namespaces. " + NO_ATTRIBUTION, width=4, height=8,
+            no_value="0"),
+        Panel("GPUs per namespace", "timeseries", (Query(
+            f"count by (namespace) (group by (namespace, node, gpu) (DCGM_FI_DEV_GPU_UTIL{{{NS_SEL}}}))",
+            "{{namespace}}"),), "GPUs held by each namespace's pods. " + NO_ATTRIBUTION, width=6,
+            stacked=True),
+        Panel("GPU memory per namespace", "timeseries", (Query(
+            f"sum by (namespace) ({per_pod_gpu('DCGM_FI_DEV_FB_USED', NS_SEL)}) * {MIB}", "{{namespace}}"),),
+            "Framebuffer used on GPUs held by each namespace. " + NO_ATTRIBUTION, unit="bytes", width=7,
+            stacked=True),
+        Panel("GPU utilisation per namespace", "timeseries", (Query(
+            f"avg by (namespace) ({per_pod_gpu('DCGM_FI_DEV_GPU_UTIL', NS_SEL)})", "{{namespace}}"),),
+            "Mean utilisation of the GPUs each namespace holds. " + NO_ATTRIBUTION, unit="percent",
+            min=0, max=100, width=7),
+    ))
+    pods = Row("Pods", (
+        Panel("GPU utilisation per pod", "timeseries", (Query(
+            f"avg by (namespace, pod) ({per_pod_gpu('DCGM_FI_DEV_GPU_UTIL', POD_SEL)})",
+            "{{namespace}}/{{pod}}"),), "Mean utilisation over the pod's GPUs. " + NO_ATTRIBUTION,
+            unit="percent", min=0, max=100, legend_table=True),
+        Panel("GPU memory per pod", "timeseries", (Query(
+            f"sum by (namespace, pod) ({per_pod_gpu('DCGM_FI_DEV_FB_USED', POD_SEL)}) * {MIB}",
+            "{{namespace}}/{{pod}}"),), "Framebuffer used over the pod's GPUs. " + NO_ATTRIBUTION,
+            unit="bytes", legend_table=True),
+        Panel("Pods on GPUs", "table", (
+            Query(per_pod_gpu("DCGM_FI_DEV_GPU_UTIL", POD_SEL), "util %", instant=True),
+            Query(f"{per_pod_gpu('DCGM_FI_DEV_FB_USED', POD_SEL)} * {MIB}", "memory", instant=True),
+            Query(per_pod_gpu("DCGM_FI_DEV_POWER_USAGE", POD_SEL), "power W", instant=True),
+        ), "Each (pod, container, node, GPU) with utilisation, framebuffer used (bytes) and power. "
+           + NO_ATTRIBUTION, width=24),
+        Panel("GPU power per pod", "timeseries", (Query(
+            f"sum by (namespace, pod) ({per_pod_gpu('DCGM_FI_DEV_POWER_USAGE', POD_SEL)})",
+            "{{namespace}}/{{pod}}"),), "Board power of the pod's GPUs. " + NO_ATTRIBUTION, unit="watt"),
+        Panel("GPU memory per process", "timeseries", (Query(
+            f"max by (namespace, pod, node, gpu, pid) (gpufed_gpu_process_memory_used_bytes{{{POD_SEL}}})",
+            "{{namespace}}/{{pod}} pid {{pid}} ({{node}} GPU {{gpu}})"),),
+            "gpufed-exporter family `process` (opt-in): GPU memory per process. No data when the "
+            "family is off. " + NO_ATTRIBUTION, unit="bytes"),
+    ))
+    hami = Row("HAMi vGPU containers", (
+        Panel("vGPU memory used vs limit", "timeseries", (
+            Query(f"sum by (podnamespace, podname) (vGPU_device_memory_usage_in_bytes{{{HAMI_POD}}})",
+                  "{{podnamespace}}/{{podname}} used"),
+            Query(f"sum by (podnamespace, podname) (vGPU_device_memory_limit_in_bytes{{{HAMI_POD}}})",
+                  "{{podnamespace}}/{{podname}} limit"),
+        ), NO_HAMI.format(what="vGPU monitor, vGPU_device_memory_*"), unit="bytes"),
+        Panel("vGPU memory used % of limit", "timeseries", (Query(
+            "max by (podnamespace, podname, ctrname) "
+            f"(gpufed:vgpu_container_memory_used:ratio{{{HAMI_POD}}})",
+            "{{podnamespace}}/{{podname}}/{{ctrname}}"),),
+            "Recording rule gpufed:vgpu_container_memory_used:ratio. "
+            + NO_HAMI.format(what="vGPU monitor"), unit="percentunit", min=0, max=1),
+    ))
+    return Dashboard(
+        uid="gpufed-workloads", title="gpufed / Training jobs and pods",
+        description="GPU utilisation and memory per pod and namespace, where pods are attributed to GPUs.",
+        tags=("gpufed", "gpu", "kubernetes"),
+        variables=(
+            Variable("region", "Region", "DCGM_FI_DEV_GPU_UTIL"),
+            Variable("namespace", "Namespace", 'DCGM_FI_DEV_GPU_UTIL{region=~"$region", pod!=""}'),
+            Variable("pod", "Pod",
+                     'DCGM_FI_DEV_GPU_UTIL{region=~"$region", namespace=~"$namespace", pod!=""}'),
+        ),
+        rows=(namespaces, pods, hami),
+    )
+
+
+# Namespaces from every source that knows one: quotas, HAMi allocations, attributed GPUs.
+# The variable's regex /namespace="..."/ also matches HAMi's podnamespace="...".
+NAMESPACE_UNION = (
+    'count by (namespace) (kube_resourcequota{resource=~".*nvidia\\\\.com/.*"})'
+    ' or count by (podnamespace) (vGPUMemoryAllocated)'
+    ' or count by (namespace) (DCGM_FI_DEV_GPU_UTIL{pod!=""})'
+)
+
+
+def quota_dashboard() -> Dashboard:
+    ksm = Row("Namespace GPU quota (Kubernetes ResourceQuota)", (
+        Panel("GPU quota used vs hard limit", "timeseries", (
+            Query(f'sum by (namespace, resource) (kube_resourcequota{{{QUOTA}, type="used"}})',
+                  "{{namespace}} {{resource}} used"),
+            Query(f'sum by (namespace, resource) (kube_resourcequota{{{QUOTA}, type="hard"}})',
+                  "{{namespace}} {{resource}} hard"),
+        ), NO_KSM, width=12),
+        Panel("GPU quota used %", "bargauge", (Query(
+            f'sum by (namespace, resource) (kube_resourcequota{{{QUOTA}, type="used"}})'
+            f' / sum by (namespace, resource) (kube_resourcequota{{{QUOTA}, type="hard"}} > 0)',
+            "{{namespace}} {{resource}}", instant=True),), NO_KSM, unit="percentunit", min=0, max=1,
+            width=12, thresholds=(("green", None), ("orange", 0.8), ("red", 0.95))),
+    ))
+    hami = Row("HAMi scheduler", (
+        Panel("HAMi quota used (limit in the limit column)", "table", (Query(
+            'max by (quotanamespace, quotaName, limit) (QuotaUsed{quotanamespace=~"$namespace"})',
+            instant=True),),
+            "HAMi scheduler's QuotaUsed: the value is what the namespace uses, the `limit` label is its "
+            "ResourceQuota limit (HAMi exports the limit as a label, not a series). "
+            + NO_HAMI.format(what="scheduler, port 31993"), width=12),
+        Panel("vGPU allocated per namespace", "timeseries", (
+            Query(f"sum by (podnamespace) (vGPUMemoryAllocated{{{HAMI_NS}}})", "{{podnamespace}} memory"),
+        ), "GPU memory HAMi allocated to each namespace's containers (vGPUMemoryAllocated). "
+           + NO_HAMI.format(what="scheduler"), unit="bytes", width=12, stacked=True),
+        Panel("GPU memory allocated by region", "timeseries", (Query(
+            'gpufed:region_gpu_memory_allocated:ratio{region=~"$region"}', "{{cluster}}/{{region}}"),),
+            "Recording rule gpufed:region_gpu_memory_allocated:ratio (GPUDeviceMemoryAllocated / "
+            "GPUDeviceMemoryLimit). " + NO_HAMI.format(what="scheduler"), unit="percentunit", min=0,
+            max=1, width=8),
+        Panel("GPU memory allocated vs limit per node", "timeseries", (
+            Query('sum by (nodeid) (GPUDeviceMemoryAllocated{region=~"$region"})', "{{nodeid}} allocated"),
+            Query('sum by (nodeid) (GPUDeviceMemoryLimit{region=~"$region"})', "{{nodeid}} limit"),
+        ), NO_HAMI.format(what="scheduler, GPUDeviceMemory*"), unit="bytes", width=8),
+        Panel("Containers sharing a GPU", "timeseries", (Query(
+            'topk(20, max by (nodeid, deviceidx) (GPUDeviceSharedNum{region=~"$region"}))',
+            "{{nodeid}} GPU {{deviceidx}}"),), "Top 20 GPUs by containers sharing them "
+            "(GPUDeviceSharedNum). " + NO_HAMI.format(what="scheduler"), width=8),
+        Panel("Scheduling failures", "timeseries", (Query(
+            'gpufed:scheduler_failures:ratio_rate10m{region=~"$region"}', "{{region}} {{profile}}"),),
+            "Recording rule gpufed:scheduler_failures:ratio_rate10m: share of kube-scheduler attempts "
+            "ending unschedulable or in error. No data without kube-scheduler metrics.",
+            unit="percentunit", min=0, max=1, width=24, height=6),
+    ))
+    usage = Row("Without a scheduler: GPU use per namespace (pod attribution)", (
+        Panel("GPUs in use per namespace", "timeseries", (Query(
+            f"count by (namespace) (group by (namespace, node, gpu) (DCGM_FI_DEV_GPU_UTIL{{{NS_SEL}}}))",
+            "{{namespace}}"),), "Use only (no limit): GPUs whose series carry the namespace's pod "
+            "labels. Shows with neither HAMi nor kube-state-metrics. " + NO_ATTRIBUTION, width=8,
+            stacked=True),
+        Panel("GPU memory in use per namespace", "timeseries", (Query(
+            f"sum by (namespace) (max by (namespace, node, gpu) (DCGM_FI_DEV_FB_USED{{{NS_SEL}}})) * {MIB}",
+            "{{namespace}}"),), "Framebuffer used on the namespace's GPUs. " + NO_ATTRIBUTION,
+            unit="bytes", width=8, stacked=True),
+        Panel("HAMi-format GPU memory per node", "timeseries", (Query(
+            'sum by (node) (max by (node, gpu) (hami_host_gpu_memory_used_bytes{region=~"$region"}))',
+            "{{node}}"),), "gpufed-exporter's HAMi-named host series (family `hami`, on by default), "
+            "so HAMi dashboards work without HAMi's device monitor.", unit="bytes", width=8),
+    ))
+    return Dashboard(
+        uid="gpufed-quota", title="gpufed / GPU quota",
+        description="Namespace GPU quota used vs limit (kube-state-metrics ResourceQuota, HAMi) and "
+                    "GPU use per namespace where no quota source exists.",
+        tags=("gpufed", "gpu", "kubernetes"),
+        variables=(
+            Variable("region", "Region", "DCGM_FI_DEV_GPU_UTIL"),
+            Variable("namespace", "Namespace", NAMESPACE_UNION, union=True),
+        ),
+        rows=(ksm, hami, usage),
+    )

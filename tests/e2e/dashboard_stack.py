@@ -1,0 +1,253 @@
+"""A real federation on loopback for the dashboard queries (see test_dashboards_e2e.py).
+
+``running_stack`` starts, and always stops, a simulated fleet, one pod-attributed node
+with injected XIDs, a target that is down, rendered child Prometheus HA pairs writing to
+a master Prometheus that loads the rule pack, an Alertmanager and the DingTalk relay in
+front of the DingTalk stand-in. Only processes and servers it started are stopped.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from conftest import ROOT, free_port, require_tool, stop_process, wait_for
+from fakes.dingtalk_api import FakeDingTalk
+from prom_process import PrometheusProcess
+from prometheus_client import CollectorRegistry
+
+from alertmanager.dingtalk.app import create_app
+from alertmanager.dingtalk.config import parse_config
+from alertmanager.dingtalk.harness import RelayThread
+from exporter.backend import GpuBackend
+from exporter.catalogue import FAMILIES
+from exporter.collection import Collection, CollectionLoop
+from exporter.exposition import LabelPolicy, SnapshotCollector
+from exporter.fleet import FleetApp, fleet_nodes
+from exporter.models import GpuDevice, Reading, XidEvent
+from exporter.server import HttpServer, NodeRoutes
+from exporter.settings import ExporterSettings
+from exporter.simulated import SimulatedBackend
+from federation import pipeline
+from sharder.promtool import Promtool
+
+REGIONS = ("region-0", "region-1")
+SPECIAL = "gpu-region-0-attributed"
+DOWN = "gpu-region-0-down"
+PODS = {0: ("training", "llm-pretrain-0"), 1: ("training", "llm-pretrain-0"),
+        2: ("training", "llm-pretrain-0"), 3: ("training", "llm-pretrain-0"),
+        4: ("inference", "chat-api-0"), 5: ("inference", "chat-api-0")}
+GPUS_TOTAL = 4 * 2 + 8  # fleet nodes x GPUs + the attributed node
+
+
+class XidOnStart:
+    """A simulated node whose driver reports XID 79 (critical) on GPU 0 and 13 on GPU 1 once."""
+
+    def __init__(self, inner: SimulatedBackend) -> None:
+        self.inner = inner
+        now = time.time()
+        self.pending = [XidEvent(0, 79, now), XidEvent(1, 13, now)]
+
+    def devices(self) -> tuple[GpuDevice, ...]:
+        return self.inner.devices()
+
+    def driver_version(self) -> str:
+        return self.inner.driver_version()
+
+    def read(self, families: Any) -> dict[int, Reading]:
+        return self.inner.read(families)
+
+    def drain_xid_events(self) -> list[XidEvent]:
+        events, self.pending = [*self.inner.drain_xid_events(), *self.pending], []
+        return events
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class StaticPods:
+    """Pod attribution as the kubelet pod-resources API would report it: GPU UUID -> pod."""
+
+    def __init__(self, mapping: dict[str, dict[str, str]]) -> None:
+        self.mapping = mapping
+
+    def labels(self) -> dict[str, dict[str, str]]:
+        return self.mapping
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+
+@dataclass
+class AttributedNode:
+    http: HttpServer
+    loop: CollectionLoop
+
+    @classmethod
+    def start(cls) -> AttributedNode:
+        backend: GpuBackend = XidOnStart(SimulatedBackend(8, node=SPECIAL))
+        pods = {dev.uuid: {"namespace": PODS[dev.index][0], "pod": PODS[dev.index][1],
+                           "container": "main"}
+                for dev in backend.devices() if dev.index in PODS}
+        collection = Collection(backend, FAMILIES, attribution=StaticPods(pods), timeout=None)
+        registry = CollectorRegistry(auto_describe=False)
+        policy = LabelPolicy(SPECIAL, placement={"region": REGIONS[0]})
+        registry.register(SnapshotCollector(collection, policy))
+        collection.collect_once()
+        loop = CollectionLoop([collection], interval=0.5)
+        http = HttpServer(NodeRoutes(registry, ready=lambda: True), host="127.0.0.1", port=0)
+        loop.start()
+        http.start()
+        return cls(http, loop)
+
+    def stop(self) -> None:
+        self.http.stop()
+        self.loop.stop()
+
+
+@dataclass
+class Stack:
+    master: PrometheusProcess
+    client: httpx.Client
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        return self.master.query(promql)
+
+    def count(self, promql: str, *, what: object) -> int:
+        """Series count; a query Prometheus refuses fails naming ``what`` and the parser's error."""
+        response = self.client.get(f"{self.master.url}/api/v1/query", params={"query": promql})
+        body = response.json()
+        if response.status_code != 200 or body.get("status") != "success":
+            raise AssertionError(f"{what}: Prometheus refused {promql!r}: {body.get('error')}")
+        return len(body["data"]["result"])
+
+    def label_values(self, label: str, selector: str) -> list[str]:
+        response = self.client.get(f"{self.master.url}/api/v1/label/{label}/values",
+                                   params={"match[]": selector})
+        response.raise_for_status()
+        body = response.json()
+        assert body["status"] == "success", body
+        return sorted(body["data"])
+
+
+def inventory(fleet: FleetApp, special_port: int) -> dict[str, Any]:
+    targets = [{"address": "127.0.0.1", "port": fleet.http.port, "job": "gpu", "node": node.name,
+                "region": node.region, "rack": node.rack, "team": node.team, "gpus": 2,
+                "metrics_path": f"/nodes/{node.name}/metrics", "identity": f"gpu/{node.name}"}
+               for node in fleet.nodes.values()]
+    targets.append({"address": "127.0.0.1", "port": special_port, "job": "gpu", "node": SPECIAL,
+                    "region": REGIONS[0], "gpus": 8, "identity": f"gpu/{SPECIAL}"})
+    targets.append({"address": "127.0.0.1", "port": free_port(), "job": "gpu", "node": DOWN,
+                    "region": REGIONS[0], "gpus": 8, "identity": f"gpu/{DOWN}"})
+    return {"targets": targets}
+
+
+def spec(master_port: int) -> dict[str, Any]:
+    return {
+        "cluster": "e2e",
+        "regions": [{"name": name, "shards": 1} for name in REGIONS],
+        "sharding": {"replication_factor": 2},
+        "jobs": [{"name": "gpu", "scrape_interval": "1s"}],
+        "remote_write": [{"name": "master", "url": f"http://127.0.0.1:{master_port}/api/v1/write",
+                          "queue_config": {"batch_send_deadline": "1s", "min_backoff": "100ms",
+                                           "max_backoff": "1s"}}],
+        "children": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+    }
+
+
+def master_config(*, children: dict[str, tuple[PrometheusProcess, str, str, str]], self_port: int,
+                  am_port: int, relay_port: int) -> dict[str, Any]:
+    rules = ROOT / "federation" / "rules"
+    return {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules / name) for name in ("gpu.yml", "hami.yml", "federation.yml")],
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
+        "scrape_configs": [
+            {"job_name": "gpufed-child", "static_configs": [
+                {"targets": [f"127.0.0.1:{proc.port}"],
+                 "labels": {"cluster": "e2e", "region": region, "shard": shard, "replica": replica}}
+                for proc, shard, region, replica in children.values()]},
+            {"job_name": "gpufed-master", "static_configs": [{"targets": [f"127.0.0.1:{self_port}"]}]},
+            {"job_name": "alertmanager", "static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]},
+            {"job_name": "gpufed-dingtalk", "static_configs": [{"targets": [f"127.0.0.1:{relay_port}"]}]},
+        ],
+    }
+
+
+def alertmanager_config(relay_port: int) -> dict[str, Any]:
+    relay = f"http://127.0.0.1:{relay_port}/dingtalk"
+    return {
+        "route": {"receiver": "dingtalk", "group_by": ["alertname", "node"], "group_wait": "1s",
+                  "group_interval": "1s", "repeat_interval": "1h"},
+        "receivers": [{"name": "dingtalk", "webhook_configs": [
+            {"url": f"{relay}/ops/send", "send_resolved": True},
+            {"url": f"{relay}/audit/send", "send_resolved": True},
+        ]}],
+    }
+
+
+@contextmanager
+def running_stack(root: Path) -> Iterator[Stack]:
+    prometheus, promtool = require_tool("prometheus"), require_tool("promtool")
+    alertmanager = require_tool("prometheus-alertmanager")
+    with ExitStack() as stack, httpx.Client(timeout=5.0) as client:
+        dingtalk = stack.enter_context(FakeDingTalk())
+        relay_config = parse_config({"robots": {
+            "ops": {"url": dingtalk.add_robot("tok-ops-0123456789")},
+            # The stand-in refuses every message to this robot (keyword missing: errcode 310000).
+            "audit": {"url": dingtalk.add_robot("tok-audit-0123456789", keywords=["never-sent-keyword"])},
+        }})
+        relay = stack.enter_context(RelayThread(create_app(relay_config)))
+
+        am_port = free_port()
+        (root / "alertmanager.yml").write_text(yaml.safe_dump(alertmanager_config(relay.port)))
+        with (root / "alertmanager.log").open("wb") as log:
+            am = subprocess.Popen(
+                [alertmanager, f"--config.file={root / 'alertmanager.yml'}", f"--storage.path={root / 'am'}",
+                 f"--web.listen-address=127.0.0.1:{am_port}",
+                 f"--cluster.listen-address=127.0.0.1:{free_port()}",
+                 "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT)
+        stack.callback(stop_process, am)
+
+        settings = ExporterSettings(backend="simulated", gpus=2, listen="127.0.0.1:0", collect_interval=0.5,
+                                    families_include=["pcie", "gpm", "process"])
+        fleet = FleetApp(settings, fleet_nodes(4, regions=len(REGIONS)))
+        fleet.start()
+        stack.callback(fleet.stop)
+        special = AttributedNode.start()
+        stack.callback(special.stop)
+
+        master = PrometheusProcess(prometheus, config=root / "master.yml", data=root / "master-data",
+                                   log=root / "master.log", client=client,
+                                   extra_args=("--web.enable-remote-write-receiver",))
+        (root / "federation.yaml").write_text(yaml.safe_dump(spec(master.port)))
+        (root / "inventory.yaml").write_text(yaml.safe_dump(inventory(fleet, special.http.port)))
+        loaded, targets = pipeline.load_inputs(root / "federation.yaml", root / "inventory.yaml")
+        result = pipeline.render(loaded, targets, out=root / "out", checker=Promtool(promtool))
+        children = {
+            entry["child"]: (PrometheusProcess(prometheus, config=root / "out" / entry["config"],
+                                               data=root / f"data-{entry['child']}",
+                                               log=root / f"{entry['child']}.log", client=client),
+                             entry["shard"], entry["region"], str(entry["replica"]))
+            for entry in result.manifest["children"]
+        }
+        (root / "master.yml").write_text(yaml.safe_dump(master_config(
+            children=children, self_port=master.port, am_port=am_port, relay_port=relay.port)))
+        subprocess.run([promtool, "check", "config", str(root / "master.yml")], check=True,
+                       capture_output=True)
+        stack.enter_context(master)
+        for proc, *_ in children.values():
+            stack.enter_context(proc)
+        master.wait_ready()
+        for proc, *_ in children.values():
+            proc.wait_ready()
+        wait_for(lambda: client.get(f"http://127.0.0.1:{am_port}/-/ready").status_code == 200,
+                 timeout=15, what="alertmanager ready")
+        yield Stack(master=master, client=client)

@@ -1,0 +1,241 @@
+"""Every PromQL expression of every dashboard panel, run against a real federation on loopback.
+
+The stack (one per module, built by ``dashboard_stack.running_stack``):
+
+* a simulated fleet (``FleetApp``: 4 nodes x 2 GPUs over two regions, opt-in families on);
+* one more simulated node built from the exporter's own parts, with a test-side
+  ``PodAttribution`` (GPUs 0-5 held by pods in two namespaces) and a backend whose driver
+  reports XID 79 on GPU 0 and XID 13 on GPU 1, so health, XID and pod panels have data;
+* one inventory target nobody listens on (an exporter that is down);
+* child Prometheus servers rendered by ``federation.pipeline`` (one shard per region, each
+  an HA pair: replication factor 2),
+  remote-writing to a master Prometheus 2.42 that loads the rule pack, scrapes the
+  children as the ``gpufed-child`` meta-monitoring job, itself, an Alertmanager 0.25 and
+  the DingTalk relay (``create_app``), which sends to the in-process DingTalk stand-in
+  (one robot accepts, one rejects with errcode 310000).
+
+Each query runs twice: with every template variable at the regex-all value ``.*``, and
+with concrete values that the variables' own queries must offer. A query returns series
+unless it is listed in ``PARSE_ONLY`` with the reason its source is not in this stack;
+those must still be accepted by Prometheus (status success) and must return nothing, so
+the list cannot hide a query that works.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from conftest import wait_for
+from dashboard_stack import GPUS_TOTAL, PODS, SPECIAL, Stack, running_stack
+
+from federation.dashboards import dashboard_files
+
+pytestmark = pytest.mark.e2e
+
+# Concrete values for the second run; each must be among the values its variable offers.
+CHOICES = {"region": "region-0", "node": SPECIAL, "gpu": "0", "namespace": "training",
+           "pod": "llm-pretrain-0", "shard": "region-0-0"}
+GRAFANA_BUILTINS = {"__rate_interval": "30s", "__range": "5m", "__interval": "15s"}
+VARIABLE_REF = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
+CONVERGE_S = 40.0
+
+CONTROLLER = "controller metric: the controller (gpufed serve) is built in parallel and not run here"
+DISCOVERY = "discovery metric: gpufed discovery runs inside the controller, not run here"
+HAMI = "HAMi vGPU monitor/scheduler metric: HAMi cannot run without Kubernetes and GPUs"
+KSM = "kube-state-metrics ResourceQuota metric: no Kubernetes API in this stack"
+SCHEDULER = "kube-scheduler metric (via recording rule): no Kubernetes scheduler in this stack"
+RELOAD = "the relay's reload counter has no series before the first SIGHUP reload; none happens here"
+PARSE_ONLY: dict[tuple[str, str, str], str] = {
+    ("gpufed-federation", "Targets per shard (controller)", "A"): CONTROLLER,
+    ("gpufed-federation", "Hand-overs", "A"): CONTROLLER,
+    ("gpufed-federation", "Hand-overs", "B"): CONTROLLER,
+    ("gpufed-federation", "Time since last successful discovery", "A"): DISCOVERY,
+    ("gpufed-federation", "Discovery errors", "A"): DISCOVERY,
+    ("gpufed-federation", "Relay config reloads", "A"): RELOAD,
+    ("gpufed-workloads", "vGPU memory used vs limit", "A"): HAMI,
+    ("gpufed-workloads", "vGPU memory used vs limit", "B"): HAMI,
+    ("gpufed-workloads", "vGPU memory used % of limit", "A"): HAMI,
+    ("gpufed-quota", "GPU quota used vs hard limit", "A"): KSM,
+    ("gpufed-quota", "GPU quota used vs hard limit", "B"): KSM,
+    ("gpufed-quota", "GPU quota used %", "A"): KSM,
+    ("gpufed-quota", "HAMi quota used (limit in the limit column)", "A"): HAMI,
+    ("gpufed-quota", "vGPU allocated per namespace", "A"): HAMI,
+    ("gpufed-quota", "GPU memory allocated by region", "A"): HAMI,
+    ("gpufed-quota", "GPU memory allocated vs limit per node", "A"): HAMI,
+    ("gpufed-quota", "GPU memory allocated vs limit per node", "B"): HAMI,
+    ("gpufed-quota", "Containers sharing a GPU", "A"): HAMI,
+    ("gpufed-quota", "Scheduling failures", "A"): SCHEDULER,
+}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory.mktemp("dashboards")) as running:
+        yield running
+
+
+def dashboards() -> dict[str, dict[str, Any]]:
+    return {path.stem: json.loads(path.read_text(encoding="utf-8")) for path in dashboard_files()}
+
+
+def substitute(expr: str, values: dict[str, str]) -> str:
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name in GRAFANA_BUILTINS:
+            return GRAFANA_BUILTINS[name]
+        value = values[name]
+        # Grafana regex-escapes chosen values; ours need no escaping, so keep them plain.
+        assert value == ".*" or re.fullmatch(r"[\w-]+", value), value
+        return value
+
+    return VARIABLE_REF.sub(one, expr)
+
+
+@dataclass(frozen=True)
+class Check:
+    uid: str
+    panel: str
+    ref: str
+    expr: str
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.uid, self.panel, self.ref)
+
+
+def checks(values: dict[str, dict[str, str]]) -> list[Check]:
+    out = []
+    for uid, model in sorted(dashboards().items()):
+        for panel in model["panels"]:
+            for target in panel.get("targets", []):
+                expr = substitute(target["expr"], values[uid])
+                out.append(Check(uid, panel["title"], target["refId"], expr))
+    return out
+
+
+def run_all(stack: Stack, all_checks: list[Check]) -> dict[tuple[str, str, str], int]:
+    """Series count per query; every query must be accepted by Prometheus (status success)."""
+    return {check.key: stack.count(check.expr, what=check.key) for check in all_checks}
+
+
+def missing(counts: dict[tuple[str, str, str], int]) -> list[tuple[str, str, str]]:
+    return sorted(key for key, n in counts.items() if n == 0 and key not in PARSE_ONLY)
+
+
+def poll(stack: Stack, all_checks: list[Check]) -> dict[tuple[str, str, str], int]:
+    """Run every query until all that should have data have it, or the deadline passes.
+
+    Rates need two samples at the master and alerts must travel master -> Alertmanager ->
+    relay -> DingTalk first; the caller's assertions name whatever is still empty.
+    """
+    deadline = time.monotonic() + CONVERGE_S
+    while True:
+        counts = run_all(stack, all_checks)
+        if not missing(counts) or time.monotonic() > deadline:
+            return counts
+        time.sleep(1.0)
+
+
+def assert_expectations(all_checks: list[Check], counts: dict[tuple[str, str, str], int]) -> None:
+    exprs = {check.key: check.expr for check in all_checks}
+    empty = missing(counts)
+    assert not empty, "no series for: " + "; ".join(f"{k} {exprs[k]}" for k in empty)
+    assert set(PARSE_ONLY) <= set(counts), f"stale PARSE_ONLY keys: {sorted(set(PARSE_ONLY) - set(counts))}"
+    now_working = sorted(key for key in PARSE_ONLY if counts[key])
+    assert not now_working, f"these return series now; drop them from PARSE_ONLY: {now_working}"
+
+
+def summary(label: str, counts: dict[tuple[str, str, str], int]) -> str:
+    uids = {key[0] for key in counts}
+    panels = {key[:2] for key in counts}
+    with_series = sum(1 for n in counts.values() if n)
+    return json.dumps({"run": label, "dashboards": len(uids), "panels": len(panels), "queries": len(counts),
+                       "returned_series": with_series, "parse_only": len(PARSE_ONLY)}, sort_keys=True)
+
+
+def test_every_panel_query_with_regex_all_values(stack: Stack) -> None:
+    values = {uid: dict.fromkeys(variable_names(model), ".*") for uid, model in dashboards().items()}
+    all_checks = checks(values)
+    counts = poll(stack, all_checks)
+    assert_expectations(all_checks, counts)
+    print(summary("regex-all", counts))
+
+
+def variable_names(model: dict[str, Any]) -> list[str]:
+    return [v["name"] for v in model["templating"]["list"] if v["type"] == "query"]
+
+
+def resolve(stack: Stack, variable: dict[str, Any], chosen: dict[str, str]) -> list[str]:
+    """The values Grafana would offer for a query variable, given earlier choices."""
+    definition = substitute(variable["definition"], chosen)
+    if definition.startswith("label_values("):
+        selector, label = definition[len("label_values("):-1].rsplit(",", 1)
+        return stack.label_values(label.strip(), selector.strip())
+    assert definition.startswith("query_result("), definition
+    pattern = re.compile(variable["regex"].strip("/"))
+    found = set()
+    for series in stack.query(definition[len("query_result("):-1]):
+        text = "{" + ",".join(f'{k}="{v}"' for k, v in sorted(series["metric"].items())) + "}"
+        found.update(pattern.findall(text))
+    return sorted(found)
+
+
+def test_variables_offer_concrete_values_and_queries_return_series(stack: Stack) -> None:
+    values: dict[str, dict[str, str]] = {}
+    for uid, model in dashboards().items():
+        chosen: dict[str, str] = {}
+        for variable in model["templating"]["list"]:
+            if variable["type"] != "query":
+                continue
+            offered = wait_for(lambda v=variable, c=dict(chosen): resolve(stack, v, c) or None,
+                               timeout=CONVERGE_S, what=f"{uid} variable {variable['name']}")
+            choice = CHOICES[variable["name"]]
+            assert choice in offered, f"{uid}: ${variable['name']} offers {offered}, not {choice!r}"
+            chosen[variable["name"]] = choice
+        values[uid] = chosen
+    all_checks = checks(values)
+    counts = poll(stack, all_checks)
+    assert_expectations(all_checks, counts)
+    print(summary("concrete", counts))
+
+
+def panel_expr(uid: str, title: str, values: dict[str, str]) -> str:
+    panel = next(p for p in dashboards()[uid]["panels"] if p["title"] == title)
+    (target,) = panel["targets"]
+    return substitute(target["expr"], values)
+
+
+def test_fleet_stats_count_each_gpu_once_across_ha_replicas(stack: Stack) -> None:
+    """Every shard runs as an HA pair, so the master holds each series twice; the stats must not."""
+    values = dict.fromkeys(["region", "node", "gpu", "namespace", "pod", "shard"], ".*")
+
+    def value(title: str) -> float:
+        (sample,) = stack.query(panel_expr("gpufed-cluster", title, values))
+        return float(sample["value"][1])
+
+    raw = wait_for(lambda: int(stack.query("count(DCGM_FI_DEV_GPU_UTIL)")[0]["value"][1]) == 2 * GPUS_TOTAL
+                   or None, timeout=CONVERGE_S, what="both replicas of every GPU series at the master")
+    assert raw
+    assert value("GPUs") == GPUS_TOTAL
+    assert value("GPU nodes") == 6  # 4 fleet nodes, the attributed node, the node that is down
+    assert value("GPUs allocated") == len(PODS)
+    assert value("GPU exporters down") == 1
+    assert value("Unhealthy GPUs") >= 1  # XID 79 on GPU 0; a simulated XID may add one
+    assert value("Unhealthy GPU nodes") >= 2  # the node that is down and the attributed node
+    per_child = {(s["metric"]["shard"], s["metric"]["replica"]): s["value"][1] for s in
+                 stack.query(panel_expr("gpufed-federation", "Targets scraped per child", values))}
+    assert per_child == {("region-0-0", "0"): "4", ("region-0-0", "1"): "4",
+                         ("region-1-0", "0"): "2", ("region-1-0", "1"): "2"}
+
+
+def test_parse_only_queries_name_real_panels() -> None:
+    keys = {(uid, panel["title"], target["refId"]) for uid, model in dashboards().items()
+            for panel in model["panels"] for target in panel.get("targets", [])}
+    assert set(PARSE_ONLY) <= keys
+    assert all(reason.strip() for reason in PARSE_ONLY.values())
