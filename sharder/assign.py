@@ -43,12 +43,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from operator import attrgetter
+from typing import Protocol
 
 from sharder import overrides as overriding
 from sharder.assignment import Assignment, ShardInfo
 from sharder.errors import AssignmentError
-from sharder.fill import Fill, base_capacity
+from sharder.fill import Fill, Order, base_capacity
 from sharder.hashing import Ring, key_hashes, rendezvous_ranking, rendezvous_seeds, rendezvous_winner
 from sharder.inventory import Target
 from sharder.spec import FederationSpec, shard_id
@@ -73,11 +74,20 @@ def capacity(total: int, *, shards: int, heaviest: int, load_factor: float) -> i
 keep_limit = capacity
 
 
-def rank_of(hashes: list[int], keys: Sequence[str]) -> Callable[[int], Any]:
-    """Sort key putting target indices in ring order; a 64-bit collision falls back to the key."""
-    if len(set(hashes)) == len(hashes):
-        return hashes.__getitem__
-    return lambda j: (hashes[j], keys[j])
+def ring_order(hashes: list[int], keys: Sequence[str]) -> Order:
+    """Sorts target indices by key hash; equal hashes (a 64-bit collision) by key.
+
+    Only the few targets a stage sorts are checked for collisions, not the whole fleet.
+    """
+    by_hash = hashes.__getitem__
+
+    def order(indices: list[int]) -> list[int]:
+        ordered = sorted(indices, key=by_hash)
+        if len(set(map(by_hash, ordered))) == len(ordered):
+            return ordered
+        return sorted(indices, key=lambda j: (hashes[j], keys[j]))
+
+    return order
 
 
 class Placer(Protocol):
@@ -128,9 +138,9 @@ def run_stages(
     return fill.result
 
 
-def new_fill(weights: Sequence[int], *, rank: Callable[[int], Any], shards: int, load_factor: float) -> Fill:
+def new_fill(weights: Sequence[int], *, order: Order, shards: int, load_factor: float) -> Fill:
     cap = base_capacity(sum(weights), shards=shards, load_factor=load_factor)
-    return Fill(weights, rank=rank, load=[0] * shards, cap=cap)
+    return Fill(weights, order=order, load=[0] * shards, cap=cap)
 
 
 def place(
@@ -149,13 +159,11 @@ def place(
         return []
     hashes = key_hashes(keys)
     ring = Ring(shards, vnodes=vnodes)
-    slots = ring.slots(hashes)
-    owners = ring.owners
-    fill = new_fill(weights, rank=rank_of(hashes, keys), shards=len(shards), load_factor=load_factor)
+    fill = new_fill(weights, order=ring_order(hashes, keys), shards=len(shards), load_factor=load_factor)
     return run_stages(
         fill,
-        list(map(owners.__getitem__, slots)),
-        lambda j: ring.clockwise(slots[j]),
+        ring.owners_of(hashes),
+        lambda j: ring.clockwise(ring.slot(hashes[j])),
         was=_was(shards, keys, previous),
         fresh=_fresh(shards, previous_shards),
         pinned=pinned,
@@ -181,7 +189,7 @@ def place_rendezvous(
         return []
     hashes = key_hashes(keys)
     seeds = rendezvous_seeds(shards)
-    fill = new_fill(weights, rank=rank_of(hashes, keys), shards=len(shards), load_factor=load_factor)
+    fill = new_fill(weights, order=ring_order(hashes, keys), shards=len(shards), load_factor=load_factor)
     return run_stages(
         fill,
         [rendezvous_winner(h, seeds) for h in hashes],
@@ -258,24 +266,24 @@ def check_algorithm(
     return None  # old placements came from another algorithm: start afresh
 
 
-def _by_region(spec: FederationSpec, targets: Sequence[Target]) -> dict[str, list[Target]]:
-    grouped: dict[str, list[Target]] = {name: [] for name in sorted(spec.region_names())}
-    unknown: list[Target] = []
-    for target in targets:
-        bucket = grouped.get(target.region)
-        if bucket is None:
-            unknown.append(target)
-        else:
-            bucket.append(target)
-    if unknown:
+def _by_region(spec: FederationSpec, targets: Sequence[Target]) -> dict[str, Sequence[Target]]:
+    names = sorted(spec.region_names())
+    present = set(map(attrgetter("region"), targets))
+    if not present.issubset(names):
+        unknown = [t for t in targets if t.region not in names]
         first = min(unknown, key=lambda t: t.identity)
         others = len(unknown) - 1
         more = f" ({others} more in unknown regions)" if others else ""
         raise AssignmentError(
             f"target {first.identity!r} is in region {first.region!r}, which the spec does not "
-            f"define (known regions: {', '.join(grouped)}){more}"
+            f"define (known regions: {', '.join(names)}){more}"
         )
-    return grouped
+    if len(present) <= 1:  # the common case, without a pass in Python
+        return {name: targets if name in present else [] for name in names}
+    grouped: dict[str, list[Target]] = {name: [] for name in names}
+    for target in targets:
+        grouped[target.region].append(target)
+    return dict(grouped)
 
 
 def _duplicate(targets: Sequence[Target]) -> str:
@@ -330,8 +338,9 @@ def assign(
     weights: dict[str, int] = {}
     for region, members in grouped.items():
         active = [name for name in names_of[region] if name not in checked.drained]
-        keys = [t.identity for t in members]
-        loads = [t.weight for t in members]
+        keys = list(map(attrgetter("identity"), members))
+        # Target.weight is max(1, gpus) with gpus >= 0; reading gpus directly halves the cost.
+        loads = [gpus or 1 for gpus in map(attrgetter("gpus"), members)]
         if checked.weights:
             loads = [checked.weights.get(k, w) for k, w in zip(keys, loads, strict=True)]
         if keys and not active:

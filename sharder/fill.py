@@ -23,7 +23,7 @@ Stages, each offering every target that is still unplaced one shard:
 the walk finds no shard with room for a target (rare; only a heavy target near the end of
 a tight fill), the capacity rises to the least it takes, the least loaded shard's load
 plus the target's weight; that never exceeds ``ceil(total / S) + heaviest - 1``.
-Contention for a shard is settled in ring order (``rank``), so results depend on the set
+Contention for a shard is settled in ring order (``order``), so results depend on the set
 of targets, never on their order.
 """
 
@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from itertools import compress, count
 
-Rank = Callable[[int], Any]
+Order = Callable[[list[int]], list[int]]
+"""Sorts target indices into ring order (the order contention is settled in)."""
 
 
 def base_capacity(total: int, *, shards: int, load_factor: float) -> int:
@@ -46,11 +47,11 @@ def base_capacity(total: int, *, shards: int, load_factor: float) -> int:
 class Fill:
     """Placement state of one region: per-shard load, capacity, and each target's shard."""
 
-    __slots__ = ("cap", "load", "rank", "result", "weights")
+    __slots__ = ("cap", "load", "order", "result", "weights")
 
-    def __init__(self, weights: Sequence[int], *, rank: Rank, load: list[int], cap: int) -> None:
+    def __init__(self, weights: Sequence[int], *, order: Order, load: list[int], cap: int) -> None:
         self.weights = weights
-        self.rank = rank
+        self.order = order
         self.load = load
         self.cap = cap
         self.result = [-1] * len(weights)
@@ -76,22 +77,25 @@ class Fill:
         for shard, weight in zip(wanted, weights, strict=True):
             demand[shard] += weight
         full = {s for s, extra in enumerate(demand[:-1]) if extra and load[s] + extra > cap}
-        contended: list[int] = []
-        if full:
+        if demand[-1] == 0 and result.count(-1) == len(result):
+            # Everyone is offered a shard and nobody is placed yet (a first fill): copy in
+            # C, then take the contended ones back out.
+            result[:] = wanted
+            contended = list(compress(count(), map(full.__contains__, wanted))) if full else []
+            for j in contended:
+                result[j] = -1
+        else:
+            contended = []
             for j, shard in enumerate(wanted):
                 if shard >= 0:
                     if shard in full:
                         contended.append(j)
                     else:
                         result[j] = shard
-        else:
-            for j, shard in enumerate(wanted):
-                if shard >= 0:
-                    result[j] = shard
         for s, extra in enumerate(demand[:-1]):
             if extra and s not in full:
                 load[s] += extra
-        for j in sorted(contended, key=self.rank):
+        for j in self.order(contended):
             shard, weight = wanted[j], weights[j]
             if load[shard] + weight <= cap:
                 load[shard] += weight
@@ -104,7 +108,7 @@ class Fill:
     def walk(self, candidates: Callable[[int], Iterable[int]]) -> None:
         """Each unplaced target, in ring order, takes its first candidate with room."""
         load, weights, result = self.load, self.weights, self.result
-        for j in sorted((j for j, r in enumerate(result) if r < 0), key=self.rank):
+        for j in self.order([j for j, r in enumerate(result) if r < 0]):
             weight = weights[j]
             room = self.cap - weight
             shard = next((s for s in candidates(j) if load[s] <= room), -1)
@@ -146,7 +150,7 @@ class Fill:
             donor = donors[0][1]
             queue = ordered.get(donor)
             if queue is None:  # ascending ring order: the end is the last in ring order
-                queue = ordered[donor] = sorted(members[donor], key=self.rank)
+                queue = ordered[donor] = self.order(members[donor])
             heavy = have * count < sizes[taker] * total  # lighter than the mean so far
             pick = _pick(queue, weights, heavy=heavy, count=count, total=total)
             j = queue[pick]

@@ -16,7 +16,8 @@ import bisect
 import hashlib
 from collections.abc import Iterator, Sequence
 from functools import partial
-from itertools import chain
+from itertools import accumulate, chain, compress, count, repeat
+from operator import rshift
 
 import xxhash
 
@@ -43,10 +44,19 @@ def ring_points(shard: str, count: int) -> list[int]:
     return [_xxh3(raw, seed) for seed in range(count)]
 
 
-class Ring:
-    """A consistent-hash ring: sorted vnode positions and the shard index owning each."""
+_BUCKET_BITS = 16
+_SHIFT = 64 - _BUCKET_BITS
 
-    __slots__ = ("owners", "positions")
+
+class Ring:
+    """A consistent-hash ring: sorted vnode positions and the shard index owning each.
+
+    :meth:`owners_of` looks most keys up in a table of 2^16 equal slices of the hash
+    space: a slice holding no vnode has one owner for all its keys, so only keys in the
+    other slices need a binary search (with 128 vnodes on 100 shards, about one in five).
+    """
+
+    __slots__ = ("_table", "owners", "positions")
 
     def __init__(self, shards: Sequence[str], *, vnodes: int) -> None:
         # Packing owner into the low bits lets one int sort do the work of a tuple sort;
@@ -60,6 +70,29 @@ class Ring:
         mask = (1 << width) - 1
         self.positions: list[int] = [p >> width for p in packed]
         self.owners: list[int] = [p & mask for p in packed]
+        self._table: list[int] | None = None
+
+    def _slices(self) -> list[int]:
+        """Per slice of the hash space, the owner of all its keys, or -1 if it holds a vnode."""
+        if self._table is None:
+            counts = [0] * (1 << _BUCKET_BITS)
+            for position in self.positions:
+                counts[position >> _SHIFT] += 1
+            wrapped = [*self.owners, self.owners[0]]
+            # A key in an empty slice b belongs to the first vnode after it: index starts[b].
+            starts = accumulate(counts, initial=0)
+            self._table = [wrapped[s] if not c else -1 for s, c in zip(starts, counts, strict=False)]
+        return self._table
+
+    def owners_of(self, points: Sequence[int]) -> list[int]:
+        """:meth:`primary` of many points; equal to it, only faster."""
+        if not self.positions:
+            raise ValueError("a ring without shards owns nothing")
+        found = list(map(self._slices().__getitem__, map(rshift, points, repeat(_SHIFT))))
+        positions, wrapped = self.positions, [*self.owners, self.owners[0]]
+        for j in compress(count(), map((-1).__eq__, found)):
+            found[j] = wrapped[bisect.bisect_right(positions, points[j])]
+        return found
 
     def __len__(self) -> int:
         return len(self.positions)

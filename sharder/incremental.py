@@ -303,7 +303,7 @@ class IncrementalAssigner:
         loads = [p + m for p, m in zip(state.pinned_load, state.member_load, strict=True)]
         fill = Fill(
             [w for _, w in unplaced],
-            rank=lambda j: unplaced[j][0],
+            order=lambda indices: sorted(indices, key=lambda j: unplaced[j][0]),
             load=loads,
             cap=base_capacity(total, shards=shards, load_factor=load_factor),
         )
