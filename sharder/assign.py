@@ -49,7 +49,7 @@ from typing import Protocol
 from sharder import overrides as overriding
 from sharder.assignment import Assignment, ShardInfo
 from sharder.errors import AssignmentError
-from sharder.fill import Fill, Order, base_capacity
+from sharder.fill import Fill, Order, base_capacity, keep_limit
 from sharder.hashing import Ring, key_hashes, rendezvous_ranking, rendezvous_seeds, rendezvous_winner
 from sharder.inventory import Target
 from sharder.spec import FederationSpec, shard_id
@@ -69,9 +69,6 @@ def capacity(total: int, *, shards: int, heaviest: int, load_factor: float) -> i
     if total == 0:
         return 0
     return max(math.floor(load_factor * total / shards), -(-total // shards) + heaviest - 1)
-
-
-keep_limit = capacity
 
 
 def ring_order(hashes: list[int], keys: Sequence[str]) -> Order:

@@ -12,17 +12,16 @@ Stages, each offering every target that is still unplaced one shard:
    at a time (heaviest shard first, ties to the lower index; from each, its last target
    in ring order). Those shards would have shed targets under the lower capacity anyway,
    so the new shard's share is most of what moves.
-2. ``offer(was)``: every target stays on its previous shard while that fits under the
-   *keep limit* ``max(floor(c x mean), ceil(mean) + heaviest - 1)``, the bound a walk may
-   raise the capacity to; so a rerun keeps everything (even after a raise) and a shard
-   sheds only when the fleet shrinks or a shard is added.
+2. ``offer(was)``: every target stays on its previous shard while that fits under
+   :func:`keep_limit`, so a rerun keeps everything (even after a raise) and a shard sheds
+   only when the fleet shrinks or a shard is added.
 3. ``offer(primary)``: the rest go to their first choice (ring owner) while that fits.
 4. ``walk``: the rest take their first candidate with room, in ring order.
 
-**Capacity** is ``max(floor(c x total / S), ceil(total / S))``, so max/mean <= c. When
-the walk finds no shard with room for a target (rare; only a heavy target near the end of
-a tight fill), the capacity rises to the least it takes, the least loaded shard's load
-plus the target's weight; that never exceeds ``ceil(total / S) + heaviest - 1``.
+**Capacity** of a fill is :func:`base_capacity`, below ``c x mean``. When the walk finds
+no shard with room for a target (rare; only a heavy target near the end of a tight
+fill), the capacity rises to the least it takes, the least loaded shard's load plus the
+target's weight. Targets already on a shard stay up to :func:`keep_limit`.
 Contention for a shard is settled in ring order (``order``), so results depend on the set
 of targets, never on their order.
 """
@@ -38,10 +37,30 @@ Order = Callable[[list[int]], list[int]]
 
 
 def base_capacity(total: int, *, shards: int, load_factor: float) -> int:
-    """Most weight one shard may carry before the walk has to raise it."""
+    """Most weight a fill puts on one shard before the walk has to raise it.
+
+    ``c x total / (S + 1)``: the capacity the shards would have with one more shard, so
+    that adding one later finds no shard it must strip below the load factor; with few
+    shards that is below the mean, so never less than half the load factor's slack.
+    """
     if total == 0 or shards == 0:
         return 0
-    return max(int(load_factor * total / shards), -(-total // shards))
+    mean = total / shards
+    return max(
+        int(load_factor * total / (shards + 1)), int((1 + load_factor) / 2 * mean), -(-total // shards)
+    )
+
+
+def keep_limit(total: int, *, shards: int, heaviest: int, load_factor: float) -> int:
+    """Most weight a shard may keep: ``c x mean``, or what a walk may have raised it to.
+
+    A walk raises the capacity to the least loaded shard's load plus the target's weight,
+    at most ``(total - heaviest) // S + heaviest``; keeping up to that makes a rerun on
+    the same fleet move nothing.
+    """
+    if total == 0 or shards == 0:
+        return 0
+    return max(int(load_factor * total / shards), (total - heaviest) // shards + heaviest)
 
 
 class Fill:

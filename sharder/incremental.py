@@ -31,7 +31,7 @@ from sharder import assign as assigning
 from sharder import overrides as overriding
 from sharder.assignment import Assignment
 from sharder.errors import AssignmentError
-from sharder.fill import Fill, base_capacity
+from sharder.fill import Fill, base_capacity, keep_limit
 from sharder.hashing import Ring, key_hash
 from sharder.inventory import Target
 from sharder.spec import FederationSpec
@@ -293,7 +293,7 @@ class IncrementalAssigner:
             return
         load_factor = self.spec.sharding.load_factor
         heaviest = max((w for w, n in state.weights.items() if n > 0), default=0)
-        limit = assigning.keep_limit(total, shards=shards, heaviest=heaviest, load_factor=load_factor)
+        limit = keep_limit(total, shards=shards, heaviest=heaviest, load_factor=load_factor)
         for s, members in enumerate(state.members):
             if members and state.pinned_load[s] + state.member_load[s] > limit:
                 unplaced.extend(_shed(state, s, limit=limit, weights=weights))
