@@ -93,7 +93,7 @@ class Fill:
         load, weights, result = self.load, self.weights, self.result
         cap = self.cap if limit is None else limit
         demand = [0] * (len(load) + 1)  # the extra slot soaks up the -1s
-        for shard, weight in zip(wanted, weights, strict=True):
+        for shard, weight in zip(wanted, weights, strict=False):  # equal lengths; strict costs
             demand[shard] += weight
         full = {s for s, extra in enumerate(demand[:-1]) if extra and load[s] + extra > cap}
         if demand[-1] == 0 and result.count(-1) == len(result):

@@ -307,9 +307,9 @@ class IncrementalAssigner:
             load=loads,
             cap=base_capacity(total, shards=shards, load_factor=load_factor),
         )
-        slots = state.ring.slots([member[0] for member, _ in unplaced])
-        fill.offer([state.ring.owners[s] for s in slots])
-        fill.walk(lambda j: state.ring.clockwise(slots[j]))
+        ring = state.ring
+        fill.offer(ring.owners_of([member[0] for member, _ in unplaced]))
+        fill.walk(lambda j: ring.clockwise(ring.slot(unplaced[j][0][0])))
         for (member, weight), shard in zip(unplaced, fill.result, strict=True):
             bisect.insort(state.members[shard], member)
             state.member_load[shard] += weight

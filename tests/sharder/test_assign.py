@@ -363,3 +363,26 @@ def test_several_new_shards_share_the_growth() -> None:
     assert all(loads[f"r-a-{i}"] >= 0.9 * mean for i in (10, 11, 12))
     assert max(loads.values()) <= 1.05 * mean
     assert len(moved(before, after)) <= 1.1 * len(targets) * 3 / 13
+
+
+def test_identities_match_the_target_property() -> None:
+    """assign() spells Target.identity out for speed; it must stay the same function."""
+    from sharder.assign import _identities
+
+    targets = [
+        Target(address="10.0.0.1", port=9400, job="gpu", node="n1", region="r-a"),
+        Target(address="fd00::1", port=9100, job="gpu", node="n2", region="r-a"),
+        Target(address="gpu-node-7.example", port=1, job="gpu", node="n3", region="r-a"),
+        Target.model_validate(
+            {
+                "address": "10.0.0.2",
+                "port": 9400,
+                "job": "gpu",
+                "node": "n4",
+                "region": "r-a",
+                "identity": "n4-gpu",
+            }
+        ),
+    ]
+    assert _identities(targets) == [t.identity for t in targets]
+    assert set(assign(make_spec({"r-a": 2}), targets).targets) == {t.identity for t in targets}
