@@ -40,8 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice
-from operator import attrgetter, eq
+from operator import attrgetter
 from typing import Protocol
 
 from sharder import overrides as overriding
@@ -70,17 +69,16 @@ def capacity(total: int, *, shards: int, heaviest: int, load_factor: float) -> i
 
 
 def ring_order(hashes: list[int], keys: Sequence[str]) -> Order:
-    """Sorts target indices by key hash; equal hashes (a 64-bit collision) by key.
-
-    Only the few targets a stage sorts are checked for collisions, not the whole fleet.
-    """
+    """Sorts target indices by key hash; should two keys share one (a 64-bit collision,
+    checked once, on first use), by hash then key, so the order never depends on input."""
     by_hash = hashes.__getitem__
+    unique: list[bool] = []
 
     def order(indices: list[int]) -> list[int]:
-        ordered = sorted(indices, key=by_hash)
-        ranks = list(map(by_hash, ordered))
-        if not any(map(eq, ranks, islice(ranks, 1, None))):
-            return ordered
+        if not unique:
+            unique.append(len(set(hashes)) == len(hashes))
+        if unique[0]:
+            return sorted(indices, key=by_hash)
         return sorted(indices, key=lambda j: (hashes[j], keys[j]))
 
     return order

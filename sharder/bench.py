@@ -3,7 +3,7 @@
 Figures it reports, all on seeded synthetic targets (unique 10.x.y.z:9400 addresses,
 each with 4 or 8 GPUs as its weight) in one region with a fixed shard count S:
 
-* ``assign_seconds``: :func:`sharder.assign.assign` from scratch, best of 3 (timings on a
+* ``assign_seconds``: :func:`sharder.assign.assign` from scratch, best of 5 (timings on a
   shared machine are noisy; the best run is the least disturbed one). All timings are CPU
   seconds of this process (``time.process_time``), see ``_clock``.
 * ``max_over_mean``: heaviest shard over the mean shard, by weight.
@@ -189,7 +189,7 @@ def run_sharding_bench(
     shards: int,
     seed: int = 0,
     trials: int = 20,
-    repeats: int = 3,
+    repeats: int = 5,
     algorithm: str = ALGORITHM,
 ) -> dict[str, Any]:
     """Every figure of the sharding benchmark as one flat JSON-ready dict."""

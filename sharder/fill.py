@@ -28,9 +28,10 @@ of targets, never on their order.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable, Iterable, Sequence
-from itertools import compress, count
+from itertools import accumulate, compress, count
 
 Order = Callable[[list[int]], list[int]]
 """Sorts target indices into ring order (the order contention is settled in)."""
@@ -96,13 +97,12 @@ class Fill:
         for shard, weight in zip(wanted, weights, strict=False):  # equal lengths; strict costs
             demand[shard] += weight
         full = {s for s, extra in enumerate(demand[:-1]) if extra and load[s] + extra > cap}
-        if demand[-1] == 0 and result.count(-1) == len(result):
+        first = demand[-1] == 0 and result.count(-1) == len(result)
+        if first:
             # Everyone is offered a shard and nobody is placed yet (a first fill): copy in
-            # C, then take the contended ones back out.
+            # C, then settle the contended shards, taking their losers back out.
             result[:] = wanted
             contended = list(compress(count(), map(full.__contains__, wanted))) if full else []
-            for j in contended:
-                result[j] = -1
         else:
             contended = []
             for j, shard in enumerate(wanted):
@@ -114,11 +114,35 @@ class Fill:
         for s, extra in enumerate(demand[:-1]):
             if extra and s not in full:
                 load[s] += extra
-        for j in self.order(contended):
-            shard, weight = wanted[j], weights[j]
-            if load[shard] + weight <= cap:
-                load[shard] += weight
+        groups: dict[int, list[int]] = {s: [] for s in sorted(full)}
+        for j in contended:
+            groups[wanted[j]].append(j)
+        for shard, group in groups.items():
+            self._settle(shard, self.order(group), cap=cap, placed=first)
+
+    def _settle(self, shard: int, ordered: list[int], *, cap: int, placed: bool) -> None:
+        """A contended shard takes its offers in ring order while they fit.
+
+        The longest prefix that fits is found in C (running sums, binary search); only the
+        rest is looked at one by one. ``placed``: the offers are already in ``result``
+        and the ones that do not fit are taken out.
+        """
+        weights, result = self.weights, self.result
+        room = cap - self.load[shard]
+        sums = list(accumulate(map(weights.__getitem__, ordered)))
+        k = bisect.bisect_right(sums, room)
+        load = self.load[shard] + (sums[k - 1] if k else 0)
+        if not placed:
+            for j in ordered[:k]:
                 result[j] = shard
+        for j in ordered[k:]:
+            weight = weights[j]
+            if load + weight <= cap:
+                load += weight
+                result[j] = shard
+            elif placed:
+                result[j] = -1
+        self.load[shard] = load
 
     def unplaced(self, wanted: Sequence[int]) -> list[int]:
         """``wanted`` with -1 wherever the target is already placed."""
@@ -127,7 +151,7 @@ class Fill:
     def walk(self, candidates: Callable[[int], Iterable[int]]) -> None:
         """Each unplaced target, in ring order, takes its first candidate with room."""
         load, weights, result = self.load, self.weights, self.result
-        for j in self.order([j for j, r in enumerate(result) if r < 0]):
+        for j in self.order(list(compress(count(), map((-1).__eq__, result)))):
             weight = weights[j]
             room = self.cap - weight
             shard = next((s for s in candidates(j) if load[s] <= room), -1)
