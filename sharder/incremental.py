@@ -94,6 +94,27 @@ class IncrementalAssigner:
         """The current fleet, in no particular order."""
         return list(self._targets.values())
 
+    def sync(self, targets: Sequence[Target]) -> Assignment:
+        """Follow a full target list (what ``on_change`` delivers): apply its difference.
+
+        Targets whose identity is new are added, missing ones removed, and ones whose
+        fields changed are updated (removed and added back, keeping their shard).
+        """
+        current = self._targets
+        incoming: dict[str, Target] = {}
+        for target in targets:
+            identity = target.identity
+            if identity in incoming:
+                raise AssignmentError(
+                    f"target {identity!r} is listed more than once; identities must be unique "
+                    "(set 'identity' on targets that share an address and port)"
+                )
+            incoming[identity] = target
+        removed = current.keys() - incoming.keys()
+        changed = [t for i, t in incoming.items() if i in current and current[i] != t]
+        added = [t for i, t in incoming.items() if i not in current]
+        return self.apply(added=added + changed, removed=removed | {t.identity for t in changed})
+
     def apply(self, *, added: Sequence[Target] = (), removed: Collection[str] = ()) -> Assignment:
         """Remove identities ``removed``, add ``added`` (an identity in both is updated)."""
         gone = set(removed)
