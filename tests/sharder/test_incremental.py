@@ -244,3 +244,13 @@ def test_sync_follows_full_lists_like_apply(history: tuple[Any, ...]) -> None:
         last = engine.assignment
         assert engine.sync(listed) == assign(spec, listed, previous=last, **overrides)
     assert engine.fallbacks == 0
+
+
+def test_a_target_for_a_fully_drained_region_is_refused_and_changes_nothing() -> None:
+    spec = make_spec({"r-a": 2, "r-b": 1})
+    first = [target(n, region="r-b", gpus=4) for n in range(5)]
+    engine = IncrementalAssigner(spec, first, drained=["r-a-0", "r-a-1"], fallback_fraction=NEVER)
+    before = engine.assignment
+    with pytest.raises(AssignmentError, match="every shard of region 'r-a' is drained"):
+        engine.apply(added=[target(9, region="r-a", gpus=4)])
+    assert engine.assignment == before and len(engine.targets()) == 5

@@ -253,3 +253,31 @@ def test_no_overrides_is_the_plain_assignment() -> None:
     plain = assign(spec, fleet)
     assert assign(spec, fleet, shard_counts={}, pins={}, drained=(), weight_overrides={}) == plain
     assert "drained" not in plain.model_dump(mode="json")
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@given(fleet=fleets(), data=st.data())
+@FAST
+def test_growing_with_pins_and_drains_keeps_every_promise(
+    algorithm: str, fleet: list[Target], data: st.DataObject
+) -> None:
+    """Shards added, some drained, some targets pinned (to new shards too), all at once."""
+    before = assign(make_spec({"r-a": 3, "r-b": 2}, algorithm=algorithm), fleet)
+    spec = make_spec({"r-a": 6, "r-b": 3}, algorithm=algorithm)
+    drained = data.draw(st.sets(st.sampled_from(["r-a-0", "r-a-4", "r-b-1"]), max_size=2))
+    usable = {
+        r: [s for s in (f"{r}-{i}" for i in range(6 if r == "r-a" else 3)) if s not in drained]
+        for r in REGIONS
+    }
+    chosen = data.draw(st.lists(st.sampled_from(fleet), unique_by=lambda t: t.identity)) if fleet else []
+    pins = {t.identity: data.draw(st.sampled_from(usable[t.region])) for t in chosen}
+    after = assign(spec, fleet, previous=before, pins=pins, drained=drained)
+    assert all(after.targets[i] == s for i, s in pins.items())
+    assert not drained & set(after.targets.values())
+    load = after.load()
+    for shard, info in after.shards.items():
+        pinned = sum(after.weights[i] for i, s in pins.items() if s == shard)
+        active = len(usable[info.region])
+        assert load[shard] <= max(region_cap(after, info.region, active=active), pinned)
+    # Kept targets stay put on a rerun, and the new shards are not new any more.
+    assert assign(spec, fleet, previous=after, pins=pins, drained=drained) == after
