@@ -12,6 +12,7 @@ benchmarks can compare our movement with the classic ``hashmod``/``keep`` shardi
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, chain, repeat
@@ -29,7 +30,7 @@ def key_hash(key: str) -> int:
 
 def key_hashes(keys: Sequence[str]) -> list[int]:
     """:func:`key_hash` of many keys; one call so the hot loop stays in C."""
-    return [_xxh3(raw) for raw in map(str.encode, keys)]
+    return list(map(_xxh3, map(str.encode, keys)))
 
 
 def ring_points(shard: str, count: int) -> list[int]:
@@ -77,7 +78,10 @@ class Ring:
             counts[position >> self._shift] += 1
         # Vnodes before slice b = index of the first vnode at or after its start; past the
         # last vnode the ring wraps to the first.
-        self.slice_slots: list[int] = [s if s < size else 0 for s in accumulate(counts[:-1], initial=0)]
+        slots = list(accumulate(counts[:-1], initial=0))
+        past = bisect.bisect_left(slots, size)  # slices after the last vnode
+        slots[past:] = repeat(0, len(slots) - past)
+        self.slice_slots: list[int] = slots
         self.slice_owners: list[int] = list(map(self.owners.__getitem__, self.slice_slots)) if size else []
 
     def __len__(self) -> int:
