@@ -41,7 +41,6 @@ depends on the *set* of targets, never on their order.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -61,15 +60,13 @@ VNODES = 128
 
 
 def capacity(total: int, *, shards: int, heaviest: int, load_factor: float) -> int:
-    """Most weight one shard can end up with, pins aside (see :mod:`sharder.fill`).
+    """Most weight one shard can end up with, pins aside: :func:`sharder.fill.keep_limit`.
 
-    A fill places targets under ``max(floor(c x mean), ceil(mean))`` and only a walk that
-    finds no room raises that, never beyond ``ceil(mean) + heaviest - 1``; targets already
-    on a shard may stay up to the same bound.
+    A fill places targets under :func:`sharder.fill.base_capacity` (below ``c x mean``)
+    and only a walk that finds no room raises that, never beyond this bound; targets
+    already on a shard may stay up to it.
     """
-    if total == 0:
-        return 0
-    return max(math.floor(load_factor * total / shards), -(-total // shards) + heaviest - 1)
+    return keep_limit(total, shards=shards, heaviest=heaviest, load_factor=load_factor)
 
 
 def ring_order(hashes: list[int], keys: Sequence[str]) -> Order:

@@ -53,15 +53,16 @@ def base_capacity(total: int, *, shards: int, load_factor: float) -> int:
 
 
 def keep_limit(total: int, *, shards: int, heaviest: int, load_factor: float) -> int:
-    """Most weight a shard may keep: ``c x mean``, or what a walk may have raised it to.
+    """Most weight a shard may keep: ``c x mean``, or ``ceil(mean) + heaviest - 1``.
 
-    A walk raises the capacity to the least loaded shard's load plus the target's weight,
-    at most ``(total - heaviest) // S + heaviest``; keeping up to that makes a rerun on
-    the same fleet move nothing.
+    The second bound is what v1 filled shards up to, and above what a walk may raise the
+    capacity to (the least loaded shard's load plus a weight, at most
+    ``(total - heaviest) // S + heaviest``); keeping up to it makes a rerun on the same
+    fleet, or the first run after upgrading from v1, move nothing.
     """
     if total == 0 or shards == 0:
         return 0
-    return max(int(load_factor * total / shards), (total - heaviest) // shards + heaviest)
+    return max(int(load_factor * total / shards), -(-total // shards) + heaviest - 1)
 
 
 class Fill:

@@ -334,6 +334,41 @@ def test_an_assignment_from_v1_is_kept_whole_on_upgrade() -> None:
     assert plan.algorithm_changed and plan.counts.moved == 0
 
 
+@given(scenario=scenarios(), seed=st.integers(min_value=0, max_value=2**32))
+@FAST
+def test_any_placement_v1_could_write_is_kept_on_upgrade(scenario: Scenario, seed: int) -> None:
+    """v1 filled shards up to capacity(); v2 keeps every such placement, even at that edge."""
+    shards, targets = scenario
+    fixed = {r: n or 3 for r, n in shards.items()}
+    spec = make_spec(fixed)
+    rnd = random.Random(seed)
+    placed: dict[str, str] = {}
+    for region, count in fixed.items():
+        members = [t for t in targets if t.region == region]
+        weights = [t.weight for t in members]
+        cap = capacity(sum(weights), shards=count, heaviest=max(weights, default=0), load_factor=1.05)
+        load = [0] * count
+        for t in sorted(members, key=lambda t: -t.weight):  # heaviest first, as full as allowed
+            room = [s for s in range(count) if load[s] + t.weight <= cap]
+            s = max(room, key=lambda s: (load[s], rnd.random())) if room else load.index(min(load))
+            load[s] += t.weight
+            placed[t.identity] = shard_id(region, s)
+    v1 = assign(spec, targets).model_copy(update={"algorithm_version": 1, "targets": placed})
+    assert assign(spec, targets, previous=v1).targets == placed
+
+
+def test_a_v1_shard_filled_to_its_bound_keeps_everything() -> None:
+    """105 GPUs on 10 shards, one 8-GPU target: v1 allowed 11 + 8 - 1 = 18 on one shard."""
+    spec = make_spec({"r-a": 10})
+    heavy = gpu_target(0, region="r-a", gpus=8)
+    ones = [gpu_target(n, region="r-a", gpus=1) for n in range(1, 98)]
+    placed = {heavy.identity: "r-a-0"}
+    placed.update((t.identity, "r-a-0" if n < 10 else f"r-a-{1 + n % 9}") for n, t in enumerate(ones))
+    v1 = assign(spec, [heavy, *ones]).model_copy(update={"algorithm_version": 1, "targets": placed})
+    assert v1.load()["r-a-0"] == 18 == capacity(105, shards=10, heaviest=8, load_factor=1.05)
+    assert assign(spec, [heavy, *ones], previous=v1).targets == placed
+
+
 @pytest.mark.parametrize("trial", range(3))
 def test_at_24_targets_per_shard_adding_a_shard_moves_about_its_share(trial: int) -> None:
     """The sizing users run (about 24 targets per child): the new shard's share and little more."""
