@@ -125,15 +125,23 @@ def test_every_change_equals_the_full_sticky_assignment(history: tuple[Any, ...]
 
 
 def test_capacity_edges_shed_exactly_as_the_full_assignment() -> None:
-    """Removals lower the capacity so full shards shed; additions of heavy targets force walks."""
+    """Heavy targets leaving lower the keep limit, so full shards shed; new heavy ones walk."""
     rnd = random.Random(3)
     spec = make_spec({"r-a": 4})
-    first = [target(n, region="r-a", gpus=rnd.choice([1, 8])) for n in range(40)]
+    first = [target(n, region="r-a", gpus=rnd.choice([1, 4, 8])) for n in range(80)]
+    heavy = {first[0].identity: 40, first[1].identity: 40}
+    engine = IncrementalAssigner(spec, first, weight_overrides=heavy, fallback_fraction=NEVER)
+    fleet = Fleet(spec, first, weight_overrides=heavy)
+    last = engine.assignment
+    result = engine.apply(removed=set(heavy))
+    fleet.change([], set(heavy))
+    assert result == fleet.expected(last)
+    assert any(last.targets[i] != s for i, s in result.targets.items())  # someone was shed
     changes = []
     for step in range(30):
         added = [target(1000 + step * 3 + k, region="r-a", gpus=8) for k in range(step % 3)]
         changes.append((added, 2 + step % 4, step % 2, random.Random(step)))
-    assert play(spec, first, {}, changes) > 0  # some targets were shed by full shards
+    play(spec, [fleet.targets[i] for i in sorted(fleet.targets)], {}, changes)
 
 
 @given(data=st.data())
