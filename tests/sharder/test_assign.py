@@ -14,11 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sharder.assign import ALGORITHM, STRATEGIES, assign, capacity
+from sharder.assign import ALGORITHM, STRATEGIES, assign, capacity, place
 from sharder.assignment import Assignment
 from sharder.errors import AssignmentError, InventoryError, SpecError
 from sharder.inventory import Target
 from sharder.loading import parse_inventory, parse_model
+from sharder.plan import diff
 from sharder.spec import FederationSpec, shard_id
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -256,7 +257,7 @@ def test_a_previous_assignment_from_another_algorithm_is_refused() -> None:
     with pytest.raises(AssignmentError) as caught:
         assign(spec, targets, previous=old)
     assert str(caught.value) == (
-        "the previous assignment was made by hashmod v3 but this run assigns with bounded-ring v1; "
+        "the previous assignment was made by hashmod v3 but this run assigns with bounded-ring v2; "
         "switching moves most targets to another shard (their children lose the recent history of "
         "those targets). Pass allow_algorithm_change=True (--allow-algorithm-change) to accept the reshuffle"
     )
@@ -311,3 +312,112 @@ def test_duplicate_targets_are_refused_when_loading() -> None:
         "inventory.yaml: field 'targets[1].address' duplicate target (also at targets[0])"
         " (value '10.0.0.1:9400')"
     )
+
+
+def test_an_assignment_from_v1_is_kept_whole_on_upgrade() -> None:
+    """v2 changes only how changes are placed, so a v1 assignment.json moves nobody."""
+    spec = make_spec({"r-a": 7, "r-b": 3})
+    targets = seeded_targets(900, region="r-a") + seeded_targets(300, region="r-b", seed=1)
+    # A v1 file: any valid placement, e.g. the one written before the upgrade.
+    placed = assign(spec, targets)
+    rotated = {
+        i: shard_id(s.rsplit("-", 1)[0], (int(s.rsplit("-", 1)[1]) + 1) % (7 if s.startswith("r-a") else 3))
+        for i, s in placed.targets.items()
+    }
+    v1 = Assignment.model_validate(
+        {**placed.model_dump(mode="json"), "algorithm_version": 1, "targets": rotated}
+    )
+    upgraded = assign(spec, targets, previous=v1)
+    assert upgraded.algorithm_version == 2
+    assert upgraded.targets == v1.targets
+    plan = diff(v1, upgraded)
+    assert plan.algorithm_changed and plan.counts.moved == 0
+
+
+@given(scenario=scenarios(), seed=st.integers(min_value=0, max_value=2**32))
+@FAST
+def test_any_placement_v1_could_write_is_kept_on_upgrade(scenario: Scenario, seed: int) -> None:
+    """v1 filled shards up to capacity(); v2 keeps every such placement, even at that edge."""
+    shards, targets = scenario
+    fixed = {r: n or 3 for r, n in shards.items()}
+    spec = make_spec(fixed)
+    rnd = random.Random(seed)
+    placed: dict[str, str] = {}
+    for region, count in fixed.items():
+        members = [t for t in targets if t.region == region]
+        weights = [t.weight for t in members]
+        cap = capacity(sum(weights), shards=count, heaviest=max(weights, default=0), load_factor=1.05)
+        load = [0] * count
+        for t in sorted(members, key=lambda t: -t.weight):  # heaviest first, as full as allowed
+            room = [s for s in range(count) if load[s] + t.weight <= cap]
+            s = max(room, key=lambda s: (load[s], rnd.random())) if room else load.index(min(load))
+            load[s] += t.weight
+            placed[t.identity] = shard_id(region, s)
+    v1 = assign(spec, targets).model_copy(update={"algorithm_version": 1, "targets": placed})
+    assert assign(spec, targets, previous=v1).targets == placed
+
+
+def test_a_v1_shard_filled_to_its_bound_keeps_everything() -> None:
+    """105 GPUs on 10 shards, one 8-GPU target: v1 allowed 11 + 8 - 1 = 18 on one shard."""
+    spec = make_spec({"r-a": 10})
+    heavy = gpu_target(0, region="r-a", gpus=8)
+    ones = [gpu_target(n, region="r-a", gpus=1) for n in range(1, 98)]
+    placed = {heavy.identity: "r-a-0"}
+    placed.update((t.identity, "r-a-0" if n < 10 else f"r-a-{1 + n % 9}") for n, t in enumerate(ones))
+    v1 = assign(spec, [heavy, *ones]).model_copy(update={"algorithm_version": 1, "targets": placed})
+    assert v1.load()["r-a-0"] == 18 == capacity(105, shards=10, heaviest=8, load_factor=1.05)
+    assert assign(spec, [heavy, *ones], previous=v1).targets == placed
+
+
+@pytest.mark.parametrize("trial", range(3))
+def test_at_24_targets_per_shard_adding_a_shard_moves_about_its_share(trial: int) -> None:
+    """The sizing users run (about 24 targets per child): the new shard's share and little more."""
+    rnd = random.Random(trial)
+    keys = [f"10.{n >> 16}.{(n >> 8) & 255}.{n & 255}:9400" for n in rnd.sample(range(1 << 24), 2400)]
+    weights = [rnd.choice((4, 8)) for _ in keys]
+    names = [shard_id(f"t{trial}", i) for i in range(101)]
+    base = place(names[:100], keys, weights, load_factor=1.05)
+    previous = {k: names[s] for k, s in zip(keys, base, strict=True)}
+    grown = place(names, keys, weights, load_factor=1.05, previous=previous, previous_shards=names[:100])
+    moved = sum(1 for b, g in zip(base, grown, strict=True) if b != g)
+    assert moved <= 1.2 * len(keys) / 101
+    assert all(g == 100 for b, g in zip(base, grown, strict=True) if b != g)  # all to the new shard
+    load = [0] * 101
+    for shard, weight in zip(grown, weights, strict=True):
+        load[shard] += weight
+    assert max(load) / fmean(load) <= 1.05
+    assert load[100] >= 0.9 * fmean(load)
+
+
+def test_several_new_shards_share_the_growth() -> None:
+    targets = seeded_targets(1300, region="r-a")
+    before = assign(make_spec({"r-a": 10}), targets)
+    after = assign(make_spec({"r-a": 13}), targets, previous=before)
+    loads = after.load()
+    mean = fmean(loads.values())
+    assert all(loads[f"r-a-{i}"] >= 0.9 * mean for i in (10, 11, 12))
+    assert max(loads.values()) <= 1.05 * mean
+    assert len(moved(before, after)) <= 1.1 * len(targets) * 3 / 13
+
+
+def test_identities_match_the_target_property() -> None:
+    """assign() spells Target.identity out for speed; it must stay the same function."""
+    from sharder.assign import _identities
+
+    targets = [
+        Target(address="10.0.0.1", port=9400, job="gpu", node="n1", region="r-a"),
+        Target(address="fd00::1", port=9100, job="gpu", node="n2", region="r-a"),
+        Target(address="gpu-node-7.example", port=1, job="gpu", node="n3", region="r-a"),
+        Target.model_validate(
+            {
+                "address": "10.0.0.2",
+                "port": 9400,
+                "job": "gpu",
+                "node": "n4",
+                "region": "r-a",
+                "identity": "n4-gpu",
+            }
+        ),
+    ]
+    assert _identities(targets) == [t.identity for t in targets]
+    assert set(assign(make_spec({"r-a": 2}), targets).targets) == {t.identity for t in targets}
