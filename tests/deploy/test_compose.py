@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -53,11 +54,22 @@ def filled_env(example: Path, dest: Path) -> Path:
     return dest
 
 
+def readme_render_args() -> list[str]:
+    """The ``gpufed render`` line of compose/README.md, as written there."""
+    text = (ROOT / "compose" / "README.md").read_text()
+    line = next(line for line in text.splitlines() if line.startswith("gpufed render "))
+    return shlex.split(line)[1:]
+
+
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     parent = tmp_path_factory.mktemp("parent")
-    result = invoke("render", "--spec", SPEC, "--inventory", INVENTORY, "--out", parent / "out",
-                    "--target", "compose", "--json")
+    args = readme_render_args()
+    assert args[args.index("--out") + 1] == "out" and "--target" in args
+    args[args.index("--out") + 1] = str(parent / "out")
+    for flag in ("--spec", "--inventory"):  # relative to the repository root, as in the README
+        args[args.index(flag) + 1] = str(ROOT / args[args.index(flag) + 1])
+    result = invoke(*args, "--json")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["alerting_checked"] and summary["master_checked"] and summary["checked"] > 0
