@@ -7,9 +7,12 @@ and only lints. ``kubernetes-validate --strict`` refuses unknown fields, per min
 
 from __future__ import annotations
 
+import http.server
+import os
 import subprocess
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import helm_python as helm
 import kubernetes_validate
@@ -137,7 +140,7 @@ def test_components_are_wired(chart: helm.Chart) -> None:
 
     hook = next(o for o in objects if o["kind"] == "Pod")
     assert hook["metadata"]["annotations"]["helm.sh/hook"] == "test"
-    assert "/v1/sd/cn-beijing-0" in hook["spec"]["containers"][0]["command"][-1]
+    assert "/v1/sd/cn-beijing-0-r0 " in hook["spec"]["containers"][0]["command"][-1]
 
 
 def test_hashring_checksum_follows_the_receive_set(chart: helm.Chart) -> None:
@@ -181,3 +184,67 @@ def test_prometheus_rule_passes_promtool(chart: helm.Chart, tmp_path: Path) -> N
                           timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert len(rule["spec"]["groups"]) >= 3
+
+
+class FakeController(http.server.BaseHTTPRequestHandler):
+    """Serves ``/v1/config/<path>`` from ``files`` and records reload POSTs."""
+
+    files: ClassVar[dict[str, bytes]] = {}
+    reloads: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        body = self.files.get(self.path.removeprefix("/v1/config/"))
+        self.send_response(200 if body is not None else 404)
+        self.end_headers()
+        self.wfile.write(body or b"")
+
+    def do_POST(self) -> None:
+        self.reloads.append(self.path)
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        del args
+
+
+def test_config_sync_script_fetches_the_pods_child_and_reloads(chart: helm.Chart, tmp_path: Path) -> None:
+    """The sidecar's shell script, run by a real sh + wget against a stand-in controller."""
+    objects = render(chart, values(CHART / "ci" / "default-values.yaml"))
+    script = tmp_path / "config-sync.sh"
+    script.write_text(find(objects, "ConfigMap", "-scripts")["data"]["config-sync.sh"])
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeController)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    FakeController.files = {"children/cn-beijing-1-r1/prometheus.yml": b"global: {}\n"}
+    FakeController.reloads = []
+
+    def run(pod: str) -> subprocess.CompletedProcess[str]:
+        env = {"PATH": os.environ["PATH"], "GPUFED_URL": url, "FILES": "children/${CHILD}/prometheus.yml",
+               "LOOP_SECONDS": "0", "RELOAD_URL": f"{url}/-/reload", "CHILD_REGION": "cn-beijing",
+               "CHILD_REPLICAS": "2", "POD_NAME": pod, "CONFIG_DIR": str(tmp_path / "config"),
+               "RETRIES": "1", "RETRY_SECONDS": "0"}
+        (tmp_path / "config").mkdir(exist_ok=True)
+        return subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True, timeout=30,
+                              check=False)
+
+    try:
+        assert run("gpufed-child-cn-beijing-3").returncode == 0  # ordinal 3, k=2: shard 1, replica 1
+        assert (tmp_path / "config" / "prometheus.yml").read_bytes() == b"global: {}\n"
+        assert FakeController.reloads == ["/-/reload"]
+        assert run("gpufed-child-cn-beijing-3").returncode == 0  # unchanged: no reload
+        assert FakeController.reloads == ["/-/reload"]
+        assert run("gpufed-child-cn-beijing-4").returncode == 1  # child cn-beijing-2-r0 is not served
+        assert (tmp_path / "config" / "prometheus.yml").read_bytes() == b"global: {}\n"
+        assert not list((tmp_path / "config").glob("*.tmp"))
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_children_must_be_whole_shards(chart: helm.Chart) -> None:
+    base = values(CHART / "ci" / "default-values.yaml")
+    federation = {**chart.values["federation"], "sharding": {"replication_factor": 2}}
+    with pytest.raises(helm.HelmError, match=r"must be a multiple of federation\.sharding\.replication_factor"):
+        render(chart, {**base, "federation": federation, "children": {"perRegion": {"cn-beijing": 3}}})
