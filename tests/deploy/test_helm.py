@@ -246,5 +246,6 @@ def test_config_sync_script_fetches_the_pods_child_and_reloads(chart: helm.Chart
 def test_children_must_be_whole_shards(chart: helm.Chart) -> None:
     base = values(CHART / "ci" / "default-values.yaml")
     federation = {**chart.values["federation"], "sharding": {"replication_factor": 2}}
-    with pytest.raises(helm.HelmError, match=r"must be a multiple of federation\.sharding\.replication_factor"):
+    whole = r"must be a multiple of federation\.sharding\.replication_factor"
+    with pytest.raises(helm.HelmError, match=whole):
         render(chart, {**base, "federation": federation, "children": {"perRegion": {"cn-beijing": 3}}})
