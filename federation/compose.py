@@ -317,6 +317,7 @@ def _grafana(
                 "options": {"path": f"{tree}/{GRAFANA_DIR}/dashboards"},
             }],
         }),
+        # agent-mode children cannot be queried: without a master or Thanos there is none
         f"{GRAFANA_DIR}/provisioning/datasources/gpufed.yml": dump_yaml({
             "apiVersion": 1,
             "datasources": [{
@@ -324,9 +325,9 @@ def _grafana(
                 "uid": "gpufed",
                 "type": "prometheus",
                 "access": "proxy",
-                "url": datasource or "http://gpufed-controller:8080",
+                "url": datasource,
                 "isDefault": True,
-            }],
+            }] if datasource else [],
         }),
     }
     for name, body in sorted(dashboards.items()):

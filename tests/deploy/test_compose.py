@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import typer
+import yaml
 from conftest import ROOT
 from deploy_tools import compose_binary
 from typer.testing import CliRunner, Result
@@ -205,3 +206,24 @@ def test_compose_target_needs_http_sd_agent_children(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "children.target_discovery: http_sd" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_spec_without_master_thanos_or_alerting_still_composes(tmp_path: Path) -> None:
+    spec = yaml.safe_load(SPEC.read_text())
+    for section in ("master", "thanos", "alerting", "remote_write"):
+        del spec[section]
+    spec_file = tmp_path / "federation.yaml"
+    spec_file.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "parent" / "out"
+    result = invoke("render", "--spec", spec_file, "--inventory", INVENTORY, "--out", out,
+                    "--target", "compose")
+    assert result.exit_code == 0, result.output
+    env = filled_env(out / "compose" / ".env.example", tmp_path / "m.env")
+    done = compose("--env-file", str(env), "-f", "monitoring.yml", "config", "--format", "json",
+                   cwd=out / "compose")
+    assert done.returncode == 0, done.stderr
+    services = json.loads(done.stdout)["services"]
+    assert sorted(services) == ["child-cn-beijing-0", "child-cn-beijing-1", "child-cn-hangzhou-0",
+                                "child-cn-shanghai-0", "gpufed-controller", "grafana"]
+    datasources = yaml.safe_load((out / "compose/grafana/provisioning/datasources/gpufed.yml").read_text())
+    assert datasources["datasources"] == []
