@@ -227,3 +227,15 @@ def test_a_spec_without_master_thanos_or_alerting_still_composes(tmp_path: Path)
                                 "child-cn-shanghai-0", "gpufed-controller", "grafana"]
     datasources = yaml.safe_load((out / "compose/grafana/provisioning/datasources/gpufed.yml").read_text())
     assert datasources["datasources"] == []
+
+
+def test_compose_output_is_deterministic(rendered: Path, tmp_path: Path) -> None:
+    again = tmp_path / "out"
+    args = readme_render_args()
+    args[args.index("--out") + 1] = str(again)
+    for flag in ("--spec", "--inventory"):
+        args[args.index(flag) + 1] = str(ROOT / args[args.index(flag) + 1])
+    assert invoke(*args, "--no-check").exit_code == 0
+    for path in sorted((rendered / "compose").rglob("*")):
+        if path.is_file():
+            assert (again / path.relative_to(rendered)).read_bytes() == path.read_bytes(), path.name
