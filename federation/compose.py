@@ -17,6 +17,7 @@ import json
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -27,6 +28,7 @@ MONITORING_FILE = "compose/monitoring.yml"
 ENV_EXAMPLE_FILE = "compose/.env.example"
 GRAFANA_DIR = "compose/grafana"
 MOUNT = "/gpufed"
+CONTROLLER_URL = "http://gpufed-controller:8080"
 #: Relative to ``compose/`` (the project directory): the directory holding the tree.
 PARENT = "${GPUFED_RENDER_PARENT:-../..}"
 
@@ -92,6 +94,7 @@ def render_compose_bundle(
     files: Bundle,
     dashboards: Mapping[str, bytes],
     router_hosts: Mapping[str, str] | None = None,
+    http_sd_url: str = CONTROLLER_URL,
     consul: bool = True,
 ) -> Bundle:
     """``files``: the other parts' bundle (children, master, alerting, Thanos).
@@ -103,6 +106,11 @@ def render_compose_bundle(
         raise OutputError(
             "--target compose runs children in agent mode pulling HTTP SD from the controller: "
             "set children.target_discovery: http_sd and children.agent_mode: true in the spec"
+        )
+    if urlsplit(http_sd_url).netloc != urlsplit(CONTROLLER_URL).netloc:
+        raise OutputError(
+            f"children.http_sd_url is {http_sd_url!r}; in compose the children reach the controller "
+            f"service as {CONTROLLER_URL}"
         )
     tree = f"{MOUNT}/{out_name}"
     services: dict[str, dict[str, Any]] = {}

@@ -82,7 +82,11 @@ def compose_part(*, out_name: str) -> BundlePart:
         receive = spec.thanos.receive if spec.thanos is not None else None
         routers = {r.name: r.host for r in receive.routers} if receive is not None else {}
         return composing.render_compose_bundle(
-            out_name=out_name, files=files, dashboards=dashboards, router_hosts=routers
+            out_name=out_name,
+            files=files,
+            dashboards=dashboards,
+            router_hosts=routers,
+            http_sd_url=spec.children.http_sd_url,
         )
 
     return part

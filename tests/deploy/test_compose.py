@@ -200,6 +200,18 @@ def test_grafana_provisions_the_source_dashboards(rendered: Path, config: dict[s
     assert len(list(copied.glob("*.json"))) == len(dashboard_files()) == 5
 
 
+def test_compose_target_needs_children_pointed_at_the_controller_service(tmp_path: Path) -> None:
+    spec = yaml.safe_load(SPEC.read_text())
+    spec["children"]["http_sd_url"] = "http://127.0.0.1:8080"
+    spec_file = tmp_path / "federation.yaml"
+    spec_file.write_text(yaml.safe_dump(spec))
+    result = invoke("render", "--spec", spec_file, "--inventory", INVENTORY, "--out", tmp_path / "out",
+                    "--target", "compose", "--no-check")
+    assert result.exit_code == 2
+    assert "children.http_sd_url is 'http://127.0.0.1:8080'" in result.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_compose_target_needs_http_sd_agent_children(tmp_path: Path) -> None:
     result = invoke("render", "--spec", ROOT / "examples" / "federation.yaml", "--inventory", INVENTORY,
                     "--out", tmp_path / "out", "--target", "compose", "--no-check")
