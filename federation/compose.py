@@ -46,6 +46,12 @@ REQUIRED_ENV = {
     "GPUFED_TOKEN": "the controller's write token (16+ characters, no placeholder)",
     "GRAFANA_ADMIN_PASSWORD": "Grafana's admin password",
 }
+OPTIONAL_HELP = {
+    "GPUFED_DISCOVERY_FLAGS": "--consul HOST:PORT: the Consul the nodes register in (node.yml's "
+    "GPUFED_REGISTRY; `--profile consul` runs one as consul:8500). Empty: the built-in registry only",
+    "GPUFED_RENDER_PARENT": "the directory holding the rendered tree, relative to monitoring.yml",
+    "GPUFED_IMAGE": "built from this repository's Dockerfile",
+}
 HOST_PORTS = {"controller": 8080, "grafana": 3000, "query": 10904, "minio": 9001}
 ENV_NAME = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -365,7 +371,8 @@ def _env_example(document: dict[str, Any]) -> str:
         if rest.startswith(":?"):
             required.append(f"# {rest[2:]}\n{name}=\n")
         else:
-            optional.append(f"{name}={rest[2:]}\n")
+            note = f"# {OPTIONAL_HELP[name]}\n" if name in OPTIONAL_HELP else ""
+            optional.append(f"{note}{name}={rest[2:]}\n")
     return (
         "# docker compose --env-file /etc/gpufed/monitoring.env -f out/compose/monitoring.yml up -d\n"
         "# Keep the file outside the rendered tree (a render replaces the tree).\n\n"

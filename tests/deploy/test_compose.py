@@ -251,3 +251,15 @@ def test_compose_output_is_deterministic(rendered: Path, tmp_path: Path) -> None
     for path in sorted((rendered / "compose").rglob("*")):
         if path.is_file():
             assert (again / path.relative_to(rendered)).read_bytes() == path.read_bytes(), path.name
+
+
+@pytest.mark.parametrize(
+    ("compose_file", "env_file"),
+    [("compose/node.yml", "compose/node.env.example"), ("monitoring.yml", ".env.example")],
+)
+def test_env_example_names_every_variable(rendered: Path, compose_file: str, env_file: str) -> None:
+    base = ROOT if compose_file.startswith("compose/") else rendered / "compose"
+    used = set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", (base / compose_file).read_text()))
+    named = set(re.findall(r"^([A-Z_][A-Z0-9_]*)=", (base / env_file).read_text(), flags=re.M))
+    assert used <= named, sorted(used - named)
+    assert len(used) >= 8
