@@ -19,7 +19,7 @@ import pytest
 import typer
 import yaml
 from conftest import ROOT
-from deploy_tools import compose_binary
+from deploy_tools import compose_binary, exporter_settings_from
 from typer.testing import CliRunner, Result
 
 from alertmanager.amtool import Amtool
@@ -89,7 +89,9 @@ def config(rendered: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     return dict(json.loads(done.stdout))
 
 
-def test_node_file_is_valid_and_requires_its_variables(tmp_path: Path) -> None:
+def test_node_file_is_valid_and_requires_its_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     compose_dir = ROOT / "compose"
     ok = compose("--env-file", "node.env.example", "-f", "node.yml", "config", "--format", "json",
                  cwd=compose_dir)
@@ -98,6 +100,9 @@ def test_node_file_is_valid_and_requires_its_variables(tmp_path: Path) -> None:
     exporter, node = services["gpufed-exporter"], services["node-exporter"]
     assert exporter["network_mode"] == "host" and exporter["runtime"] == "nvidia"
     assert exporter["environment"]["GPUFED_EXPORTER_NODE_NAME"] == "gpu-node-001"
+    settings = exporter_settings_from(exporter["environment"], monkeypatch)
+    got = (settings.node_name, settings.region, settings.consul)
+    assert got == ("gpu-node-001", "cn-beijing", "127.0.0.1:8500")
     assert exporter["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
     assert node["pid"] == "host"
     assert node["volumes"][0]["bind"]["propagation"] == "rslave" and node["volumes"][0]["read_only"]

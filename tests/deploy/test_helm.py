@@ -19,6 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from conftest import ROOT
+from deploy_tools import exporter_settings_from
 
 from federation.dashboards import dashboard_files
 from federation.spec import load_gpufed_spec
@@ -109,7 +110,7 @@ def test_strict_validation_is_not_a_no_op(chart: helm.Chart) -> None:
         kubernetes_validate.validate(deployment, "1.33", strict=True)
 
 
-def test_components_are_wired(chart: helm.Chart) -> None:
+def test_components_are_wired(chart: helm.Chart, monkeypatch: pytest.MonkeyPatch) -> None:
     objects = render(chart, values(CHART / "ci" / "full-values.yaml"))
     controller = find(objects, "Deployment", "-controller")
     assert controller["spec"]["replicas"] == 1
@@ -125,6 +126,9 @@ def test_components_are_wired(chart: helm.Chart) -> None:
     env = {e["name"]: e for e in exporter["containers"][0]["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert exporter["volumes"][0]["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"
+    plain = {name: e["value"].replace("$(NODE_NAME)", "gpu-7") for name, e in env.items() if "value" in e}
+    settings = exporter_settings_from(plain, monkeypatch)
+    assert (settings.node_name, settings.kubernetes, settings.pod_attribution) == ("gpu-7", True, "kubelet")
     assert exporter["tolerations"] and exporter["nodeSelector"]["gpufed.io/monitored"] == "yes"
 
     children = [o for o in objects if o["kind"] == "StatefulSet" and "-child-" in o["metadata"]["name"]]
