@@ -9,9 +9,11 @@ not that the stack starts.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +178,18 @@ def test_mounted_files_exist_and_pass_the_real_tools(rendered: Path, config: dic
         else:
             promtool.check(rendered, rel, agent="--enable-feature=agent" in service["command"])
             checked["prometheus"] += 1
+    # the relay's own check, with the environment compose gives it (secrets from the env file)
+    relay = config["services"]["gpufed-dingtalk"]
+    relay_config = rendered / relay["command"][relay["command"].index("--config") + 1].split(
+        f"/gpufed/{rendered.name}/", 1
+    )[1]
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("gpufed-dingtalk")), "--config", str(relay_config), "--check"],
+        env={"PATH": os.environ["PATH"], **relay["environment"]}, capture_output=True, text=True,
+        timeout=60, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "config OK: robots bj-oncall, sh-oncall, sre" in done.stdout
     assert checked["prometheus"] == 4 + 2 and checked["alertmanager"] == 3
     assert checked["files"] >= 15  # children, masters, Alertmanagers, relay, Thanos, Grafana
 
