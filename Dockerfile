@@ -2,6 +2,9 @@
 # DingTalk relay (`gpufed-dingtalk`). NVML comes from the host driver through the NVIDIA
 # Container Toolkit at run time, so the image carries no CUDA.
 FROM python:3.11-slim
+# promtool and amtool: the controller checks every config it serves (Debian's 2.42 / 0.25)
+RUN apt-get update && apt-get install -y --no-install-recommends prometheus prometheus-alertmanager \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY exporter exporter
