@@ -32,7 +32,10 @@ _NODE_FIELDS = {"node": "name", "job": "exporters", "port": "exporters"}
 def field_path(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if part == "[key]":  # pydantic's marker: the mapping key itself is what is wrong
+            out += " (key)"
+        else:
+            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
 
@@ -113,6 +116,9 @@ def parse_target(
     """
     if not isinstance(raw, dict):
         raise InventoryError(f"expected a mapping, got {_kind(raw)}", field=where, value=raw, source=source)
+    weight = _job_weight(raw, jobs)
+    if weight is not None:
+        raw = {**raw, "weight": weight}  # before validation: a copy of the model costs more
     try:
         target = Target.model_validate(raw)
     except ValidationError as exc:
@@ -122,6 +128,15 @@ def parse_target(
     if job is not None and target.explicit_weight is None:
         target = target.model_copy(update={"explicit_weight": job.target_weight(target.gpus)})
     return target
+
+
+def _job_weight(raw: dict[Any, Any], jobs: Mapping[str, JobSpec] | None) -> int | None:
+    """The job's weight for a raw target that sets none and has a plain GPU count, else None."""
+    name, gpus = raw.get("job"), raw.get("gpus", 0)
+    if jobs is None or "weight" in raw or not isinstance(name, str) or type(gpus) is not int:
+        return None
+    job = jobs.get(name)
+    return job.target_weight(gpus) if job is not None and 0 <= gpus <= 64 else None
 
 
 class TargetIndex:
