@@ -207,7 +207,10 @@ def test_a_second_render_into_one_out_fails_clearly_or_waits(tmp_path: Path) -> 
 
 def test_a_lock_left_by_a_dead_process_does_not_block(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    code = "import sys, time; from sharder.lock import output_lock\nwith output_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(30)"
+    code = (
+        "import sys, time; from sharder.lock import output_lock\n"
+        "with output_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(30)"
+    )
     holder = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
