@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from federation import pipeline
+from federation.spec import GpufedSpec
 from sharder.errors import SharderError
 from sharder.inventory import Target
-from sharder.loading import StaticFileSource, parse_target
+from sharder.loading import StaticFileSource, parse_model, parse_target
 
 SPEC = {
     "cluster": "fuzz",
@@ -169,3 +170,18 @@ def test_parse_target_is_a_target_or_an_inventory_error(raw: Any) -> None:
 def test_static_source_names_the_file_for_a_directory(tmp_path: Path) -> None:
     with pytest.raises(SharderError, match="is a directory"):
         StaticFileSource(tmp_path).list_targets()
+
+
+EXAMPLE_SPEC = yaml.safe_load(
+    (Path(__file__).resolve().parents[2] / "examples" / "federation.yaml").read_text()
+)
+
+
+@SETTINGS
+@given(spec=mutated(EXAMPLE_SPEC))
+def test_the_example_spec_with_alerting_and_one_part_replaced(spec: Any) -> None:
+    """The whole ``federation.yaml`` (alerting included) goes through the same one-error path."""
+    try:
+        parse_model(GpufedSpec, spec, source="federation.yaml")
+    except SharderError as exc:
+        assert str(exc).startswith("federation.yaml:") and len(str(exc)) < 1200
