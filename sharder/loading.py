@@ -20,13 +20,17 @@ from pydantic import BaseModel, ValidationError
 
 from sharder import documents
 from sharder.errors import InventoryError, SpecError, preview
-from sharder.inventory import Target, sort_targets
+from sharder.inventory import PLAIN_TEXT_PATTERN, Target, sort_targets
 from sharder.spec import FederationSpec, JobSpec
 
 INVENTORY_KEYS = frozenset({"defaults", "nodes", "targets"})
 DEFAULTS_KEYS = frozenset({"exporters"})
 # In a ``nodes`` entry the node is ``name`` and the job/port come from ``exporters``.
 _NODE_FIELDS = {"node": "name", "job": "exporters", "port": "exporters"}
+
+
+# sharder.inventory.PlainText's regex would say nothing to a reader.
+PLAIN_TEXT_MESSAGE = "must not contain control characters or start/end with whitespace"
 
 
 def field_path(loc: tuple[Any, ...]) -> str:
@@ -54,7 +58,11 @@ def raise_first_error(
         loc = (rename[loc[0]], *loc[1:])
     path = field_path(loc)
     field = f"{prefix}{'.' if prefix and path and not path.startswith('[') else ''}{path}"
-    message = str(first["msg"]).removeprefix("Value error, ")
+    plain = (
+        first["type"] == "string_pattern_mismatch"
+        and first.get("ctx", {}).get("pattern") == PLAIN_TEXT_PATTERN
+    )
+    message = PLAIN_TEXT_MESSAGE if plain else str(first["msg"]).removeprefix("Value error, ")
     value = first.get("input")
     if isinstance(value, dict | list):
         value = None  # a whole sub-document is noise; the field path says where
@@ -160,22 +168,24 @@ class TargetIndex:
         return (scheme, target.address, target.port, target.metrics_path or path)
 
     def add(self, target: Target, *, where: str) -> None:
+        instance = target.instance
+        identity = target.explicit_identity or instance
         endpoint = self.endpoint(target)
         other = self.endpoints.get(endpoint)
         if other is not None:  # the field names this entry, the message the other one
             raise InventoryError(
                 f"duplicate target (also at {other})",
                 field=f"{where}.address",
-                value=target.instance,
+                value=instance,
                 source=self.source,
             )
-        other = self.identities.get(target.identity)
+        other = self.identities.get(identity)
         if other is not None:
             raise InventoryError(
                 f"duplicate target identity (also at {other}); set 'identity' on targets that share"
                 " an address and port",
                 field=f"{where}.identity",
-                value=target.identity,
+                value=identity,
                 source=self.source,
             )
         known = self.nodes.get(target.node)
@@ -188,7 +198,7 @@ class TargetIndex:
                 source=self.source,
             )
         self.endpoints[endpoint] = where
-        self.identities[target.identity] = where
+        self.identities[identity] = where
         if known is None:
             self.nodes[target.node] = (target.address, where)
         self.targets.append(target)
@@ -253,7 +263,7 @@ def _add_node(
         raise InventoryError(
             "no exporters for this node (set defaults.exporters)", field=where, source=source
         )
-    for job, port in sorted(jobs_here.items(), key=lambda kv: repr(kv[0])):
+    for job, port in jobs_here.items():  # file order: deterministic, and errors follow the file
         raw = {**fields, "node": name, "job": job, "port": port}
         target = parse_target(raw, where=where, source=source, jobs=jobs, rename=_NODE_FIELDS)
         index.add(target, where=where)
