@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 import typer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 from federation import pipeline
 from federation.commands import render
 from sharder import output
-from sharder.errors import AssignmentError, LockedError, MassRemovalError, OutputError
+from sharder.errors import AssignmentError, LockedError, MassRemovalError, OutputError, SharderError
 from sharder.lock import lock_path, output_lock
 
 SPEC = """\
@@ -254,3 +256,43 @@ def test_alias_bomb_under_ulimit_fails_cleanly_in_seconds(tmp_path: Path, which:
     lines = bad.stderr.decode().splitlines()
     assert len(lines) == 1 and "aliases expand to more than 100000 nodes" in lines[0], bad.stderr
     assert tree(out) == before
+
+
+shard_names = st.sampled_from(["cn-beijing-0", "cn-beijing-1", "cn-beijing-9", "other-0", "x"])
+assignments = st.fixed_dictionaries(
+    {
+        "algorithm": st.sampled_from(["bounded-ring", "bounded-rendezvous", "consistent-hash"]),
+        "algorithm_version": st.integers(min_value=-1, max_value=3),
+        "replication_factor": st.integers(min_value=-2, max_value=3),
+        "shards": st.dictionaries(
+            shard_names,
+            st.fixed_dictionaries(
+                {"region": st.sampled_from(["cn-beijing", "other", ""]), "index": st.integers(0, 12)}
+            ),
+            max_size=4,
+        ),
+        "targets": st.dictionaries(
+            st.sampled_from(["10.0.0.1:9400", "10.0.0.2:9100", "ghost:1", ""]), shard_names, max_size=4
+        ),
+        "weights": st.dictionaries(
+            st.sampled_from(["10.0.0.1:9400", "ghost:1"]), st.integers(-(2**40), 2**40), max_size=2
+        ),
+    }
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(previous=assignments)
+def test_any_well_typed_previous_assignment_plans_or_errors_cleanly(tmp_path: Path, previous: dict) -> None:
+    (tmp_path / "federation.yaml").write_text(SPEC)
+    (tmp_path / "inventory.yaml").write_text(inventory(3))
+    spec, targets = pipeline.load_inputs(tmp_path / "federation.yaml", tmp_path / "inventory.yaml")
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    (out / output.ASSIGNMENT_FILE).write_text(json.dumps(previous))
+    try:
+        plan = pipeline.plan(spec, targets, previous_dir=out, allow_algorithm_change=True)
+    except SharderError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert plan.counts.targets_after == 6
