@@ -23,6 +23,8 @@ from sharder.errors import InventoryError, SpecError, preview
 from sharder.inventory import PLAIN_TEXT_PATTERN, Target, sort_targets
 from sharder.spec import FederationSpec, JobSpec
 
+MAX_DOCUMENT_BYTES = 1 << 30
+"""About 8 million nodes of inventory; anything larger is a mistake (or /dev/zero)."""
 INVENTORY_KEYS = frozenset({"defaults", "nodes", "targets"})
 DEFAULTS_KEYS = frozenset({"exporters"})
 # In a ``nodes`` entry the node is ``name`` and the job/port come from ``exporters``.
@@ -73,7 +75,10 @@ def read_document(path: Path, *, error_cls: type[SpecError] = SpecError) -> Any:
     """A file's data: JSON for ``*.json``, YAML otherwise; every failure is one ``error_cls``."""
     source = str(path)
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as stream:  # a FIFO or /dev/zero must not read forever
+            raw = stream.read(MAX_DOCUMENT_BYTES + 1)
+        if len(raw) > MAX_DOCUMENT_BYTES:
+            raise error_cls(f"larger than {MAX_DOCUMENT_BYTES >> 20} MiB; split the inventory", source=source)
     except FileNotFoundError:
         raise error_cls("file not found", source=source) from None
     except IsADirectoryError:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sharder import loading
 from sharder.errors import InventoryError
 from sharder.inventory import Target
-from sharder.loading import TargetIndex, parse_inventory, parse_target
+from sharder.loading import StaticFileSource, TargetIndex, parse_inventory, parse_target
 from sharder.spec import JobSpec
 
 JOBS = {
@@ -185,3 +187,13 @@ def test_target_index_is_usable_by_registry_sources() -> None:
     index.add(parse_target(target(), source="consul"), where="services[0]")
     with pytest.raises(InventoryError, match=r"consul: field 'services\[1\].address' duplicate target"):
         index.add(parse_target(target(address="10.0.0.1"), source="consul"), where="services[1]")
+
+
+def test_endless_or_oversized_files_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loading, "MAX_DOCUMENT_BYTES", 1000)
+    with pytest.raises(InventoryError, match="larger than 0 MiB"):
+        StaticFileSource(Path("/dev/zero")).list_targets()
+    big = tmp_path / "inventory.yaml"
+    big.write_text("nodes: []\n" + "#" * 2000)
+    with pytest.raises(InventoryError, match=f"{big}: larger than"):
+        StaticFileSource(big).list_targets()
