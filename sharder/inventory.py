@@ -117,4 +117,16 @@ class WatchableSource(TargetSource, Protocol):
 
 
 def sort_targets(targets: Iterable[Target]) -> list[Target]:
-    return sorted(targets, key=lambda t: (t.region, t.job, t.identity))
+    """By region, job, identity. Grouped first: sorting 800k plain strings is several times
+    faster than sorting 800k tuples, and regions and jobs are few."""
+    groups: dict[tuple[str, str], list[Target]] = {}
+    for target in targets:
+        groups.setdefault((target.region, target.job), []).append(target)
+    ordered: list[Target] = []
+    for key in sorted(groups):
+        ordered.extend(sorted(groups[key], key=_identity))
+    return ordered
+
+
+def _identity(target: Target) -> str:
+    return target.identity
