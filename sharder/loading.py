@@ -270,6 +270,9 @@ def _add_node(
         )
     for job, port in jobs_here.items():  # file order: deterministic, and errors follow the file
         raw = {**fields, "node": name, "job": job, "port": port}
+        weight = _job_weight(raw, jobs)
+        if weight is not None:
+            raw["weight"] = weight  # our own dict: spares parse_target a copy
         target = parse_target(raw, where=where, source=source, jobs=jobs, rename=_NODE_FIELDS)
         index.add(target, where=where)
 
