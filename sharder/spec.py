@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sharder.errors import preview
 from sharder.re2check import check_re2
 
 # ASCII digits only (Python's \d also takes other scripts' digits, Go does not); \Z, not $,
@@ -27,6 +28,28 @@ NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
 # Go's time.Duration (int64 nanoseconds) ends just past 292 years; Prometheus refuses beyond.
 MAX_DURATION_SECONDS = 290 * 365 * 86400
 MAX_WEIGHT = 10_000
+# Headers Prometheus 2.42 refuses in remote_write.headers (checked against promtool in the tests).
+RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "content-encoding",
+        "content-length",
+        "content-type",
+        "user-agent",
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "www-authenticate",
+        "accept-encoding",
+        "x-prometheus-remote-write-version",
+        "x-prometheus-remote-read-version",
+        "x-amz-date",
+        "x-amz-security-token",
+        "x-amz-content-sha256",
+    }
+)
+HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
 IDENTIFYING_LABELS = frozenset(
     {"__name__", "instance", "job", "node", "cluster", "region", "shard", "replica"}
 )
@@ -37,7 +60,7 @@ def parse_duration(text: str) -> float:
     """Seconds in a Prometheus duration such as ``1m30s``; ValueError when malformed."""
     match = DURATION_RE.match(text)
     if not text or not match:
-        raise ValueError(f"not a Prometheus duration: {text!r} (examples: 15s, 1m, 2h)")
+        raise ValueError(f"not a Prometheus duration: {preview(text)} (examples: 15s, 1m, 2h)")
     y, w, d, h, m, s, ms = (int(match.group(i) or 0) for i in (2, 4, 6, 8, 10, 12, 14))
     seconds = ((((y * 365 + w * 7 + d) * 24 + h) * 60 + m) * 60 + s) + ms / 1000
     if seconds > MAX_DURATION_SECONDS:
@@ -69,7 +92,7 @@ def check_url(value: str) -> str:
 
 def check_label_name(value: str) -> str:
     if not LABEL_NAME_RE.match(value):
-        raise ValueError(f"not a valid label name: {value!r}")
+        raise ValueError(f"not a valid label name: {preview(value)}")
     return value
 
 
@@ -194,6 +217,20 @@ class RemoteWriteSpec(StrictModel):
     queue_config: QueueConfig = Field(default_factory=QueueConfig)
     remote_timeout: Interval | None = None
     headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        for name, value in headers.items():
+            if not HEADER_NAME_RE.match(name):
+                raise ValueError(f"not an HTTP header name: {preview(name)}")
+            if name.lower() == "authorization":
+                raise ValueError("credentials go in Prometheus' auth settings, not an Authorization header")
+            if name.lower() in RESERVED_HEADERS:
+                raise ValueError(f"{name} is a header Prometheus sets itself and refuses to have changed")
+            if not value.isprintable():
+                raise ValueError(f"header {name} has control characters in its value")
+        return headers
 
 
 class ChildrenSpec(StrictModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -88,17 +89,33 @@ def test_render_failing_promtool_leaves_previous_output_untouched(
         invoke(app, "render", "--spec", spec_path, "--inventory", inventory_path, "--out", out).exit_code == 0
     )
     before = tree(out)
-    # Valid for gpufed's spec, refused by Prometheus: promtool is the last word.
+    # Everything Prometheus is known to refuse (a reserved remote_write header here) is
+    # refused at spec load now, exit 2, before promtool runs.
     spec_path.write_text(
         SMALL_SPEC + "remote_write:\n  - {name: m, url: 'http://m/w', headers: {User-Agent: gpufed}}\n"
     )
-    result = invoke(app, "render", "--spec", spec_path, "--inventory", inventory_path, "--out", out)
+    refused = invoke(app, "render", "--spec", spec_path, "--inventory", inventory_path, "--out", out)
+    assert refused.exit_code == 2
+    assert "field 'remote_write[0].headers' User-Agent is a header Prometheus sets itself" in refused.stderr
+    assert tree(out) == before
+    # promtool stays the last word: a stand-in that refuses every config (the real one
+    # accepts every config gpufed now renders) shows the exit code, message and no swap.
+    write_inputs(tmp_path)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "promtool").write_text(
+        "#!/bin/sh\necho 'Checking config'\necho '  FAILED: stand-in refuses it' >&2\nexit 1\n"
+    )
+    (fake / "promtool").chmod(0o755)
+    args = ["render", "--spec", spec_path, "--inventory", inventory_path, "--out", out]
+    result = CliRunner().invoke(app, [str(a) for a in args], env={"PATH": f"{fake}:{os.environ['PATH']}"})
     assert result.exit_code == 1
     assert result.stderr == (
-        "error: children/cn-beijing-0/prometheus.yml: promtool check config failed: parsing YAML file"
-        " children/cn-beijing-0/prometheus.yml: User-Agent is a reserved header. It must not be changed"
+        "error: children/cn-beijing-0/prometheus.yml: promtool check config failed: stand-in refuses it"
         " (and 1 more configs failed)\n"
     )
+    (fake / "promtool").unlink()
+    fake.rmdir()
     assert tree(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["federation.yaml", "inventory.yaml", "out"]
 

@@ -21,7 +21,7 @@ from sharder.inventory import Target
 from sharder.loading import parse_model
 from sharder.promtool import Promtool, check_all
 from sharder.re2check import check_re2
-from sharder.spec import FederationSpec
+from sharder.spec import RESERVED_HEADERS, FederationSpec
 
 BASE: dict[str, Any] = {"cluster": "c", "regions": [{"name": "r-a", "shards": 1}], "jobs": [{"name": "gpu"}]}
 
@@ -177,3 +177,39 @@ def test_edge_of_valid_specs_render_configs_promtool_accepts(tmp_path: Path, pro
     target = Target(address="fd00::2", port=9400, job="gpu", node="n1", region="r-a", gpus=8)
     result = pipeline.render(spec, [target], out=tmp_path / "out", checker=Promtool(promtool))
     assert result.checked == 1
+
+
+REFUSED_HEADERS = [
+    "Authorization",
+    "user-agent",
+    "Content-Type",
+    "X-Prometheus-Remote-Write-Version",
+    "X-Amz-Date",
+]
+REFUSED_HEADERS += ["Host", "Accept-Encoding", "Connection", "Bad Header", "X:Y"]
+
+
+@pytest.mark.parametrize("name", REFUSED_HEADERS)
+def test_remote_write_headers_prometheus_refuses_are_refused_at_load(name: str) -> None:
+    message = spec_error(remote_write=[{"name": "m", "url": "http://m/w", "headers": {name: "v"}}])
+    assert message.startswith("federation.yaml: field 'remote_write[0].headers'")
+
+
+def test_reserved_headers_match_what_promtool_refuses(tmp_path: Path, promtool: str) -> None:
+    """Our list against the real tool: each reserved name refused, an ordinary one accepted."""
+    checker = Promtool(promtool)
+    names = [*sorted(RESERVED_HEADERS), "authorization"]
+    for i, name in enumerate(names):
+        write = {"url": "http://m/w", "headers": {name.title(): "v"}}
+        (tmp_path / f"h{i}.yml").write_bytes(output.dump_yaml({"remote_write": [write]}))
+    for i, _ in enumerate(names):
+        with pytest.raises(ConfigCheckError, match="header"):
+            checker.check(tmp_path, f"h{i}.yml")
+    ok = {"remote_write": [{"url": "http://m/w", "headers": {"X-Scope-OrgID": "gpu"}}]}
+    (tmp_path / "ok.yml").write_bytes(output.dump_yaml(ok))
+    checker.check(tmp_path, "ok.yml")
+    assert parse_model(
+        FederationSpec,
+        {**BASE, "remote_write": [{"name": "m", "url": "http://m/w", "headers": {"X-Scope-OrgID": "gpu"}}]},
+        source="f",
+    )
