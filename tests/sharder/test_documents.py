@@ -142,3 +142,12 @@ def test_the_gc_comes_back_on_even_after_an_error() -> None:
 
     assert gc.isenabled()
     assert documents.Loader.__name__ in {"CSafeLoader", "SafeLoader"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet="-:[]{}&*!|>'\"#,?%@`<= \n\tab01yn~.\\\x00\x85\ufeff", max_size=60))
+def test_any_yaml_text_is_data_or_a_document_error(text: str) -> None:
+    try:
+        parse_yaml(text)
+    except DocumentError as exc:
+        assert "\n" not in str(exc)
