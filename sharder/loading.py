@@ -209,7 +209,9 @@ class TargetIndex:
         self.targets.append(target)
 
 
-def parse_inventory(data: Any, *, source: str, jobs: Mapping[str, JobSpec] | None = None) -> list[Target]:
+def parse_inventory(
+    data: Any, *, source: str, jobs: Mapping[str, JobSpec] | None = None, consume: bool = False
+) -> list[Target]:
     """Inventory documents: ``nodes`` expanded through ``defaults.exporters``, plus ``targets``.
 
     ```yaml
@@ -221,6 +223,8 @@ def parse_inventory(data: Any, *, source: str, jobs: Mapping[str, JobSpec] | Non
     ```
 
     A ``targets`` entry without ``port`` takes its job's port from ``defaults.exporters``.
+    ``consume=True`` clears each entry of ``data`` once it is a target, so a large
+    document and its targets are not both held in full (the file source owns its data).
     """
     if data is None:
         data = {}
@@ -232,15 +236,24 @@ def parse_inventory(data: Any, *, source: str, jobs: Mapping[str, JobSpec] | Non
     exporters = _mapping(defaults.get("exporters"), where="defaults.exporters", source=source)
     index = TargetIndex(source=source, jobs=jobs)
     with documents.gc_paused():
-        for i, node in enumerate(_sequence(data.get("nodes"), where="nodes", source=source)):
+        nodes = _sequence(data.get("nodes"), where="nodes", source=source)
+        consume_nodes = consume and nodes is not data.get("targets")  # one list aliased as both
+        for i, node in enumerate(nodes):
             _add_node(index, node, where=f"nodes[{i}]", exporters=exporters, jobs=jobs)
-        for i, item in enumerate(_sequence(data.get("targets"), where="targets", source=source)):
+            if consume_nodes:
+                nodes[i] = None
+        entries = _sequence(data.get("targets"), where="targets", source=source)
+        for i, item in enumerate(entries):
             where = f"targets[{i}]"
             job = item.get("job") if isinstance(item, dict) else None
             if isinstance(job, str) and job in exporters and "port" not in item:
                 item = {**item, "port": exporters[job]}
             index.add(parse_target(item, where=where, source=source, jobs=jobs), where=where)
-        return sort_targets(index.targets)
+            if consume:
+                entries[i] = None
+        targets = index.targets
+        del index  # its lookup tables are the largest thing left besides the targets
+        return sort_targets(targets)
 
 
 def _add_node(
@@ -322,4 +335,4 @@ class StaticFileSource:
 
     def list_targets(self) -> list[Target]:
         data = read_document(self.path, error_cls=InventoryError)
-        return parse_inventory(data, source=str(self.path), jobs=self.jobs)
+        return parse_inventory(data, source=str(self.path), jobs=self.jobs, consume=True)

@@ -197,3 +197,27 @@ def test_endless_or_oversized_files_are_refused(tmp_path: Path, monkeypatch: pyt
     big.write_text("nodes: []\n" + "#" * 2000)
     with pytest.raises(InventoryError, match=f"{big}: larger than"):
         StaticFileSource(big).list_targets()
+
+
+def test_the_file_source_frees_entries_as_it_goes_without_changing_results(tmp_path: Path) -> None:
+    text = (
+        "defaults: {exporters: {gpu: 9400}}\n"
+        "nodes: &same\n"
+        "  - {name: n1, address: 10.0.0.1, region: r-a}\n"
+        "targets: *same\n"
+    )
+    path = tmp_path / "inventory.yaml"
+    path.write_text(text)
+    # one list aliased as nodes and targets: the entry's own error, not a confusing null
+    with pytest.raises(InventoryError) as caught:
+        StaticFileSource(path).list_targets()
+    assert "field 'targets[0]" in str(caught.value) and "null" not in str(caught.value)
+    data = {
+        "defaults": {"exporters": {"gpu": 9400, "node": 9100}},
+        "nodes": [{"name": f"n{i}", "address": f"10.0.0.{i}", "region": "r-a"} for i in range(1, 5)],
+        "targets": [target(address="10.0.1.1", node="s1")],
+    }
+    kept = parse_inventory(data, source="inv.yaml", jobs=JOBS)
+    consumed = parse_inventory(data, source="inv.yaml", jobs=JOBS, consume=True)
+    assert consumed == kept and len(kept) == 9
+    assert data["nodes"] == [None] * 4 and data["targets"] == [None]
