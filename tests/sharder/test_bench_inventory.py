@@ -25,6 +25,7 @@ KEYS = {
     "plan_command_seconds",
     "moved_on_replan",
     "peak_rss_mb",
+    "setup_peak_rss_mb",
     "plan_budget_seconds",
     "rss_budget_mb",
     "plan_over_budget",
