@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -75,7 +76,7 @@ def test_render_example_is_checked_and_repeatable(app: typer.Typer, tmp_path: Pa
 
     again = invoke(app, "render", "--spec", SPEC, "--inventory", INVENTORY, "--out", out)
     assert again.exit_code == 0, again.output
-    assert "0 targets moved" in again.stdout and "cn-beijing" in again.stdout
+    assert "0 added, 0 removed, 0 moved" in " ".join(again.stdout.split()) and "cn-beijing" in again.stdout
     assert tree(out) == before, "same input, same bytes"
 
 
@@ -88,17 +89,33 @@ def test_render_failing_promtool_leaves_previous_output_untouched(
         invoke(app, "render", "--spec", spec_path, "--inventory", inventory_path, "--out", out).exit_code == 0
     )
     before = tree(out)
-    # Valid for gpufed's spec, refused by Prometheus: promtool is the last word.
+    # Everything Prometheus is known to refuse (a reserved remote_write header here) is
+    # refused at spec load now, exit 2, before promtool runs.
     spec_path.write_text(
         SMALL_SPEC + "remote_write:\n  - {name: m, url: 'http://m/w', headers: {User-Agent: gpufed}}\n"
     )
-    result = invoke(app, "render", "--spec", spec_path, "--inventory", inventory_path, "--out", out)
+    refused = invoke(app, "render", "--spec", spec_path, "--inventory", inventory_path, "--out", out)
+    assert refused.exit_code == 2
+    assert "field 'remote_write[0].headers' User-Agent is a header Prometheus sets itself" in refused.stderr
+    assert tree(out) == before
+    # promtool stays the last word: a stand-in that refuses every config (the real one
+    # accepts every config gpufed now renders) shows the exit code, message and no swap.
+    write_inputs(tmp_path)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "promtool").write_text(
+        "#!/bin/sh\necho 'Checking config'\necho '  FAILED: stand-in refuses it' >&2\nexit 1\n"
+    )
+    (fake / "promtool").chmod(0o755)
+    args = ["render", "--spec", spec_path, "--inventory", inventory_path, "--out", out]
+    result = CliRunner().invoke(app, [str(a) for a in args], env={"PATH": f"{fake}:{os.environ['PATH']}"})
     assert result.exit_code == 1
     assert result.stderr == (
-        "error: children/cn-beijing-0/prometheus.yml: promtool check config failed: parsing YAML file"
-        " children/cn-beijing-0/prometheus.yml: User-Agent is a reserved header. It must not be changed"
+        "error: children/cn-beijing-0/prometheus.yml: promtool check config failed: stand-in refuses it"
         " (and 1 more configs failed)\n"
     )
+    (fake / "promtool").unlink()
+    fake.rmdir()
     assert tree(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["federation.yaml", "inventory.yaml", "out"]
 
@@ -110,7 +127,7 @@ def test_no_check_skips_promtool(app: typer.Typer, tmp_path: Path) -> None:
         app, "render", "--spec", spec_path, "--inventory", inventory_path, "--out", out, "--no-check"
     )
     assert result.exit_code == 0, result.output
-    assert "configs not checked; first run" in result.stdout
+    assert "configs not checked; 6 added, 0 removed, 0 moved (first run)" in " ".join(result.stdout.split())
     assert (out / "children" / "cn-beijing-1" / "targets" / "gpu.json").is_file()
 
 
@@ -118,8 +135,8 @@ BAD_INPUTS = {
     "malformed_yaml": (
         "spec",
         "cluster: gpu-test\nregions: [\n",
-        "{spec}: malformed yaml: while parsing a flow node expected the node content, but found"
-        " '<stream end>' in \"<unicode string>\", line 3, column 1: ^",
+        "{spec}: malformed YAML: while parsing a flow node; did not find expected node content"
+        " (line 3, column 1)",
     ),
     "wrong_type": (
         "spec",
