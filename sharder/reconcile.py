@@ -1,0 +1,294 @@
+"""The reconcile loop: target sets pushed by sources -> one debounced, sticky assignment.
+
+Pipeline: sources (``sharder.sources.*``, one thread each) push *full* target sets into
+:meth:`Reconciler.on_change`; :meth:`Reconciler.tick` (called by :meth:`Reconciler.run`
+or by a test with a fake clock) merges them, applies grace periods and shard-count
+hysteresis, and assigns through ``assign_fn`` (sticky ``sharder.assign.assign`` unless
+the controller injects its own). Plain Python, no I/O: time comes from ``clock``.
+
+**Merge.** Sources merge by target identity. When two sources list the same identity
+the one earlier in ``precedence`` wins; sources not named there come after, in name
+order. So ``precedence=("file", "consul")`` lets a hand-kept file override Consul.
+
+**Debounce.** A change is applied once no further change arrived for ``debounce_s``
+(default 1 s), but never later than ``max_delay_s`` after the first unapplied change,
+so a registry that never settles still gets assignments.
+
+**Grace.** A target that vanishes from every source is kept (in its shard) for
+``grace_s`` (default 2 min); one that comes back in time never left, so a flapping
+target never changes shard. A source that fails keeps its last set: errors go to
+:meth:`Reconciler.on_error` and only count.
+
+**Hysteresis.** See :mod:`sharder.sizing`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
+
+from sharder import plan as plan_mod
+from sharder import sizing
+from sharder.assign import assign
+from sharder.assignment import Assignment
+from sharder.errors import SharderError
+from sharder.inventory import Target, sort_targets
+from sharder.spec import FederationSpec
+
+log = logging.getLogger(__name__)
+
+
+class AssignFn(Protocol):
+    """How the loop assigns; ``shard_counts`` carries the hysteresis decision per region."""
+
+    def __call__(
+        self,
+        spec: FederationSpec,
+        targets: Sequence[Target],
+        *,
+        previous: Assignment | None,
+        shard_counts: Mapping[str, int],
+    ) -> Assignment: ...
+
+
+class DiscoveryObserver(Protocol):
+    """What the loop reports (``sharder.discovery_metrics.DiscoveryMetrics`` implements it)."""
+
+    def success(self, source: str, *, targets: int) -> None: ...
+
+    def error(self, source: str, *, reason: str, count: int = 1) -> None: ...
+
+
+class LastKnownStore(Protocol):
+    """Where the merged per-source sets survive a restart (``sharder.lastknown``)."""
+
+    def save(self, sets: Mapping[str, Sequence[Target]]) -> None: ...
+
+
+def sticky_assign(
+    spec: FederationSpec,
+    targets: Sequence[Target],
+    *,
+    previous: Assignment | None,
+    shard_counts: Mapping[str, int],
+) -> Assignment:
+    """Default ``assign_fn``: ``sharder.assign.assign`` with the sized regions fixed."""
+    return assign(sizing.with_shard_counts(spec, shard_counts), targets, previous=previous)
+
+
+OnAssignment = Callable[[Assignment, plan_mod.Plan], None]
+
+
+class Reconciler:
+    """Thread-safe: sources call ``on_change``/``on_error`` from their own threads."""
+
+    def __init__(
+        self,
+        *,
+        spec: FederationSpec,
+        previous: Assignment | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        debounce_s: float = 1.0,
+        max_delay_s: float = 5.0,
+        grace_s: float = 120.0,
+        hysteresis: sizing.Hysteresis | None = None,
+        precedence: Sequence[str] = (),
+        assign_fn: AssignFn = sticky_assign,
+        on_assignment: OnAssignment | None = None,
+        observer: DiscoveryObserver | None = None,
+        store: LastKnownStore | None = None,
+    ) -> None:
+        self.spec = spec
+        self._clock = clock
+        self.debounce_s, self.max_delay_s, self.grace_s = debounce_s, max_delay_s, grace_s
+        self._sizer = sizing.ShardSizer(spec, hysteresis or sizing.Hysteresis(), previous=previous)
+        self._precedence = list(precedence)
+        self._assign_fn = assign_fn
+        self._on_assignment = on_assignment
+        self._observer = observer
+        self._store = store
+        self._regions = set(spec.region_names())
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._sets: dict[str, dict[str, Target]] = {}
+        self._versions: dict[str, str | None] = {}
+        self._missing_since: dict[str, float] = {}
+        self._first_dirty: float | None = None
+        self._last_dirty: float | None = None
+        self._assignment = previous
+        self._applied: dict[str, Target] = {}
+        self.assignments = 0
+
+    # ---- input from sources (any thread) -------------------------------------------------
+    def on_change(self, source: str, targets: Iterable[Target], *, version: str | None = None) -> None:
+        """``targets`` is the source's whole current set (not a delta)."""
+        kept: dict[str, Target] = {}
+        unknown = duplicate = 0
+        for target in targets:
+            if target.region not in self._regions:
+                unknown += 1
+            elif target.identity in kept:
+                duplicate += 1
+            else:
+                kept[target.identity] = target
+        for reason, count in (("unknown_region", unknown), ("duplicate", duplicate)):
+            if count:
+                log.warning("discovery source=%s skipped targets reason=%s count=%d", source, reason, count)
+                if self._observer is not None:
+                    self._observer.error(source, reason=reason, count=count)
+        if self._observer is not None:
+            self._observer.success(source, targets=len(kept))
+        with self._wake:
+            self._versions[source] = version
+            before = self._sets.get(source, {})
+            if before == kept:
+                return
+            self._sets[source] = kept
+            now = self._clock()
+            for identity in before.keys() - kept.keys():  # the grace period starts now
+                if identity in self._applied and not any(identity in s for s in self._sets.values()):
+                    self._missing_since.setdefault(identity, now)
+            self._mark_dirty()
+
+    def on_error(self, source: str, reason: str) -> None:
+        """A failed poll or watch: the source's last set stays; only the count moves."""
+        if self._observer is not None:
+            self._observer.error(source, reason=reason)
+
+    def seed(self, sets: Mapping[str, Sequence[Target]]) -> None:
+        """Start from persisted last-known sets (a restart while a registry is down)."""
+        for source, targets in sets.items():
+            self.on_change(source, targets, version="persisted")
+
+    # ---- the loop ------------------------------------------------------------------------
+    def tick(self) -> Assignment | None:
+        """Apply what is due now; the new assignment, or None when nothing changed."""
+        with self._lock:
+            now = self._clock()
+            if not self._due(now):
+                return None
+            self._first_dirty = self._last_dirty = None
+            targets = self._effective(now)
+            sets = {name: list(members.values()) for name, members in self._sets.items()}
+        counts = self._sizer.counts(targets, now=now)
+        if targets == self._applied and counts == self._sizer.applied and self._assignment is not None:
+            return None
+        ordered = sort_targets(targets.values())
+        try:
+            new = self._assign_fn(self.spec, ordered, previous=self._assignment, shard_counts=counts)
+        except SharderError as exc:  # keep serving the old assignment
+            log.error("assignment failed, keeping the previous one: %s", exc)
+            if self._observer is not None:
+                self._observer.error("reconcile", reason="assignment_failed")
+            return None
+        plan = plan_mod.diff(self._assignment, new)
+        with self._lock:
+            self._assignment, self._applied = new, targets
+            self._sizer.applied = counts
+            self.assignments += 1
+        if self._store is not None:
+            self._store.save(sets)
+        if self._on_assignment is not None:
+            self._on_assignment(new, plan)
+        return new
+
+    def next_due(self) -> float | None:
+        """Seconds until ``tick`` has work (0: now), None when nothing is pending."""
+        with self._lock:
+            now = self._clock()
+            waits = []
+            if self._first_dirty is not None and self._last_dirty is not None:
+                waits.append(min(self._last_dirty + self.debounce_s, self._first_dirty + self.max_delay_s))
+            if self._missing_since:
+                waits.append(min(self._missing_since.values()) + self.grace_s)
+            shrink = self._sizer.next_shrink_at()
+            if shrink is not None:
+                waits.append(shrink)
+            return max(0.0, min(waits) - now) if waits else None
+
+    def run(self, stop: threading.Event, *, idle_s: float = 1.0) -> None:
+        """Tick whenever something is due, until ``stop`` is set (real clock only)."""
+        while not stop.is_set():
+            due = self.next_due()
+            if due is None or due > 0:
+                with self._wake:
+                    self._wake.wait(timeout=idle_s if due is None else min(due, idle_s))
+            self.tick()
+
+    # ---- state -------------------------------------------------------------------------
+    @property
+    def assignment(self) -> Assignment | None:
+        return self._assignment
+
+    @property
+    def targets(self) -> list[Target]:
+        """The targets of the current assignment (including those within their grace)."""
+        return sort_targets(self._applied.values())
+
+    @property
+    def pending(self) -> bool:
+        with self._lock:
+            return self._first_dirty is not None
+
+    def source_sets(self) -> dict[str, list[Target]]:
+        with self._lock:
+            return {name: sort_targets(members.values()) for name, members in self._sets.items()}
+
+    def versions(self) -> dict[str, str | None]:
+        with self._lock:
+            return dict(self._versions)
+
+    def grace_remaining(self) -> dict[str, float]:
+        """identity -> seconds until a vanished target is dropped."""
+        with self._lock:
+            now = self._clock()
+            return {i: max(0.0, t + self.grace_s - now) for i, t in sorted(self._missing_since.items())}
+
+    # ---- internals (lock held) ---------------------------------------------------------
+    def _mark_dirty(self) -> None:
+        now = self._clock()
+        if self._first_dirty is None:
+            self._first_dirty = now
+        self._last_dirty = now
+        self._wake.notify_all()
+
+    def _due(self, now: float) -> bool:
+        if self._assignment is None and not self._sets:
+            return False
+        if (
+            self._first_dirty is not None
+            and self._last_dirty is not None
+            and now >= min(self._last_dirty + self.debounce_s, self._first_dirty + self.max_delay_s)
+        ):
+            return True
+        if any(now >= since + self.grace_s for since in self._missing_since.values()):
+            return True
+        shrink = self._sizer.next_shrink_at()
+        return shrink is not None and now >= shrink
+
+    def _merged(self) -> dict[str, Target]:
+        rank = {name: i for i, name in enumerate(self._precedence)}
+        order = sorted(self._sets, key=lambda name: (rank.get(name, len(rank)), name))
+        merged: dict[str, Target] = {}
+        for name in reversed(order):  # the first in precedence is written last and wins
+            merged.update(self._sets[name])
+        return merged
+
+    def _effective(self, now: float) -> dict[str, Target]:
+        """Merged targets plus vanished ones still in their grace period."""
+        merged = self._merged()
+        for identity in list(self._missing_since):
+            if identity in merged:
+                del self._missing_since[identity]
+        for identity, target in self._applied.items():
+            if identity in merged:
+                continue
+            since = self._missing_since.setdefault(identity, now)
+            if now < since + self.grace_s:
+                merged[identity] = target
+            else:
+                del self._missing_since[identity]
+        return merged
