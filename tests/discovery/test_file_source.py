@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from discovery.helpers import RecordingSink
-from sharder.sources.file_source import FileSource
+from sharder.sources.file import FileSource
 
 GOOD = """
 defaults: {exporters: {gpu: 9400}}
