@@ -48,6 +48,7 @@ from functools import partial
 from itertools import chain
 from typing import Any, Protocol
 
+from sharder import overrides as overriding
 from sharder.assignment import Assignment, ShardInfo
 from sharder.errors import AssignmentError
 from sharder.hashing import Ring, key_hashes, rendezvous_ranking, rendezvous_seeds, rendezvous_winner
@@ -77,7 +78,8 @@ class Placer(Protocol):
     """One region's placement: the shard index of each unique key, in input order.
 
     ``previous`` maps key -> shard name; ``previous_shards`` are the shard names that
-    existed then (a shard not among them counts as new).
+    existed then (a shard not among them counts as new). ``pinned`` holds, per key, the
+    shard index it must go to, or -1.
     """
 
     def __call__(
@@ -89,6 +91,7 @@ class Placer(Protocol):
         load_factor: float,
         previous: Mapping[str, str] | None = None,
         previous_shards: Collection[str] = (),
+        pinned: Sequence[int] | None = None,
     ) -> list[int]: ...
 
 
@@ -100,6 +103,7 @@ def place(
     load_factor: float,
     previous: Mapping[str, str] | None = None,
     previous_shards: Collection[str] = (),
+    pinned: Sequence[int] | None = None,
     vnodes: int = VNODES,
 ) -> list[int]:
     """``bounded-ring``: the core of :func:`assign` for one region, on plain lists (see Placer)."""
@@ -120,6 +124,7 @@ def place(
         clockwise,
         was=_was(shards, keys, previous),
         fresh=_fresh(shards, previous_shards),
+        pinned=pinned,
     )
     return fill.result
 
@@ -132,6 +137,7 @@ def place_rendezvous(
     load_factor: float,
     previous: Mapping[str, str] | None = None,
     previous_shards: Collection[str] = (),
+    pinned: Sequence[int] | None = None,
 ) -> list[int]:
     """``bounded-rendezvous``: highest-random-weight order instead of the ring (see Placer).
 
@@ -147,7 +153,13 @@ def place_rendezvous(
         return rendezvous_ranking(hashes[j], seeds)
 
     fill = _Fill(weights, rank=_rank(hashes, keys), shards=len(shards), load_factor=load_factor)
-    fill.run(primary, ranking, was=_was(shards, keys, previous), fresh=_fresh(shards, previous_shards))
+    fill.run(
+        primary,
+        ranking,
+        was=_was(shards, keys, previous),
+        fresh=_fresh(shards, previous_shards),
+        pinned=pinned,
+    )
     return fill.result
 
 
@@ -188,15 +200,28 @@ class _Fill:
         *,
         was: list[int] | None,
         fresh: list[bool],
+        pinned: Sequence[int] | None = None,
     ) -> None:
-        """Sticky stages (keep, owner, back to the old shard), then the walk."""
+        """Pins, sticky stages (keep, owner, back to the old shard), then the walk."""
+        if pinned is not None and any(p >= 0 for p in pinned):
+            self.pin(pinned)
+            if was is not None:
+                was = [-1 if p >= 0 else w for w, p in zip(was, pinned, strict=True)]
+            primary = [-1 if p >= 0 else o for o, p in zip(primary, pinned, strict=True)]
         if was is not None:
-            self.offer([-1 if fresh[p] else w for w, p in zip(was, primary, strict=True)])
+            self.offer([-1 if w < 0 or fresh[p] else w for w, p in zip(was, primary, strict=True)])
             self.offer([-1 if r >= 0 else p for r, p in zip(self.result, primary, strict=True)])
             self.offer([-1 if r >= 0 else w for r, w in zip(self.result, was, strict=True)])
         else:
             self.offer(primary)
         self.walk(candidates)
+
+    def pin(self, pinned: Sequence[int]) -> None:
+        """Pinned targets go first, whatever the capacity; their weight then counts against it."""
+        for j, shard in enumerate(pinned):
+            if shard >= 0:
+                self.result[j] = shard
+                self.load[shard] += self.weights[j]
 
     def offer(self, wanted: Sequence[int]) -> None:
         """Place target j on ``wanted[j]`` where it fits; -1 offers nothing."""
@@ -308,39 +333,61 @@ def assign(
     previous: Assignment | None = None,
     allow_algorithm_change: bool = False,
     algorithm: str | None = None,
+    shard_counts: Mapping[str, int] | None = None,
+    pins: Mapping[str, str] | None = None,
+    drained: Collection[str] | None = None,
+    weight_overrides: Mapping[str, int] | None = None,
 ) -> Assignment:
     """Assign every target to one shard of its own region; pure and deterministic.
 
     The algorithm is ``spec.sharding.algorithm`` unless ``algorithm`` names another
-    (benchmarks compare them).
+    (benchmarks compare them). ``shard_counts``, ``pins``, ``drained`` and
+    ``weight_overrides`` are the control plane's overrides, described and checked in
+    :mod:`sharder.overrides`; a bad one raises :class:`AssignmentError` naming it.
 
     Shards are listed by region name then index; targets by region, then in input order
     (re-sorting 1M keys would cost more than the assignment), so compare assignments with
     ``==`` and write them with sorted keys for byte-identical files.
     """
     chosen = strategy(algorithm or spec.sharding.algorithm)
+    checked = overriding.build(
+        spec, shard_counts=shard_counts, pins=pins, drained=drained, weight_overrides=weight_overrides
+    )
     kept = check_algorithm(previous, chosen, allow_algorithm_change=allow_algorithm_change)
+    grouped = _by_region(spec, targets)
     shards: dict[str, ShardInfo] = {}
+    names_of: dict[str, list[str]] = {}
+    for region, members in grouped.items():
+        # Counting distinct nodes costs a pass over the targets; only sizing needs it.
+        nodes = len({t.node for t in members}) if checked.needs_nodes(spec, region) else 0
+        names = [shard_id(region, index) for index in range(checked.shard_count(spec, region, nodes=nodes))]
+        shards.update((name, ShardInfo(region=region, index=index)) for index, name in enumerate(names))
+        names_of[region] = names
+    checked.check_shards({name: info.region for name, info in shards.items()})
+    previous_shards = set(kept.shards).difference(kept.drained) if kept is not None else set()
     owners: dict[str, str] = {}
     weights: dict[str, int] = {}
-    fixed = {r.name for r in spec.regions if r.shards is not None}
-    for region, members in _by_region(spec, targets).items():
-        # Counting distinct nodes costs a pass over the targets; only sizing needs it.
-        nodes = 0 if region in fixed else len({t.node for t in members})
-        count = spec.shard_count(region, nodes=nodes)
-        names = [shard_id(region, index) for index in range(count)]
-        shards.update((name, ShardInfo(region=region, index=index)) for index, name in enumerate(names))
+    for region, members in grouped.items():
+        active = [name for name in names_of[region] if name not in checked.drained]
         keys = [t.identity for t in members]
         loads = [t.weight for t in members]
+        if checked.weights:
+            loads = [checked.weights.get(k, w) for k, w in zip(keys, loads, strict=True)]
+        if keys and not active:
+            raise AssignmentError(
+                f"every shard of region {region!r} is drained ({', '.join(names_of[region])}) "
+                f"but it has {len(keys)} targets; undrain at least one"
+            )
         owner = chosen.place(
-            names,
+            active,
             keys,
             loads,
             load_factor=spec.sharding.load_factor,
             previous=kept.targets if kept is not None else None,
-            previous_shards=kept.shards.keys() if kept is not None else (),
+            previous_shards=previous_shards,
+            pinned=_pinned(region, active, keys, checked.pins, shards),
         )
-        owners.update(zip(keys, map(names.__getitem__, owner), strict=True))
+        owners.update(zip(keys, map(active.__getitem__, owner), strict=True))
         weights.update(zip(keys, loads, strict=True))
     if len(owners) != len(targets):
         raise AssignmentError(
@@ -355,4 +402,33 @@ def assign(
         shards=shards,
         targets=owners,
         weights=weights,
+        drained=sorted(checked.drained),
     )
+
+
+def _pinned(
+    region: str,
+    active: Sequence[str],
+    keys: Sequence[str],
+    pins: Mapping[str, str],
+    shards: Mapping[str, ShardInfo],
+) -> list[int] | None:
+    """Per key, the index in ``active`` of its pinned shard, or -1; None without pins here."""
+    if not pins or not keys:
+        return None
+    position = {key: j for j, key in enumerate(keys)}
+    index_of = {name: i for i, name in enumerate(active)}
+    pinned = [-1] * len(keys)
+    found = False
+    for identity, shard in pins.items():
+        j = position.get(identity)
+        if j is None:
+            continue
+        if shards[shard].region != region:
+            raise AssignmentError(
+                f"target {identity!r} in region {region!r} is pinned to shard {shard!r} of region "
+                f"{shards[shard].region!r}; a target stays in its own region"
+            )
+        pinned[j] = index_of[shard]
+        found = True
+    return pinned if found else None

@@ -10,7 +10,9 @@ shard runs as r identical *children* (an HA pair for r=2) that differ only in th
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class ShardInfo(BaseModel):
@@ -32,6 +34,16 @@ class Assignment(BaseModel):
     """target identity -> shard id."""
     weights: dict[str, int] = Field(default_factory=dict)
     """target identity -> weight (GPU count, at least 1), so plans can report load."""
+    drained: list[str] = Field(default_factory=list)
+    """shard ids that exist but were given no targets (sorted); undraining one makes it new."""
+
+    @model_serializer(mode="wrap")
+    def _omit_no_drains(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Files from before drains existed stay byte-identical when nothing is drained.
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("drained"):
+            data.pop("drained", None)
+        return data
 
     def members(self, shard: str) -> list[str]:
         return sorted(identity for identity, owner in self.targets.items() if owner == shard)
