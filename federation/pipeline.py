@@ -61,7 +61,9 @@ class RenderResult:
 
 
 def load_inputs(spec_path: str | Path, inventory_path: str | Path) -> tuple[GpufedSpec, list[Target]]:
-    return load_gpufed_spec(spec_path), StaticFileSource(inventory_path).list_targets()
+    spec = load_gpufed_spec(spec_path)
+    jobs = {job.name: job for job in spec.jobs}
+    return spec, StaticFileSource(inventory_path, jobs=jobs).list_targets()
 
 
 def build_bundle(

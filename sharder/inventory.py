@@ -12,7 +12,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sharder.spec import LABEL_NAME_RE
+from sharder.addresses import host_port, normalise_host
+from sharder.spec import LABEL_NAME_RE, MAX_WEIGHT
 
 RESERVED_LABELS = frozenset({"cluster", "region", "shard", "replica", "job", "instance"})
 
@@ -22,17 +23,39 @@ class Target(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    address: str = Field(min_length=1)
+    address: str
     port: int = Field(ge=1, le=65535)
-    job: str
+    job: str = Field(min_length=1)
     node: str = Field(min_length=1)
-    region: str
+    region: str = Field(min_length=1)
     rack: str = ""
     team: str = ""
     gpus: int = Field(default=0, ge=0, le=64)
     metrics_path: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
-    explicit_identity: str | None = Field(default=None, alias="identity")
+    explicit_identity: str | None = Field(default=None, alias="identity", min_length=1)
+    explicit_weight: int | None = Field(default=None, alias="weight", ge=1, le=MAX_WEIGHT)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, address: str) -> str:
+        return normalise_host(address)
+
+    @field_validator("job", "node", "region", "rack", "team", "explicit_identity")
+    @classmethod
+    def _plain(cls, value: str | None) -> str | None:
+        if value is not None and (not value.isprintable() or value != value.strip()):
+            raise ValueError("must not contain control characters or start/end with whitespace")
+        return value
+
+    @field_validator("metrics_path")
+    @classmethod
+    def _metrics_path(cls, path: str | None) -> str | None:
+        if path is not None and (not path.startswith("/") or not path.isprintable() or " " in path):
+            raise ValueError("metrics_path is a URL path: it starts with '/' and has no spaces")
+        if path is not None and ("?" in path or "#" in path):
+            raise ValueError("metrics_path must not carry a query or fragment")
+        return path
 
     @field_validator("labels")
     @classmethod
@@ -46,8 +69,7 @@ class Target(BaseModel):
 
     @property
     def instance(self) -> str:
-        host = f"[{self.address}]" if ":" in self.address else self.address
-        return f"{host}:{self.port}"
+        return host_port(self.address, self.port)
 
     @property
     def identity(self) -> str:
@@ -55,8 +77,14 @@ class Target(BaseModel):
 
     @property
     def weight(self) -> int:
-        """Load of scraping this target: its GPU count, at least 1."""
-        return max(1, self.gpus)
+        """What scraping this target costs its child, in load units (see ``JobSpec.weight``).
+
+        The loaders set ``weight`` from the target's job: a GPU exporter's series grow with
+        the node's GPUs, so it weighs its GPU count; a node exporter's do not, so it weighs
+        1 whatever the node holds. A target built without a job rule (no spec at hand)
+        falls back to its GPU count, at least 1.
+        """
+        return self.explicit_weight if self.explicit_weight is not None else max(1, self.gpus)
 
     def target_labels(self) -> dict[str, str]:
         """Labels attached to the target in service discovery (file_sd / http_sd)."""

@@ -1,25 +1,35 @@
-"""Reading the spec and static inventories from disk, with errors that name the spot.
+"""Reading the spec and inventories, with errors that name the spot: the one validation layer.
 
-This is the only sharder module that opens files for input. Validation errors from
-pydantic are mapped to ``SpecError``/``InventoryError`` carrying the file, the field
-path (``jobs[0].scrape_interval``) and the offending value.
+This is the only sharder module that opens files for input; ``sharder.documents`` turns
+the bytes into data within bounds. Everything that becomes a ``Target`` goes through
+:func:`parse_target` (one raw mapping -> ``Target`` or an ``InventoryError`` naming the
+field and value) and a :class:`TargetIndex` (duplicates by endpoint, by identity, and a
+node name seen at two addresses): the static file here, and the live registry sources and
+REST bodies the same way, so every path refuses the same things with the same words.
+Validation errors from pydantic become ``SpecError``/``InventoryError`` carrying the
+file, the field path (``jobs[0].scrape_interval``) and the offending value.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
-from sharder.errors import InventoryError, SpecError
+from sharder import documents
+from sharder.errors import InventoryError, SpecError, preview
 from sharder.inventory import Target, sort_targets
-from sharder.spec import FederationSpec
+from sharder.spec import FederationSpec, JobSpec
+
+INVENTORY_KEYS = frozenset({"defaults", "nodes", "targets"})
+DEFAULTS_KEYS = frozenset({"exporters"})
+# In a ``nodes`` entry the node is ``name`` and the job/port come from ``exporters``.
+_NODE_FIELDS = {"node": "name", "job": "exporters", "port": "exporters"}
 
 
-def field_path(loc: tuple[int | str, ...]) -> str:
+def field_path(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
@@ -27,33 +37,45 @@ def field_path(loc: tuple[int | str, ...]) -> str:
 
 
 def raise_first_error(
-    exc: ValidationError, *, source: str, error_cls: type[SpecError] = SpecError, prefix: str = ""
+    exc: ValidationError,
+    *,
+    source: str,
+    error_cls: type[SpecError] = SpecError,
+    prefix: str = "",
+    rename: Mapping[str, str] | None = None,
 ) -> None:
     """Turn pydantic's error into ours: first problem, field path, value, file."""
-    first = exc.errors()[0]
-    loc = field_path(tuple(first["loc"]))
-    field = f"{prefix}{'.' if prefix and loc and not loc.startswith('[') else ''}{loc}"
+    first = exc.errors(include_url=False)[0]
+    loc = tuple(first["loc"])
+    if rename and loc and isinstance(loc[0], str) and loc[0] in rename:
+        loc = (rename[loc[0]], *loc[1:])
+    path = field_path(loc)
+    field = f"{prefix}{'.' if prefix and path and not path.startswith('[') else ''}{path}"
     message = str(first["msg"]).removeprefix("Value error, ")
     value = first.get("input")
     if isinstance(value, dict | list):
         value = None  # a whole sub-document is noise; the field path says where
-    raise error_cls(message, field=field, value=value, source=source) from exc
+    raise error_cls(message, field=field, value=value, source=source) from None
 
 
 def read_document(path: Path, *, error_cls: type[SpecError] = SpecError) -> Any:
+    """A file's data: JSON for ``*.json``, YAML otherwise; every failure is one ``error_cls``."""
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise error_cls("file not found", source=source) from exc
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise error_cls("file not found", source=source) from None
+    except IsADirectoryError:
+        raise error_cls("is a directory, not a file", source=source) from None
     except OSError as exc:
-        raise error_cls(f"cannot read file: {exc.strerror}", source=source) from exc
+        raise error_cls(f"cannot read file: {exc.strerror}", source=source) from None
     try:
+        text = documents.decode(raw)
         if path.suffix == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise error_cls(f"malformed {path.suffix.lstrip('.') or 'YAML'}: {exc}", source=source) from exc
+            return documents.parse_json(text)
+        return documents.parse_yaml(text)
+    except documents.DocumentError as exc:
+        raise error_cls(str(exc), source=source) from None
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -61,7 +83,7 @@ M = TypeVar("M", bound=BaseModel)
 
 def parse_model(model: type[M], data: Any, *, source: str, error_cls: type[SpecError] = SpecError) -> M:
     if not isinstance(data, dict):
-        raise error_cls(f"expected a mapping at the top level, got {type(data).__name__}", source=source)
+        raise error_cls(f"expected a mapping at the top level, got {_kind(data)}", source=source)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -74,7 +96,90 @@ def load_spec(path: str | Path) -> FederationSpec:
     return parse_model(FederationSpec, read_document(path), source=str(path))
 
 
-def parse_inventory(data: Any, *, source: str) -> list[Target]:
+def parse_target(
+    raw: Any,
+    *,
+    where: str = "",
+    source: str = "",
+    jobs: Mapping[str, JobSpec] | None = None,
+    rename: Mapping[str, str] | None = None,
+) -> Target:
+    """One raw target mapping -> a validated, normalised ``Target``, or ``InventoryError``.
+
+    ``where`` is the entry's path in its document (``targets[3]``), prefixed to field names
+    in errors. With ``jobs`` (the spec's jobs by name) a target without an explicit
+    ``weight`` gets its job's (``JobSpec.target_weight``). Registry sources and REST
+    bodies call this too, so every input is refused with the same words.
+    """
+    if not isinstance(raw, dict):
+        raise InventoryError(f"expected a mapping, got {_kind(raw)}", field=where, value=raw, source=source)
+    try:
+        target = Target.model_validate(raw)
+    except ValidationError as exc:
+        raise_first_error(exc, source=source, error_cls=InventoryError, prefix=where, rename=rename)
+        raise
+    job = jobs.get(target.job) if jobs is not None else None
+    if job is not None and target.explicit_weight is None:
+        target = target.model_copy(update={"explicit_weight": job.target_weight(target.gpus)})
+    return target
+
+
+class TargetIndex:
+    """Targets seen so far, refusing a second entry for the same endpoint, identity or node.
+
+    An *endpoint* is what Prometheus would scrape: scheme, host, port and metrics path,
+    after normalisation and with the job's defaults filled in. Errors name both entries.
+    """
+
+    def __init__(self, *, source: str = "", jobs: Mapping[str, JobSpec] | None = None) -> None:
+        self.source = source
+        self.jobs = jobs or {}
+        self.endpoints: dict[tuple[str, str, int, str], str] = {}
+        self.identities: dict[str, str] = {}
+        self.nodes: dict[str, tuple[str, str]] = {}
+        self.targets: list[Target] = []
+
+    def endpoint(self, target: Target) -> tuple[str, str, int, str]:
+        job = self.jobs.get(target.job)
+        scheme, path = (job.scheme, job.metrics_path) if job is not None else ("http", "/metrics")
+        return (scheme, target.address, target.port, target.metrics_path or path)
+
+    def add(self, target: Target, *, where: str) -> None:
+        endpoint = self.endpoint(target)
+        other = self.endpoints.get(endpoint)
+        if other is not None:  # the field names this entry, the message the other one
+            raise InventoryError(
+                f"duplicate target (also at {other})",
+                field=f"{where}.address",
+                value=target.instance,
+                source=self.source,
+            )
+        other = self.identities.get(target.identity)
+        if other is not None:
+            raise InventoryError(
+                f"duplicate target identity (also at {other}); set 'identity' on targets that share"
+                " an address and port",
+                field=f"{where}.identity",
+                value=target.identity,
+                source=self.source,
+            )
+        known = self.nodes.get(target.node)
+        if known is not None and known[0] != target.address:
+            raise InventoryError(
+                f"node {preview(target.node)} has address {known[0]} at {known[1]} and"
+                f" {target.address} here; one node has one address",
+                field=f"{where}.address",
+                value=target.address,
+                source=self.source,
+            )
+        self.endpoints[endpoint] = where
+        self.identities[target.identity] = where
+        if known is None:
+            self.nodes[target.node] = (target.address, where)
+        self.targets.append(target)
+
+
+def parse_inventory(data: Any, *, source: str, jobs: Mapping[str, JobSpec] | None = None) -> list[Target]:
     """Inventory documents: ``nodes`` expanded through ``defaults.exporters``, plus ``targets``.
 
     ```yaml
@@ -84,62 +189,104 @@ def parse_inventory(data: Any, *, source: str) -> list[Target]:
     targets:
       - {address: 10.9.0.1, port: 9400, job: gpu, node: spare-1, region: cn-beijing}
     ```
+
+    A ``targets`` entry without ``port`` takes its job's port from ``defaults.exporters``.
     """
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise InventoryError(f"expected a mapping at the top level, got {type(data).__name__}", source=source)
-    unknown = sorted(set(data) - {"defaults", "nodes", "targets"})
-    if unknown:
-        raise InventoryError("unknown top-level keys", field=unknown[0], value=unknown[0], source=source)
-    defaults = data.get("defaults") or {}
-    exporters = defaults.get("exporters") or {}
-    if not isinstance(exporters, dict):
-        raise InventoryError("expected a mapping job -> port", field="defaults.exporters", source=source)
-    raw: list[tuple[str, dict[str, Any]]] = []
-    for i, node in enumerate(data.get("nodes") or []):
-        if not isinstance(node, dict):
-            raise InventoryError("expected a mapping", field=f"nodes[{i}]", value=node, source=source)
-        node = dict(node)
-        name = node.pop("name", None)
-        jobs = node.pop("exporters", exporters)
-        if not jobs:
-            raise InventoryError(
-                "no exporters for this node (set defaults.exporters)", field=f"nodes[{i}]", source=source
-            )
-        for job, port in sorted(jobs.items()):
-            raw.append((f"nodes[{i}]", {**node, "node": name, "job": job, "port": port}))
-    for i, target in enumerate(data.get("targets") or []):
-        if not isinstance(target, dict):
-            raise InventoryError("expected a mapping", field=f"targets[{i}]", value=target, source=source)
-        raw.append((f"targets[{i}]", target))
+        raise InventoryError(f"expected a mapping at the top level, got {_kind(data)}", source=source)
+    _no_unknown_keys(data, INVENTORY_KEYS, where="", source=source)
+    defaults = _mapping(data.get("defaults"), where="defaults", source=source)
+    _no_unknown_keys(defaults, DEFAULTS_KEYS, where="defaults", source=source)
+    exporters = _mapping(defaults.get("exporters"), where="defaults.exporters", source=source)
+    index = TargetIndex(source=source, jobs=jobs)
+    with documents.gc_paused():
+        for i, node in enumerate(_sequence(data.get("nodes"), where="nodes", source=source)):
+            _add_node(index, node, where=f"nodes[{i}]", exporters=exporters, jobs=jobs)
+        for i, item in enumerate(_sequence(data.get("targets"), where="targets", source=source)):
+            where = f"targets[{i}]"
+            job = item.get("job") if isinstance(item, dict) else None
+            if isinstance(job, str) and job in exporters and "port" not in item:
+                item = {**item, "port": exporters[job]}
+            index.add(parse_target(item, where=where, source=source, jobs=jobs), where=where)
+        return sort_targets(index.targets)
 
-    targets: list[Target] = []
-    seen: dict[str, str] = {}
-    for where, item in raw:
-        try:
-            target = Target.model_validate(item)
-        except ValidationError as exc:
-            raise_first_error(exc, source=source, error_cls=InventoryError, prefix=where)
-            raise
-        if target.identity in seen:
-            raise InventoryError(
-                f"duplicate target (also at {seen[target.identity]})",
-                field=f"{where}.address",
-                value=target.identity,
-                source=source,
-            )
-        seen[target.identity] = where
-        targets.append(target)
-    return sort_targets(targets)
+
+def _add_node(
+    index: TargetIndex,
+    node: Any,
+    *,
+    where: str,
+    exporters: dict[Any, Any],
+    jobs: Mapping[str, JobSpec] | None,
+) -> None:
+    source = index.source
+    if not isinstance(node, dict):
+        raise InventoryError(f"expected a mapping, got {_kind(node)}", field=where, value=node, source=source)
+    fields = dict(node)
+    name = fields.pop("name", None)
+    if "node" in fields or "job" in fields or "port" in fields:
+        bad = next(k for k in ("node", "job", "port") if k in fields)
+        raise InventoryError(
+            f"'{bad}' is not a node field (nodes have name and exporters)",
+            field=f"{where}.{bad}",
+            source=source,
+        )
+    jobs_here = _mapping(fields.pop("exporters", exporters), where=f"{where}.exporters", source=source)
+    if not jobs_here:
+        raise InventoryError(
+            "no exporters for this node (set defaults.exporters)", field=where, source=source
+        )
+    for job, port in sorted(jobs_here.items(), key=lambda kv: repr(kv[0])):
+        raw = {**fields, "node": name, "job": job, "port": port}
+        target = parse_target(raw, where=where, source=source, jobs=jobs, rename=_NODE_FIELDS)
+        index.add(target, where=where)
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "a mapping", list: "a list", str: "a string", type(None): "nothing (null)"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _mapping(value: Any, *, where: str, source: str) -> dict[Any, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InventoryError(
+            f"expected a mapping, got {_kind(value)}", field=where, value=value, source=source
+        )
+    return value
+
+
+def _sequence(value: Any, *, where: str, source: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InventoryError(f"expected a list, got {_kind(value)}", field=where, value=value, source=source)
+    return value
+
+
+def _no_unknown_keys(data: dict[Any, Any], known: frozenset[str], *, where: str, source: str) -> None:
+    unknown = sorted((k for k in data if k not in known), key=repr)
+    if unknown:
+        field = f"{where}.{unknown[0]}" if where else str(unknown[0])
+        raise InventoryError(
+            f"unknown key (known: {', '.join(sorted(known))})", field=field, value=unknown[0], source=source
+        )
 
 
 class StaticFileSource:
-    """Targets from a YAML or JSON inventory file; re-read on every call."""
+    """Targets from a YAML or JSON inventory file; re-read on every call.
 
-    def __init__(self, path: str | Path) -> None:
+    ``jobs`` (the spec's jobs by name) lets duplicate detection see each job's scheme and
+    metrics path, and gives targets their job's weight.
+    """
+
+    def __init__(self, path: str | Path, *, jobs: Mapping[str, JobSpec] | None = None) -> None:
         self.path = Path(path)
+        self.jobs = jobs
 
     def list_targets(self) -> list[Target]:
         data = read_document(self.path, error_cls=InventoryError)
-        return parse_inventory(data, source=str(self.path))
+        return parse_inventory(data, source=str(self.path), jobs=self.jobs)

@@ -9,14 +9,28 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-DURATION_RE = re.compile(r"^((\d+)y)?((\d+)w)?((\d+)d)?((\d+)h)?((\d+)m)?((\d+)s)?((\d+)ms)?$")
-LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+from sharder.re2check import check_re2
+
+# ASCII digits only (Python's \d also takes other scripts' digits, Go does not); \Z, not $,
+# which would let a trailing newline through.
+DURATION_RE = re.compile(
+    r"^(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?\Z"
+)
+LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*\Z")
 # Shard ids become label values, directory names and URL path segments.
-NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
+# Go's time.Duration (int64 nanoseconds) ends just past 292 years; Prometheus refuses beyond.
+MAX_DURATION_SECONDS = 290 * 365 * 86400
+MAX_WEIGHT = 10_000
+IDENTIFYING_LABELS = frozenset(
+    {"__name__", "instance", "job", "node", "cluster", "region", "shard", "replica"}
+)
+"""Labels that tell one series from another; a job may not drop them (see ``JobSpec``)."""
 
 
 def parse_duration(text: str) -> float:
@@ -25,16 +39,48 @@ def parse_duration(text: str) -> float:
     if not text or not match:
         raise ValueError(f"not a Prometheus duration: {text!r} (examples: 15s, 1m, 2h)")
     y, w, d, h, m, s, ms = (int(match.group(i) or 0) for i in (2, 4, 6, 8, 10, 12, 14))
-    return ((((y * 365 + w * 7 + d) * 24 + h) * 60 + m) * 60 + s) + ms / 1000
+    seconds = ((((y * 365 + w * 7 + d) * 24 + h) * 60 + m) * 60 + s) + ms / 1000
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"duration {text!r} is longer than Prometheus allows (about 290 years)")
+    return seconds
+
+
+def _check_positive_duration(value: str) -> str:
+    if parse_duration(value) <= 0:
+        raise ValueError(f"{value!r} must be longer than 0s")
+    return value
+
+
+def check_url(value: str) -> str:
+    """An http(s) URL with a host, as Prometheus parses it; ValueError naming what is missing."""
+    if not value.isprintable() or any(c.isspace() for c in value):
+        raise ValueError("URL must not contain spaces or control characters")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+    except ValueError as exc:
+        raise ValueError(f"not a valid URL: {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError("URL must start with http:// or https://")
+    if not parts.hostname:
+        raise ValueError("URL has no host (write e.g. http://master:9090/api/v1/write)")
+    return value
+
+
+def check_label_name(value: str) -> str:
+    if not LABEL_NAME_RE.match(value):
+        raise ValueError(f"not a valid label name: {value!r}")
+    return value
+
+
+Interval = Annotated[str, AfterValidator(_check_positive_duration)]
+"""A Prometheus duration above zero (scrape, evaluation and refresh intervals)."""
+Url = Annotated[str, AfterValidator(check_url)]
+Re2Regex = Annotated[str, AfterValidator(check_re2)]
 
 
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _check_duration(value: str) -> str:
-    parse_duration(value)
-    return value
 
 
 class RegionSpec(StrictModel):
@@ -56,19 +102,31 @@ class ShardingSpec(StrictModel):
     replication_factor: int = Field(default=1, ge=1, le=3)
     load_factor: float = Field(default=1.05, ge=1.0, le=2.0, description="c in 'no shard above c x mean'")
     algorithm: Literal["bounded-ring", "bounded-rendezvous"] = "bounded-ring"
+    max_removal_share: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="largest share of the previous targets one render may remove unless"
+        " --allow-mass-removal is given",
+    )
 
 
 class JobSpec(StrictModel):
     name: str
-    scrape_interval: str = "15s"
-    scrape_timeout: str | None = None
+    scrape_interval: Interval = "15s"
+    scrape_timeout: Interval | None = None
     metrics_path: str = "/metrics"
     scheme: Literal["http", "https"] = "http"
-    keep_metrics: list[str] = Field(default_factory=list, description="regexes on __name__ to keep")
-    drop_metrics: list[str] = Field(default_factory=list, description="regexes on __name__ to drop")
+    keep_metrics: list[Re2Regex] = Field(default_factory=list, description="regexes on __name__ to keep")
+    drop_metrics: list[Re2Regex] = Field(default_factory=list, description="regexes on __name__ to drop")
     drop_labels: list[str] = Field(default_factory=list, description="label names removed after scrape")
     honor_labels: bool = False
     sample_limit: int = Field(default=0, ge=0)
+    weight: Literal["gpus"] | int | None = Field(
+        default=None,
+        description="load units one target of this job costs its child: 'gpus' (its node's GPU count,"
+        " at least 1) or a fixed number; default 'gpus' for the job named 'gpu', else 1",
+    )
 
     @field_validator("name")
     @classmethod
@@ -77,28 +135,36 @@ class JobSpec(StrictModel):
             raise ValueError("job names are lower-case letters, digits and '-'")
         return value
 
-    @field_validator("scrape_interval", "scrape_timeout")
+    @field_validator("metrics_path")
     @classmethod
-    def _duration(cls, value: str | None) -> str | None:
-        return None if value is None else _check_duration(value)
-
-    @field_validator("keep_metrics", "drop_metrics")
-    @classmethod
-    def _regexes(cls, values: list[str]) -> list[str]:
-        for value in values:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"not a valid regex {value!r}: {exc}") from exc
-        return values
+    def _metrics_path(cls, path: str) -> str:
+        if not path.startswith("/") or not path.isprintable() or " " in path or "?" in path or "#" in path:
+            raise ValueError("metrics_path is a URL path: it starts with '/', no spaces, query or fragment")
+        return path
 
     @field_validator("drop_labels")
     @classmethod
     def _labels(cls, values: list[str]) -> list[str]:
         for value in values:
-            if not LABEL_NAME_RE.match(value):
-                raise ValueError(f"not a valid label name: {value!r}")
+            check_label_name(value)
+            if value in IDENTIFYING_LABELS or value.startswith("__"):
+                raise ValueError(
+                    f"dropping {value!r} would merge series that must stay apart"
+                    f" (never dropped: {', '.join(sorted(IDENTIFYING_LABELS))} and __*)"
+                )
         return values
+
+    @field_validator("weight")
+    @classmethod
+    def _weight(cls, value: str | int | None) -> str | int | None:
+        if isinstance(value, int) and not 1 <= value <= MAX_WEIGHT:
+            raise ValueError(f"weight is 'gpus' or a whole number from 1 to {MAX_WEIGHT}")
+        return value
+
+    def target_weight(self, gpus: int) -> int:
+        """Load units of one target of this job on a node with ``gpus`` GPUs."""
+        rule = self.weight if self.weight is not None else ("gpus" if self.name == "gpu" else 1)
+        return max(1, gpus) if rule == "gpus" else int(rule)
 
     @model_validator(mode="after")
     def _timeout_within_interval(self) -> JobSpec:
@@ -116,41 +182,29 @@ class QueueConfig(StrictModel):
     max_shards: int | None = Field(default=None, ge=1)
     min_shards: int | None = Field(default=None, ge=1)
     max_samples_per_send: int | None = Field(default=None, ge=1)
-    batch_send_deadline: str | None = None
-    min_backoff: str | None = None
-    max_backoff: str | None = None
-
-    @field_validator("batch_send_deadline", "min_backoff", "max_backoff")
-    @classmethod
-    def _duration(cls, value: str | None) -> str | None:
-        return None if value is None else _check_duration(value)
+    batch_send_deadline: Interval | None = None
+    min_backoff: Interval | None = None
+    max_backoff: Interval | None = None
 
 
 class RemoteWriteSpec(StrictModel):
-    name: str
-    url: str
+    name: str = Field(min_length=1)
+    url: Url
     regions: list[str] = Field(default_factory=list, description="empty: every region")
     queue_config: QueueConfig = Field(default_factory=QueueConfig)
-    remote_timeout: str | None = None
+    remote_timeout: Interval | None = None
     headers: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("remote_write url must start with http:// or https://")
-        return value
 
 
 class ChildrenSpec(StrictModel):
     """How each child Prometheus is configured."""
 
     target_discovery: Literal["file_sd", "http_sd"] = "file_sd"
-    http_sd_url: str = "http://127.0.0.1:8080"
-    http_sd_refresh_interval: str = "30s"
+    http_sd_url: Url = "http://127.0.0.1:8080"
+    http_sd_refresh_interval: Interval = "30s"
     agent_mode: bool = False
-    scrape_interval: str = "30s"
-    evaluation_interval: str = "30s"
+    scrape_interval: Interval = "30s"
+    evaluation_interval: Interval = "30s"
 
 
 class FederationSpec(StrictModel):
@@ -176,8 +230,9 @@ class FederationSpec(StrictModel):
         if reserved:
             raise ValueError(f"{sorted(reserved)} are set by gpufed itself")
         for name in labels:
-            if not LABEL_NAME_RE.match(name):
-                raise ValueError(f"not a valid label name: {name!r}")
+            check_label_name(name)
+            if name.startswith("__"):
+                raise ValueError(f"label names starting with '__' are reserved for Prometheus: {name!r}")
         return labels
 
     @model_validator(mode="after")

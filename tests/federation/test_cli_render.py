@@ -118,8 +118,8 @@ BAD_INPUTS = {
     "malformed_yaml": (
         "spec",
         "cluster: gpu-test\nregions: [\n",
-        "{spec}: malformed yaml: while parsing a flow node expected the node content, but found"
-        " '<stream end>' in \"<unicode string>\", line 3, column 1: ^",
+        "{spec}: malformed YAML: while parsing a flow node; did not find expected node content"
+        " (line 3, column 1)",
     ),
     "wrong_type": (
         "spec",

@@ -45,7 +45,7 @@ def make_spec(
 
 
 def ip(n: int) -> str:
-    return f"10.{n >> 16}.{(n >> 8) & 255}.{n & 255}"
+    return f"{10 + (n >> 24)}.{(n >> 16) & 255}.{(n >> 8) & 255}.{n & 255}"
 
 
 def gpu_target(n: int, *, region: str, gpus: int = 8, node: str | None = None) -> Target:

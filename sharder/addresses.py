@@ -1,0 +1,86 @@
+"""Scrape addresses: one normalisation, applied where a ``Target`` is built, so nothing later sees raw text.
+
+A target's ``address`` is a *host* only (the port is its own field): a DNS name, an IPv4
+address, or an IPv6 address with or without brackets. :func:`normalise_host` returns the
+one spelling every later step uses (hashing identities, duplicate detection, rendering):
+DNS names lower-cased without a trailing dot, IPv4 in dotted decimal, IPv6 compressed
+(``fd00:0:0:0:0:0:0:1`` is ``fd00::1``) without brackets. :func:`host_port` puts the
+brackets back for IPv6, as Prometheus needs in ``host:port``.
+
+Everything else is refused with a reason: empty, whitespace, a scheme (``http://``), a
+path, an embedded port (``10.0.0.1:9400``, ``[fd00::1]:9400``: the port is given apart,
+and two sources of truth for it would disagree sooner or later), IPv6 zone ids, and
+dotted numbers that are not an IPv4 address (``10.0.0.256``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+_LABEL_RE = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
+_PORT_RE = re.compile(r"^[0-9]{1,5}$")
+MAX_DNS_NAME = 253
+
+
+def normalise_host(text: str) -> str:
+    """The canonical spelling of a scrape host; ValueError naming what is wrong."""
+    if not text:
+        raise ValueError("address is empty")
+    if any(c.isspace() for c in text) or not text.isprintable():
+        raise ValueError("address contains whitespace or control characters")
+    if "://" in text:
+        raise ValueError("address must be a host, not a URL (drop the scheme; set port and metrics_path)")
+    if "/" in text or "?" in text or "#" in text:
+        raise ValueError("address must be a host, without a path (set metrics_path instead)")
+    if "@" in text:
+        raise ValueError("address must be a host, without user info")
+    if text.startswith("["):
+        inner, close, rest = text[1:].partition("]")
+        if not close:
+            raise ValueError("address has an unclosed '['")
+        if rest:
+            raise ValueError(f"address includes a port ({rest!r}); give the host only and set port")
+        return _ipv6(inner)
+    if text.count(":") == 1:  # IPv6 has at least two; bracket-less IPv6 is taken as a host
+        port = text.partition(":")[2]
+        if _PORT_RE.match(port):
+            raise ValueError(f"address includes a port (':{port}'); give the host only and set port")
+        raise ValueError("address has a ':' but is not an IPv6 address")
+    if ":" in text:
+        return _ipv6(text)
+    labels = text.rstrip(".").split(".") if text != "." else [""]
+    if all(label.isdigit() for label in labels):
+        try:
+            return str(ipaddress.IPv4Address(text))
+        except ValueError:
+            raise ValueError("address is not a valid IPv4 address") from None
+    return _dns(text, labels)
+
+
+def _ipv6(text: str) -> str:
+    if "%" in text:
+        raise ValueError("IPv6 zone ids (%...) are not supported in scrape addresses")
+    try:
+        return ipaddress.IPv6Address(text).compressed
+    except ValueError:
+        raise ValueError("address is not a valid IPv6 address") from None
+
+
+def _dns(text: str, labels: list[str]) -> str:
+    name = ".".join(labels).lower()
+    if len(name) > MAX_DNS_NAME:
+        raise ValueError(f"DNS name longer than {MAX_DNS_NAME} characters")
+    for label in labels:
+        if not _LABEL_RE.match(label.lower()):
+            raise ValueError(
+                "not a DNS name, IPv4 or IPv6 address (DNS labels are 1-63 letters, digits, '-', '_')"
+            )
+    if labels[-1].isdigit():
+        raise ValueError("not a DNS name (its last label is all digits) nor an IPv4 address")
+    return name
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port`` as Prometheus wants it: IPv6 in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
