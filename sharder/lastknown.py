@@ -18,7 +18,8 @@ from typing import Any
 
 from sharder.errors import InventoryError
 from sharder.inventory import Target
-from sharder.loading import parse_inventory
+from sharder.loading import TargetIndex, parse_target
+from sharder.spec import JobSpec
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
@@ -29,16 +30,21 @@ def target_document(target: Target) -> dict[str, Any]:
     return target.model_dump(mode="json", by_alias=True, exclude_defaults=True)
 
 
-def parse_entries(entries: Sequence[Any], *, source: str) -> tuple[list[Target], list[str]]:
-    """Validate entries one by one: (good targets, one message per bad entry)."""
-    good: list[Target] = []
+def parse_entries(
+    entries: Sequence[Any], *, source: str, jobs: Mapping[str, JobSpec] | None = None
+) -> tuple[list[Target], list[str]]:
+    """Validate registry entries one by one through ``sharder.loading`` (the one validation
+    layer): (good targets, one message per refused entry). A bad entry, or a duplicate of
+    an earlier one, is skipped; the rest of the answer is kept."""
+    index = TargetIndex(source=source, jobs=jobs)
     bad: list[str] = []
     for i, entry in enumerate(entries):
+        where = f"[{i}]"
         try:
-            good.extend(parse_inventory({"targets": [entry]}, source=f"{source}[{i}]"))
+            index.add(parse_target(entry, where=where, source=source, jobs=jobs), where=where)
         except InventoryError as exc:
             bad.append(str(exc))
-    return good, bad
+    return index.targets, bad
 
 
 class LastKnownFile:

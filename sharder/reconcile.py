@@ -75,8 +75,8 @@ def sticky_assign(
     previous: Assignment | None,
     shard_counts: Mapping[str, int],
 ) -> Assignment:
-    """Default ``assign_fn``: ``sharder.assign.assign`` with the sized regions fixed."""
-    return assign(sizing.with_shard_counts(spec, shard_counts), targets, previous=previous)
+    """Default ``assign_fn``: sticky ``sharder.assign.assign`` with the hysteresis counts."""
+    return assign(spec, targets, previous=previous, shard_counts=shard_counts)
 
 
 OnAssignment = Callable[[Assignment, plan_mod.Plan], None]

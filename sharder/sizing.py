@@ -39,17 +39,6 @@ class Hysteresis:
             raise ValueError(f"hysteresis out of range: {self}")
 
 
-def with_shard_counts(spec: FederationSpec, counts: Mapping[str, int]) -> FederationSpec:
-    """The spec with each sized region in ``counts`` fixed at that many shards."""
-    if not counts:
-        return spec
-    regions = [
-        r.model_copy(update={"shards": counts[r.name]}) if r.shards is None and r.name in counts else r
-        for r in spec.regions
-    ]
-    return spec.model_copy(update={"regions": regions})
-
-
 class ShardSizer:
     """Per-region shard counts for sized regions; remembers when shrinking became possible."""
 

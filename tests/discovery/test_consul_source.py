@@ -15,7 +15,6 @@ from exporter.registration import service_definition
 from sharder.assign import assign
 from sharder.discovery_metrics import DiscoveryMetrics
 from sharder.reconcile import Reconciler
-from sharder.sizing import with_shard_counts
 from sharder.sources.consul import ConsulConfig, ConsulSource, meta_labels, split_address, target_document
 
 
@@ -157,6 +156,8 @@ def test_malformed_answers_are_skipped_target_by_target(agent: FakeConsulAgent) 
         variant("port0", Port=0),
         variant("port70000", Port=70000),
         variant("noport", Port=None),
+        variant("notahost", Address="not a host!"),
+        variant("url", Address="http://10.0.0.7/"),
         variant("noregion", Meta={"node": "x"}),
         variant("badgpus", Meta={"region": "r1", "node": "x", "gpu_count": "eight"}),
         {"Node": good["Node"], "Checks": []},  # no Service at all
@@ -220,7 +221,7 @@ def test_thousand_registrations_in_bursts_equal_a_fresh_sticky_assignment(agent:
     clock.advance(1)
     rec.tick()
     assert len(rec.targets) == 1000
-    fresh = assign(with_shard_counts(spec, {"r1": 50, "r2": 50}), rec.targets)
+    fresh = assign(spec, rec.targets, shard_counts={"r1": 50, "r2": 50})
     assert rec.assignment == fresh
 
 
