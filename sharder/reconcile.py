@@ -10,9 +10,10 @@ the controller injects its own). Plain Python, no I/O: time comes from ``clock``
 the one earlier in ``precedence`` wins; sources not named there come after, in name
 order. So ``precedence=("file", "consul")`` lets a hand-kept file override Consul.
 
-**Debounce.** A change is applied once no further change arrived for ``debounce_s``
-(default 1 s), but never later than ``max_delay_s`` after the first unapplied change,
-so a registry that never settles still gets assignments.
+**Debounce.** The first unapplied change opens a window of ``debounce_s`` (default
+1 s); everything that arrives within it lands in one assignment at its end. So a burst
+costs one re-assignment and no change waits longer than ``debounce_s``, even when the
+registry never settles (a trailing debounce would keep postponing it).
 
 **Grace.** A target that vanishes from every source is kept (in its shard) for
 ``grace_s`` (default 2 min); one that comes back in time never left, so a flapping
@@ -92,7 +93,6 @@ class Reconciler:
         previous: Assignment | None = None,
         clock: Callable[[], float] = time.monotonic,
         debounce_s: float = 1.0,
-        max_delay_s: float = 5.0,
         grace_s: float = 120.0,
         hysteresis: sizing.Hysteresis | None = None,
         precedence: Sequence[str] = (),
@@ -103,7 +103,7 @@ class Reconciler:
     ) -> None:
         self.spec = spec
         self._clock = clock
-        self.debounce_s, self.max_delay_s, self.grace_s = debounce_s, max_delay_s, grace_s
+        self.debounce_s, self.grace_s = debounce_s, grace_s
         self._sizer = sizing.ShardSizer(spec, hysteresis or sizing.Hysteresis(), previous=previous)
         self._precedence = list(precedence)
         self._assign_fn = assign_fn
@@ -117,7 +117,6 @@ class Reconciler:
         self._versions: dict[str, str | None] = {}
         self._missing_since: dict[str, float] = {}
         self._first_dirty: float | None = None
-        self._last_dirty: float | None = None
         self._assignment = previous
         self._applied: dict[str, Target] = {}
         self.assignments = 0
@@ -170,7 +169,7 @@ class Reconciler:
             now = self._clock()
             if not self._due(now):
                 return None
-            self._first_dirty = self._last_dirty = None
+            self._first_dirty = None
             targets = self._effective(now)
             sets = {name: list(members.values()) for name, members in self._sets.items()}
         counts = self._sizer.counts(targets, now=now)
@@ -200,8 +199,8 @@ class Reconciler:
         with self._lock:
             now = self._clock()
             waits = []
-            if self._first_dirty is not None and self._last_dirty is not None:
-                waits.append(min(self._last_dirty + self.debounce_s, self._first_dirty + self.max_delay_s))
+            if self._first_dirty is not None:
+                waits.append(self._first_dirty + self.debounce_s)
             if self._missing_since:
                 waits.append(min(self._missing_since.values()) + self.grace_s)
             shrink = self._sizer.next_shrink_at()
@@ -229,6 +228,11 @@ class Reconciler:
         return sort_targets(self._applied.values())
 
     @property
+    def target_map(self) -> dict[str, Target]:
+        """identity -> target of the current assignment (a copy)."""
+        return dict(self._applied)
+
+    @property
     def pending(self) -> bool:
         with self._lock:
             return self._first_dirty is not None
@@ -249,20 +253,14 @@ class Reconciler:
 
     # ---- internals (lock held) ---------------------------------------------------------
     def _mark_dirty(self) -> None:
-        now = self._clock()
         if self._first_dirty is None:
-            self._first_dirty = now
-        self._last_dirty = now
+            self._first_dirty = self._clock()
         self._wake.notify_all()
 
     def _due(self, now: float) -> bool:
         if self._assignment is None and not self._sets:
             return False
-        if (
-            self._first_dirty is not None
-            and self._last_dirty is not None
-            and now >= min(self._last_dirty + self.debounce_s, self._first_dirty + self.max_delay_s)
-        ):
+        if self._first_dirty is not None and now >= self._first_dirty + self.debounce_s:
             return True
         if any(now >= since + self.grace_s for since in self._missing_since.values()):
             return True
