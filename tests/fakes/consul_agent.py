@@ -426,3 +426,36 @@ class FakeConsulAgent:
                 pass
 
         return Handler
+
+
+def exporter_service(i: int, *, regions: int = 2) -> dict[str, Any]:
+    """A registration like gpufed-exporter's (Meta region/rack/team/gpu_count/node), passing."""
+    return {
+        "Name": "gpufed-exporter", "ID": f"gpufed-exporter-node-{i}-9400",
+        "Address": f"10.{i // 62500}.{i // 250 % 250}.{i % 250 + 1}", "Port": 9400,
+        "Tags": ["gpu", "prometheus"],
+        "Meta": {"region": f"region-{i % regions}", "rack": f"rack-{i % 16:02d}", "team": "llm",
+                 "gpu_count": "8", "metrics_path": "/metrics", "node": f"node-{i}"},
+        "Check": {"TTL": "1h", "Status": "passing"},
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the agent as its own process (benchmarks): prints its port, serves until killed."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="fake Consul agent (a test stand-in)")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--services", type=int, default=0, help="exporter services registered at start")
+    parser.add_argument("--regions", type=int, default=2)
+    args = parser.parse_args(argv)
+    agent = FakeConsulAgent(port=args.port)
+    for i in range(args.services):
+        agent.register_local(exporter_service(i, regions=args.regions))
+    agent.start()
+    print(agent.port, flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
