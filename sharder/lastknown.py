@@ -64,7 +64,7 @@ class LastKnownFile:
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump(doc, out, sort_keys=True, separators=(",", ":"))
+                out.write(json.dumps(doc, sort_keys=True, separators=(",", ":")))
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, self.path)

@@ -100,6 +100,7 @@ class Reconciler:
         on_assignment: OnAssignment | None = None,
         observer: DiscoveryObserver | None = None,
         store: LastKnownStore | None = None,
+        persist_interval_s: float = 5.0,
     ) -> None:
         self.spec = spec
         self._clock = clock
@@ -110,6 +111,9 @@ class Reconciler:
         self._on_assignment = on_assignment
         self._observer = observer
         self._store = store
+        self.persist_interval_s = persist_interval_s
+        self._persisted_at = float("-inf")
+        self._persist_due = False
         self._regions = set(spec.region_names())
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -168,10 +172,16 @@ class Reconciler:
         with self._lock:
             now = self._clock()
             if not self._due(now):
-                return None
+                persist = self._persist_due and now >= self._persisted_at + self.persist_interval_s
+            else:
+                persist = None
+        if persist is not None:
+            if persist:
+                self._persist(now)
+            return None
+        with self._lock:
             self._first_dirty = None
             targets = self._effective(now)
-            sets = {name: list(members.values()) for name, members in self._sets.items()}
         counts = self._sizer.counts(targets, now=now)
         if targets == self._applied and counts == self._sizer.applied and self._assignment is not None:
             return None
@@ -188,11 +198,21 @@ class Reconciler:
             self._assignment, self._applied = new, targets
             self._sizer.applied = counts
             self.assignments += 1
-        if self._store is not None:
-            self._store.save(sets)
         if self._on_assignment is not None:
             self._on_assignment(new, plan)
+        self._persist_due = True
+        if now >= self._persisted_at + self.persist_interval_s:
+            self._persist(now)
         return new
+
+    def _persist(self, now: float) -> None:
+        """Save the per-source sets, at most every ``persist_interval_s`` (a write costs O(fleet))."""
+        if self._store is None:
+            return
+        with self._lock:
+            sets = {name: list(members.values()) for name, members in self._sets.items()}
+            self._persisted_at, self._persist_due = now, False
+        self._store.save(sets)
 
     def next_due(self) -> float | None:
         """Seconds until ``tick`` has work (0: now), None when nothing is pending."""
@@ -206,6 +226,8 @@ class Reconciler:
             shrink = self._sizer.next_shrink_at()
             if shrink is not None:
                 waits.append(shrink)
+            if self._persist_due and self._store is not None:
+                waits.append(self._persisted_at + self.persist_interval_s)
             return max(0.0, min(waits) - now) if waits else None
 
     def run(self, stop: threading.Event, *, idle_s: float = 1.0) -> None:
