@@ -185,9 +185,8 @@ class Reconciler:
         counts = self._sizer.counts(targets, now=now)
         if targets == self._applied and counts == self._sizer.applied and self._assignment is not None:
             return None
-        ordered = sort_targets(targets.values())
         try:
-            new = self._assign_fn(self.spec, ordered, previous=self._assignment, shard_counts=counts)
+            new = self._place(targets, counts)
         except SharderError as exc:  # keep serving the old assignment
             log.error("assignment failed, keeping the previous one: %s", exc)
             if self._observer is not None:
@@ -204,6 +203,16 @@ class Reconciler:
         if now >= self._persisted_at + self.persist_interval_s:
             self._persist(now)
         return new
+
+    def _place(self, targets: dict[str, Target], counts: dict[str, int]) -> Assignment:
+        """The new assignment: unchanged when only labels changed, else ``assign_fn``."""
+        previous = self._assignment
+        if previous is not None and counts == self._sizer.applied:
+            added, removed = placement_delta(self._applied, targets)
+            if not added and not removed:
+                return previous  # labels only (rack, team, path): placement cannot change
+        ordered = sort_targets(targets.values())
+        return self._assign_fn(self.spec, ordered, previous=previous, shard_counts=counts)
 
     def _persist(self, now: float) -> None:
         """Save the per-source sets, at most every ``persist_interval_s`` (a write costs O(fleet))."""
@@ -312,3 +321,23 @@ class Reconciler:
             else:
                 del self._missing_since[identity]
         return merged
+
+
+def placement_delta(
+    old: Mapping[str, Target], new: Mapping[str, Target]
+) -> tuple[list[Target], list[str]]:
+    """What placement must consider: (targets to place, identities to remove).
+
+    A target whose region or weight changed is removed and placed again; one whose other
+    fields changed (labels, rack, team, metrics path) needs no placement at all.
+    """
+    removed = [identity for identity in old if identity not in new]
+    added: list[Target] = []
+    for identity, target in new.items():
+        before = old.get(identity)
+        if before is None:
+            added.append(target)
+        elif before is not target and (before.region != target.region or before.weight != target.weight):
+            removed.append(identity)
+            added.append(target)
+    return added, removed

@@ -15,9 +15,9 @@ from typing import Any
 import kmock as kmock_lib
 import kubernetes
 import pytest
+
 from discovery.helpers import FakeClock, RecordingSink, make_spec
 from discovery.k8s_objects import endpoint, endpoint_slice, node
-
 from sharder.reconcile import Reconciler
 from sharder.sources.kubernetes import KubernetesConfig, KubernetesSource
 

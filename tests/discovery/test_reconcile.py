@@ -11,7 +11,7 @@ from sharder.assignment import Assignment
 from sharder.discovery_metrics import DiscoveryMetrics
 from sharder.lastknown import LastKnownFile
 from sharder.plan import Plan
-from sharder.reconcile import Reconciler
+from sharder.reconcile import Reconciler, placement_delta
 from sharder.sizing import Hysteresis
 
 
@@ -155,3 +155,38 @@ def test_restart_starts_from_the_persisted_set(tmp_path) -> None:  # type: ignor
     clock.advance(1)
     again = restarted.tick()
     assert again is not None and again.targets == before.targets
+
+
+def test_label_only_change_reuses_the_placement_and_still_reports() -> None:
+    clock = FakeClock()
+    rec, seen = make(clock)
+    rec.on_change("consul", fleet(40))
+    clock.advance(1)
+    first = rec.tick()
+    moved_rack = [t.model_copy(update={"rack": "b07"}) if i == 3 else t for i, t in enumerate(fleet(40))]
+    rec.on_change("consul", moved_rack)
+    clock.advance(1)
+    second = rec.tick()
+    assert second is first and len(seen) == 2 and not seen[-1][1].changed
+    assert rec.target_map[moved_rack[3].identity].rack == "b07"
+    heavier = [t.model_copy(update={"gpus": 2}) if i == 3 else t for i, t in enumerate(moved_rack)]
+    delta = placement_delta(rec.target_map, {t.identity: t for t in heavier})
+    assert delta == ([heavier[3]], [heavier[3].identity])
+
+
+def test_persistence_is_throttled_but_never_lost(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    clock = FakeClock()
+    store = LastKnownFile(tmp_path / "last-known.json")
+    rec, _ = make(clock, store=store, persist_interval_s=5)
+    rec.on_change("consul", fleet(3))
+    clock.advance(1)
+    rec.tick()
+    assert len(store.load()["consul"]) == 3
+    rec.on_change("consul", fleet(4))
+    clock.advance(1)
+    rec.tick()
+    assert len(store.load()["consul"]) == 3  # within the interval: not yet written
+    assert rec.next_due() == pytest.approx(4)
+    clock.advance(4)
+    rec.tick()
+    assert len(store.load()["consul"]) == 4
