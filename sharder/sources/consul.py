@@ -297,8 +297,9 @@ class ConsulSource:
         cache: dict[tuple[Any, ...], tuple[Target | None, str]] = {}
         good: list[Target] = []
         bad = 0
+        with_health = self.config.allow_warning  # passing-only answers are filtered by Consul
         for entry in entries:
-            key = _cache_key(entry)
+            key = _cache_key(entry, with_health=with_health)
             hit = watch.cache.get(key) if key is not None else None
             if hit is None:
                 hit = self._parse(entry, dc=dc, where=watch.key)
@@ -342,14 +343,19 @@ class ConsulSource:
         return False
 
 
-def _cache_key(entry: Any) -> tuple[Any, ...] | None:
-    """Entries whose node and service did not change map to the same target."""
+def _cache_key(entry: Any, *, with_health: bool) -> tuple[Any, ...] | None:
+    """Entries whose node and service did not change map to the same target.
+
+    Consul bumps a node's or service's ModifyIndex on every change to it; check status
+    is part of the key only when it decides (``allow_warning``), as the passing-only
+    query is filtered by Consul. None (parse afresh) for anything unexpected.
+    """
     try:
         node, service = entry["Node"], entry["Service"]
-        key = (
-            node["Node"], node["ModifyIndex"], service["ID"], service["ModifyIndex"],
-            health_status(entry.get("Checks") or []),
-        )
+        key: tuple[Any, ...] = (node["Node"], node["ModifyIndex"], service["ID"], service["ModifyIndex"])
+        if with_health:
+            key += (health_status(entry.get("Checks") or []),)
+        hash(key)
     except (KeyError, TypeError):
         return None
-    return key if all(isinstance(k, str | int) for k in key) else None
+    return key
