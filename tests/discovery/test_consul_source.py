@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 
 import pytest
+from conftest import wait_for
 from fakes.consul_agent import FakeConsulAgent
 from prometheus_client import CollectorRegistry
 
@@ -15,6 +17,7 @@ from exporter.registration import service_definition
 from sharder.assign import assign
 from sharder.discovery_metrics import DiscoveryMetrics
 from sharder.reconcile import Reconciler
+from sharder.sources.base import Backoff
 from sharder.sources.consul import ConsulConfig, ConsulSource, meta_labels, split_address, target_document
 
 
@@ -239,3 +242,36 @@ def test_mapping_names_follow_consul_sd_labels() -> None:
                    "identity": "10.0.0.5:9100/nodes/host-1/metrics"}
     assert split_address("https://[::1]:8501") == ("https", "::1", 8501)
     assert split_address("consul.service") == ("http", "consul.service", 8500)
+
+
+def test_follow_loop_recovers_by_itself_after_the_agent_comes_back(agent: FakeConsulAgent) -> None:
+    agent.register_local({"Name": "gpufed-exporter", "ID": "a", "Address": "10.0.0.1", "Port": 9400,
+                          "Meta": {"region": "r1", "node": "a"}, "Check": {"TTL": "9s", "Status": "passing"}})
+    sink = RecordingSink()
+    config = ConsulConfig(address=agent.address, wait="200ms", min_interval_s=0.01, timeout_s=1)
+    source = ConsulSource(config, sink=sink, backoff=lambda: Backoff(initial=0.02, maximum=0.1))
+    stop = threading.Event()
+    thread = threading.Thread(target=source.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: sink.changes, timeout=5, what="first answer")
+        agent.kill()
+        wait_for(lambda: sink.errors.count(("consul", "unreachable")) >= 3, timeout=5, what="failures")
+        pushes = len(sink.changes)
+        agent.revive()
+        agent.register_local({"Name": "gpufed-exporter", "ID": "b", "Address": "10.0.0.2", "Port": 9400,
+                              "Meta": {"region": "r1", "node": "b"},
+                              "Check": {"TTL": "9s", "Status": "passing"}})
+        wait_for(lambda: len(sink.changes) > pushes and len(sink.changes[-1][1]) == 2, timeout=5,
+                 what="recovery")
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+
+
+def test_backoff_grows_with_jitter_and_resets() -> None:
+    backoff = Backoff(initial=1, maximum=8, jitter=0.5, rand=lambda: 1.0)
+    assert [backoff.next() for _ in range(5)] == [0.5, 1.0, 2.0, 4.0, 4.0]
+    backoff.reset()
+    assert Backoff(initial=1, jitter=0.5, rand=lambda: 0.0).next() == 1.0 and backoff.next() == 0.5
