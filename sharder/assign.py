@@ -40,34 +40,40 @@ the *set* of targets, never on their order.
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
-from itertools import chain
 from typing import Any, Protocol
 
 from sharder import overrides as overriding
 from sharder.assignment import Assignment, ShardInfo
 from sharder.errors import AssignmentError
+from sharder.fill import Fill, base_capacity
 from sharder.hashing import Ring, key_hashes, rendezvous_ranking, rendezvous_seeds, rendezvous_winner
 from sharder.inventory import Target
 from sharder.spec import FederationSpec, shard_id
 
 ALGORITHM = "bounded-ring"
-ALGORITHM_VERSION = 1
+ALGORITHM_VERSION = 2
 VNODES = 512
 
 
 def capacity(total: int, *, shards: int, heaviest: int, load_factor: float) -> int:
-    """Most weight one shard may carry: c x mean, unless that could strand a heavy target."""
+    """Most weight one shard can end up with, pins aside (see :mod:`sharder.fill`).
+
+    A fill places targets under ``max(floor(c x mean), ceil(mean))`` and only a walk that
+    finds no room raises that, never beyond ``ceil(mean) + heaviest - 1``; targets already
+    on a shard may stay up to the same bound.
+    """
     if total == 0:
         return 0
     return max(math.floor(load_factor * total / shards), -(-total // shards) + heaviest - 1)
 
 
-def _rank(hashes: list[int], keys: Sequence[str]) -> Callable[[int], Any]:
+keep_limit = capacity
+
+
+def rank_of(hashes: list[int], keys: Sequence[str]) -> Callable[[int], Any]:
     """Sort key putting target indices in ring order; a 64-bit collision falls back to the key."""
     if len(set(hashes)) == len(hashes):
         return hashes.__getitem__
@@ -78,8 +84,8 @@ class Placer(Protocol):
     """One region's placement: the shard index of each unique key, in input order.
 
     ``previous`` maps key -> shard name; ``previous_shards`` are the shard names that
-    existed then (a shard not among them counts as new). ``pinned`` holds, per key, the
-    shard index it must go to, or -1.
+    took targets then (a shard not among them counts as new and gets its share from the
+    most loaded ones). ``pinned`` holds, per key, the shard index it must go to, or -1.
     """
 
     def __call__(
@@ -93,6 +99,38 @@ class Placer(Protocol):
         previous_shards: Collection[str] = (),
         pinned: Sequence[int] | None = None,
     ) -> list[int]: ...
+
+
+def run_stages(
+    fill: Fill,
+    primary: list[int],
+    candidates: Callable[[int], Iterable[int]],
+    *,
+    was: list[int] | None,
+    fresh: Sequence[bool],
+    pinned: Sequence[int] | None,
+    load_factor: float,
+) -> list[int]:
+    """Pins, new shards' share, keep, first choice, walk: the stages of :mod:`sharder.fill`."""
+    placed = False
+    if pinned is not None:
+        fill.pin(pinned)
+        placed = True
+    if was is not None:
+        total = sum(fill.weights)
+        if any(fresh):
+            fill.fill_fresh(was, fresh, total=total)
+        limit = keep_limit(total, shards=len(fill.load), heaviest=max(fill.weights), load_factor=load_factor)
+        fill.offer(fill.unplaced(was) if placed else was, limit=limit)
+        placed = True
+    fill.offer(fill.unplaced(primary) if placed else primary)
+    fill.walk(candidates)
+    return fill.result
+
+
+def new_fill(weights: Sequence[int], *, rank: Callable[[int], Any], shards: int, load_factor: float) -> Fill:
+    cap = base_capacity(sum(weights), shards=shards, load_factor=load_factor)
+    return Fill(weights, rank=rank, load=[0] * shards, cap=cap)
 
 
 def place(
@@ -111,22 +149,18 @@ def place(
         return []
     hashes = key_hashes(keys)
     ring = Ring(shards, vnodes=vnodes)
-    owners = [*ring.owners, ring.owners[0]]  # bisect past the last point wraps to the first
-    slots = list(map(partial(bisect.bisect_right, ring.positions), hashes))
-    size = len(ring)
-
-    def clockwise(j: int) -> Iterable[int]:
-        return map(owners.__getitem__, chain(range(slots[j], size), range(slots[j])))
-
-    fill = _Fill(weights, rank=_rank(hashes, keys), shards=len(shards), load_factor=load_factor)
-    fill.run(
+    slots = ring.slots(hashes)
+    owners = ring.owners
+    fill = new_fill(weights, rank=rank_of(hashes, keys), shards=len(shards), load_factor=load_factor)
+    return run_stages(
+        fill,
         list(map(owners.__getitem__, slots)),
-        clockwise,
+        lambda j: ring.clockwise(slots[j]),
         was=_was(shards, keys, previous),
         fresh=_fresh(shards, previous_shards),
         pinned=pinned,
+        load_factor=load_factor,
     )
-    return fill.result
 
 
 def place_rendezvous(
@@ -147,20 +181,16 @@ def place_rendezvous(
         return []
     hashes = key_hashes(keys)
     seeds = rendezvous_seeds(shards)
-    primary = [rendezvous_winner(h, seeds) for h in hashes]
-
-    def ranking(j: int) -> Iterable[int]:
-        return rendezvous_ranking(hashes[j], seeds)
-
-    fill = _Fill(weights, rank=_rank(hashes, keys), shards=len(shards), load_factor=load_factor)
-    fill.run(
-        primary,
-        ranking,
+    fill = new_fill(weights, rank=rank_of(hashes, keys), shards=len(shards), load_factor=load_factor)
+    return run_stages(
+        fill,
+        [rendezvous_winner(h, seeds) for h in hashes],
+        lambda j: rendezvous_ranking(hashes[j], seeds),
         was=_was(shards, keys, previous),
         fresh=_fresh(shards, previous_shards),
         pinned=pinned,
+        load_factor=load_factor,
     )
-    return fill.result
 
 
 def _was(shards: Sequence[str], keys: Sequence[str], previous: Mapping[str, str] | None) -> list[int] | None:
@@ -168,106 +198,34 @@ def _was(shards: Sequence[str], keys: Sequence[str], previous: Mapping[str, str]
     if not previous:
         return None
     index_of = {name: i for i, name in enumerate(shards)}
-    return [index_of.get(previous.get(key, ""), -1) for key in keys]
+    get = previous.get
+    return [index_of.get(get(key, ""), -1) for key in keys]
 
 
 def _fresh(shards: Sequence[str], previous_shards: Collection[str]) -> list[bool]:
     return [name not in previous_shards for name in shards]
 
 
-class _Fill:
-    """Bounded-load placement in stages; each stage offers every unplaced target one shard.
-
-    A stage accepts all its offers to a shard when they fit; otherwise that shard takes
-    them in ring order while they fit. Only those contended shards need sorting, which is
-    what keeps 100k targets under 0.2 s. Targets left over then walk their candidate
-    shards, in ring order, to the first with room.
-    """
-
-    def __init__(
-        self, weights: Sequence[int], *, rank: Callable[[int], Any], shards: int, load_factor: float
-    ) -> None:
-        self.weights = weights
-        self.rank = rank
-        self.cap = capacity(sum(weights), shards=shards, heaviest=max(weights), load_factor=load_factor)
-        self.load = [0] * shards
-        self.result = [-1] * len(weights)
-
-    def run(
-        self,
-        primary: list[int],
-        candidates: Callable[[int], Iterable[int]],
-        *,
-        was: list[int] | None,
-        fresh: list[bool],
-        pinned: Sequence[int] | None = None,
-    ) -> None:
-        """Pins, sticky stages (keep, owner, back to the old shard), then the walk."""
-        if pinned is not None and any(p >= 0 for p in pinned):
-            self.pin(pinned)
-            if was is not None:
-                was = [-1 if p >= 0 else w for w, p in zip(was, pinned, strict=True)]
-            primary = [-1 if p >= 0 else o for o, p in zip(primary, pinned, strict=True)]
-        if was is not None:
-            self.offer([-1 if w < 0 or fresh[p] else w for w, p in zip(was, primary, strict=True)])
-            self.offer([-1 if r >= 0 else p for r, p in zip(self.result, primary, strict=True)])
-            self.offer([-1 if r >= 0 else w for r, w in zip(self.result, was, strict=True)])
-        else:
-            self.offer(primary)
-        self.walk(candidates)
-
-    def pin(self, pinned: Sequence[int]) -> None:
-        """Pinned targets go first, whatever the capacity; their weight then counts against it."""
-        for j, shard in enumerate(pinned):
-            if shard >= 0:
-                self.result[j] = shard
-                self.load[shard] += self.weights[j]
-
-    def offer(self, wanted: Sequence[int]) -> None:
-        """Place target j on ``wanted[j]`` where it fits; -1 offers nothing."""
-        load, cap, weights, result = self.load, self.cap, self.weights, self.result
-        demand = [0] * (len(load) + 1)  # the extra slot soaks up the -1s
-        for shard, weight in zip(wanted, weights, strict=True):
-            demand[shard] += weight
-        full = {s for s, extra in enumerate(demand[:-1]) if extra and load[s] + extra > cap}
-        contended: list[int] = []
-        for j, shard in enumerate(wanted):
-            if shard >= 0:
-                if shard in full:
-                    contended.append(j)
-                else:
-                    result[j] = shard
-        for s, extra in enumerate(demand[:-1]):
-            if s not in full:
-                load[s] += extra
-        for j in sorted(contended, key=self.rank):
-            shard, weight = wanted[j], weights[j]
-            if load[shard] + weight <= cap:
-                load[shard] += weight
-                result[j] = shard
-
-    def walk(self, candidates: Callable[[int], Iterable[int]]) -> None:
-        """Each unplaced target takes its first candidate with room; :func:`capacity` ensures one."""
-        load, cap, weights, result = self.load, self.cap, self.weights, self.result
-        for j in sorted((j for j, r in enumerate(result) if r < 0), key=self.rank):
-            weight = weights[j]
-            shard = next(s for s in candidates(j) if load[s] + weight <= cap)
-            load[shard] += weight
-            result[j] = shard
-
-
 @dataclass(frozen=True)
 class Strategy:
+    """A named, versioned placement; ``keeps`` lists older versions whose results it keeps.
+
+    A version that only changes how *changes* are placed (not what a fresh assignment
+    looks like) can take an older version's assignment as its sticky start: nothing moves
+    on upgrade, and the next ``assignment.json`` records the new version.
+    """
+
     name: str
     version: int
     place: Placer
+    keeps: frozenset[int] = frozenset()
 
 
 STRATEGIES: dict[str, Strategy] = {
     s.name: s
     for s in (
-        Strategy(ALGORITHM, ALGORITHM_VERSION, place),
-        Strategy("bounded-rendezvous", 1, place_rendezvous),
+        Strategy(ALGORITHM, ALGORITHM_VERSION, place, keeps=frozenset({1})),
+        Strategy("bounded-rendezvous", 2, place_rendezvous, keeps=frozenset({1})),
     )
 }
 
@@ -285,7 +243,10 @@ def check_algorithm(
     previous: Assignment | None, chosen: Strategy, *, allow_algorithm_change: bool
 ) -> Assignment | None:
     """The previous assignment if its placements may be kept; refuse a silent reshuffle."""
-    if previous is None or (previous.algorithm, previous.algorithm_version) == (chosen.name, chosen.version):
+    if previous is None or (
+        previous.algorithm == chosen.name
+        and (previous.algorithm_version == chosen.version or previous.algorithm_version in chosen.keeps)
+    ):
         return previous
     if not allow_algorithm_change:
         raise AssignmentError(

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from functools import partial
+from itertools import chain
 
 import xxhash
 
@@ -70,6 +72,19 @@ class Ring:
     def primary(self, point: int) -> int:
         """Shard index that owns ``point`` when no shard is full."""
         return self.owners[self.slot(point)]
+
+    def slots(self, points: Sequence[int]) -> list[int]:
+        """:meth:`slot` of many points, in one C-level pass."""
+        size = len(self.positions)
+        found = list(map(partial(bisect.bisect_right, self.positions), points))
+        if size and size in found:
+            return [0 if s == size else s for s in found]
+        return found
+
+    def clockwise(self, slot: int) -> Iterator[int]:
+        """Shard indices of the vnodes from ``slot`` on, wrapping round once."""
+        owners = self.owners
+        return map(owners.__getitem__, chain(range(slot, len(owners)), range(slot)))
 
 
 def rendezvous_seeds(shards: Sequence[str]) -> list[int]:

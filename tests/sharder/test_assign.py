@@ -256,7 +256,7 @@ def test_a_previous_assignment_from_another_algorithm_is_refused() -> None:
     with pytest.raises(AssignmentError) as caught:
         assign(spec, targets, previous=old)
     assert str(caught.value) == (
-        "the previous assignment was made by hashmod v3 but this run assigns with bounded-ring v1; "
+        "the previous assignment was made by hashmod v3 but this run assigns with bounded-ring v2; "
         "switching moves most targets to another shard (their children lose the recent history of "
         "those targets). Pass allow_algorithm_change=True (--allow-algorithm-change) to accept the reshuffle"
     )

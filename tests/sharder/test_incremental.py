@@ -1,0 +1,226 @@
+"""IncrementalAssigner: every result equals the from-scratch sticky assignment of the same set."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sharder.assign import assign
+from sharder.assignment import Assignment
+from sharder.errors import AssignmentError
+from sharder.incremental import IncrementalAssigner
+from sharder.inventory import Target
+from sharder.spec import FederationSpec
+
+FAST = settings(max_examples=40, deadline=None)
+NEVER = float("inf")  # fallback_fraction that keeps every change on the fast path
+
+
+def make_spec(shards: Mapping[str, int | None], *, targets_per_shard: int = 12) -> FederationSpec:
+    return FederationSpec.model_validate(
+        {
+            "cluster": "test",
+            "regions": [{"name": name, "shards": count} for name, count in shards.items()],
+            "sharding": {"targets_per_shard": targets_per_shard},
+            "jobs": [{"name": "gpu"}],
+        }
+    )
+
+
+def target(n: int, *, region: str, gpus: int, node: str | None = None) -> Target:
+    return Target(
+        address=f"10.{n >> 16}.{(n >> 8) & 255}.{n & 255}",
+        port=9400,
+        job="gpu",
+        node=node or f"n{n}",
+        region=region,
+        gpus=gpus,
+    )
+
+
+class Fleet:
+    """The model: the set of targets and the overrides, assigned from scratch for comparison."""
+
+    def __init__(self, spec: FederationSpec, targets: list[Target], **overrides: Any) -> None:
+        self.spec = spec
+        self.targets = {t.identity: t for t in targets}
+        self.overrides = overrides
+
+    def change(self, added: list[Target], removed: set[str]) -> None:
+        for identity in removed:
+            del self.targets[identity]
+        self.targets.update((t.identity, t) for t in added)
+
+    def expected(self, last: Assignment) -> Assignment:
+        return assign(self.spec, list(self.targets.values()), previous=last, **self.overrides)
+
+
+GPUS = st.sampled_from([0, 1, 4, 8])
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[FederationSpec, list[Target], dict[str, Any], list[Any]]:
+    """A spec, a first fleet, overrides, and a list of changes (added, removed, updated)."""
+    regions = {"r-a": draw(st.integers(1, 6)), "r-b": draw(st.integers(1, 3))}
+    spec = make_spec(regions)
+    pool = iter(draw(st.permutations(range(400))))
+    first = [
+        target(next(pool), region=draw(st.sampled_from(list(regions))), gpus=draw(GPUS))
+        for _ in range(draw(st.integers(0, 60)))
+    ]
+    overrides: dict[str, Any] = {}
+    drain = regions["r-a"] > 1 and draw(st.booleans())
+    if drain:
+        overrides["drained"] = [f"r-a-{regions['r-a'] - 1}"]
+    if len(first) > 0 and draw(st.booleans()):
+        some = draw(st.lists(st.sampled_from(first), max_size=4, unique_by=lambda t: t.identity))
+        usable = {"r-a": regions["r-a"] - drain, "r-b": regions["r-b"]}
+        overrides["pins"] = {
+            t.identity: f"{t.region}-{draw(st.integers(0, usable[t.region] - 1))}" for t in some
+        }
+    if len(first) > 0 and draw(st.booleans()):
+        heavy = draw(st.lists(st.sampled_from(first), max_size=3, unique_by=lambda t: t.identity))
+        overrides["weight_overrides"] = {t.identity: draw(st.integers(1, 24)) for t in heavy}
+    changes = []
+    for _ in range(draw(st.integers(1, 6))):
+        added = [
+            target(next(pool), region=draw(st.sampled_from(list(regions))), gpus=draw(GPUS))
+            for _ in range(draw(st.integers(0, 12)))
+        ]
+        changes.append((added, draw(st.integers(0, 12)), draw(st.integers(0, 3)), draw(st.randoms())))
+    return spec, first, overrides, changes
+
+
+def play(spec: FederationSpec, first: list[Target], overrides: dict[str, Any], changes: list[Any]) -> int:
+    """Apply every change incrementally and compare with assign(); returns targets moved."""
+    fleet = Fleet(spec, first, **overrides)
+    engine = IncrementalAssigner(spec, first, fallback_fraction=NEVER, **overrides)
+    assert engine.assignment == assign(spec, first, **overrides)
+    moves = 0
+    for added, removals, updates, rnd in changes:
+        present = sorted(fleet.targets)
+        removed = set(rnd.sample(present, min(removals, len(present))))
+        kept = [i for i in present if i not in removed]
+        updated = [
+            fleet.targets[i].model_copy(update={"gpus": rnd.choice([1, 4, 8])}) for i in kept[:updates]
+        ]
+        last = engine.assignment
+        result = engine.apply(added=added + updated, removed=removed | {t.identity for t in updated})
+        fleet.change(added + updated, removed)
+        assert result == fleet.expected(last)
+        moves += sum(1 for i, s in result.targets.items() if i in last.targets and last.targets[i] != s)
+    assert engine.fallbacks == 0
+    return moves
+
+
+@given(history=histories())
+@FAST
+def test_every_change_equals_the_full_sticky_assignment(history: tuple[Any, ...]) -> None:
+    play(*history)
+
+
+def test_capacity_edges_shed_exactly_as_the_full_assignment() -> None:
+    """Removals lower the capacity so full shards shed; additions of heavy targets force walks."""
+    rnd = random.Random(3)
+    spec = make_spec({"r-a": 4})
+    first = [target(n, region="r-a", gpus=rnd.choice([1, 8])) for n in range(40)]
+    changes = []
+    for step in range(30):
+        added = [target(1000 + step * 3 + k, region="r-a", gpus=8) for k in range(step % 3)]
+        changes.append((added, 2 + step % 4, step % 2, random.Random(step)))
+    assert play(spec, first, {}, changes) > 0  # some targets were shed by full shards
+
+
+@given(data=st.data())
+@settings(max_examples=5, deadline=None)
+def test_bursts_of_a_thousand_registrations(data: st.DataObject) -> None:
+    rnd = random.Random(data.draw(st.integers(0, 2**16)))
+    spec = make_spec({"r-a": 40, "r-b": 10})
+    numbers = rnd.sample(range(1 << 20), 4000)
+    first = [target(n, region=rnd.choice(["r-a", "r-b"]), gpus=rnd.choice([4, 8])) for n in numbers[:2000]]
+    burst = [
+        target(n, region=rnd.choice(["r-a", "r-b"]), gpus=rnd.choice([4, 8])) for n in numbers[2000:3000]
+    ]
+    cuts = sorted(data.draw(st.lists(st.integers(0, 1000), max_size=4)))
+    chunks = [burst[a:b] for a, b in zip([0, *cuts], [*cuts, 1000], strict=True)]
+    changes = [(chunk, rnd.randrange(0, 200), 5, random.Random(i)) for i, chunk in enumerate(chunks)]
+    play(spec, first, {}, changes)
+
+
+def test_a_change_that_resizes_a_region_falls_back_and_still_matches() -> None:
+    spec = make_spec({"r-a": None}, targets_per_shard=4)
+    first = [target(n, region="r-a", gpus=8) for n in range(8)]
+    engine = IncrementalAssigner(spec, first, fallback_fraction=NEVER)
+    assert len(engine.assignment.shards) == 2
+    last = engine.assignment
+    # A second target on a known node changes no count: fast path.
+    same_node = target(100, region="r-a", gpus=4, node="n1")
+    result = engine.apply(added=[same_node])
+    assert engine.fallbacks == 0
+    assert result == assign(spec, [*first, same_node], previous=last)
+    grown = engine.apply(added=[target(101, region="r-a", gpus=8)])  # ninth node: a third shard
+    assert engine.fallbacks == 1 and len(grown.shards) == 3
+    assert grown == assign(spec, engine.targets(), previous=result)
+    again = engine.apply(added=[target(102, region="r-a", gpus=8)])
+    assert engine.fallbacks == 1
+    assert again == assign(spec, engine.targets(), previous=grown)
+
+
+def test_a_large_change_runs_in_full() -> None:
+    spec = make_spec({"r-a": 3})
+    engine = IncrementalAssigner(spec, [target(n, region="r-a", gpus=4) for n in range(100)])
+    last = engine.assignment
+    added = [target(200 + n, region="r-a", gpus=8) for n in range(100)]
+    assert engine.apply(added=added) == assign(spec, engine.targets(), previous=last)
+    assert engine.fallbacks == 1
+
+
+@pytest.mark.parametrize(
+    ("added", "removed", "message"),
+    [
+        ([], {"10.9.9.9:9400"}, "cannot remove target '10.9.9.9:9400': it is not assigned"),
+        (
+            [target(1, region="r-a", gpus=4)],
+            set(),
+            "target '10.0.0.1:9400' is listed more than once; identities must be unique "
+            "(set 'identity' on targets that share an address and port)",
+        ),
+        (
+            [target(50, region="eu-x", gpus=4)],
+            set(),
+            "target '10.0.0.50:9400' is in region 'eu-x', which the spec does not define "
+            "(known regions: r-a, r-b)",
+        ),
+        (
+            [target(51, region="r-a", gpus=4)],
+            set(),
+            "target '10.0.0.51:9400' in region 'r-a' is pinned to shard 'r-b-0' of region 'r-b'; "
+            "a target stays in its own region",
+        ),
+    ],
+)
+def test_bad_changes_are_named_and_change_nothing(
+    added: list[Target], removed: set[str], message: str
+) -> None:
+    spec = make_spec({"r-a": 2, "r-b": 1})
+    first = [target(n, region="r-a", gpus=4) for n in range(10)]
+    engine = IncrementalAssigner(spec, first, pins={"10.0.0.51:9400": "r-b-0"}, fallback_fraction=NEVER)
+    before = engine.assignment
+    with pytest.raises(AssignmentError) as caught:
+        engine.apply(added=added, removed=removed)
+    assert str(caught.value) == message
+    assert engine.assignment == before
+    extra = target(60, region="r-a", gpus=8)
+    assert engine.apply(added=[extra]) == assign(
+        spec, [*first, extra], previous=before, pins={"10.0.0.51:9400": "r-b-0"}
+    )
+
+
+def test_no_change_returns_the_same_assignment() -> None:
+    engine = IncrementalAssigner(make_spec({"r-a": 2}), [target(1, region="r-a", gpus=4)])
+    assert engine.apply() is engine.assignment
