@@ -20,7 +20,12 @@ registry never settles (a trailing debounce would keep postponing it).
 target never changes shard. A source that fails keeps its last set: errors go to
 :meth:`Reconciler.on_error` and only count.
 
-**Hysteresis.** See :mod:`sharder.sizing`.
+**Hysteresis.** See :mod:`sharder.sizing`; its counts go to ``assign`` as ``shard_counts``.
+
+**Incremental.** With the default ``assign_fn`` the loop keeps a
+``sharder.incremental.IncrementalAssigner``: a change costs time in proportion to the
+change, and the result equals ``assign(spec, targets, previous=<last>)``. A change of
+shard counts (or a custom ``assign_fn``, e.g. the controller's overrides) runs in full.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from sharder import sizing
 from sharder.assign import assign
 from sharder.assignment import Assignment
 from sharder.errors import SharderError
+from sharder.incremental import IncrementalAssigner
 from sharder.inventory import Target, sort_targets
 from sharder.spec import FederationSpec
 
@@ -124,6 +130,7 @@ class Reconciler:
         self._assignment = previous
         self._applied: dict[str, Target] = {}
         self.assignments = 0
+        self._incremental: IncrementalAssigner | None = None
 
     # ---- input from sources (any thread) -------------------------------------------------
     def on_change(self, source: str, targets: Iterable[Target], *, version: str | None = None) -> None:
@@ -205,14 +212,21 @@ class Reconciler:
         return new
 
     def _place(self, targets: dict[str, Target], counts: dict[str, int]) -> Assignment:
-        """The new assignment: unchanged when only labels changed, else ``assign_fn``."""
+        """The new assignment: unchanged when only labels changed; with the default
+        ``assign_fn`` incremental (cost of the change, equal to a full sticky assignment)
+        while the shard counts stay; else a full ``assign_fn``."""
         previous = self._assignment
         if previous is not None and counts == self._sizer.applied:
             added, removed = placement_delta(self._applied, targets)
             if not added and not removed:
-                return previous  # labels only (rack, team, path): placement cannot change
+                return previous  # labels only: placement cannot change
+            if self._incremental is not None and self._incremental.assignment is previous:
+                return self._incremental.apply(added=added, removed=removed)
         ordered = sort_targets(targets.values())
-        return self._assign_fn(self.spec, ordered, previous=previous, shard_counts=counts)
+        if self._assign_fn is not sticky_assign:
+            return self._assign_fn(self.spec, ordered, previous=previous, shard_counts=counts)
+        self._incremental = IncrementalAssigner(self.spec, ordered, previous=previous, shard_counts=counts)
+        return self._incremental.assignment
 
     def _persist(self, now: float) -> None:
         """Save the per-source sets, at most every ``persist_interval_s`` (a write costs O(fleet))."""

@@ -190,3 +190,32 @@ def test_persistence_is_throttled_but_never_lost(tmp_path) -> None:  # type: ign
     clock.advance(4)
     rec.tick()
     assert len(store.load()["consul"]) == 4
+
+
+def test_incremental_path_equals_a_full_sticky_assignment_at_every_step() -> None:
+    import random
+
+    rng = random.Random(7)
+    clock = FakeClock()
+    spec = make_spec(fixed=6)
+    rec, _ = make(clock, spec=spec, grace_s=0)
+    pool = fleet(600)
+    live = set(range(300))
+    rec.on_change("consul", [pool[i] for i in sorted(live)])
+    clock.advance(1)
+    previous = rec.tick()
+    for _ in range(15):
+        for _ in range(rng.randrange(1, 6)):
+            live.symmetric_difference_update({rng.randrange(600)})
+        rec.on_change("consul", [pool[i] for i in sorted(live)])
+        clock.advance(1)
+        rec.tick()
+        clock.advance(0.001)
+        rec.tick()  # grace 0: removals fall due now
+        current = rec.assignment
+        assert current is not None
+        if current is not previous:
+            expected = assign(spec, rec.targets, previous=previous)
+            assert current == expected
+        previous = current
+    assert rec._incremental is not None and rec._incremental.fallbacks == 0
