@@ -45,13 +45,14 @@ class WatchOptions:
 
 
 def build_sources(options: WatchOptions, *, sink: Reconciler, spec: FederationSpec) -> list[Source]:
+    jobs = {job.name: job for job in spec.jobs}  # job weights apply to discovered targets too
     sources: list[Source] = []
     if options.file is not None:
-        sources.append(FileSource(options.file, sink=sink))
+        sources.append(FileSource(options.file, sink=sink, jobs=jobs))
     if options.consul is not None:
-        sources.append(ConsulSource(options.consul, sink=sink))
+        sources.append(ConsulSource(options.consul, sink=sink, jobs=jobs))
     if options.kubernetes is not None:
-        sources.append(KubernetesSource(options.kubernetes, sink=sink))
+        sources.append(KubernetesSource(options.kubernetes, sink=sink, jobs=jobs))
     return sources
 
 
@@ -129,7 +130,7 @@ def render_view(watcher: Watcher, *, now: float | None = None) -> Group:
     """Regions -> shards -> load; the last changes; registry health."""
     now = time.time() if now is None else now
     assignment = watcher.reconciler.assignment
-    regions = Table(title="regions -> shards -> load (GPUs)", expand=True)
+    regions = Table(title="regions -> shards -> load", expand=True)
     for column in ("region", "shards", "targets", "load min / mean / max"):
         regions.add_column(column)
     if assignment is not None:

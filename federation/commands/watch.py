@@ -18,8 +18,8 @@ from rich.console import Console
 from rich.live import Live
 
 from federation.commands.render import SpecOpt, user_errors
+from federation.spec import load_gpufed_spec
 from federation.watching import Watcher, WatchOptions, render_view
-from sharder.loading import load_spec
 from sharder.sources.consul import ConsulConfig
 from sharder.sources.kubernetes import KubernetesConfig
 
@@ -50,7 +50,7 @@ def watch_command(
     if not (consul or service or kubeconfig or in_cluster or file):
         raise typer.BadParameter("name at least one source: --consul/--service, --kubeconfig or --file")
     with user_errors():
-        loaded = load_spec(spec)
+        loaded = load_gpufed_spec(spec)
     consul_config = None
     if consul or service:
         consul_config = ConsulConfig(

@@ -32,6 +32,7 @@ import requests
 from sharder.inventory import Target
 from sharder.lastknown import parse_entries
 from sharder.sources.base import Backoff, DiscoverySink
+from sharder.spec import JobSpec
 
 log = logging.getLogger(__name__)
 PREFIX = "__meta_consul_"
@@ -232,8 +233,10 @@ class ConsulSource:
         client: consul.Consul | None = None,
         clock: Callable[[], float] = time.monotonic,
         backoff: Callable[[], Backoff] = Backoff,
+        jobs: Mapping[str, JobSpec] | None = None,
     ) -> None:
         self.config = config
+        self.jobs = jobs
         self.name = name
         self._sink = sink
         self._client = client or make_client(config)
@@ -322,7 +325,7 @@ class ConsulSource:
         labels = meta_labels(entry, dc=dc)
         doc = target_document(labels, self.config.mapping)
         service_id = labels[f"{PREFIX}service_id"] or "?"
-        good, errors = parse_entries([doc], source=f"consul {where} service {service_id}")
+        good, errors = parse_entries([doc], source=f"consul {where} service {service_id}", jobs=self.jobs)
         for message in errors:
             log.warning("consul entry skipped: %s", message)
         return (good[0] if good else None), labels[f"{PREFIX}health"]

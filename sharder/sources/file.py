@@ -13,20 +13,29 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 from sharder.errors import InventoryError
 from sharder.loading import parse_inventory, read_document
 from sharder.sources.base import DiscoverySink
+from sharder.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
 
 class FileSource:
     def __init__(
-        self, path: str | Path, *, sink: DiscoverySink, name: str = "file", interval: float = 1.0
+        self,
+        path: str | Path,
+        *,
+        sink: DiscoverySink,
+        name: str = "file",
+        interval: float = 1.0,
+        jobs: Mapping[str, JobSpec] | None = None,
     ) -> None:
         self.path = Path(path)
+        self.jobs = jobs
         self.name = name
         self.interval = interval
         self._sink = sink
@@ -53,7 +62,7 @@ class FileSource:
             return False
         try:
             document = read_document(self.path, error_cls=InventoryError)
-            targets = parse_inventory(document, source=str(self.path))
+            targets = parse_inventory(document, source=str(self.path), jobs=self.jobs)
         except InventoryError as exc:
             self._digest = digest  # do not re-report the same broken bytes every poll
             return self._fail("invalid", str(exc))

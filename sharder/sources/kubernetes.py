@@ -32,6 +32,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from sharder.inventory import Target
 from sharder.lastknown import parse_entries
 from sharder.sources.base import Backoff, DiscoverySink
+from sharder.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +138,10 @@ class KubernetesSource:
         name: str = "kubernetes",
         api_client: kubernetes.client.ApiClient | None = None,
         backoff: Callable[[], Backoff] = Backoff,
+        jobs: Mapping[str, JobSpec] | None = None,
     ) -> None:
         self.config = config
+        self.jobs = jobs
         self.name = name
         self._sink = sink
         client = api_client or make_api_client(config)
@@ -214,7 +217,7 @@ class KubernetesSource:
                 obj, self.config
             )
             entries.extend(self._entry(row, nodes.get(row["node"])) for row in rows)
-        good, bad = parse_entries(entries, source=f"kubernetes {self.config.namespace}")
+        good, bad = parse_entries(entries, source=f"kubernetes {self.config.namespace}", jobs=self.jobs)
         for message in bad:
             log.warning("kubernetes endpoint skipped: %s", message)
             self._sink.on_error(self.name, "invalid_target")
