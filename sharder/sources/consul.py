@@ -32,6 +32,7 @@ import requests
 from sharder.inventory import Target
 from sharder.lastknown import parse_entries
 from sharder.sources.base import Backoff, DiscoverySink
+from sharder.sources.entries import NotAList, decode_answer
 from sharder.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,7 @@ class _Watch:
         self.targets: list[Target] = []
         self.ok = False
         self.last_request = float("-inf")
-        self.cache: dict[tuple[Any, ...], tuple[Target | None, str]] = {}
+        self.cache: dict[bytes, tuple[Target | None, str]] = {}
 
     @property
     def key(self) -> str:
@@ -256,24 +257,39 @@ class ConsulSource:
             sleep(gap)  # never spin on an index that does not move
         watch.last_request = self._clock()
         try:
-            header, entries = self._client.health.service(
-                watch.service,
-                index=watch.index or None,
-                wait=self.config.wait,
-                passing=not self.config.allow_warning,
-                tag=self.config.tag,
-                dc=watch.dc,
-            )
+            header, body = self._query(watch)
         except (consul.ConsulException, requests.RequestException, OSError, ValueError) as exc:
             return self._fail(watch, error_reason(exc), f"{watch.key}: {exc}")
+        try:
+            keys, decoded = decode_answer(body, known=watch.cache)
+        except NotAList as exc:
+            return self._fail(watch, "invalid_answer", f"{watch.key}: {exc}")
+        except ValueError as exc:
+            return self._fail(watch, "invalid_json", f"{watch.key}: Failed to decode JSON: {exc}")
         watch.advance(header)
-        if not isinstance(entries, list):
-            return self._fail(watch, "invalid_answer", f"{watch.key}: expected a JSON list")
-        watch.targets = self._targets(watch, entries)
+        watch.targets = self._targets(watch, keys, decoded)
         watch.ok = True
         self.last_error = ""
         self._push()
         return True
+
+    def _query(self, watch: _Watch) -> tuple[str | None, bytes]:
+        """GET /v1/health/service/<name> through py-consul's HTTP client, body undecoded."""
+        params: list[tuple[str, Any]] = []
+        if watch.index:
+            params += [("index", watch.index), ("wait", self.config.wait)]
+        if not self.config.allow_warning:
+            params.append(("passing", "1"))
+        if self.config.tag:
+            params.append(("tag", self.config.tag))
+        if watch.dc:
+            params.append(("dc", watch.dc))
+        path = f"/v1/health/service/{watch.service}"
+        headers = self._client.prepare_headers()
+        answer: tuple[str | None, bytes] = self._client.http.get(
+            _raw_answer, path, params=params, headers=headers, raw=True
+        )
+        return answer
 
     def run(self, stop: threading.Event) -> None:
         """One thread per (service, datacenter) until ``stop`` is set."""
@@ -294,20 +310,18 @@ class ConsulSource:
             else:
                 stop.wait(backoff.next())
 
-    def _targets(self, watch: _Watch, entries: list[Any]) -> list[Target]:
+    def _targets(self, watch: _Watch, keys: list[bytes], decoded: Mapping[bytes, Any]) -> list[Target]:
+        """Targets of an answer; an entry whose bytes did not change is not decoded again."""
         allowed = ("passing", "warning") if self.config.allow_warning else ("passing",)
         dc = watch.dc or ""
-        cache: dict[tuple[Any, ...], tuple[Target | None, str]] = {}
+        cache: dict[bytes, tuple[Target | None, str]] = {}
         good: list[Target] = []
         bad = 0
-        with_health = self.config.allow_warning  # passing-only answers are filtered by Consul
-        for entry in entries:
-            key = _cache_key(entry, with_health=with_health)
-            hit = watch.cache.get(key) if key is not None else None
+        for key in keys:
+            hit = watch.cache.get(key)
             if hit is None:
-                hit = self._parse(entry, dc=dc, where=watch.key)
-            if key is not None:
-                cache[key] = hit
+                hit = self._parse(decoded[key], dc=dc, where=watch.key)
+            cache[key] = hit
             target, status = hit
             if target is None:
                 bad += 1
@@ -346,19 +360,17 @@ class ConsulSource:
         return False
 
 
-def _cache_key(entry: Any, *, with_health: bool) -> tuple[Any, ...] | None:
-    """Entries whose node and service did not change map to the same target.
-
-    Consul bumps a node's or service's ModifyIndex on every change to it; check status
-    is part of the key only when it decides (``allow_warning``), as the passing-only
-    query is filtered by Consul. None (parse afresh) for anything unexpected.
-    """
-    try:
-        node, service = entry["Node"], entry["Service"]
-        key: tuple[Any, ...] = (node["Node"], node["ModifyIndex"], service["ID"], service["ModifyIndex"])
-        if with_health:
-            key += (health_status(entry.get("Checks") or []),)
-        hash(key)
-    except (KeyError, TypeError):
-        return None
-    return key
+def _raw_answer(response: Any) -> tuple[str | None, bytes]:
+    """py-consul callback: map error statuses to its exceptions, keep the body as bytes."""
+    code, body = response.code, response.body
+    text = body[:200].decode("utf-8", "replace") if isinstance(body, bytes) else str(body)[:200]
+    if code == 403:
+        raise consul.ACLPermissionDenied(text)
+    if code == 401:
+        raise consul.ACLDisabled(text)
+    if code >= 400:
+        raise consul.ConsulException(f"{code} {text}")
+    index = response.headers.get("X-Consul-Index")
+    if index is None:
+        raise consul.ConsulException("Missing index header")
+    return index, body if isinstance(body, bytes) else str(body).encode()
