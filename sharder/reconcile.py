@@ -138,12 +138,13 @@ class Reconciler:
         kept: dict[str, Target] = {}
         unknown = duplicate = 0
         for target in targets:
+            identity = target.identity  # computed, so once
             if target.region not in self._regions:
                 unknown += 1
-            elif target.identity in kept:
+            elif identity in kept:
                 duplicate += 1
             else:
-                kept[target.identity] = target
+                kept[identity] = target
         for reason, count in (("unknown_region", unknown), ("duplicate", duplicate)):
             if count:
                 log.warning("discovery source=%s skipped targets reason=%s count=%d", source, reason, count)
