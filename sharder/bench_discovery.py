@@ -96,6 +96,8 @@ class _Agent:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 class _Waiter:

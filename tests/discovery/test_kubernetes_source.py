@@ -6,15 +6,18 @@ bookmarks, watch timeouts and 410 Gone (see its docstring).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import kubernetes
 import pytest
+from conftest import wait_for
 from fakes.kube_api import FakeKubeAPI
 
 from discovery.helpers import FakeClock, RecordingSink, make_spec
 from discovery.k8s_objects import endpoint, endpoint_slice, node, pod
 from sharder.reconcile import Reconciler
+from sharder.sources.base import Backoff
 from sharder.sources.kubernetes import KubernetesConfig, KubernetesSource
 
 
@@ -116,3 +119,24 @@ def test_pods_by_selector_mode(api: FakeKubeAPI) -> None:
     sink = RecordingSink()
     assert source_for(api, sink, service=None).sync()
     assert [t.address for t in sink.changes[-1][1]] == ["10.3.0.1"]
+
+
+def test_run_restarts_watches_with_backoff_after_errors(api: FakeKubeAPI) -> None:
+    seed(api)
+    api.fail_next.extend([500, 503])
+    sink = RecordingSink()
+    config = KubernetesConfig(watch_timeout_s=1)
+    source = KubernetesSource(config, sink=sink, api_client=client_for(api),  # type: ignore[arg-type]
+                              backoff=lambda: Backoff(initial=0.02, maximum=0.1))
+    stop = threading.Event()
+    thread = threading.Thread(target=source.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(sink.changes) >= 2, timeout=10, what="both streams listed")
+        api.apply("endpointslices", endpoint_slice("exp-new", [endpoint("10.2.0.9", "gpu-1")]))
+        wait_for(lambda: "10.2.0.9" in {t.address for t in sink.changes[-1][1]}, timeout=10,
+                 what="the watch to deliver the new slice")
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert ("kubernetes", "api_error") in sink.errors and not thread.is_alive()
