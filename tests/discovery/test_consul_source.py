@@ -18,7 +18,14 @@ from sharder.assign import assign
 from sharder.discovery_metrics import DiscoveryMetrics
 from sharder.reconcile import Reconciler
 from sharder.sources.base import Backoff
-from sharder.sources.consul import ConsulConfig, ConsulSource, meta_labels, split_address, target_document
+from sharder.sources.consul import (
+    ConsulConfig,
+    ConsulSource,
+    make_client,
+    meta_labels,
+    split_address,
+    target_document,
+)
 
 
 @pytest.fixture
@@ -275,3 +282,15 @@ def test_backoff_grows_with_jitter_and_resets() -> None:
     assert [backoff.next() for _ in range(5)] == [0.5, 1.0, 2.0, 4.0, 4.0]
     backoff.reset()
     assert Backoff(initial=1, jitter=0.5, rand=lambda: 0.0).next() == 1.0 and backoff.next() == 0.5
+
+
+def test_tls_and_token_settings_reach_the_client(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("CONSUL_HTTP_TOKEN", "from-env")
+    config = ConsulConfig(address="consul.internal:8501", token="from-flag", ca_file="/etc/ca.pem",
+                          cert_file="/etc/client.pem", key_file="/etc/client-key.pem")
+    client = make_client(config)
+    assert client.http.base_uri == "https://consul.internal:8501"
+    assert client.http.verify == "/etc/ca.pem"
+    assert client.http.cert == ("/etc/client.pem", "/etc/client-key.pem")
+    assert client.token == "from-flag"  # an explicit token wins over CONSUL_HTTP_TOKEN
+    assert make_client(ConsulConfig(address="10.0.0.1")).token == "from-env"

@@ -140,3 +140,18 @@ def test_run_restarts_watches_with_backoff_after_errors(api: FakeKubeAPI) -> Non
         stop.set()
         thread.join(timeout=5)
     assert ("kubernetes", "api_error") in sink.errors and not thread.is_alive()
+
+
+def test_kubeconfig_file_is_used_when_given(api: FakeKubeAPI, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    seed(api)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+        f"clusters: [{{name: fake, cluster: {{server: '{api.url}'}}}}]\n"
+        "users: [{name: watcher, user: {token: t0ken}}]\n"
+        "contexts: [{name: test, context: {cluster: fake, user: watcher}}]\n"
+    )
+    sink = RecordingSink()
+    source = KubernetesSource(KubernetesConfig(kubeconfig=str(kubeconfig)), sink=sink)
+    assert source.sync() and len(sink.changes[-1][1]) == 2
