@@ -26,6 +26,7 @@ from sharder.discovery_metrics import DiscoveryMetrics
 from sharder.lastknown import LastKnownFile
 from sharder.plan import Plan
 from sharder.reconcile import Reconciler
+from sharder.sizing import Hysteresis
 from sharder.sources.base import Source
 from sharder.sources.consul import ConsulConfig, ConsulSource
 from sharder.sources.file import FileSource
@@ -41,6 +42,7 @@ class WatchOptions:
     state: Path | None = None
     debounce_s: float = 1.0
     grace_s: float = 120.0
+    hysteresis: Hysteresis = field(default_factory=Hysteresis)
     precedence: tuple[str, ...] = ("file", "consul", "kubernetes")
 
 
@@ -79,6 +81,7 @@ class Watcher:
             spec=self.spec,
             debounce_s=self.options.debounce_s,
             grace_s=self.options.grace_s,
+            hysteresis=self.options.hysteresis,
             precedence=self.options.precedence,
             on_assignment=self._assigned,
             observer=self.metrics,

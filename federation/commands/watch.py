@@ -20,6 +20,7 @@ from rich.live import Live
 from federation.commands.render import SpecOpt, user_errors
 from federation.spec import load_gpufed_spec
 from federation.watching import Watcher, WatchOptions, render_view
+from sharder.sizing import Hysteresis
 from sharder.sources.consul import ConsulConfig
 from sharder.sources.kubernetes import KubernetesConfig
 
@@ -43,6 +44,9 @@ def watch_command(
     state: Annotated[Path | None, typer.Option(help="where the last known targets persist")] = None,
     debounce: Annotated[float, typer.Option(min=0, help="seconds a burst is collected")] = 1.0,
     grace: Annotated[float, typer.Option(min=0, help="seconds a vanished target is kept")] = 120.0,
+    grow_margin: Annotated[float, typer.Option(min=0, help="add a shard past target x (1 + this)")] = 0.10,
+    shrink_margin: Annotated[float, typer.Option(min=0, max=0.9, help="shrink only this far below")] = 0.25,
+    shrink_after: Annotated[float, typer.Option(min=0, help="... for this many seconds")] = 600.0,
     duration: Annotated[float, typer.Option(min=0, help="stop after N seconds (0: never)")] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON line per new assignment")] = False,
 ) -> None:
@@ -64,8 +68,9 @@ def watch_command(
     if kubeconfig or in_cluster:
         k8s_config = KubernetesConfig(namespace=namespace, service=k8s_service,
                                       kubeconfig=str(kubeconfig) if kubeconfig else None)
+    hysteresis = Hysteresis(grow_margin=grow_margin, shrink_margin=shrink_margin, shrink_after_s=shrink_after)
     options = WatchOptions(consul=consul_config, kubernetes=k8s_config, file=file, state=state,
-                           debounce_s=debounce, grace_s=grace)
+                           debounce_s=debounce, grace_s=grace, hysteresis=hysteresis)
 
     def emit(record: dict[str, Any]) -> None:
         typer.echo(json.dumps(record, sort_keys=True))
