@@ -71,3 +71,24 @@ def test_live_view_shows_shards_changes_and_registry_health(tmp_path: Path) -> N
         text = console.export_text()
     assert "region-0" in text and "region-1" in text and "consul" in text
     assert "+6 -0 moved 0" in text
+
+
+def test_restart_during_an_outage_starts_from_the_persisted_set(tmp_path: Path) -> None:
+    (tmp_path / "federation.yaml").write_text(SPEC)
+    spec = load_spec(tmp_path / "federation.yaml")
+    state = tmp_path / "state" / "last-known.json"
+    with FakeConsulAgent() as agent:
+        for i in range(8):
+            agent.register_local(exporter_service(i))
+        options = WatchOptions(consul=ConsulConfig(address=agent.address, wait="100ms", timeout_s=1),
+                               state=state, debounce_s=0)
+        first = Watcher(spec=spec, options=options)
+        first.sources[0].poll_once()
+        before = first.reconciler.tick()
+        assert before is not None and len(before.targets) == 8
+        agent.kill()  # the registry goes away, and so does gpufed
+        second = Watcher(spec=spec, options=options)
+        assert not second.sources[0].poll_once()  # still down
+        after = second.reconciler.tick()
+        assert after is not None and after.targets == before.targets
+        agent.revive()
