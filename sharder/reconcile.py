@@ -213,10 +213,14 @@ class Reconciler:
         return new
 
     def _place(self, targets: dict[str, Target], counts: dict[str, int]) -> Assignment:
-        """The new assignment: unchanged when only labels changed; with the default
-        ``assign_fn`` incremental (cost of the change, equal to a full sticky assignment)
-        while the shard counts stay; else a full ``assign_fn``."""
+        """The new assignment. A custom ``assign_fn`` (the controller's) sees every change.
+        With the default one: unchanged when only labels changed, incremental (the cost of
+        the change, equal to a full sticky assignment) while the shard counts stay, else
+        a full sticky assignment."""
         previous = self._assignment
+        if self._assign_fn is not sticky_assign:
+            ordered = sort_targets(targets.values())
+            return self._assign_fn(self.spec, ordered, previous=previous, shard_counts=counts)
         if previous is not None and counts == self._sizer.applied:
             added, removed = placement_delta(self._applied, targets)
             if not added and not removed:
@@ -224,8 +228,6 @@ class Reconciler:
             if self._incremental is not None and self._incremental.assignment is previous:
                 return self._incremental.apply(added=added, removed=removed)
         ordered = sort_targets(targets.values())
-        if self._assign_fn is not sticky_assign:
-            return self._assign_fn(self.spec, ordered, previous=previous, shard_counts=counts)
         self._incremental = IncrementalAssigner(self.spec, ordered, previous=previous, shard_counts=counts)
         return self._incremental.assignment
 

@@ -219,3 +219,21 @@ def test_incremental_path_equals_a_full_sticky_assignment_at_every_step() -> Non
             assert current == expected
         previous = current
     assert rec._incremental is not None and rec._incremental.fallbacks == 0
+
+
+def test_a_custom_assign_fn_sees_every_change_even_label_only() -> None:
+    clock = FakeClock()
+    calls: list[int] = []
+
+    def controller_assign(spec, targets, *, previous, shard_counts):  # type: ignore[no-untyped-def]
+        calls.append(len(targets))
+        return assign(spec, targets, previous=previous, shard_counts=shard_counts)
+
+    rec, _ = make(clock, assign_fn=controller_assign)
+    rec.on_change("consul", fleet(10))
+    clock.advance(1)
+    rec.tick()
+    rec.on_change("consul", [t.model_copy(update={"team": "x"}) for t in fleet(10)])
+    clock.advance(1)
+    rec.tick()
+    assert calls == [10, 10]
