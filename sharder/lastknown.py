@@ -30,20 +30,41 @@ def target_document(target: Target) -> dict[str, Any]:
     return target.model_dump(mode="json", by_alias=True, exclude_defaults=True)
 
 
+Parsed = dict[str, Target]
+
+
 def parse_entries(
-    entries: Sequence[Any], *, source: str, jobs: Mapping[str, JobSpec] | None = None
+    entries: Sequence[Any],
+    *,
+    source: str,
+    jobs: Mapping[str, JobSpec] | None = None,
+    cache: Parsed | None = None,
 ) -> tuple[list[Target], list[str]]:
     """Validate registry entries one by one through ``sharder.loading`` (the one validation
     layer): (good targets, one message per refused entry). A bad entry, or a duplicate of
-    an earlier one, is skipped; the rest of the answer is kept."""
+    an earlier one, is skipped; the rest of the answer is kept.
+
+    With ``cache`` (filled and pruned here; pass the same dict on every call) an entry
+    already validated in the previous call is not validated again, so a source that
+    re-reads its whole registry pays only for what changed.
+    """
     index = TargetIndex(source=source, jobs=jobs)
     bad: list[str] = []
+    seen: Parsed = {}
     for i, entry in enumerate(entries):
         where = f"[{i}]"
+        key = json.dumps(entry, sort_keys=True, default=str) if cache is not None else ""
         try:
-            index.add(parse_target(entry, where=where, source=source, jobs=jobs), where=where)
+            parsed = cache.get(key) if cache is not None else None
+            if parsed is None:  # refused entries are not cached: their message names their place
+                parsed = parse_target(entry, where=where, source=source, jobs=jobs)
+            seen[key] = parsed
+            index.add(parsed, where=where)
         except InventoryError as exc:
             bad.append(str(exc))
+    if cache is not None:
+        cache.clear()
+        cache.update(seen)
     return index.targets, bad
 
 

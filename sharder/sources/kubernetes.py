@@ -30,7 +30,7 @@ import kubernetes
 from kubernetes.watch.watch import iter_resp_lines
 
 from sharder.inventory import Target
-from sharder.lastknown import parse_entries
+from sharder.lastknown import Parsed, parse_entries
 from sharder.sources.base import Backoff, DiscoverySink
 from sharder.spec import JobSpec
 
@@ -157,6 +157,7 @@ class KubernetesSource:
         self.nodes = _Stream("nodes", core.list_node)
         self._backoff_factory = backoff
         self._lock = threading.Lock()
+        self._parsed: Parsed = {}
         self.last_error = ""
 
     # ---- steps (tests call these directly) ---------------------------------------------
@@ -217,7 +218,8 @@ class KubernetesSource:
                 obj, self.config
             )
             entries.extend(self._entry(row, nodes.get(row["node"])) for row in rows)
-        good, bad = parse_entries(entries, source=f"kubernetes {self.config.namespace}", jobs=self.jobs)
+        source = f"kubernetes {self.config.namespace}"
+        good, bad = parse_entries(entries, source=source, jobs=self.jobs, cache=self._parsed)
         for message in bad:
             log.warning("kubernetes endpoint skipped: %s", message)
             self._sink.on_error(self.name, "invalid_target")

@@ -155,3 +155,16 @@ def test_kubeconfig_file_is_used_when_given(api: FakeKubeAPI, tmp_path, monkeypa
     sink = RecordingSink()
     source = KubernetesSource(KubernetesConfig(kubeconfig=str(kubeconfig)), sink=sink)
     assert source.sync() and len(sink.changes[-1][1]) == 2
+
+
+def test_a_relist_validates_only_what_changed(api: FakeKubeAPI) -> None:
+    seed(api)
+    sink = RecordingSink()
+    source = source_for(api, sink)
+    source.sync()
+    first = sink.changes[-1][1]
+    api.apply("nodes", node("gpu-2", zone="z7"))
+    source.sync()
+    second = sink.changes[-1][1]
+    assert second[0] is first[0]  # unchanged endpoint: the same validated Target
+    assert second[1] is not first[1] and second[1].rack == "z7"
