@@ -8,7 +8,8 @@ the controller injects its own). Plain Python, no I/O: time comes from ``clock``
 
 **Merge.** Sources merge by target identity. When two sources list the same identity
 the one earlier in ``precedence`` wins; sources not named there come after, in name
-order. So ``precedence=("file", "consul")`` lets a hand-kept file override Consul.
+order. So ``precedence=("file", "consul")`` lets a hand-kept file override Consul. A
+source pushing several sets (``consul/<service>@<dc>``) ranks by the part before "/".
 
 **Debounce.** The first unapplied change opens a window of ``debounce_s`` (default
 1 s); everything that arrives within it lands in one assignment at its end. So a burst
@@ -317,7 +318,8 @@ class Reconciler:
 
     def _merged(self) -> dict[str, Target]:
         rank = {name: i for i, name in enumerate(self._precedence)}
-        order = sorted(self._sets, key=lambda name: (rank.get(name, len(rank)), name))
+        # "consul/svc@dc2" ranks as "consul": one source may push several named sets.
+        order = sorted(self._sets, key=lambda name: (rank.get(name.split("/")[0], len(rank)), name))
         merged: dict[str, Target] = {}
         for name in reversed(order):  # the first in precedence is written last and wins
             merged.update(self._sets[name])

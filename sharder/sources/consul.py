@@ -245,7 +245,6 @@ class ConsulSource:
         self._backoff_factory = backoff
         self.watches = [_Watch(s, dc) for s in config.services for dc in config.datacenters]
         self.last_error = ""
-        self._push_lock = threading.Lock()
 
     def poll_once(
         self, watch: _Watch | None = None, *, sleep: Callable[[float], object] = time.sleep
@@ -270,7 +269,7 @@ class ConsulSource:
         watch.targets = self._targets(watch, keys, decoded)
         watch.ok = True
         self.last_error = ""
-        self._push()
+        self._push(watch)
         return True
 
     def _query(self, watch: _Watch) -> tuple[str | None, bytes]:
@@ -329,7 +328,7 @@ class ConsulSource:
                 good.append(target)
         watch.cache = cache
         for _ in range(bad):
-            self._sink.on_error(self.name, "invalid_target")
+            self._sink.on_error(self.source_name(watch), "invalid_target")
         return good
 
     def _parse(self, entry: Any, *, dc: str, where: str) -> tuple[Target | None, str]:
@@ -344,11 +343,13 @@ class ConsulSource:
             log.warning("consul entry skipped: %s", message)
         return (good[0] if good else None), labels[f"{PREFIX}health"]
 
-    def _push(self) -> None:
-        with self._push_lock:  # two watches pushing at once must not reorder their sets
-            targets = [t for w in self.watches for t in w.targets]
-            version = ",".join(f"{w.key}:{w.index}" for w in self.watches)
-            self._sink.on_change(self.name, targets, version=version)
+    def source_name(self, watch: _Watch) -> str:
+        """One sink source per (service, datacenter), so one unreachable datacenter keeps its
+        own last set (and staleness) while the others move on; just ``name`` when single."""
+        return self.name if len(self.watches) == 1 else f"{self.name}/{watch.key}"
+
+    def _push(self, watch: _Watch) -> None:
+        self._sink.on_change(self.source_name(watch), watch.targets, version=str(watch.index))
 
     def _fail(self, watch: _Watch, reason: str, message: str) -> bool:
         if message != self.last_error:
@@ -356,7 +357,7 @@ class ConsulSource:
         self.last_error = message
         if reason in ("invalid_json", "missing_index", "invalid_answer"):
             watch.index = 0  # a garbled answer says nothing about the index: ask afresh
-        self._sink.on_error(self.name, reason)
+        self._sink.on_error(self.source_name(watch), reason)
         return False
 
 

@@ -294,3 +294,15 @@ def test_tls_and_token_settings_reach_the_client(tmp_path, monkeypatch) -> None:
     assert client.http.cert == ("/etc/client.pem", "/etc/client-key.pem")
     assert client.token == "from-flag"  # an explicit token wins over CONSUL_HTTP_TOKEN
     assert make_client(ConsulConfig(address="10.0.0.1")).token == "from-env"
+
+
+def test_each_datacenter_is_its_own_source_so_one_outage_keeps_its_set(agent: FakeConsulAgent) -> None:
+    agent.register_local({"Name": "gpufed-exporter", "ID": "a", "Address": "10.0.0.1", "Port": 9400,
+                          "Meta": {"region": "r1", "node": "a"}, "Check": {"TTL": "9s", "Status": "passing"}})
+    sink = RecordingSink()
+    config = ConsulConfig(address=agent.address, wait="100ms", min_interval_s=0, datacenters=("dc1", "dc2"))
+    source = ConsulSource(config, sink=sink)
+    local, remote = source.watches
+    assert source.poll_once(local) and not source.poll_once(remote)  # the fake knows only dc1
+    assert [(name, len(ts)) for name, ts, _ in sink.changes] == [("consul/gpufed-exporter@dc1", 1)]
+    assert sink.errors == [("consul/gpufed-exporter@dc2", "server_error")]
