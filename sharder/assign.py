@@ -1,41 +1,38 @@
 """Targets -> shards: consistent hashing with bounded loads on a vnode ring, per region.
 
 Pipeline: sources list targets -> :func:`assign` (here, pure) -> ``sharder.plan.diff``
-against the saved assignment -> renderers write one config per child.
+against the saved assignment -> renderers write one config per child. The reconcile loop
+follows a live fleet with ``sharder.incremental``, whose results equal :func:`assign`'s.
 
-**Algorithm** ``bounded-ring`` v1 (Mirrokni, Thorup, Zadimoghaddam, "Consistent hashing
-with bounded loads", 2018): a hash ring with 512 virtual nodes per shard; every target
-goes to the shard owning the first vnode clockwise from its key hash unless that would
-lift the shard above its capacity; targets left over walk on clockwise, in ring order, to
-the first shard with room. Chosen by measurement (``gpufed bench sharding``; 100 shards,
-4/8-GPU weights, c = 1.05, 2-core machine):
+**Algorithm** ``bounded-ring`` (Mirrokni, Thorup, Zadimoghaddam, "Consistent hashing with
+bounded loads", 2018): a hash ring with :data:`VNODES` virtual nodes per shard; every
+target goes to the shard owning the first vnode clockwise from its key hash unless that
+would lift the shard above its capacity; targets left over walk on clockwise, in ring
+order, to the first shard with room. The stages and capacities live in
+:mod:`sharder.fill`. ``bounded-rendezvous`` (weighted rendezvous/HRW, the same fill)
+scores all S shards per target and is kept as the measured alternative (~10x slower).
+Both sit in :data:`STRATEGIES` behind one :class:`Placer` signature;
+``spec.sharding.algorithm`` picks one and the result is pinned by name and version.
 
-* ``bounded-rendezvous`` (weighted rendezvous/HRW with the same bound and the same staged
-  fill) scores all S shards per target: 100k targets took 0.69 s, 3.5x the 0.2 s budget,
-  though it moved the least (1.00x the optimum on adding a shard with stickiness, 1.01x
-  without).
-* ``bounded-ring`` places 100k targets in ~0.09 s (``place``; ~0.17 s for ``assign``,
-  which also reads the pydantic targets); with stickiness, adding a shard moved 1.11x /
-  1.05x / 1.03x the optimum with 256 / 512 / 1024 vnodes (worst of 20 name sets 1.21x /
-  1.14x / 1.10x) for 71 / 83 / 110 ms, so 512 it is: inside the budget and within 1.1x.
-  With only ~100 targets per shard (10k on 100) the slack under the bound is a few
-  targets and the ring moves more: 1.30x with stickiness, 1.58x without.
+**v2** (v1 placed changes differently; a v1 ``assignment.json`` is taken as the sticky
+start and kept whole, see :class:`Strategy`):
 
-Both are registered in :data:`STRATEGIES` behind one :class:`Placer` signature and share
-the bounded-load fill; ``spec.sharding.algorithm`` picks one and the result is pinned by
-name and version, so a later run never silently mixes them.
+* With a previous assignment, a new shard (or an undrained one) takes its share from the
+  most loaded shards, instead of its ring owners' targets plus whatever shards above the
+  lower capacity shed. ``gpufed bench sharding --targets 2400 --shards 100`` (about 24
+  targets per child, the sizing users run) moved 2.9x the optimum on adding a shard in
+  v1 (worst 3.3x) and moves 1.01x in v2; 100,000 targets 1.048x -> 1.001x.
+* A fill leaves the room one more shard would take (capacity ``c x total / (S + 1)``),
+  so adding a shard strips no shard below the load factor; max/mean stays below c.
+* 128 vnodes instead of 512: with new shards filled from the most loaded, the ring only
+  decides where new and orphaned targets go, and a smaller ring is built and searched
+  faster (see the module notes in ``sharder.bench`` for the figures).
 
-**Capacity** per shard is ``floor(c x total / S)`` (so max/mean <= c), raised to
-``ceil(total / S) + heaviest - 1`` when that is larger: below that bound a walk could find
-every shard too full for a heavy target, above it one always has room.
-
-**Stickiness.** With ``previous``, a target first keeps its previous shard when that shard
-still exists in its region, has room, and the target's ring owner is not a newly added
-shard; then the rest go to their ring owner, then back to their previous shard if the
-owner was full, then walk. So adding a shard moves about its fair share, removing one
-moves only its own targets, and drift from the ring is bounded by capacity. Contention
-for a shard is always settled in ring order (sorted key hashes), so the result depends on
-the *set* of targets, never on their order.
+**Stickiness.** With ``previous``, every target keeps its shard while that shard exists,
+is not drained and stays within the keep limit; the rest go to their ring owner, then
+walk. So removing a shard moves only its own targets, and a rerun moves nothing.
+Contention for a shard is settled in ring order (sorted key hashes), so the result
+depends on the *set* of targets, never on their order.
 """
 
 from __future__ import annotations
@@ -43,19 +40,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from operator import attrgetter
+from typing import Protocol
 
 from sharder import overrides as overriding
 from sharder.assignment import Assignment, ShardInfo
 from sharder.errors import AssignmentError
-from sharder.fill import Fill, base_capacity
+from sharder.fill import Fill, Order, base_capacity, keep_limit
 from sharder.hashing import Ring, key_hashes, rendezvous_ranking, rendezvous_seeds, rendezvous_winner
 from sharder.inventory import Target
 from sharder.spec import FederationSpec, shard_id
 
 ALGORITHM = "bounded-ring"
 ALGORITHM_VERSION = 2
-VNODES = 512
+VNODES = 128
 
 
 def capacity(total: int, *, shards: int, heaviest: int, load_factor: float) -> int:
@@ -70,14 +68,20 @@ def capacity(total: int, *, shards: int, heaviest: int, load_factor: float) -> i
     return max(math.floor(load_factor * total / shards), -(-total // shards) + heaviest - 1)
 
 
-keep_limit = capacity
+def ring_order(hashes: list[int], keys: Sequence[str]) -> Order:
+    """Sorts target indices by key hash; should two keys share one (a 64-bit collision,
+    checked once, on first use), by hash then key, so the order never depends on input."""
+    by_hash = hashes.__getitem__
+    unique: list[bool] = []
 
+    def order(indices: list[int]) -> list[int]:
+        if not unique:
+            unique.append(len(set(hashes)) == len(hashes))
+        if unique[0]:
+            return sorted(indices, key=by_hash)
+        return sorted(indices, key=lambda j: (hashes[j], keys[j]))
 
-def rank_of(hashes: list[int], keys: Sequence[str]) -> Callable[[int], Any]:
-    """Sort key putting target indices in ring order; a 64-bit collision falls back to the key."""
-    if len(set(hashes)) == len(hashes):
-        return hashes.__getitem__
-    return lambda j: (hashes[j], keys[j])
+    return order
 
 
 class Placer(Protocol):
@@ -128,9 +132,9 @@ def run_stages(
     return fill.result
 
 
-def new_fill(weights: Sequence[int], *, rank: Callable[[int], Any], shards: int, load_factor: float) -> Fill:
+def new_fill(weights: Sequence[int], *, order: Order, shards: int, load_factor: float) -> Fill:
     cap = base_capacity(sum(weights), shards=shards, load_factor=load_factor)
-    return Fill(weights, rank=rank, load=[0] * shards, cap=cap)
+    return Fill(weights, order=order, load=[0] * shards, cap=cap)
 
 
 def place(
@@ -149,13 +153,11 @@ def place(
         return []
     hashes = key_hashes(keys)
     ring = Ring(shards, vnodes=vnodes)
-    slots = ring.slots(hashes)
-    owners = ring.owners
-    fill = new_fill(weights, rank=rank_of(hashes, keys), shards=len(shards), load_factor=load_factor)
+    fill = new_fill(weights, order=ring_order(hashes, keys), shards=len(shards), load_factor=load_factor)
     return run_stages(
         fill,
-        list(map(owners.__getitem__, slots)),
-        lambda j: ring.clockwise(slots[j]),
+        ring.owners_of(hashes),
+        lambda j: ring.clockwise(ring.slot(hashes[j])),
         was=_was(shards, keys, previous),
         fresh=_fresh(shards, previous_shards),
         pinned=pinned,
@@ -181,7 +183,7 @@ def place_rendezvous(
         return []
     hashes = key_hashes(keys)
     seeds = rendezvous_seeds(shards)
-    fill = new_fill(weights, rank=rank_of(hashes, keys), shards=len(shards), load_factor=load_factor)
+    fill = new_fill(weights, order=ring_order(hashes, keys), shards=len(shards), load_factor=load_factor)
     return run_stages(
         fill,
         [rendezvous_winner(h, seeds) for h in hashes],
@@ -258,24 +260,37 @@ def check_algorithm(
     return None  # old placements came from another algorithm: start afresh
 
 
-def _by_region(spec: FederationSpec, targets: Sequence[Target]) -> dict[str, list[Target]]:
-    grouped: dict[str, list[Target]] = {name: [] for name in sorted(spec.region_names())}
-    unknown: list[Target] = []
-    for target in targets:
-        bucket = grouped.get(target.region)
-        if bucket is None:
-            unknown.append(target)
-        else:
-            bucket.append(target)
-    if unknown:
+def _by_region(spec: FederationSpec, targets: Sequence[Target]) -> dict[str, Sequence[Target]]:
+    names = sorted(spec.region_names())
+    present = set(map(attrgetter("region"), targets))
+    if not present.issubset(names):
+        unknown = [t for t in targets if t.region not in names]
         first = min(unknown, key=lambda t: t.identity)
         others = len(unknown) - 1
         more = f" ({others} more in unknown regions)" if others else ""
         raise AssignmentError(
             f"target {first.identity!r} is in region {first.region!r}, which the spec does not "
-            f"define (known regions: {', '.join(grouped)}){more}"
+            f"define (known regions: {', '.join(names)}){more}"
         )
-    return grouped
+    if len(present) <= 1:  # the common case, without a pass in Python
+        return {name: targets if name in present else [] for name in names}
+    grouped: dict[str, list[Target]] = {name: [] for name in names}
+    for target in targets:
+        grouped[target.region].append(target)
+    return dict(grouped)
+
+
+_IDENTITY_PARTS = attrgetter("explicit_identity", "address", "port")
+
+
+def _identities(targets: Sequence[Target]) -> list[str]:
+    """``Target.identity`` of many targets, spelled out: two property calls per target are
+    a fifth of a 100k assignment. ``test_identities_match_the_target_property`` keeps the
+    two equal."""
+    return [
+        explicit or (f"{host}:{port}" if ":" not in host else f"[{host}]:{port}")
+        for explicit, host, port in map(_IDENTITY_PARTS, targets)
+    ]
 
 
 def _duplicate(targets: Sequence[Target]) -> str:
@@ -330,8 +345,9 @@ def assign(
     weights: dict[str, int] = {}
     for region, members in grouped.items():
         active = [name for name in names_of[region] if name not in checked.drained]
-        keys = [t.identity for t in members]
-        loads = [t.weight for t in members]
+        keys = _identities(members)
+        # Target.weight is max(1, gpus) with gpus >= 0; reading gpus directly halves the cost.
+        loads = [gpus or 1 for gpus in map(attrgetter("gpus"), members)]
         if checked.weights:
             loads = [checked.weights.get(k, w) for k, w in zip(keys, loads, strict=True)]
         if keys and not active:

@@ -12,45 +12,66 @@ Stages, each offering every target that is still unplaced one shard:
    at a time (heaviest shard first, ties to the lower index; from each, its last target
    in ring order). Those shards would have shed targets under the lower capacity anyway,
    so the new shard's share is most of what moves.
-2. ``offer(was)``: every target stays on its previous shard while that fits under the
-   *keep limit* ``max(floor(c x mean), ceil(mean) + heaviest - 1)``, the bound a walk may
-   raise the capacity to; so a rerun keeps everything (even after a raise) and a shard
-   sheds only when the fleet shrinks or a shard is added.
+2. ``offer(was)``: every target stays on its previous shard while that fits under
+   :func:`keep_limit`, so a rerun keeps everything (even after a raise) and a shard sheds
+   only when the fleet shrinks or a shard is added.
 3. ``offer(primary)``: the rest go to their first choice (ring owner) while that fits.
 4. ``walk``: the rest take their first candidate with room, in ring order.
 
-**Capacity** is ``max(floor(c x total / S), ceil(total / S))``, so max/mean <= c. When
-the walk finds no shard with room for a target (rare; only a heavy target near the end of
-a tight fill), the capacity rises to the least it takes, the least loaded shard's load
-plus the target's weight; that never exceeds ``ceil(total / S) + heaviest - 1``.
-Contention for a shard is settled in ring order (``rank``), so results depend on the set
+**Capacity** of a fill is :func:`base_capacity`, below ``c x mean``. When the walk finds
+no shard with room for a target (rare; only a heavy target near the end of a tight
+fill), the capacity rises to the least it takes, the least loaded shard's load plus the
+target's weight. Targets already on a shard stay up to :func:`keep_limit`.
+Contention for a shard is settled in ring order (``order``), so results depend on the set
 of targets, never on their order.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from itertools import accumulate, compress, count
 
-Rank = Callable[[int], Any]
+Order = Callable[[list[int]], list[int]]
+"""Sorts target indices into ring order (the order contention is settled in)."""
 
 
 def base_capacity(total: int, *, shards: int, load_factor: float) -> int:
-    """Most weight one shard may carry before the walk has to raise it."""
+    """Most weight a fill puts on one shard before the walk has to raise it.
+
+    ``c x total / (S + 1)``: the capacity the shards would have with one more shard, so
+    that adding one later finds no shard it must strip below the load factor; with few
+    shards that is below the mean, so never less than half the load factor's slack.
+    """
     if total == 0 or shards == 0:
         return 0
-    return max(int(load_factor * total / shards), -(-total // shards))
+    mean = total / shards
+    return max(
+        int(load_factor * total / (shards + 1)), int((1 + load_factor) / 2 * mean), -(-total // shards)
+    )
+
+
+def keep_limit(total: int, *, shards: int, heaviest: int, load_factor: float) -> int:
+    """Most weight a shard may keep: ``c x mean``, or what a walk may have raised it to.
+
+    A walk raises the capacity to the least loaded shard's load plus the target's weight,
+    at most ``(total - heaviest) // S + heaviest``; keeping up to that makes a rerun on
+    the same fleet move nothing.
+    """
+    if total == 0 or shards == 0:
+        return 0
+    return max(int(load_factor * total / shards), (total - heaviest) // shards + heaviest)
 
 
 class Fill:
     """Placement state of one region: per-shard load, capacity, and each target's shard."""
 
-    __slots__ = ("cap", "load", "rank", "result", "weights")
+    __slots__ = ("cap", "load", "order", "result", "weights")
 
-    def __init__(self, weights: Sequence[int], *, rank: Rank, load: list[int], cap: int) -> None:
+    def __init__(self, weights: Sequence[int], *, order: Order, load: list[int], cap: int) -> None:
         self.weights = weights
-        self.rank = rank
+        self.order = order
         self.load = load
         self.cap = cap
         self.result = [-1] * len(weights)
@@ -73,29 +94,55 @@ class Fill:
         load, weights, result = self.load, self.weights, self.result
         cap = self.cap if limit is None else limit
         demand = [0] * (len(load) + 1)  # the extra slot soaks up the -1s
-        for shard, weight in zip(wanted, weights, strict=True):
+        for shard, weight in zip(wanted, weights, strict=False):  # equal lengths; strict costs
             demand[shard] += weight
         full = {s for s, extra in enumerate(demand[:-1]) if extra and load[s] + extra > cap}
-        contended: list[int] = []
-        if full:
+        first = demand[-1] == 0 and result.count(-1) == len(result)
+        if first:
+            # Everyone is offered a shard and nobody is placed yet (a first fill): copy in
+            # C, then settle the contended shards, taking their losers back out.
+            result[:] = wanted
+            contended = list(compress(count(), map(full.__contains__, wanted))) if full else []
+        else:
+            contended = []
             for j, shard in enumerate(wanted):
                 if shard >= 0:
                     if shard in full:
                         contended.append(j)
                     else:
                         result[j] = shard
-        else:
-            for j, shard in enumerate(wanted):
-                if shard >= 0:
-                    result[j] = shard
         for s, extra in enumerate(demand[:-1]):
             if extra and s not in full:
                 load[s] += extra
-        for j in sorted(contended, key=self.rank):
-            shard, weight = wanted[j], weights[j]
-            if load[shard] + weight <= cap:
-                load[shard] += weight
+        groups: dict[int, list[int]] = {s: [] for s in sorted(full)}
+        for j in contended:
+            groups[wanted[j]].append(j)
+        for shard, group in groups.items():
+            self._settle(shard, self.order(group), cap=cap, placed=first)
+
+    def _settle(self, shard: int, ordered: list[int], *, cap: int, placed: bool) -> None:
+        """A contended shard takes its offers in ring order while they fit.
+
+        The longest prefix that fits is found in C (running sums, binary search); only the
+        rest is looked at one by one. ``placed``: the offers are already in ``result``
+        and the ones that do not fit are taken out.
+        """
+        weights, result = self.weights, self.result
+        room = cap - self.load[shard]
+        sums = list(accumulate(map(weights.__getitem__, ordered)))
+        k = bisect.bisect_right(sums, room)
+        load = self.load[shard] + (sums[k - 1] if k else 0)
+        if not placed:
+            for j in ordered[:k]:
                 result[j] = shard
+        for j in ordered[k:]:
+            weight = weights[j]
+            if load + weight <= cap:
+                load += weight
+                result[j] = shard
+            elif placed:
+                result[j] = -1
+        self.load[shard] = load
 
     def unplaced(self, wanted: Sequence[int]) -> list[int]:
         """``wanted`` with -1 wherever the target is already placed."""
@@ -104,7 +151,7 @@ class Fill:
     def walk(self, candidates: Callable[[int], Iterable[int]]) -> None:
         """Each unplaced target, in ring order, takes its first candidate with room."""
         load, weights, result = self.load, self.weights, self.result
-        for j in sorted((j for j, r in enumerate(result) if r < 0), key=self.rank):
+        for j in self.order(list(compress(count(), map((-1).__eq__, result)))):
             weight = weights[j]
             room = self.cap - weight
             shard = next((s for s in candidates(j) if load[s] <= room), -1)
@@ -146,7 +193,7 @@ class Fill:
             donor = donors[0][1]
             queue = ordered.get(donor)
             if queue is None:  # ascending ring order: the end is the last in ring order
-                queue = ordered[donor] = sorted(members[donor], key=self.rank)
+                queue = ordered[donor] = self.order(members[donor])
             heavy = have * count < sizes[taker] * total  # lighter than the mean so far
             pick = _pick(queue, weights, heavy=heavy, count=count, total=total)
             j = queue[pick]

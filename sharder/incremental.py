@@ -31,7 +31,7 @@ from sharder import assign as assigning
 from sharder import overrides as overriding
 from sharder.assignment import Assignment
 from sharder.errors import AssignmentError
-from sharder.fill import Fill, base_capacity
+from sharder.fill import Fill, base_capacity, keep_limit
 from sharder.hashing import Ring, key_hash
 from sharder.inventory import Target
 from sharder.spec import FederationSpec
@@ -93,6 +93,27 @@ class IncrementalAssigner:
     def targets(self) -> list[Target]:
         """The current fleet, in no particular order."""
         return list(self._targets.values())
+
+    def sync(self, targets: Sequence[Target]) -> Assignment:
+        """Follow a full target list (what ``on_change`` delivers): apply its difference.
+
+        Targets whose identity is new are added, missing ones removed, and ones whose
+        fields changed are updated (removed and added back, keeping their shard).
+        """
+        current = self._targets
+        incoming: dict[str, Target] = {}
+        for target in targets:
+            identity = target.identity
+            if identity in incoming:
+                raise AssignmentError(
+                    f"target {identity!r} is listed more than once; identities must be unique "
+                    "(set 'identity' on targets that share an address and port)"
+                )
+            incoming[identity] = target
+        removed = current.keys() - incoming.keys()
+        changed = [t for i, t in incoming.items() if i in current and current[i] != t]
+        added = [t for i, t in incoming.items() if i not in current]
+        return self.apply(added=added + changed, removed=removed | {t.identity for t in changed})
 
     def apply(self, *, added: Sequence[Target] = (), removed: Collection[str] = ()) -> Assignment:
         """Remove identities ``removed``, add ``added`` (an identity in both is updated)."""
@@ -293,7 +314,7 @@ class IncrementalAssigner:
             return
         load_factor = self.spec.sharding.load_factor
         heaviest = max((w for w, n in state.weights.items() if n > 0), default=0)
-        limit = assigning.keep_limit(total, shards=shards, heaviest=heaviest, load_factor=load_factor)
+        limit = keep_limit(total, shards=shards, heaviest=heaviest, load_factor=load_factor)
         for s, members in enumerate(state.members):
             if members and state.pinned_load[s] + state.member_load[s] > limit:
                 unplaced.extend(_shed(state, s, limit=limit, weights=weights))
@@ -303,13 +324,13 @@ class IncrementalAssigner:
         loads = [p + m for p, m in zip(state.pinned_load, state.member_load, strict=True)]
         fill = Fill(
             [w for _, w in unplaced],
-            rank=lambda j: unplaced[j][0],
+            order=lambda indices: sorted(indices, key=lambda j: unplaced[j][0]),
             load=loads,
             cap=base_capacity(total, shards=shards, load_factor=load_factor),
         )
-        slots = state.ring.slots([member[0] for member, _ in unplaced])
-        fill.offer([state.ring.owners[s] for s in slots])
-        fill.walk(lambda j: state.ring.clockwise(slots[j]))
+        ring = state.ring
+        fill.offer(ring.owners_of([member[0] for member, _ in unplaced]))
+        fill.walk(lambda j: ring.clockwise(ring.slot(unplaced[j][0][0])))
         for (member, weight), shard in zip(unplaced, fill.result, strict=True):
             bisect.insort(state.members[shard], member)
             state.member_load[shard] += weight

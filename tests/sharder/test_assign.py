@@ -14,11 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sharder.assign import ALGORITHM, STRATEGIES, assign, capacity
+from sharder.assign import ALGORITHM, STRATEGIES, assign, capacity, place
 from sharder.assignment import Assignment
 from sharder.errors import AssignmentError, InventoryError, SpecError
 from sharder.inventory import Target
 from sharder.loading import parse_inventory, parse_model
+from sharder.plan import diff
 from sharder.spec import FederationSpec, shard_id
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -311,3 +312,77 @@ def test_duplicate_targets_are_refused_when_loading() -> None:
         "inventory.yaml: field 'targets[1].address' duplicate target (also at targets[0])"
         " (value '10.0.0.1:9400')"
     )
+
+
+def test_an_assignment_from_v1_is_kept_whole_on_upgrade() -> None:
+    """v2 changes only how changes are placed, so a v1 assignment.json moves nobody."""
+    spec = make_spec({"r-a": 7, "r-b": 3})
+    targets = seeded_targets(900, region="r-a") + seeded_targets(300, region="r-b", seed=1)
+    # A v1 file: any valid placement, e.g. the one written before the upgrade.
+    placed = assign(spec, targets)
+    rotated = {
+        i: shard_id(s.rsplit("-", 1)[0], (int(s.rsplit("-", 1)[1]) + 1) % (7 if s.startswith("r-a") else 3))
+        for i, s in placed.targets.items()
+    }
+    v1 = Assignment.model_validate(
+        {**placed.model_dump(mode="json"), "algorithm_version": 1, "targets": rotated}
+    )
+    upgraded = assign(spec, targets, previous=v1)
+    assert upgraded.algorithm_version == 2
+    assert upgraded.targets == v1.targets
+    plan = diff(v1, upgraded)
+    assert plan.algorithm_changed and plan.counts.moved == 0
+
+
+@pytest.mark.parametrize("trial", range(3))
+def test_at_24_targets_per_shard_adding_a_shard_moves_about_its_share(trial: int) -> None:
+    """The sizing users run (about 24 targets per child): the new shard's share and little more."""
+    rnd = random.Random(trial)
+    keys = [f"10.{n >> 16}.{(n >> 8) & 255}.{n & 255}:9400" for n in rnd.sample(range(1 << 24), 2400)]
+    weights = [rnd.choice((4, 8)) for _ in keys]
+    names = [shard_id(f"t{trial}", i) for i in range(101)]
+    base = place(names[:100], keys, weights, load_factor=1.05)
+    previous = {k: names[s] for k, s in zip(keys, base, strict=True)}
+    grown = place(names, keys, weights, load_factor=1.05, previous=previous, previous_shards=names[:100])
+    moved = sum(1 for b, g in zip(base, grown, strict=True) if b != g)
+    assert moved <= 1.2 * len(keys) / 101
+    assert all(g == 100 for b, g in zip(base, grown, strict=True) if b != g)  # all to the new shard
+    load = [0] * 101
+    for shard, weight in zip(grown, weights, strict=True):
+        load[shard] += weight
+    assert max(load) / fmean(load) <= 1.05
+    assert load[100] >= 0.9 * fmean(load)
+
+
+def test_several_new_shards_share_the_growth() -> None:
+    targets = seeded_targets(1300, region="r-a")
+    before = assign(make_spec({"r-a": 10}), targets)
+    after = assign(make_spec({"r-a": 13}), targets, previous=before)
+    loads = after.load()
+    mean = fmean(loads.values())
+    assert all(loads[f"r-a-{i}"] >= 0.9 * mean for i in (10, 11, 12))
+    assert max(loads.values()) <= 1.05 * mean
+    assert len(moved(before, after)) <= 1.1 * len(targets) * 3 / 13
+
+
+def test_identities_match_the_target_property() -> None:
+    """assign() spells Target.identity out for speed; it must stay the same function."""
+    from sharder.assign import _identities
+
+    targets = [
+        Target(address="10.0.0.1", port=9400, job="gpu", node="n1", region="r-a"),
+        Target(address="fd00::1", port=9100, job="gpu", node="n2", region="r-a"),
+        Target(address="gpu-node-7.example", port=1, job="gpu", node="n3", region="r-a"),
+        Target.model_validate(
+            {
+                "address": "10.0.0.2",
+                "port": 9400,
+                "job": "gpu",
+                "node": "n4",
+                "region": "r-a",
+                "identity": "n4-gpu",
+            }
+        ),
+    ]
+    assert _identities(targets) == [t.identity for t in targets]
+    assert set(assign(make_spec({"r-a": 2}), targets).targets) == {t.identity for t in targets}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -29,6 +30,11 @@ KEYS = {
     "max_over_mean",
     "hashmod_add_shard_moved_fraction",
     "hashmod_add_ratio_to_optimal",
+    "hashmod_pass_seconds",
+    "assign_over_hashmod_pass",
+    "incremental_change_seconds",
+    "assign_over_incremental_change",
+    "add_shard_max_over_mean_worst",
 }
 
 
@@ -58,6 +64,10 @@ def test_bench_sharding_json_has_every_figure() -> None:
     assert data["add_shard_ratio_to_optimal"] <= 1.3
     assert data["remove_shard_spill_fraction"] <= 0.02
     assert data["remove_shard_moved_fraction"] >= data["optimal_remove_fraction"]
+    assert data["add_shard_max_over_mean_worst"] <= 1.05
+    assert data["hashmod_pass_seconds"] > 0 and data["incremental_change_seconds"] > 0
+    ratio = data["assign_seconds"] / data["hashmod_pass_seconds"]
+    assert data["assign_over_hashmod_pass"] == pytest.approx(ratio, rel=1e-3)
 
     # hashmod is Prometheus' own: known vectors, then the bench figure recomputed from scratch.
     assert hashmod(["baz"], 1000) == 976 and hashmod(["foo\nbar"], 1000) == 734

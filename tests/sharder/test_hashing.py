@@ -68,11 +68,32 @@ def test_adding_a_shard_keeps_every_existing_point() -> None:
     assert old <= set(zip(big.positions, big.owners, strict=True))
 
 
-def test_ring_lookup_wraps_past_the_last_point() -> None:
-    ring = Ring(["a-0", "a-1"], vnodes=8)
-    assert ring.slot(ring.positions[-1]) == 0
-    assert ring.primary(2**64 - 1) == ring.owners[0]
-    assert ring.primary(ring.positions[0] - 1) == ring.owners[0]
+def first_vnode_at_or_after(ring: Ring, point: int) -> int:
+    """The slot the ring's slice table must give, found by a plain search."""
+    start = point >> (64 - 16) << (64 - 16)  # 2^16 slices for rings under 2^14 vnodes
+    return next((i for i, p in enumerate(ring.positions) if p >= start), 0)
+
+
+@given(st.lists(st.integers(min_value=0, max_value=2**64 - 1), max_size=50))
+@settings(max_examples=50, deadline=None)
+def test_a_key_belongs_to_the_first_vnode_from_the_start_of_its_slice(points: list[int]) -> None:
+    ring = Ring(["a-0", "a-1", "a-2"], vnodes=16)
+    points += [0, 2**64 - 1, *ring.positions[:3], ring.positions[-1], ring.positions[-1] + 1]
+    for point in points:
+        slot = first_vnode_at_or_after(ring, point)
+        assert ring.slot(point) == slot
+        assert ring.primary(point) == ring.owners[slot]
+    assert ring.owners_of(points) == [ring.primary(p) for p in points]
+    assert ring.primary(2**64 - 1) == ring.owners[0]  # past the last vnode: wraps round
+
+
+@given(st.lists(st.integers(min_value=0, max_value=2**64 - 1), min_size=1, max_size=200))
+@settings(max_examples=50, deadline=None)
+def test_adding_a_shard_moves_keys_only_to_it(points: list[int]) -> None:
+    names = [f"r-{i}" for i in range(9)]
+    small, big = Ring(names[:8], vnodes=128), Ring(names, vnodes=128)
+    for before, after in zip(small.owners_of(points), big.owners_of(points), strict=True):
+        assert after in (before, 8)
 
 
 @given(st.integers(min_value=0, max_value=2**64 - 1))

@@ -224,3 +224,23 @@ def test_bad_changes_are_named_and_change_nothing(
 def test_no_change_returns_the_same_assignment() -> None:
     engine = IncrementalAssigner(make_spec({"r-a": 2}), [target(1, region="r-a", gpus=4)])
     assert engine.apply() is engine.assignment
+
+
+@given(history=histories())
+@settings(max_examples=20, deadline=None)
+def test_sync_follows_full_lists_like_apply(history: tuple[Any, ...]) -> None:
+    spec, first, overrides, changes = history
+    engine = IncrementalAssigner(spec, first, fallback_fraction=NEVER, **overrides)
+    fleet = {t.identity: t for t in first}
+    for added, removals, updates, rnd in changes:
+        present = sorted(fleet)
+        for identity in rnd.sample(present, min(removals, len(present))):
+            del fleet[identity]
+        for identity in sorted(fleet)[:updates]:
+            fleet[identity] = fleet[identity].model_copy(update={"gpus": rnd.choice([1, 4, 8])})
+        fleet.update((t.identity, t) for t in added)
+        listed = list(fleet.values())
+        rnd.shuffle(listed)
+        last = engine.assignment
+        assert engine.sync(listed) == assign(spec, listed, previous=last, **overrides)
+    assert engine.fallbacks == 0
