@@ -1,8 +1,9 @@
 """Render and plan as plain functions: what ``gpufed render``/``plan`` and the controller call.
 
-Pipeline: load spec + inventory -> read the previous ``assignment.json`` (sticky) ->
-``sharder.assign`` -> bundle (relative path -> bytes, composed from ``BUNDLE_PARTS``) ->
-write into a staging dir -> ``promtool check config`` every child there -> swap.
+Pipeline: load spec + inventory -> lock the output -> read the previous
+``assignment.json`` (sticky; ``sharder.previous``) -> ``sharder.assign`` -> refuse a mass
+removal -> bundle (relative path -> bytes, composed from ``BUNDLE_PARTS``) -> write into a
+staging dir -> ``promtool check config`` every child there -> swap -> unlock.
 A failed check or bad input leaves the existing output tree untouched.
 
 More bundles (Alertmanager, Thanos) join by adding a ``BundlePart`` to the tuple or by
@@ -24,10 +25,12 @@ from federation.spec import GpufedSpec, load_gpufed_spec
 from sharder import assign as assigning
 from sharder import output
 from sharder import plan as planning
+from sharder import previous as previous_state
 from sharder.assignment import Assignment
 from sharder.errors import OutputError
 from sharder.inventory import Target
 from sharder.loading import StaticFileSource
+from sharder.lock import output_lock
 from sharder.promtool import ConfigChecker, check_all
 
 BundlePart = Callable[[GpufedSpec, list[Target], Assignment], output.Bundle]
@@ -92,14 +95,52 @@ def render(
     checker: ConfigChecker | None,
     alert_checker: ConfigTool | None = None,
     allow_algorithm_change: bool = False,
+    allow_mass_removal: bool = False,
     parts: Sequence[BundlePart] = BUNDLE_PARTS,
     workers: int = 8,
+    lock_timeout: float = 0.0,
+    warn: previous_state.Warn | None = None,
 ) -> RenderResult:
-    """Assign (sticky to ``out``), render, check every child config, then swap ``out``."""
-    out = Path(out)
-    previous = output.read_assignment(out)
+    """Assign (sticky to ``out``), render, check every child config, then swap ``out``.
+
+    Holds ``out``'s lock throughout (waiting up to ``lock_timeout`` seconds for another
+    run); refuses to drop more than ``spec.sharding.max_removal_share`` of the previous
+    targets unless ``allow_mass_removal``. ``warn`` gets one line per repaired oddity.
+    """
+    with output_lock(out, timeout=lock_timeout):
+        return _render_locked(
+            spec,
+            targets,
+            out=Path(out),
+            checker=checker,
+            alert_checker=alert_checker,
+            allow_algorithm_change=allow_algorithm_change,
+            allow_mass_removal=allow_mass_removal,
+            parts=parts,
+            workers=workers,
+            warn=warn,
+        )
+
+
+def _render_locked(
+    spec: GpufedSpec,
+    targets: list[Target],
+    *,
+    out: Path,
+    checker: ConfigChecker | None,
+    alert_checker: ConfigTool | None,
+    allow_algorithm_change: bool,
+    allow_mass_removal: bool,
+    parts: Sequence[BundlePart],
+    workers: int,
+    warn: previous_state.Warn | None,
+) -> RenderResult:
+    previous = previous_state.load_previous(out, cluster=spec.cluster, warn=warn or _quiet)
     assignment = assigning.assign(
         spec, targets, previous=previous, allow_algorithm_change=allow_algorithm_change
+    )
+    previous_state.check_removal(
+        previous, assignment, max_share=spec.sharding.max_removal_share, allow=allow_mass_removal
     )
     bundle = build_bundle(spec, targets, assignment, parts=parts)
     configs = output.prometheus_configs(bundle)
@@ -126,11 +167,20 @@ def render(
     )
 
 
+def _quiet(message: str) -> None:
+    del message
+
+
 def plan(
-    spec: GpufedSpec, targets: list[Target], *, previous_dir: str | Path, allow_algorithm_change: bool = False
+    spec: GpufedSpec,
+    targets: list[Target],
+    *,
+    previous_dir: str | Path,
+    allow_algorithm_change: bool = False,
+    warn: previous_state.Warn | None = None,
 ) -> planning.Plan:
     """What a render into ``previous_dir`` would change; writes nothing."""
-    previous = output.read_assignment(previous_dir)
+    previous = previous_state.load_previous(previous_dir, cluster=spec.cluster, warn=warn or _quiet)
     current = assigning.assign(
         spec, targets, previous=previous, allow_algorithm_change=allow_algorithm_change
     )

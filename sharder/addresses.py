@@ -18,16 +18,25 @@ from __future__ import annotations
 import ipaddress
 import re
 
-_LABEL_RE = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
-_PORT_RE = re.compile(r"^[0-9]{1,5}$")
+_LABEL_RE = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\Z")
+_PORT_RE = re.compile(r"^[0-9]{1,5}\Z")
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+# Already canonical and by far the most common spellings: answered without ipaddress.
+_CANONICAL_IPV4 = re.compile(rf"^{_OCTET}(\.{_OCTET}){{3}}\Z")
+_LABEL = r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?"
+_CANONICAL_DNS = re.compile(rf"^(?=.{{1,{253}}}\Z){_LABEL}(\.{_LABEL})*\Z")
 MAX_DNS_NAME = 253
 
 
 def normalise_host(text: str) -> str:
     """The canonical spelling of a scrape host; ValueError naming what is wrong."""
+    if _CANONICAL_IPV4.match(text):
+        return text
+    if _CANONICAL_DNS.match(text) and not text.rpartition(".")[2].isdigit():
+        return text
     if not text:
         raise ValueError("address is empty")
-    if any(c.isspace() for c in text) or not text.isprintable():
+    if not text.isprintable() or " " in text:  # other Unicode spaces are not printable
         raise ValueError("address contains whitespace or control characters")
     if "://" in text:
         raise ValueError("address must be a host, not a URL (drop the scheme; set port and metrics_path)")

@@ -154,19 +154,29 @@ class _Builder:
             raise DocumentError(f"{exc}{where}") from None
 
     def build(self) -> Any:
+        # The hot loop of a 50 MB inventory: locals, and plain strings never leave it.
         get = self.loader.get_event
+        scalar_event, alias_event = events.ScalarEvent, events.AliasEvent
+        map_start, seq_start = events.MappingStartEvent, events.SequenceStartEvent
+        map_end, seq_end = events.MappingEndEvent, events.SequenceEndEvent
+        resolvable = self.resolvable
         stack: list[_Frame] = []
         result: Any = None
         documents = 0
         while True:
             self.event = event = get()
             kind = type(event)
-            if kind is events.ScalarEvent:
-                value, size = self.scalar(event), 1
+            if kind is scalar_event:
+                value = event.value
+                if event.tag is not None or (
+                    event.implicit[0] and (resolvable is None or not value or value[0] in resolvable)
+                ):
+                    value = self.scalar(event)
+                size = 1
                 if event.anchor:
                     self.anchors[event.anchor] = (value, 1)
-            elif kind is events.MappingStartEvent or kind is events.SequenceStartEvent:
-                is_map = kind is events.MappingStartEvent
+            elif kind is map_start or kind is seq_start:
+                is_map = kind is map_start
                 self.check_collection_tag(event.tag, _MAP if is_map else _SEQ)
                 if len(stack) >= self.max_depth:
                     raise DocumentError(f"nested deeper than {self.max_depth} levels")
@@ -174,13 +184,13 @@ class _Builder:
                     self.building.add(event.anchor)
                 stack.append(_Frame({} if is_map else [], is_map=is_map, anchor=event.anchor))
                 continue
-            elif kind is events.MappingEndEvent or kind is events.SequenceEndEvent:
+            elif kind is map_end or kind is seq_end:
                 frame = stack.pop()
                 value, size = self.finish(frame), frame.size
                 if frame.anchor:
                     self.building.discard(frame.anchor)
                     self.anchors[frame.anchor] = (value, size)
-            elif kind is events.AliasEvent:
+            elif kind is alias_event:
                 value, size = self.alias(event)
             elif kind is events.DocumentStartEvent:
                 documents += 1
@@ -192,26 +202,30 @@ class _Builder:
             else:
                 continue
             self.nodes += 1
-            if value is _MergeKey and not (stack and stack[-1].is_map and not stack[-1].has_key):
-                raise DocumentError("'<<' (YAML merge) is only allowed as a mapping key")
             if not stack:
+                if value is _MergeKey:
+                    raise DocumentError("'<<' (YAML merge) is only allowed as a mapping key")
                 result = value
                 continue
             top = stack[-1]
             top.size += size
             if not top.is_map:
+                if value is _MergeKey:
+                    raise DocumentError("'<<' (YAML merge) is only allowed as a mapping key")
                 top.value.append(value)
             elif not top.has_key:
                 top.key, top.has_key = value, True
             else:
                 top.has_key = False
+                if value is _MergeKey:
+                    raise DocumentError("'<<' (YAML merge) is only allowed as a mapping key")
                 self.put(top, top.key, value)
 
     def scalar(self, event: events.ScalarEvent) -> Any:
+        """A scalar that may not be a plain string: resolved and built as PyYAML would."""
         value, tag = event.value, event.tag
         if tag is None or tag == "!":
-            plain = event.implicit[0]
-            if plain and (self.resolvable is None or not value or value[0] in self.resolvable):
+            if event.implicit[0] and tag is None:
                 tag = self.loader.resolve(ScalarNode, value, event.implicit)
             else:
                 tag = _STR

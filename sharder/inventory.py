@@ -8,14 +8,21 @@ nothing of hashing. A source that can push changes calls ``on_change(targets)``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Annotated, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from sharder.addresses import host_port, normalise_host
 from sharder.spec import LABEL_NAME_RE, MAX_WEIGHT
 
 RESERVED_LABELS = frozenset({"cluster", "region", "shard", "replica", "job", "instance"})
+PLAIN_TEXT_PATTERN = r"^(?:[^\p{C}\p{Z}](?:[^\p{C}\p{Zl}\p{Zp}]*[^\p{C}\p{Z}])?)?\z"
+PlainText = Annotated[str, StringConstraints(pattern=PLAIN_TEXT_PATTERN)]
+"""Names and label values: no control characters, no leading or trailing whitespace.
+
+Checked by pydantic-core's regex engine (a Python validator per field costs 800k calls
+per 400k-node inventory); ``sharder.loading`` words the mismatch for people.
+"""
 
 
 class Target(BaseModel):
@@ -25,28 +32,21 @@ class Target(BaseModel):
 
     address: str
     port: int = Field(ge=1, le=65535)
-    job: str = Field(min_length=1)
-    node: str = Field(min_length=1)
-    region: str = Field(min_length=1)
-    rack: str = ""
-    team: str = ""
+    job: PlainText = Field(min_length=1)
+    node: PlainText = Field(min_length=1)
+    region: PlainText = Field(min_length=1)
+    rack: PlainText = ""
+    team: PlainText = ""
     gpus: int = Field(default=0, ge=0, le=64)
     metrics_path: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
-    explicit_identity: str | None = Field(default=None, alias="identity", min_length=1)
+    explicit_identity: PlainText | None = Field(default=None, alias="identity", min_length=1)
     explicit_weight: int | None = Field(default=None, alias="weight", ge=1, le=MAX_WEIGHT)
 
     @field_validator("address")
     @classmethod
     def _address(cls, address: str) -> str:
         return normalise_host(address)
-
-    @field_validator("job", "node", "region", "rack", "team", "explicit_identity")
-    @classmethod
-    def _plain(cls, value: str | None) -> str | None:
-        if value is not None and (not value.isprintable() or value != value.strip()):
-            raise ValueError("must not contain control characters or start/end with whitespace")
-        return value
 
     @field_validator("metrics_path")
     @classmethod
@@ -117,4 +117,16 @@ class WatchableSource(TargetSource, Protocol):
 
 
 def sort_targets(targets: Iterable[Target]) -> list[Target]:
-    return sorted(targets, key=lambda t: (t.region, t.job, t.identity))
+    """By region, job, identity. Grouped first: sorting 800k plain strings is several times
+    faster than sorting 800k tuples, and regions and jobs are few."""
+    groups: dict[tuple[str, str], list[Target]] = {}
+    for target in targets:
+        groups.setdefault((target.region, target.job), []).append(target)
+    ordered: list[Target] = []
+    for key in sorted(groups):
+        ordered.extend(sorted(groups[key], key=_identity))
+    return ordered
+
+
+def _identity(target: Target) -> str:
+    return target.identity

@@ -20,19 +20,28 @@ from pydantic import BaseModel, ValidationError
 
 from sharder import documents
 from sharder.errors import InventoryError, SpecError, preview
-from sharder.inventory import Target, sort_targets
+from sharder.inventory import PLAIN_TEXT_PATTERN, Target, sort_targets
 from sharder.spec import FederationSpec, JobSpec
 
+MAX_DOCUMENT_BYTES = 1 << 30
+"""About 8 million nodes of inventory; anything larger is a mistake (or /dev/zero)."""
 INVENTORY_KEYS = frozenset({"defaults", "nodes", "targets"})
 DEFAULTS_KEYS = frozenset({"exporters"})
 # In a ``nodes`` entry the node is ``name`` and the job/port come from ``exporters``.
 _NODE_FIELDS = {"node": "name", "job": "exporters", "port": "exporters"}
 
 
+# sharder.inventory.PlainText's regex would say nothing to a reader.
+PLAIN_TEXT_MESSAGE = "must not contain control characters or start/end with whitespace"
+
+
 def field_path(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if part == "[key]":  # pydantic's marker: the mapping key itself is what is wrong
+            out += " (key)"
+        else:
+            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
 
@@ -51,7 +60,11 @@ def raise_first_error(
         loc = (rename[loc[0]], *loc[1:])
     path = field_path(loc)
     field = f"{prefix}{'.' if prefix and path and not path.startswith('[') else ''}{path}"
-    message = str(first["msg"]).removeprefix("Value error, ")
+    plain = (
+        first["type"] == "string_pattern_mismatch"
+        and first.get("ctx", {}).get("pattern") == PLAIN_TEXT_PATTERN
+    )
+    message = PLAIN_TEXT_MESSAGE if plain else str(first["msg"]).removeprefix("Value error, ")
     value = first.get("input")
     if isinstance(value, dict | list):
         value = None  # a whole sub-document is noise; the field path says where
@@ -62,7 +75,10 @@ def read_document(path: Path, *, error_cls: type[SpecError] = SpecError) -> Any:
     """A file's data: JSON for ``*.json``, YAML otherwise; every failure is one ``error_cls``."""
     source = str(path)
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as stream:  # a FIFO or /dev/zero must not read forever
+            raw = stream.read(MAX_DOCUMENT_BYTES + 1)
+        if len(raw) > MAX_DOCUMENT_BYTES:
+            raise error_cls(f"larger than {MAX_DOCUMENT_BYTES >> 20} MiB; split the inventory", source=source)
     except FileNotFoundError:
         raise error_cls("file not found", source=source) from None
     except IsADirectoryError:
@@ -113,6 +129,9 @@ def parse_target(
     """
     if not isinstance(raw, dict):
         raise InventoryError(f"expected a mapping, got {_kind(raw)}", field=where, value=raw, source=source)
+    weight = _job_weight(raw, jobs)
+    if weight is not None:
+        raw = {**raw, "weight": weight}  # before validation: a copy of the model costs more
     try:
         target = Target.model_validate(raw)
     except ValidationError as exc:
@@ -122,6 +141,15 @@ def parse_target(
     if job is not None and target.explicit_weight is None:
         target = target.model_copy(update={"explicit_weight": job.target_weight(target.gpus)})
     return target
+
+
+def _job_weight(raw: dict[Any, Any], jobs: Mapping[str, JobSpec] | None) -> int | None:
+    """The job's weight for a raw target that sets none and has a plain GPU count, else None."""
+    name, gpus = raw.get("job"), raw.get("gpus", 0)
+    if jobs is None or "weight" in raw or not isinstance(name, str) or type(gpus) is not int:
+        return None
+    job = jobs.get(name)
+    return job.target_weight(gpus) if job is not None and 0 <= gpus <= 64 else None
 
 
 class TargetIndex:
@@ -145,22 +173,24 @@ class TargetIndex:
         return (scheme, target.address, target.port, target.metrics_path or path)
 
     def add(self, target: Target, *, where: str) -> None:
+        instance = target.instance
+        identity = target.explicit_identity or instance
         endpoint = self.endpoint(target)
         other = self.endpoints.get(endpoint)
         if other is not None:  # the field names this entry, the message the other one
             raise InventoryError(
                 f"duplicate target (also at {other})",
                 field=f"{where}.address",
-                value=target.instance,
+                value=instance,
                 source=self.source,
             )
-        other = self.identities.get(target.identity)
+        other = self.identities.get(identity)
         if other is not None:
             raise InventoryError(
                 f"duplicate target identity (also at {other}); set 'identity' on targets that share"
                 " an address and port",
                 field=f"{where}.identity",
-                value=target.identity,
+                value=identity,
                 source=self.source,
             )
         known = self.nodes.get(target.node)
@@ -173,7 +203,7 @@ class TargetIndex:
                 source=self.source,
             )
         self.endpoints[endpoint] = where
-        self.identities[target.identity] = where
+        self.identities[identity] = where
         if known is None:
             self.nodes[target.node] = (target.address, where)
         self.targets.append(target)
@@ -238,8 +268,11 @@ def _add_node(
         raise InventoryError(
             "no exporters for this node (set defaults.exporters)", field=where, source=source
         )
-    for job, port in sorted(jobs_here.items(), key=lambda kv: repr(kv[0])):
+    for job, port in jobs_here.items():  # file order: deterministic, and errors follow the file
         raw = {**fields, "node": name, "job": job, "port": port}
+        weight = _job_weight(raw, jobs)
+        if weight is not None:
+            raw["weight"] = weight  # our own dict: spares parse_target a copy
         target = parse_target(raw, where=where, source=source, jobs=jobs, rename=_NODE_FIELDS)
         index.add(target, where=where)
 

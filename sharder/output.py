@@ -28,7 +28,7 @@ import yaml
 from pydantic import ValidationError
 
 from sharder.assignment import Assignment
-from sharder.errors import AssignmentError, OutputError
+from sharder.errors import AssignmentError, OutputError, clip
 from sharder.inventory import Target
 from sharder.render import ChildConfig, manifest, render_children
 from sharder.spec import FederationSpec
@@ -80,20 +80,20 @@ def read_assignment(out_dir: str | Path) -> Assignment | None:
     """The assignment a previous run left in ``out_dir``; None on a first run."""
     path = Path(out_dir) / ASSIGNMENT_FILE
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise AssignmentError(f"{path}: cannot read previous assignment: {exc.strerror}") from exc
+        raise AssignmentError(f"{path}: cannot read previous assignment: {exc.strerror}") from None
     try:
-        return Assignment.model_validate_json(text)
+        return Assignment.model_validate_json(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
+        first = exc.errors(include_url=False)[0]
+        where = clip(".".join(str(p) for p in first["loc"]))
         raise AssignmentError(
-            f"{path}: not a valid assignment ({where + ': ' if where else ''}{first['msg']});"
-            " delete it to start afresh"
-        ) from exc
+            f"{path}: not a valid assignment ({where + ': ' if where else ''}{clip(first['msg'])});"
+            " delete it to start afresh (the next render then places every target anew)"
+        ) from None
 
 
 def _safe_relative(path: str) -> PurePosixPath:

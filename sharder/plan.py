@@ -77,13 +77,17 @@ def diff(old: Assignment | None, new: Assignment) -> Plan:
     """Moves, additions, removals and per-shard load from ``old`` (None: nothing yet) to ``new``."""
     before = old.targets if old is not None else {}
     after = new.targets
+    # Filter, then sort only what changed: a re-plan of 800k unchanged targets sorts nothing.
     moves = [
         Move(identity=identity, from_shard=before[identity], to_shard=shard)
-        for identity, shard in sorted(after.items())
-        if identity in before and before[identity] != shard
+        for identity, shard in sorted((i, s) for i, s in after.items() if i in before and before[i] != s)
     ]
-    added = [Placement(identity=i, shard=s) for i, s in sorted(after.items()) if i not in before]
-    removed = [Placement(identity=i, shard=s) for i, s in sorted(before.items()) if i not in after]
+    added = [
+        Placement(identity=i, shard=s) for i, s in sorted((i, s) for i, s in after.items() if i not in before)
+    ]
+    removed = [
+        Placement(identity=i, shard=s) for i, s in sorted((i, s) for i, s in before.items() if i not in after)
+    ]
     old_shards = set(old.shards) if old is not None else set()
     ordered = _shard_order({**(old.shards if old is not None else {}), **new.shards})
     old_load = old.load() if old is not None else {}

@@ -1,4 +1,4 @@
-"""``gpufed bench sharding`` and ``gpufed bench render``: thin commands over the sharder benches."""
+"""``gpufed bench sharding``, ``render`` and ``inventory``: thin commands over the sharder benches."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from rich.table import Table
 
 from sharder.assign import ALGORITHM, STRATEGIES
 from sharder.bench import MAX_TARGETS, run_sharding_bench
+from sharder.bench_inventory import MAX_NODES, run_inventory_bench
 from sharder.bench_render import run_render_bench
 
 
@@ -48,6 +49,23 @@ def render(
     Console().print(_table(result, title=f"render: {children} children"))
 
 
+def inventory(
+    nodes: Annotated[int, typer.Option(min=1, max=MAX_NODES, help="GPU nodes (2 targets each)")] = 400_000,
+    nodes_per_shard: Annotated[int, typer.Option(min=1, help="sharding.targets_per_shard")] = 100,
+    seed: Annotated[int, typer.Option(help="seed for teams and the 4/8 GPU mix")] = 0,
+    anchor_nodes: Annotated[int, typer.Option(min=1, help="nodes the old-loader anchor reads")] = 20_000,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Time loading, assigning and planning a large static inventory; peak RSS."""
+    result = run_inventory_bench(
+        nodes=nodes, nodes_per_shard=nodes_per_shard, seed=seed, anchor_nodes=anchor_nodes
+    )
+    if as_json:
+        typer.echo(json.dumps(result, sort_keys=True))
+        return
+    Console().print(_table(result, title=f"inventory: {nodes} nodes"))
+
+
 def _table(result: dict[str, Any], *, title: str) -> Table:
     table = Table(title=title)
     table.add_column("figure")
@@ -60,3 +78,4 @@ def _table(result: dict[str, Any], *, title: str) -> Table:
 def register(bench_app: typer.Typer) -> None:
     bench_app.command("sharding")(sharding)
     bench_app.command("render")(render)
+    bench_app.command("inventory")(inventory)

@@ -1,7 +1,10 @@
 """``gpufed render`` and ``gpufed plan``: thin commands over ``federation.pipeline``.
 
 Bad input (any ``SharderError``) prints one ``error: ...`` line on stderr and exits 2;
-a config promtool rejects exits 1 with promtool's message. No tracebacks either way.
+a config promtool rejects exits 1 with promtool's message. No tracebacks either way;
+running out of memory (say under ``ulimit -v``) is one line and exit 2 as well, and
+the output tree is left as it was. Repaired oddities in the previous state print
+``warning: ...`` lines on stderr.
 """
 
 from __future__ import annotations
@@ -30,6 +33,17 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print a machine-readable 
 AllowAlgoOpt = Annotated[
     bool, typer.Option("--allow-algorithm-change", help="reassign everything if the algorithm changed")
 ]
+AllowRemovalOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-mass-removal",
+        help="allow removing more than sharding.max_removal_share (default 50%) of the targets at once",
+    ),
+]
+LockTimeoutOpt = Annotated[
+    float,
+    typer.Option("--lock-timeout", min=0, help="seconds to wait for another run writing the same --out"),
+]
 
 
 def one_line(exc: Exception) -> str:
@@ -47,6 +61,13 @@ def user_errors() -> Iterator[None]:
     except SharderError as exc:
         typer.echo(f"error: {one_line(exc)}", err=True)
         raise typer.Exit(2) from exc
+    except MemoryError as exc:
+        typer.echo("error: out of memory (the output directory was left as it was)", err=True)
+        raise typer.Exit(2) from exc
+
+
+def warn(message: str) -> None:
+    typer.echo(f"warning: {one_line(Exception(message))}", err=True)
 
 
 def render_command(
@@ -56,6 +77,8 @@ def render_command(
     no_check: Annotated[bool, typer.Option("--no-check", help="skip promtool/amtool checks")] = False,
     as_json: JsonOpt = False,
     allow_algorithm_change: AllowAlgoOpt = False,
+    allow_mass_removal: AllowRemovalOpt = False,
+    lock_timeout: LockTimeoutOpt = 30.0,
 ) -> None:
     """Assign targets to shards and write every child Prometheus config into OUT."""
     checker = None if no_check else Promtool.find()
@@ -71,6 +94,9 @@ def render_command(
             checker=checker,
             alert_checker=alert_checker,
             allow_algorithm_change=allow_algorithm_change,
+            allow_mass_removal=allow_mass_removal,
+            lock_timeout=lock_timeout,
+            warn=warn,
         )
     info = pipeline.summary(result)
     if as_json:
@@ -90,7 +116,11 @@ def plan_command(
     with user_errors():
         loaded_spec, targets = pipeline.load_inputs(spec, inventory)
         result = pipeline.plan(
-            loaded_spec, targets, previous_dir=previous, allow_algorithm_change=allow_algorithm_change
+            loaded_spec,
+            targets,
+            previous_dir=previous,
+            allow_algorithm_change=allow_algorithm_change,
+            warn=warn,
         )
     if as_json:
         typer.echo(json.dumps(result.to_json_dict(), sort_keys=True, indent=2))
@@ -102,7 +132,8 @@ def print_render_summary(info: dict[str, Any]) -> None:
     console = Console()
     table = Table(
         title=f"{info['children']} children rendered into {info['out']}",
-        caption="load: GPUs scraped; max and mean: load per shard",
+        caption="load: weight units (a GPU exporter target counts its node's GPUs, other targets 1);"
+        " max and mean: load per shard",
     )
     table.add_column("region", no_wrap=True)
     for column in ("shards", "children", "targets", "load", "max", "mean"):
@@ -121,8 +152,8 @@ def print_render_summary(info: dict[str, Any]) -> None:
     checked = f"promtool checked {info['checked']} configs" if info["checked"] else "configs not checked"
     if info["alerting_checked"]:
         checked += ", amtool checked alertmanager.yml"
-    moved = "first run" if info["first_run"] else f"{info['moved']} targets moved"
-    console.print(f"{checked}; {moved}")
+    changes = f"{info['added']} added, {info['removed']} removed, {info['moved']} moved"
+    console.print(f"{checked}; {changes}" + (" (first run)" if info["first_run"] else ""))
 
 
 def shard_order(shard: str) -> tuple[str, int, str]:
@@ -149,7 +180,7 @@ def print_plan(plan: Plan, *, max_moves: int = 50) -> None:
         if len(plan.moves) > max_moves:
             moves.add_row(f"... {len(plan.moves) - max_moves} more (--json lists all)", "", "")
         console.print(moves)
-    loads = Table(title="load per shard (GPUs)")
+    loads = Table(title="load per shard (weight units)")
     for column in ("shard", "before", "after", "change"):
         loads.add_column(column, justify="left" if column == "shard" else "right")
     for shard in sorted({*plan.load_before, *plan.load_after}, key=shard_order):

@@ -75,7 +75,7 @@ def test_render_example_is_checked_and_repeatable(app: typer.Typer, tmp_path: Pa
 
     again = invoke(app, "render", "--spec", SPEC, "--inventory", INVENTORY, "--out", out)
     assert again.exit_code == 0, again.output
-    assert "0 targets moved" in again.stdout and "cn-beijing" in again.stdout
+    assert "0 added, 0 removed, 0 moved" in " ".join(again.stdout.split()) and "cn-beijing" in again.stdout
     assert tree(out) == before, "same input, same bytes"
 
 
@@ -110,7 +110,7 @@ def test_no_check_skips_promtool(app: typer.Typer, tmp_path: Path) -> None:
         app, "render", "--spec", spec_path, "--inventory", inventory_path, "--out", out, "--no-check"
     )
     assert result.exit_code == 0, result.output
-    assert "configs not checked; first run" in result.stdout
+    assert "configs not checked; 6 added, 0 removed, 0 moved (first run)" in " ".join(result.stdout.split())
     assert (out / "children" / "cn-beijing-1" / "targets" / "gpu.json").is_file()
 
 
