@@ -347,8 +347,9 @@ def placement_delta(
 ) -> tuple[list[Target], list[str]]:
     """What placement must consider: (targets to place, identities to remove).
 
-    A target whose region or weight changed is removed and placed again; one whose other
-    fields changed (labels, rack, team, metrics path) needs no placement at all.
+    A target whose region, weight or node changed is removed and placed again (the
+    incremental assigner keeps its shard when it can); one whose other fields changed
+    (labels, rack, team, metrics path) needs no placement at all.
     """
     removed = [identity for identity in old if identity not in new]
     added: list[Target] = []
@@ -356,7 +357,9 @@ def placement_delta(
         before = old.get(identity)
         if before is None:
             added.append(target)
-        elif before is not target and (before.region != target.region or before.weight != target.weight):
+        elif before is not target and (
+            before.region != target.region or before.weight != target.weight or before.node != target.node
+        ):
             removed.append(identity)
             added.append(target)
     return added, removed
