@@ -49,7 +49,7 @@ def test_hashmod_refuses_a_zero_modulus() -> None:
 
 
 def test_key_hash_and_ring_points_are_pinned() -> None:
-    """These values are part of bounded-ring v1: changing them needs a new algorithm_version."""
+    """These values are part of bounded-ring (v1 and v2): changing them needs a new algorithm_version."""
     assert key_hash("10.0.0.1:9400") == 8787868372495930868
     assert ring_points("cn-beijing-0", 2) == [3963773915032914100, 17766971323521326534]
 
