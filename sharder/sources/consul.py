@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import consul
@@ -260,13 +261,13 @@ class ConsulSource:
         except (consul.ConsulException, requests.RequestException, OSError, ValueError) as exc:
             return self._fail(watch, error_reason(exc), f"{watch.key}: {exc}")
         try:
-            keys, decoded = decode_answer(body, known=watch.cache)
+            keys, parsed = decode_answer(body, known=watch.cache, convert=partial(self._parse, watch=watch))
         except NotAList as exc:
             return self._fail(watch, "invalid_answer", f"{watch.key}: {exc}")
         except ValueError as exc:
             return self._fail(watch, "invalid_json", f"{watch.key}: Failed to decode JSON: {exc}")
         watch.advance(header)
-        watch.targets = self._targets(watch, keys, decoded)
+        watch.targets = self._targets(watch, keys, parsed)
         watch.ok = True
         self.last_error = ""
         self._push(watch)
@@ -309,17 +310,16 @@ class ConsulSource:
             else:
                 stop.wait(backoff.next())
 
-    def _targets(self, watch: _Watch, keys: list[bytes], decoded: Mapping[bytes, Any]) -> list[Target]:
+    def _targets(
+        self, watch: _Watch, keys: list[bytes], parsed: Mapping[bytes, tuple[Target | None, str]]
+    ) -> list[Target]:
         """Targets of an answer; an entry whose bytes did not change is not decoded again."""
         allowed = ("passing", "warning") if self.config.allow_warning else ("passing",)
-        dc = watch.dc or ""
         cache: dict[bytes, tuple[Target | None, str]] = {}
         good: list[Target] = []
         bad = 0
         for key in keys:
-            hit = watch.cache.get(key)
-            if hit is None:
-                hit = self._parse(decoded[key], dc=dc, where=watch.key)
+            hit = watch.cache.get(key) or parsed[key]
             cache[key] = hit
             target, status = hit
             if target is None:
@@ -331,7 +331,8 @@ class ConsulSource:
             self._sink.on_error(self.source_name(watch), "invalid_target")
         return good
 
-    def _parse(self, entry: Any, *, dc: str, where: str) -> tuple[Target | None, str]:
+    def _parse(self, entry: Any, *, watch: _Watch) -> tuple[Target | None, str]:
+        dc, where = watch.dc or "", watch.key
         if not isinstance(entry, dict):
             log.warning("consul entry skipped source=%s error=not an object", where)
             return None, ""

@@ -15,8 +15,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Container
-from typing import Any
+from collections.abc import Callable, Container
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def _same(entry: Any) -> Any:
+    return entry
 
 _BOUNDARY = re.compile(rb'\}\s*,\s*\{\s*"Node"\s*:\s*\{')
 _FIRST = re.compile(rb'\{\s*"Node"\s*:\s*\{')
@@ -45,21 +51,25 @@ class NotAList(ValueError):
     """The answer is JSON, but not the array of entries Consul sends."""
 
 
-def decode_answer(body: bytes, *, known: Container[bytes]) -> tuple[list[bytes], dict[bytes, Any]]:
-    """(one key per entry, in order; the decoded entry of each key not in ``known``).
+def decode_answer(
+    body: bytes, *, known: Container[bytes], convert: Callable[[Any], T] = _same
+) -> tuple[list[bytes], dict[bytes, T]]:
+    """(one key per entry, in order; ``convert(entry)`` of each key not in ``known``).
 
     Keys are the entries' raw bytes when :func:`split_entries` succeeds and every new
     fragment decodes on its own; otherwise the whole body is decoded and each entry is
-    keyed by its canonical JSON. Raises ``ValueError`` for a body that is not JSON and
-    :class:`NotAList` for JSON that is not an array.
+    keyed by its canonical JSON. Each entry is converted as soon as it is decoded, so a
+    first answer of 10,000 entries never holds all of them as Python objects at once.
+    Raises ``ValueError`` for a body that is not JSON and :class:`NotAList` for JSON
+    that is not an array.
     """
     parts = split_entries(body)
     if parts is not None:
-        decoded: dict[bytes, Any] = {}
+        decoded: dict[bytes, T] = {}
         try:
             for part in parts:
                 if part not in known and part not in decoded:
-                    decoded[part] = json.loads(part)
+                    decoded[part] = convert(json.loads(part))
         except ValueError:
             pass  # a cut in the wrong place: fall through to the full decode
         else:
@@ -68,4 +78,4 @@ def decode_answer(body: bytes, *, known: Container[bytes]) -> tuple[list[bytes],
     if not isinstance(entries, list):
         raise NotAList(f"expected a JSON array, got {type(entries).__name__}")
     keys = [json.dumps(entry, sort_keys=True).encode() for entry in entries]
-    return keys, {key: entry for key, entry in zip(keys, entries, strict=True) if key not in known}
+    return keys, {key: convert(entry) for key, entry in zip(keys, entries, strict=True) if key not in known}
