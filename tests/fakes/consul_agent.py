@@ -14,12 +14,22 @@ with `X-Consul-Index`. Registration validates Meta limits and the check's
 DeregisterCriticalServiceAfter the way Consul does (HTTP 400 with a plain-text reason).
 `restart()` forgets every service (an agent rebuilt without its data dir);
 `run_checks()` runs the HTTP checks once; `set_status()` forces a check status.
+
+For discovery tests: `node_meta` is the agent node's Meta; `acl_token` makes reads
+answer 403 "Permission denied" without that token (X-Consul-Token header or ?token=);
+`?dc=` other than dc1 answers 500 "No path to datacenter"; `set_index()` moves the raft
+index (backwards too, as after a snapshot restore); `inject()` queues canned answers
+(status, body, headers) for the next health reads, to serve garbage exactly as given;
+`kill()` closes the listener (connection refused) and `revive()` opens it again on the
+same port, keeping the state; `register_local()` registers without HTTP (bulk set-up).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -101,11 +111,17 @@ class Service:
 class FakeConsulAgent:
     """Thread-safe fake agent + catalog for one node; use as a context manager."""
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, acl_token: str | None = None) -> None:
         self.services: dict[str, Service] = {}
         self.index = 1
+        self.node_meta: dict[str, str] = {}
+        self.node_index = 1
+        self.acl_token = acl_token
+        self.injected: list[tuple[int, str | bytes, dict[str, str]]] = []
+        self._connections: set[socket.socket] = set()
         self.requests: list[tuple[str, str]] = []  # (method, path?query), for assertions
         self._cond = threading.Condition()
+        self._host = host
         self._server = ThreadingHTTPServer((host, port), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
@@ -137,6 +153,44 @@ class FakeConsulAgent:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def kill(self) -> None:
+        """Close the listener: clients now get "connection refused"; state is kept."""
+        port = self.port
+        self.stop()
+        for conn in list(self._connections):  # a dead agent drops kept-alive connections too
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        self._killed_port = port
+
+    def revive(self) -> None:
+        """Listen again on the same port with the same state."""
+        self._server = ThreadingHTTPServer((self._host, self._killed_port), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
+                                        daemon=True)
+        self._thread.start()
+
+    def set_index(self, index: int) -> None:
+        """Move the raft index to ``index`` (backwards too) and wake blocked queries."""
+        with self._cond:
+            self.index = index
+            self._cond.notify_all()
+
+    def set_node_meta(self, meta: dict[str, str]) -> None:
+        with self._cond:
+            self.node_meta = dict(meta)
+            self.node_index = self.index + 1
+            self._bump()
+
+    def inject(self, status: int, body: str | bytes, headers: dict[str, str] | None = None) -> None:
+        """Answer the next health read with exactly this (after any blocking wait)."""
+        with self._cond:
+            self.injected.append((status, body, dict(headers or {})))
+
+    def register_local(self, body: dict[str, Any]) -> None:
+        """What PUT /v1/agent/service/register does, without the HTTP round trip."""
+        self.register(body, replace_checks=True)
 
     def restart(self) -> None:
         """Forget everything, as an agent rebuilt without its data directory does."""
@@ -258,24 +312,46 @@ class FakeConsulAgent:
                 "CreateIndex": s.create_index, "ModifyIndex": s.modify_index,
             } for s in self._matching(name, query)]
 
-    def health_service(self, name: str, query: dict[str, list[str]]) -> list[dict[str, Any]]:
+    def health_service_body(self, name: str, query: dict[str, list[str]]) -> bytes:
+        """The JSON body of health_service, built from per-entry fragments cached by what
+        can change them, so a 10,000-service answer costs the stand-in milliseconds (real
+        Consul encodes it in Go) and benchmarks time gpufed rather than this fake."""
         passing = "passing" in query and query["passing"][0].lower() not in ("0", "false")
-        out = []
+        cache: dict[tuple[Any, ...], bytes] = getattr(self, "_fragments", {})
+        fresh: dict[tuple[Any, ...], bytes] = {}
+        parts = []
         with self._cond:
             for s in self._matching(name, query):
-                checks = [{"Node": NODE, "CheckID": "serfHealth", "Name": "Serf Health Status",
-                           "Status": "passing", "ServiceID": "", "ServiceName": ""}]
-                checks += [c.as_json() for c in s.checks.values()]
-                if passing and any(c["Status"] != "passing" for c in checks):
+                statuses = tuple((c.status, c.output) for c in s.checks.values())
+                if passing and any(status != "passing" for status, _ in statuses):
                     continue
-                out.append({
-                    "Node": {"ID": "00000000-0000-0000-0000-000000000001", "Node": NODE,
-                             "Address": NODE_ADDRESS, "Datacenter": DATACENTER, "Meta": {}},
-                    "Service": {**s.agent_json(), "CreateIndex": s.create_index,
-                                "ModifyIndex": s.modify_index},
-                    "Checks": checks,
-                })
-        return out
+                key = (s.service_id, s.modify_index, self.node_index, statuses)
+                fragment = cache.get(key)
+                if fragment is None:
+                    fragment = json.dumps(self._health_entry(s)).encode()
+                fresh[key] = fragment
+                parts.append(fragment)
+        self._fragments = fresh
+        return b"[" + b",".join(parts) + b"]"
+
+    def health_service(self, name: str, query: dict[str, list[str]]) -> list[dict[str, Any]]:
+        passing = "passing" in query and query["passing"][0].lower() not in ("0", "false")
+        with self._cond:
+            return [self._health_entry(s) for s in self._matching(name, query)
+                    if not (passing and any(c.status != "passing" for c in s.checks.values()))]
+
+    def _health_entry(self, s: Service) -> dict[str, Any]:
+        checks = [{"Node": NODE, "CheckID": "serfHealth", "Name": "Serf Health Status",
+                   "Status": "passing", "ServiceID": "", "ServiceName": ""}]
+        checks += [c.as_json() for c in s.checks.values()]
+        return {
+            "Node": {"ID": "00000000-0000-0000-0000-000000000001", "Node": NODE,
+                     "Address": NODE_ADDRESS, "Datacenter": DATACENTER,
+                     "TaggedAddresses": {"lan": NODE_ADDRESS, "wan": NODE_ADDRESS},
+                     "Meta": dict(self.node_meta), "CreateIndex": 1, "ModifyIndex": self.node_index},
+            "Service": {**s.agent_json(), "CreateIndex": s.create_index, "ModifyIndex": s.modify_index},
+            "Checks": checks,
+        }
 
     # ---- HTTP --------------------------------------------------------------------------
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
@@ -284,6 +360,14 @@ class FakeConsulAgent:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True
+
+            def setup(self) -> None:
+                super().setup()
+                agent._connections.add(self.connection)
+
+            def finish(self) -> None:
+                agent._connections.discard(self.connection)
+                super().finish()
 
             def _reply(self, status: int, body: Any, *, index: int | None = None) -> None:
                 data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
@@ -294,6 +378,16 @@ class FakeConsulAgent:
                     self.send_header("X-Consul-Index", str(index))
                     self.send_header("X-Consul-KnownLeader", "true")
                     self.send_header("X-Consul-LastContact", "0")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _raw(self, status: int, body: str | bytes, headers: dict[str, str]) -> None:
+                data = body.encode() if isinstance(body, str) else body
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -329,7 +423,21 @@ class FakeConsulAgent:
                 for prefix, reader in (("/v1/catalog/service/", agent.catalog_service),
                                        ("/v1/health/service/", agent.health_service)):
                     if method == "GET" and path.startswith(prefix):
+                        token = self.headers.get("X-Consul-Token") or query.get("token", [""])[0]
+                        if agent.acl_token is not None and token != agent.acl_token:
+                            return self._reply(403, "Permission denied")
+                        if query.get("dc", [DATACENTER])[0] != DATACENTER:
+                            return self._reply(500, "No path to datacenter")
                         index = agent._wait(query)
+                        if prefix == "/v1/health/service/" and agent.injected:
+                            with agent._cond:
+                                status, body, headers = agent.injected.pop(0)
+                            return self._raw(status, body, headers)
+                        if prefix == "/v1/health/service/":
+                            body = agent.health_service_body(path[len(prefix):], query)
+                            return self._raw(200, body, {"X-Consul-Index": str(index),
+                                                         "X-Consul-KnownLeader": "true",
+                                                         "X-Consul-LastContact": "0"})
                         return self._reply(200, reader(path[len(prefix):], query), index=index)
                 return self._reply(404, f"Invalid URL path: not a recognized HTTP API endpoint: {path}")
 
@@ -343,3 +451,36 @@ class FakeConsulAgent:
                 pass
 
         return Handler
+
+
+def exporter_service(i: int, *, regions: int = 2) -> dict[str, Any]:
+    """A registration like gpufed-exporter's (Meta region/rack/team/gpu_count/node), passing."""
+    return {
+        "Name": "gpufed-exporter", "ID": f"gpufed-exporter-node-{i}-9400",
+        "Address": f"10.{i // 62500}.{i // 250 % 250}.{i % 250 + 1}", "Port": 9400,
+        "Tags": ["gpu", "prometheus"],
+        "Meta": {"region": f"region-{i % regions}", "rack": f"rack-{i % 16:02d}", "team": "llm",
+                 "gpu_count": "8", "metrics_path": "/metrics", "node": f"node-{i}"},
+        "Check": {"TTL": "1h", "Status": "passing"},
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the agent as its own process (benchmarks): prints its port, serves until killed."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="fake Consul agent (a test stand-in)")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--services", type=int, default=0, help="exporter services registered at start")
+    parser.add_argument("--regions", type=int, default=2)
+    args = parser.parse_args(argv)
+    agent = FakeConsulAgent(port=args.port)
+    for i in range(args.services):
+        agent.register_local(exporter_service(i, regions=args.regions))
+    agent.start()
+    print(agent.port, flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

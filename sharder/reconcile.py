@@ -1,0 +1,365 @@
+"""The reconcile loop: target sets pushed by sources -> one debounced, sticky assignment.
+
+Pipeline: sources (``sharder.sources.*``, one thread each) push *full* target sets into
+:meth:`Reconciler.on_change`; :meth:`Reconciler.tick` (called by :meth:`Reconciler.run`
+or by a test with a fake clock) merges them, applies grace periods and shard-count
+hysteresis, and assigns through ``assign_fn`` (sticky ``sharder.assign.assign`` unless
+the controller injects its own). Plain Python, no I/O: time comes from ``clock``.
+
+**Merge.** Sources merge by target identity. When two sources list the same identity
+the one earlier in ``precedence`` wins; sources not named there come after, in name
+order. So ``precedence=("file", "consul")`` lets a hand-kept file override Consul. A
+source pushing several sets (``consul/<service>@<dc>``) ranks by the part before "/".
+
+**Debounce.** The first unapplied change opens a window of ``debounce_s`` (default
+1 s); everything that arrives within it lands in one assignment at its end. So a burst
+costs one re-assignment and no change waits longer than ``debounce_s``, even when the
+registry never settles (a trailing debounce would keep postponing it).
+
+**Grace.** A target that vanishes from every source is kept (in its shard) for
+``grace_s`` (default 2 min); one that comes back in time never left, so a flapping
+target never changes shard. A source that fails keeps its last set: errors go to
+:meth:`Reconciler.on_error` and only count.
+
+**Hysteresis.** See :mod:`sharder.sizing`; its counts go to ``assign`` as ``shard_counts``.
+
+**Incremental.** With the default ``assign_fn`` the loop keeps a
+``sharder.incremental.IncrementalAssigner``: a change costs time in proportion to the
+change, and the result equals ``assign(spec, targets, previous=<last>)``. A change of
+shard counts (or a custom ``assign_fn``, e.g. the controller's overrides) runs in full.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
+
+from sharder import plan as plan_mod
+from sharder import sizing
+from sharder.assign import assign
+from sharder.assignment import Assignment
+from sharder.errors import SharderError
+from sharder.incremental import IncrementalAssigner
+from sharder.inventory import Target, sort_targets
+from sharder.spec import FederationSpec
+
+log = logging.getLogger(__name__)
+
+
+class AssignFn(Protocol):
+    """How the loop assigns; ``shard_counts`` carries the hysteresis decision per region."""
+
+    def __call__(
+        self,
+        spec: FederationSpec,
+        targets: Sequence[Target],
+        *,
+        previous: Assignment | None,
+        shard_counts: Mapping[str, int],
+    ) -> Assignment: ...
+
+
+class DiscoveryObserver(Protocol):
+    """What the loop reports (``sharder.discovery_metrics.DiscoveryMetrics`` implements it)."""
+
+    def success(self, source: str, *, targets: int) -> None: ...
+
+    def error(self, source: str, *, reason: str, count: int = 1) -> None: ...
+
+
+class LastKnownStore(Protocol):
+    """Where the merged per-source sets survive a restart (``sharder.lastknown``)."""
+
+    def save(self, sets: Mapping[str, Sequence[Target]]) -> None: ...
+
+
+def sticky_assign(
+    spec: FederationSpec,
+    targets: Sequence[Target],
+    *,
+    previous: Assignment | None,
+    shard_counts: Mapping[str, int],
+) -> Assignment:
+    """Default ``assign_fn``: sticky ``sharder.assign.assign`` with the hysteresis counts."""
+    return assign(spec, targets, previous=previous, shard_counts=shard_counts)
+
+
+OnAssignment = Callable[[Assignment, plan_mod.Plan], None]
+
+
+class Reconciler:
+    """Thread-safe: sources call ``on_change``/``on_error`` from their own threads."""
+
+    def __init__(
+        self,
+        *,
+        spec: FederationSpec,
+        previous: Assignment | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        debounce_s: float = 1.0,
+        grace_s: float = 120.0,
+        hysteresis: sizing.Hysteresis | None = None,
+        precedence: Sequence[str] = (),
+        assign_fn: AssignFn = sticky_assign,
+        on_assignment: OnAssignment | None = None,
+        observer: DiscoveryObserver | None = None,
+        store: LastKnownStore | None = None,
+        persist_interval_s: float = 5.0,
+    ) -> None:
+        self.spec = spec
+        self._clock = clock
+        self.debounce_s, self.grace_s = debounce_s, grace_s
+        self._sizer = sizing.ShardSizer(spec, hysteresis or sizing.Hysteresis(), previous=previous)
+        self._precedence = list(precedence)
+        self._assign_fn = assign_fn
+        self._on_assignment = on_assignment
+        self._observer = observer
+        self._store = store
+        self.persist_interval_s = persist_interval_s
+        self._persisted_at = float("-inf")
+        self._persist_due = False
+        self._regions = set(spec.region_names())
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._sets: dict[str, dict[str, Target]] = {}
+        self._versions: dict[str, str | None] = {}
+        self._missing_since: dict[str, float] = {}
+        self._first_dirty: float | None = None
+        self._assignment = previous
+        self._applied: dict[str, Target] = {}
+        self.assignments = 0
+        self._incremental: IncrementalAssigner | None = None
+
+    # ---- input from sources (any thread) -------------------------------------------------
+    def on_change(self, source: str, targets: Iterable[Target], *, version: str | None = None) -> None:
+        """``targets`` is the source's whole current set (not a delta)."""
+        kept: dict[str, Target] = {}
+        unknown = duplicate = 0
+        for target in targets:
+            identity = target.identity  # computed, so once
+            if target.region not in self._regions:
+                unknown += 1
+            elif identity in kept:
+                duplicate += 1
+            else:
+                kept[identity] = target
+        for reason, count in (("unknown_region", unknown), ("duplicate", duplicate)):
+            if count:
+                log.warning("discovery source=%s skipped targets reason=%s count=%d", source, reason, count)
+                if self._observer is not None:
+                    self._observer.error(source, reason=reason, count=count)
+        if self._observer is not None:
+            self._observer.success(source, targets=len(kept))
+        with self._wake:
+            self._versions[source] = version
+            before = self._sets.get(source, {})
+            if before == kept:
+                return
+            self._sets[source] = kept
+            now = self._clock()
+            for identity in before.keys() - kept.keys():  # the grace period starts now
+                if identity in self._applied and not any(identity in s for s in self._sets.values()):
+                    self._missing_since.setdefault(identity, now)
+            self._mark_dirty()
+
+    def on_error(self, source: str, reason: str) -> None:
+        """A failed poll or watch: the source's last set stays; only the count moves."""
+        if self._observer is not None:
+            self._observer.error(source, reason=reason)
+
+    def seed(self, sets: Mapping[str, Sequence[Target]]) -> None:
+        """Start from persisted last-known sets (a restart while a registry is down)."""
+        for source, targets in sets.items():
+            self.on_change(source, targets, version="persisted")
+
+    # ---- the loop ------------------------------------------------------------------------
+    def tick(self) -> Assignment | None:
+        """Apply what is due now; the new assignment, or None when nothing changed."""
+        with self._lock:
+            now = self._clock()
+            if not self._due(now):
+                persist = self._persist_due and now >= self._persisted_at + self.persist_interval_s
+            else:
+                persist = None
+        if persist is not None:
+            if persist:
+                self._persist(now)
+            return None
+        with self._lock:
+            self._first_dirty = None
+            targets = self._effective(now)
+        counts = self._sizer.counts(targets, now=now)
+        if targets == self._applied and counts == self._sizer.applied and self._assignment is not None:
+            return None
+        try:
+            new = self._place(targets, counts)
+        except SharderError as exc:  # keep serving the old assignment
+            log.error("assignment failed, keeping the previous one: %s", exc)
+            if self._observer is not None:
+                self._observer.error("reconcile", reason="assignment_failed")
+            return None
+        plan = plan_mod.diff(self._assignment, new)
+        with self._lock:
+            self._assignment, self._applied = new, targets
+            self._sizer.applied = counts
+            self.assignments += 1
+        if self._on_assignment is not None:
+            self._on_assignment(new, plan)
+        self._persist_due = True
+        if now >= self._persisted_at + self.persist_interval_s:
+            self._persist(now)
+        return new
+
+    def _place(self, targets: dict[str, Target], counts: dict[str, int]) -> Assignment:
+        """The new assignment. A custom ``assign_fn`` (the controller's) sees every change.
+        With the default one: unchanged when only labels changed, incremental (the cost of
+        the change, equal to a full sticky assignment) while the shard counts stay, else
+        a full sticky assignment."""
+        previous = self._assignment
+        if self._assign_fn is not sticky_assign:
+            ordered = sort_targets(targets.values())
+            return self._assign_fn(self.spec, ordered, previous=previous, shard_counts=counts)
+        if previous is not None and counts == self._sizer.applied:
+            added, removed = placement_delta(self._applied, targets)
+            if not added and not removed:
+                return previous  # labels only: placement cannot change
+            if self._incremental is not None and self._incremental.assignment is previous:
+                return self._incremental.apply(added=added, removed=removed)
+        ordered = sort_targets(targets.values())
+        self._incremental = IncrementalAssigner(self.spec, ordered, previous=previous, shard_counts=counts)
+        return self._incremental.assignment
+
+    def _persist(self, now: float) -> None:
+        """Save the per-source sets, at most every ``persist_interval_s`` (a write costs O(fleet))."""
+        if self._store is None:
+            return
+        with self._lock:
+            sets = {name: list(members.values()) for name, members in self._sets.items()}
+            self._persisted_at, self._persist_due = now, False
+        self._store.save(sets)
+
+    def next_due(self) -> float | None:
+        """Seconds until ``tick`` has work (0: now), None when nothing is pending."""
+        with self._lock:
+            now = self._clock()
+            waits = []
+            if self._first_dirty is not None:
+                waits.append(self._first_dirty + self.debounce_s)
+            if self._missing_since:
+                waits.append(min(self._missing_since.values()) + self.grace_s)
+            shrink = self._sizer.next_shrink_at()
+            if shrink is not None:
+                waits.append(shrink)
+            if self._persist_due and self._store is not None:
+                waits.append(self._persisted_at + self.persist_interval_s)
+            return max(0.0, min(waits) - now) if waits else None
+
+    def run(self, stop: threading.Event, *, idle_s: float = 1.0) -> None:
+        """Tick whenever something is due, until ``stop`` is set (real clock only)."""
+        while not stop.is_set():
+            due = self.next_due()
+            if due is None or due > 0:
+                with self._wake:
+                    self._wake.wait(timeout=idle_s if due is None else min(due, idle_s))
+            self.tick()
+
+    # ---- state -------------------------------------------------------------------------
+    @property
+    def assignment(self) -> Assignment | None:
+        return self._assignment
+
+    @property
+    def targets(self) -> list[Target]:
+        """The targets of the current assignment (including those within their grace)."""
+        return sort_targets(self._applied.values())
+
+    @property
+    def target_map(self) -> dict[str, Target]:
+        """identity -> target of the current assignment (a copy)."""
+        return dict(self._applied)
+
+    @property
+    def pending(self) -> bool:
+        with self._lock:
+            return self._first_dirty is not None
+
+    def source_sets(self) -> dict[str, list[Target]]:
+        with self._lock:
+            return {name: sort_targets(members.values()) for name, members in self._sets.items()}
+
+    def versions(self) -> dict[str, str | None]:
+        with self._lock:
+            return dict(self._versions)
+
+    def grace_remaining(self) -> dict[str, float]:
+        """identity -> seconds until a vanished target is dropped."""
+        with self._lock:
+            now = self._clock()
+            return {i: max(0.0, t + self.grace_s - now) for i, t in sorted(self._missing_since.items())}
+
+    # ---- internals (lock held) ---------------------------------------------------------
+    def _mark_dirty(self) -> None:
+        if self._first_dirty is None:
+            self._first_dirty = self._clock()
+        self._wake.notify_all()
+
+    def _due(self, now: float) -> bool:
+        if self._assignment is None and not self._sets:
+            return False
+        if self._first_dirty is not None and now >= self._first_dirty + self.debounce_s:
+            return True
+        if any(now >= since + self.grace_s for since in self._missing_since.values()):
+            return True
+        shrink = self._sizer.next_shrink_at()
+        return shrink is not None and now >= shrink
+
+    def _merged(self) -> dict[str, Target]:
+        rank = {name: i for i, name in enumerate(self._precedence)}
+        # "consul/svc@dc2" ranks as "consul": one source may push several named sets.
+        order = sorted(self._sets, key=lambda name: (rank.get(name.split("/")[0], len(rank)), name))
+        merged: dict[str, Target] = {}
+        for name in reversed(order):  # the first in precedence is written last and wins
+            merged.update(self._sets[name])
+        return merged
+
+    def _effective(self, now: float) -> dict[str, Target]:
+        """Merged targets plus vanished ones still in their grace period."""
+        merged = self._merged()
+        for identity in list(self._missing_since):
+            if identity in merged:
+                del self._missing_since[identity]
+        for identity, target in self._applied.items():
+            if identity in merged:
+                continue
+            since = self._missing_since.setdefault(identity, now)
+            if now < since + self.grace_s:
+                merged[identity] = target
+            else:
+                del self._missing_since[identity]
+        return merged
+
+
+def placement_delta(
+    old: Mapping[str, Target], new: Mapping[str, Target]
+) -> tuple[list[Target], list[str]]:
+    """What placement must consider: (targets to place, identities to remove).
+
+    A target whose region, weight or node changed is removed and placed again (the
+    incremental assigner keeps its shard when it can); one whose other fields changed
+    (labels, rack, team, metrics path) needs no placement at all.
+    """
+    removed = [identity for identity in old if identity not in new]
+    added: list[Target] = []
+    for identity, target in new.items():
+        before = old.get(identity)
+        if before is None:
+            added.append(target)
+        elif before is not target and (
+            before.region != target.region or before.weight != target.weight or before.node != target.node
+        ):
+            removed.append(identity)
+            added.append(target)
+    return added, removed

@@ -1,0 +1,225 @@
+"""A small in-process Kubernetes API for list + watch, where kmock cannot serve a case.
+
+kmock (the first choice, used in tests/discovery/test_kubernetes_kmock.py) lists and
+watches objects, but answers every list with resourceVersion "...", ignores label
+selectors, never closes a watch (no timeoutSeconds), sends no bookmarks and never
+answers 410 Gone. This fake does exactly those, the way the API server documents them:
+
+    GET /api/v1/nodes
+    GET /api/v1/namespaces/{ns}/pods
+    GET /apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices
+        ?labelSelector=k=v,k2=v2   equality selectors only
+        ?watch=1&resourceVersion=N&allowWatchBookmarks=true&timeoutSeconds=S
+
+Every write bumps one cluster-wide resourceVersion (as etcd's revision does) and is
+kept in an event log. A list answers ``metadata.resourceVersion`` = the current one.
+A watch from N replays the events after N, then streams new ones, sends a BOOKMARK
+when ``bookmark()`` is called (if the client allowed them) and ends after
+``timeoutSeconds``. ``compact()`` forgets the history: a watch from an older version
+then gets one ERROR event carrying a 410 ``Expired`` Status and ends, and ``fail_next``
+queues plain HTTP errors (e.g. 500) for the next requests.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+KINDS = {
+    "nodes": ("Node", "v1"),
+    "pods": ("Pod", "v1"),
+    "endpointslices": ("EndpointSlice", "discovery.k8s.io/v1"),
+}
+
+
+class FakeKubeAPI:
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.revision = 100
+        self.compacted = 0
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, ns, name) -> obj
+        self.events: list[tuple[int, str, str, dict[str, Any]]] = []  # (rv, plural, type, obj)
+        self.requests: list[str] = []
+        self.fail_next: list[int] = []
+        self._bookmarks = 0
+        self._cond = threading.Condition()
+        self._server = ThreadingHTTPServer((host, port), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> FakeKubeAPI:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self.revision += 1  # wake streams so they notice the shutdown
+            self._closed = True
+            self._cond.notify_all()
+        self._server.shutdown()
+        self._server.server_close()
+
+    # ---- writes ------------------------------------------------------------------------
+    def apply(self, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create or replace an object; returns it with its new resourceVersion."""
+        kind, api_version = KINDS[plural]
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        key = (plural, meta.get("namespace", ""), meta["name"])
+        with self._cond:
+            self.revision += 1
+            meta["resourceVersion"] = str(self.revision)
+            obj.update(kind=kind, apiVersion=api_version)
+            kind_of_event = "MODIFIED" if key in self.objects else "ADDED"
+            self.objects[key] = obj
+            self.events.append((self.revision, plural, kind_of_event, copy.deepcopy(obj)))
+            self._cond.notify_all()
+        return obj
+
+    def delete(self, plural: str, name: str, namespace: str = "") -> None:
+        with self._cond:
+            obj = self.objects.pop((plural, namespace, name))
+            self.revision += 1
+            obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self.revision)}}
+            self.events.append((self.revision, plural, "DELETED", obj))
+            self._cond.notify_all()
+
+    def compact(self) -> None:
+        """Forget the event history, as etcd compaction does."""
+        with self._cond:
+            self.compacted = self.revision
+            self.events.clear()
+
+    def bookmark(self) -> None:
+        with self._cond:
+            self._bookmarks += 1
+            self._cond.notify_all()
+
+    # ---- reads -------------------------------------------------------------------------
+    @staticmethod
+    def _selected(obj: dict[str, Any], selector: str) -> bool:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        for term in filter(None, selector.split(",")):
+            key, _, value = term.partition("=")
+            if labels.get(key.strip()) != value.strip().lstrip("="):
+                return False
+        return True
+
+    def _matches(self, plural: str, namespace: str, obj: dict[str, Any], selector: str) -> bool:
+        ns = obj.get("metadata", {}).get("namespace", "")
+        return (not namespace or ns == namespace) and self._selected(obj, selector)
+
+    def list(self, plural: str, namespace: str, selector: str) -> dict[str, Any]:
+        kind, api_version = KINDS[plural]
+        with self._cond:
+            items = [copy.deepcopy(o) for (p, _, _), o in sorted(self.objects.items())
+                     if p == plural and self._matches(plural, namespace, o, selector)]
+            return {"kind": f"{kind}List", "apiVersion": api_version,
+                    "metadata": {"resourceVersion": str(self.revision)}, "items": items}
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def _json(self, status: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                api.requests.append(self.path)
+                url = urlsplit(self.path)
+                query = {k: v[0] for k, v in parse_qs(url.query).items()}
+                parts = url.path.strip("/").split("/")
+                if api.fail_next:
+                    code = api.fail_next.pop(0)
+                    return self._json(code, status(code, "Failure", "injected failure"))
+                if parts[:2] == ["api", "v1"] and len(parts) == 3:
+                    plural, namespace = parts[2], ""
+                elif parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5:
+                    plural, namespace = parts[4], parts[3]
+                elif parts[:4] == ["apis", "discovery.k8s.io", "v1", "namespaces"] and len(parts) == 6:
+                    plural, namespace = parts[5], parts[4]
+                else:
+                    missing = "the server could not find the requested resource"
+                    return self._json(404, status(404, "NotFound", missing))
+                if plural not in KINDS:
+                    return self._json(404, status(404, "NotFound", f"unknown resource {plural}"))
+                selector = query.get("labelSelector", "")
+                if query.get("watch") in ("1", "true", "True"):
+                    return self._watch(plural, namespace, selector, query)
+                return self._json(200, api.list(plural, namespace, selector))
+
+            def _send_event(self, event: dict[str, Any]) -> None:
+                line = json.dumps(event).encode() + b"\n"
+                self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+                self.wfile.flush()
+
+            def _watch(self, plural: str, namespace: str, selector: str, query: dict[str, str]) -> None:
+                since = int(query.get("resourceVersion") or 0)
+                bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+                deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    if since and since < api.compacted:
+                        message = f"too old resource version: {since} ({api.compacted})"
+                        self._send_event({"type": "ERROR", "object": status(410, "Expired", message)})
+                        return
+                    seen_bookmarks = api._bookmarks
+                    while not getattr(api, "_closed", False):
+                        with api._cond:
+                            batch = [(rv, t, o) for rv, p, t, o in api.events if rv > since
+                                     and p == plural and api._matches(p, namespace, o, selector)]
+                            if batch:
+                                since = batch[-1][0]
+                            bookmark = api._bookmarks != seen_bookmarks and bookmarks
+                            seen_bookmarks = api._bookmarks
+                            current = api.revision
+                            if not batch and not bookmark:
+                                remaining = deadline - time.monotonic()
+                                if remaining <= 0:
+                                    break
+                                api._cond.wait(timeout=min(remaining, 0.5))
+                                continue
+                        for _, kind_of_event, obj in batch:
+                            self._send_event({"type": kind_of_event, "object": copy.deepcopy(obj)})
+                        if bookmark:
+                            kind, api_version = KINDS[plural]
+                            since = max(since, current)
+                            self._send_event({"type": "BOOKMARK", "object": {
+                                "kind": kind, "apiVersion": api_version,
+                                "metadata": {"resourceVersion": str(current)}}})
+                finally:
+                    try:
+                        self.wfile.write(b"0\r\n\r\n")
+                        self.wfile.flush()
+                    except OSError:
+                        pass
+                    self.close_connection = True
+
+        return Handler
+
+
+def status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
