@@ -81,11 +81,14 @@ def apply_config(relay: Relay, config: RelayConfig, *, renderer: Renderer | None
         if sender is None:
             relay.senders[name] = RobotSender(
                 name, robot, client=relay.client, metrics=relay.metrics, limit=config.max_message_bytes,
-                limiter=RateLimiter(robot.rate_per_minute, clock=relay.clock))
+                limiter=RateLimiter(robot.rate_per_minute, clock=relay.clock, backoff=config.throttle_backoff,
+                                    backoff_max=config.throttle_backoff_max))
             relay.metrics.init_robot(name)
         else:
             sender.robot, sender.limit = robot, config.max_message_bytes
             sender.limiter.resize(robot.rate_per_minute)
+            sender.limiter.backoff = config.throttle_backoff
+            sender.limiter.backoff_max = max(config.throttle_backoff, config.throttle_backoff_max)
 
 
 def reload_config(relay: Relay, path: Path) -> bool:

@@ -135,6 +135,10 @@ class RelayConfig(BaseModel):
     max_message_bytes: int = Field(default=19_000, ge=2_000, lt=DINGTALK_MAX_BYTES)
     # A webhook body is read whole before validation; this bounds what one request may cost.
     max_request_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # After DingTalk's 130101 ("too fast") a robot sends nothing for this long, doubling
+    # on each consecutive 130101 up to ``throttle_backoff_max`` (DingTalk mutes for 10 min).
+    throttle_backoff: Duration = 60.0
+    throttle_backoff_max: Duration = 600.0
     template: Path | None = None
     robots: dict[str, RobotConfig] = Field(min_length=1)
 

@@ -6,9 +6,9 @@ token bucket of rate N/min and burst N allows up to 2N in a window; a sliding lo
 last N send times gives the exact guarantee with the same O(N) memory, so that is used.
 
 When DingTalk answers 130101 anyway (another sender shares the robot, or clocks differ),
-every further send only prolongs the mute: ``back_off`` blocks the robot for 60 s,
-doubling on each consecutive 130101 up to DingTalk's 10-minute mute; a send that gets
-through resets it.
+every further send only prolongs the mute: ``back_off`` blocks the robot for ``backoff``
+(60 s), doubling on each consecutive 130101 up to ``backoff_max`` (DingTalk's 10-minute
+mute); a send that gets through resets it.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ BACKOFF_MAX = 600.0
 class RateLimiter:
     """At most ``per_minute`` sends in any ``window`` seconds, by ``clock`` (monotonic secs)."""
 
-    def __init__(self, per_minute: int, *, clock: Clock = time.monotonic, window: float = 60.0) -> None:
+    def __init__(self, per_minute: int, *, clock: Clock = time.monotonic, window: float = 60.0,
+                 backoff: float = BACKOFF_FIRST, backoff_max: float = BACKOFF_MAX) -> None:
         self.per_minute = per_minute
+        self.backoff, self.backoff_max = backoff, max(backoff, backoff_max)
         self.window = window
         self._clock = clock
         self._sent: deque[float] = deque()
@@ -55,7 +57,7 @@ class RateLimiter:
 
     def back_off(self) -> float:
         """DingTalk said "too fast": block sends for the next penalty; returns its length."""
-        self._penalty = min(BACKOFF_MAX, self._penalty * 2 if self._penalty else BACKOFF_FIRST)
+        self._penalty = min(self.backoff_max, self._penalty * 2 if self._penalty else self.backoff)
         self._blocked_until = self._clock() + self._penalty
         return self._penalty
 

@@ -113,7 +113,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             env |= {env_name(robot.name, "TOKEN"): token, env_name(robot.name, "SECRET"): secret}
             tokens[robot.name] = token
             api.add_robot(token, secret=secret, keywords=[KEYWORD])
-        config = load_config(out / RELAY_FILE, env=env)
+        # 130101 makes a robot back off (60 s by default); seconds here keep the retry test short.
+        config = load_config(out / RELAY_FILE, env=env).model_copy(
+            update={"throttle_backoff": 1.0, "throttle_backoff_max": 2.0})
         with RelayThread(create_app(config), port=relay_port) as relay, AlertmanagerHA(
                 alerting, config=bundle[ALERTMANAGER_FILE], binary=binary) as am:
             yield Stack(api=api, am=am, relay=relay, bundle=bundle, relay_config=config, env=env,
