@@ -10,6 +10,7 @@ usage errors, `settings_error` pydantic's, and the commands the exporter's own.
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 import sys
@@ -85,6 +86,11 @@ def run_until_signal(app: Runnable) -> None:
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         app.start()
+        # Everything built so far lives as long as the process. Freezing it keeps the
+        # cyclic GC from re-scanning it: a full collection over a 2,000-node fleet took
+        # 0.1-0.4 s, a stall of every scrape in flight (the fleet benchmark's tail).
+        gc.collect()
+        gc.freeze()
         while not stop.wait(1.0):
             pass
     finally:
