@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.errors import ConfigError
+from exporter.settings import parse_listen
 
 TARGET_P99_MS = 100.0
 READY_TIMEOUT_S = 180.0
@@ -188,8 +189,11 @@ def run_fleet_load(*, nodes: int = 2000, concurrency: int = 64, scrapes: int = 2
             [sys.executable, "-m", "exporter", "fleet", "--nodes", str(nodes), "--gpus", str(gpus),
              "--listen", f"{host}:{port}"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     else:
-        host, _, port_text = target.rpartition(":")
-        host, port = host.strip("[]") or "127.0.0.1", int(port_text)
+        try:
+            host, port = parse_listen(target)
+        except ValueError as exc:
+            raise ConfigError(f"--target: {exc}") from exc
+        host = "127.0.0.1" if host == "0.0.0.0" else host
     try:
         _wait_ready(host, port, child)
         names = _get(host, port, "/nodes")[1].decode().split()

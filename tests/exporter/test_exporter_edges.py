@@ -74,6 +74,7 @@ SIM = ["--backend", "simulated", "--gpus", "1"]
     (["--collect-interval", "-1", *SIM], "--collect-interval"),
     (["bench", "--gpus", "-1"], "--gpus"),
     (["bench", "fleet", "--concurrency", "0"], "--concurrency"),
+    (["bench", "fleet", "--target", "nonsense"], "--target: expected HOST:PORT"),
     (["--families", "nvlink", *SIM], "unknown families"),
 ])
 def test_startup_errors_are_one_line_and_exit_2(argv, expect, capsys, monkeypatch) -> None:
@@ -294,3 +295,25 @@ def test_bench_fleet_json() -> None:
 def test_settings_defaults_for_the_edge() -> None:
     settings_ = ExporterSettings()
     assert settings_.listen_backlog >= 1024 and settings_.idle_timeout > 60 and settings_.max_request_body > 0
+
+
+REQUEST_PARTS = st.sampled_from([
+    b"GET /healthz HTTP/1.1\r\n", b"HEAD /big HTTP/1.1\r\n", b"POST / HTTP/1.1\r\n", b"GET /big HTTP/1.0\r\n",
+    b"Host: x\r\n", b"Content-Length: 5\r\n", b"Content-Length: -1\r\n", b"Transfer-Encoding: chunked\r\n",
+    b"Accept-Encoding: gzip;q=0.5\r\n", b"Connection: close\r\n", b"\r\n", b"hello", b"5\r\nhello\r\n0\r\n\r\n",
+])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.lists(st.one_of(REQUEST_PARTS, st.binary(max_size=40)), max_size=12))
+def test_any_bytes_get_an_http_answer_or_a_close(server, caplog, data: list[bytes]) -> None:
+    caplog.set_level(logging.DEBUG, logger="exporter.server")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(b"".join(data))
+        sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer == b"" or answer.startswith((b"HTTP/1.1 ", b"HTTP/1.0 ")), answer[:80]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert request(server, "GET", "/healthz")[0] == 200
