@@ -301,7 +301,8 @@ REQUEST_PARTS = st.sampled_from([
     b"GET /healthz HTTP/1.1\r\n", b"HEAD /big HTTP/1.1\r\n", b"POST / HTTP/1.1\r\n",
     b"GET /big HTTP/1.0\r\n",
     b"Host: x\r\n", b"Content-Length: 5\r\n", b"Content-Length: -1\r\n", b"Transfer-Encoding: chunked\r\n",
-    b"Accept-Encoding: gzip;q=0.5\r\n", b"Connection: close\r\n", b"\r\n", b"hello", b"5\r\nhello\r\n0\r\n\r\n",
+    b"Accept-Encoding: gzip;q=0.5\r\n", b"Connection: close\r\n", b"\r\n", b"hello",
+    b"5\r\nhello\r\n0\r\n\r\n",
 ])
 
 
