@@ -6,7 +6,8 @@ this process each keep one HTTP/1.1 connection and scrape a random node, back to
 until `scrapes` responses have arrived (a closed loop: the server's queue is at most
 `concurrency` deep, as with a Prometheus fleet whose scrapes overlap). Latency is the
 client's wall time from sending a request (connecting first, with `keep_alive` off) to
-holding the whole body. With `cache` on (the shipped default) a node's exposition is
+holding the whole body; a request unanswered after 30 s counts with its 30 s (and as an
+error). With `cache` on (the shipped default) a node's exposition is
 rendered at most once per collection; at this load each node is scraped several times
 per collection interval, so most scrapes reuse it. `cache` off renders every scrape,
 the worst case (in production each node is scraped once per interval, so it renders
@@ -139,6 +140,10 @@ async def _scraper(load: _Load) -> None:
                 elapsed = time.perf_counter() - t0
             except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError) as exc:
                 load.errors[type(exc).__name__] = load.errors.get(type(exc).__name__, 0) + 1
+                if isinstance(exc, TimeoutError) and index >= load.warmup:
+                    # A scrape that never came back counts at least as its timeout, so a
+                    # server that starves some connections cannot look fast.
+                    load.latencies.append(time.perf_counter() - t0)
                 if writer is not None:
                     writer.close()
                 writer = None
