@@ -178,6 +178,8 @@ def bench_fleet_load(
     gzip: Annotated[bool, typer.Option(help="send Accept-Encoding: gzip, as Prometheus does")] = True,
     cache: Annotated[bool, typer.Option(help="server reuses a render within a collection (default)")] = True,
     keep_alive: Annotated[bool, typer.Option(help="reuse connections, as Prometheus does")] = True,
+    rate: Annotated[float | None, typer.Option(help="scrapes per second in all (open loop); default: "
+                                               "each scraper back to back", min=1)] = None,
     target: Annotated[str | None, typer.Option(help="HOST:PORT of a running fleet to load instead")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
@@ -186,7 +188,7 @@ def bench_fleet_load(
 
     try:
         result = run_fleet_load(nodes=nodes, concurrency=concurrency, scrapes=scrapes, gpus=gpus, gzip=gzip,
-                                cache=cache, keep_alive=keep_alive, target=target)
+                                cache=cache, keep_alive=keep_alive, target=target, rate=rate)
     except ExporterError as exc:
         fail(str(exc))
     _print({"fleet_load": result}, as_json=as_json)

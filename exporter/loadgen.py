@@ -14,6 +14,8 @@ the worst case (in production each node is scraped once per interval, so it rend
 about once per scrape, but at a rate far below this closed loop's). Server CPU is read
 from /proc for the child.
 Both processes share this machine's cores, so the client's own CPU is reported too.
+With `rate` the load is an open loop instead: scrape i is due at i / rate seconds (as
+Prometheus scrapes on a schedule) and its latency counts from when it was due.
 """
 
 from __future__ import annotations
@@ -93,8 +95,10 @@ class _Load:
     """Shared state of the scrapers: what to scrape next, and what came back."""
 
     def __init__(self, paths: list[str], *, total: int, warmup: int, gzip: bool, host: str, port: int,
-                 keep_alive: bool) -> None:
+                 keep_alive: bool, rate: float | None = None) -> None:
         self.paths, self.total, self.warmup, self.keep_alive = paths, total, warmup, keep_alive
+        self.rate = rate
+        self.start = 0.0
         self.host, self.port = host, port
         self.started = 0
         self.latencies: list[float] = []
@@ -131,8 +135,15 @@ async def _scraper(load: _Load) -> None:
     try:
         while (job := load.next_path()) is not None:
             index, path = job
+            if load.rate:
+                # Open loop: scrape i is due at start + i / rate, and its latency counts from
+                # then, so a server that falls behind cannot hide its queue (no coordinated omission).
+                due = load.start + index / load.rate
+                await asyncio.sleep(max(0.0, due - time.perf_counter()))
             try:
                 t0 = time.perf_counter()  # a new connection's set-up counts, as it does for Prometheus
+                if load.rate:
+                    t0 = min(t0, load.start + index / load.rate)
                 if writer is None:
                     reader, writer = await asyncio.open_connection(load.host, load.port)
                 writer.write(load.request(path))
@@ -183,7 +194,7 @@ def _check_gzip(host: str, port: int, path: str) -> bool:
 
 def run_fleet_load(*, nodes: int = 2000, concurrency: int = 64, scrapes: int = 20000, gpus: int = 8,
                    gzip: bool = True, cache: bool = True, keep_alive: bool = True, target: str | None = None,
-                   seed: int = 0) -> dict[str, Any]:
+                   rate: float | None = None, seed: int = 0) -> dict[str, Any]:
     """Start (or use `target`) a fleet, load it, stop it; the figures as a JSON-ready dict."""
     child: subprocess.Popen[bytes] | None = None
     if target is None:
@@ -209,11 +220,12 @@ def run_fleet_load(*, nodes: int = 2000, concurrency: int = 64, scrapes: int = 2
         paths = [f"/nodes/{rng.choice(names)}/metrics" for _ in range(scrapes + warmup)]
         gzip_ok = _check_gzip(host, port, paths[0]) if gzip else None
         load = _Load(paths, total=scrapes, warmup=warmup, gzip=gzip, host=host, port=port,
-                     keep_alive=keep_alive)
+                     keep_alive=keep_alive, rate=rate)
         cpu0 = _proc_cpu_seconds(child.pid) if child else None
         client0, wall0, load0 = time.process_time(), time.perf_counter(), os.getloadavg()[0]
 
         async def run() -> None:
+            load.start = time.perf_counter()
             await asyncio.gather(*(_scraper(load) for _ in range(concurrency)))
 
         asyncio.run(run())
@@ -240,7 +252,7 @@ def run_fleet_load(*, nodes: int = 2000, concurrency: int = 64, scrapes: int = 2
         "nodes": len(names), "gpus_per_node": gpus, "concurrency": concurrency, "scrapes": done,
         "errors": load.errors, "statuses": {str(k): v for k, v in sorted(load.statuses.items())},
         "gzip": gzip, "gzip_verified": gzip_ok, "render_cache": None if target else cache,
-        "keep_alive": keep_alive,
+        "keep_alive": keep_alive, "rate_per_s": rate,
         "p50_ms": round(statistics.median(load.latencies) * 1000, 2),
         "p90_ms": round(_percentile(load.latencies, 0.90) * 1000, 2),
         "p99_ms": round(p99, 2), "max_ms": round(max(load.latencies) * 1000, 2),

@@ -319,3 +319,14 @@ def test_any_bytes_get_an_http_answer_or_a_close(server, caplog, data: list[byte
     assert answer == b"" or answer.startswith((b"HTTP/1.1 ", b"HTTP/1.0 ")), answer[:80]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert request(server, "GET", "/healthz")[0] == 200
+
+
+def test_bench_fleet_open_loop_rate() -> None:
+    started = time.monotonic()
+    result = CliRunner().invoke(cli, ["bench", "fleet", "--nodes", "5", "--concurrency", "4", "--rate", "200",
+                                      "--scrapes", "200", "--gpus", "1", "--no-gzip", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)["fleet_load"]
+    assert data["rate_per_s"] == 200 and data["scrapes"] == 200 and data["gzip_verified"] is None
+    assert data["scrapes_per_s"] <= 200 * 1.1, "an open loop does not run ahead of its schedule"
+    assert time.monotonic() - started < 60
