@@ -11,6 +11,8 @@ region names) live in ``check_regions`` so this package never imports ``federati
       receivers: [{name: sre, robots: [bj-oncall]}]
       default_receiver: sre
       routes: [{region: cn-beijing, robot: bj-oncall, critical: [sre]}]
+      unrouted_critical: all-regions      # or a receiver name
+      watchdog: {receiver: deadman}       # a webhook receiver, never a robot
 """
 
 from __future__ import annotations
@@ -226,9 +228,33 @@ class RegionRouteSpec(StrictModel):
 
 
 class InhibitRuleSpec(StrictModel):
+    """Source alerts mute target alerts that share every ``equal`` label.
+
+    Rendered with a ``label!=""`` source matcher per ``equal`` label (``inhibit_rule``):
+    Alertmanager counts a label two alerts both lack as equal, so a source alert missing
+    one would otherwise mute every target alert that misses it too.
+    """
+
     source_matchers: list[str] = Field(min_length=1)
     target_matchers: list[str] = Field(min_length=1)
-    equal: list[str] = Field(default_factory=list)
+    equal: list[str] = Field(default_factory=list, validate_default=True)
+
+    @field_validator("equal")
+    @classmethod
+    def _scoped(cls, values: list[str]) -> list[str]:
+        if not values:
+            raise ValueError(
+                "an inhibition rule needs `equal`: without it ANY matching source alert, in any cluster,"
+                " region or node, mutes EVERY matching target alert everywhere. List the labels both"
+                " must share, e.g. equal: [cluster, region, node]"
+            )
+        for value in values:
+            if not LABEL_NAME_RE.match(value):
+                raise ValueError(f"not a valid label name in equal: {value!r}")
+        dupes = sorted({v for v in values if values.count(v) > 1})
+        if dupes:
+            raise ValueError(f"equal lists {dupes} more than once")
+        return values
 
     @field_validator("source_matchers", "target_matchers")
     @classmethod
@@ -254,6 +280,27 @@ class ReplicaSpec(StrictModel):
     @property
     def cluster_address(self) -> str:
         return f"{self.host}:{self.cluster_port}"
+
+
+class WatchdogSpec(Timing):
+    """The dead man's switch: an always-firing alert re-sent to a heartbeat receiver.
+
+    Its route comes first, so the alert never reaches an on-call robot whatever labels it
+    carries. Without ``receiver`` it goes to a receiver with no integrations: kept off the
+    robots, but then nothing notices when it stops; point it at a dead man's switch.
+    """
+
+    alertname: str = "Watchdog"
+    receiver: str | None = Field(default=None, description="heartbeat receiver (webhook/email, no robots)")
+    group_wait: str = "10s"
+    group_interval: str = "1m"
+    repeat_interval: str = "1m"
+
+
+#: ``unrouted_critical`` value: page every region's critical receivers (and the default one).
+ALL_REGIONS = "all-regions"
+UNROUTED_CRITICAL_RECEIVER = "unrouted-critical"
+WATCHDOG_NULL_RECEIVER = "watchdog-null"
 
 
 def region_receiver(region: str) -> str:
@@ -295,6 +342,13 @@ class AlertingSpec(StrictModel):
     receivers: list[ReceiverSpec] = Field(min_length=1)
     default_receiver: str = Field(description="alerts of no routed region")
     routes: list[RegionRouteSpec] = Field(default_factory=list)
+    unrouted_critical: str = Field(
+        default=ALL_REGIONS,
+        description="critical alerts whose region no route matches (missing, empty, unknown, mis-cased):"
+                    f" '{ALL_REGIONS}' pages every region's critical receivers and the default receiver;"
+                    " or the name of one receiver",
+    )
+    watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
     default_inhibit_rules: bool = True
     inhibit_rules: list[InhibitRuleSpec] = Field(default_factory=list)
 
@@ -329,9 +383,10 @@ class AlertingSpec(StrictModel):
                 if label not in guaranteed:
                     raise ValueError(
                         f"rule [{i}]: equal label {label!r} is not guaranteed on every alert; Alertmanager"
-                        " counts two alerts that both lack it as equal, so the rule would mute every"
-                        f" target alert without it. Guaranteed: {', '.join(sorted(guaranteed))};"
-                        " declare more in alerting.guaranteed_labels"
+                        " counts two alerts that both lack it as equal (gpufed therefore only lets sources"
+                        " that carry it inhibit, so for the others the rule would silently do nothing)."
+                        f" Guaranteed: {', '.join(sorted(guaranteed))}; declare more in"
+                        " alerting.guaranteed_labels"
                     )
         return rules
 
@@ -339,7 +394,7 @@ class AlertingSpec(StrictModel):
     def _names_and_references(self) -> AlertingSpec:
         generated = [region_receiver(r.region) for r in self.routes] + [
             severity_receiver(r.region, s) for r in self.routes for s in SEVERITIES if r.extra(s)
-        ]
+        ] + [UNROUTED_CRITICAL_RECEIVER, WATCHDOG_NULL_RECEIVER]
         for what, names in (
             ("robot", [r.name for r in self.robots]),
             ("receiver", [r.name for r in self.receivers] + generated),
@@ -351,12 +406,20 @@ class AlertingSpec(StrictModel):
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 clash = what == "receiver" and set(dupes) & set(generated)
-                hint = " (each route adds receivers <region>-dingtalk and <region>-<severity>)"
+                hint = (" (each route adds receivers <region>-dingtalk and <region>-<severity>; the"
+                        f" tree adds {UNROUTED_CRITICAL_RECEIVER} and {WATCHDOG_NULL_RECEIVER})")
                 hint = hint if clash else ""
                 raise ValueError(f"duplicate {what} names: {dupes}{hint}")
         for where, name, known, kind in self._references():
             if name not in known:
                 raise ValueError(f"{where} names unknown {kind} {name!r} (known: {sorted(known)})")
+        if self.watchdog.receiver is not None and self.receiver(self.watchdog.receiver).robots:
+            raise ValueError(
+                f"watchdog.receiver {self.watchdog.receiver!r} posts to DingTalk robots"
+                f" {self.receiver(self.watchdog.receiver).robots}: a heartbeat every"
+                f" {self.watchdog.repeat_interval} would flood the group and spend its 20 messages a"
+                " minute; use a receiver with only webhooks (a dead man's switch) or emails"
+            )
         return self
 
     def _references(self) -> list[tuple[str, str, set[str], str]]:
@@ -365,6 +428,11 @@ class AlertingSpec(StrictModel):
         receivers = {r.name for r in self.receivers}
         intervals = {t.name for t in self.time_intervals}
         refs = [("default_receiver", self.default_receiver, receivers, "receiver")]
+        if self.unrouted_critical != ALL_REGIONS:
+            refs.append(("unrouted_critical", self.unrouted_critical, receivers,
+                         f"receiver (or {ALL_REGIONS})"))
+        if self.watchdog.receiver is not None:
+            refs.append(("watchdog.receiver", self.watchdog.receiver, receivers, "receiver"))
         for i, rec in enumerate(self.receivers):
             refs += [(f"receivers[{i}].robots", name, robots, "robot") for name in rec.robots]
         for i, route in enumerate(self.routes):

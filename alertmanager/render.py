@@ -13,7 +13,13 @@ Routing tree (first match wins, no ``continue``)::
     │   ├── severity="warning"  -> ...            each child carries its severity's timing
     │   └── severity="info"     -> ...            (and active/mute time intervals)
     ├── region="cn-shanghai" -> ...
+    ├── severity="critical" -> unrouted-critical  region missing, empty, unknown or mis-cased:
+    │                                             every region's pager (or unrouted_critical)
     └── severity=... -> default_receiver          unknown-region alerts keep severity timing
+
+The Watchdog route sits before all of them (alertname="Watchdog" -> heartbeat receiver,
+short repeat), so the dead man's switch never reaches an on-call robot. Every inhibition
+rule, built-in or user, requires its source to carry each ``equal`` label (``!=""``).
 """
 
 from __future__ import annotations
@@ -23,8 +29,12 @@ from typing import Any
 
 from alertmanager import ha
 from alertmanager.models import (
+    ALL_REGIONS,
     SEVERITIES,
+    UNROUTED_CRITICAL_RECEIVER,
+    WATCHDOG_NULL_RECEIVER,
     AlertingSpec,
+    InhibitRuleSpec,
     RegionRouteSpec,
     Severity,
     SeverityTiming,
@@ -121,8 +131,45 @@ def _region_route(alerting: AlertingSpec, route: RegionRouteSpec) -> dict[str, A
     return out
 
 
+def unrouted_critical_receiver(alerting: AlertingSpec) -> str:
+    """Where a critical alert goes when no region route matched it."""
+    if alerting.unrouted_critical != ALL_REGIONS:
+        return alerting.unrouted_critical
+    return UNROUTED_CRITICAL_RECEIVER if alerting.routes else alerting.default_receiver
+
+
+def watchdog_receiver(alerting: AlertingSpec) -> str:
+    return alerting.watchdog.receiver or WATCHDOG_NULL_RECEIVER
+
+
+def _watchdog_route(alerting: AlertingSpec) -> dict[str, Any]:
+    return {
+        "matchers": [f'alertname="{alerting.watchdog.alertname}"'],
+        "receiver": watchdog_receiver(alerting),
+        **_timing(alerting.watchdog),
+    }
+
+
+def inhibit_rule(rule: InhibitRuleSpec) -> dict[str, Any]:
+    """One inhibit rule; the source must carry every ``equal`` label (non-empty).
+
+    Alertmanager treats a label both alerts lack as equal, so without the guard a NodeDown
+    without ``node`` would mute every GPU alert without ``node``, and a critical alert
+    without cluster/region/node every such warning.
+    """
+    guards = [f'{label}!=""' for label in rule.equal if f'{label}!=""' not in rule.source_matchers]
+    return {"source_matchers": [*rule.source_matchers, *guards],
+            "target_matchers": list(rule.target_matchers), "equal": list(rule.equal)}
+
+
 def _receivers(alerting: AlertingSpec) -> list[dict[str, Any]]:
     out = [_receiver(alerting, r.name, robots=[], passthrough=[r.name]) for r in alerting.receivers]
+    if alerting.watchdog.receiver is None:
+        out.append({"name": WATCHDOG_NULL_RECEIVER})
+    if unrouted_critical_receiver(alerting) == UNROUTED_CRITICAL_RECEIVER:
+        pagers = [name for route in alerting.routes for name in route.critical]
+        out.append(_receiver(alerting, UNROUTED_CRITICAL_RECEIVER, robots=[r.robot for r in alerting.routes],
+                             passthrough=list(dict.fromkeys([alerting.default_receiver, *pagers]))))
     for route in alerting.routes:
         out.append(_receiver(alerting, region_receiver(route.region), robots=[route.robot], passthrough=[]))
         for sev in SEVERITIES:
@@ -154,20 +201,17 @@ def render_alertmanager_config(alerting: AlertingSpec) -> dict[str, Any]:
         "group_by": list(alerting.group_by),
         **_timing(alerting.timing),
         "routes": [
+            _watchdog_route(alerting),
             *(_region_route(alerting, r) for r in alerting.routes),
-            *_severity_routes(alerting, dict.fromkeys(SEVERITIES, default)),
+            *_severity_routes(alerting, {**dict.fromkeys(SEVERITIES, default),
+                                         "critical": unrouted_critical_receiver(alerting)}),
         ],
     }
     config: dict[str, Any] = {
         "global": {"resolve_timeout": "5m"},
         "route": route,
         "receivers": _receivers(alerting),
-        "inhibit_rules": [
-            {"source_matchers": r.source_matchers, "target_matchers": r.target_matchers, "equal": r.equal}
-            if r.equal
-            else {"source_matchers": r.source_matchers, "target_matchers": r.target_matchers}
-            for r in alerting.all_inhibit_rules()
-        ],
+        "inhibit_rules": [inhibit_rule(r) for r in alerting.all_inhibit_rules()],
     }
     if alerting.time_intervals:
         config["time_intervals"] = _time_intervals(alerting)

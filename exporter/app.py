@@ -21,19 +21,27 @@ from exporter.collection import Collection, CollectionLoop
 from exporter.errors import ConfigError
 from exporter.exposition import LabelPolicy, SnapshotCollector
 from exporter.registration import Registrar, ServiceDefinition, ServiceRegistry, service_definition
-from exporter.server import HttpServer, NodeRoutes
-from exporter.settings import ExporterSettings
+from exporter.server import Handler, HttpServer, NodeRoutes
+from exporter.settings import ExporterSettings, parse_listen
 from exporter.simulated import SimulatedBackend
 
 log = logging.getLogger(__name__)
 
 
 def split_listen(listen: str) -> tuple[str, int]:
-    """`host:port` (host may be empty or bracketed IPv6) into its parts."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ConfigError(f"listen must be host:port, got {listen!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    """`host:port` (host may be empty or bracketed IPv6) into its parts; `ConfigError` if not."""
+    try:
+        return parse_listen(listen)
+    except ValueError as exc:
+        raise ConfigError(f"--listen: {exc}") from exc
+
+
+def http_server(settings: ExporterSettings, handler: Handler) -> HttpServer:
+    """The HTTP edge with the settings' limits; binds now, so a bad address fails first."""
+    host, port = split_listen(settings.listen)
+    return HttpServer(handler, host=host, port=port, backlog=settings.listen_backlog,
+                      idle_timeout=settings.idle_timeout, request_timeout=settings.request_timeout,
+                      max_body=settings.max_request_body)
 
 
 def advertised_address(settings: ExporterSettings, listen_host: str) -> str:
@@ -91,10 +99,15 @@ class ExporterApp:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(self.collection, policy))
         self.loop = CollectionLoop([self.collection], interval=settings.collect_interval)
-        host, port = split_listen(settings.listen)
+        host, _ = split_listen(settings.listen)
         self.routes = NodeRoutes(self.registry, ready=lambda: self.collection.ready(settings.max_age),
-                                 version=lambda: self.collection.stats)
-        self.http = HttpServer(self.routes, host=host, port=port)
+                                 version=lambda: self.collection.stats, cache=settings.render_cache)
+        try:
+            self.http = http_server(settings, self.routes)
+        except ConfigError:
+            self._attribution.close()
+            self.backend.close()
+            raise
         self.registrar: Registrar | None = None
         if settings.consul and settings.kubernetes:
             log.info("kubernetes mode: consul registration skipped; the sharder reads pod labels")

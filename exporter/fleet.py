@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
-from exporter.app import advertised_address, split_listen
+from exporter.app import advertised_address, http_server, split_listen
 from exporter.catalogue import select_families
 from exporter.collection import Collection, CollectionLoop
+from exporter.errors import ConfigError
 from exporter.exposition import LabelPolicy, SnapshotCollector
 from exporter.registration import Registrar, ServiceDefinition, ServiceRegistry, service_definition
-from exporter.server import NOT_FOUND, TEXT, HttpServer, NodeRoutes, Response
+from exporter.server import NOT_FOUND, TEXT, NodeRoutes, Response
 from exporter.settings import ExporterSettings
 from exporter.simulated import SimulatedBackend
 
@@ -40,6 +41,9 @@ class FleetNode:
 
 def fleet_nodes(count: int, *, regions: int = 3, racks_per_region: int = 8) -> list[FleetNode]:
     """`gpu-<region>-<n>` nodes spread round-robin over regions, racks and teams."""
+    if count < 1 or regions < 1 or racks_per_region < 1:
+        raise ConfigError(f"a fleet needs at least one node, region and rack (got nodes={count}, "
+                          f"regions={regions}, racks_per_region={racks_per_region})")
     nodes = []
     for i in range(count):
         region = f"region-{i % regions}"
@@ -86,10 +90,11 @@ class FleetApp:
                 reg,
                 ready=lambda c=collection: c.ready(settings.max_age),  # type: ignore[misc]
                 version=lambda c=collection: c.stats,  # type: ignore[misc]
+                cache=settings.render_cache,
             )
         self.loop = CollectionLoop(list(self.collections.values()), interval=settings.collect_interval)
-        host, port = split_listen(settings.listen)
-        self.http = HttpServer(self.handle, host=host, port=port)
+        host, _ = split_listen(settings.listen)
+        self.http = http_server(settings, self.handle)
         self.registrar: Registrar | None = None
         if registry is not None:
             self.registrar = Registrar(registry, self.services(host), interval=settings.register_interval)

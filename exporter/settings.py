@@ -6,6 +6,7 @@ read without the prefix. Durations handed to Consul are Go duration strings.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Literal
 
@@ -25,6 +26,38 @@ def go_duration_seconds(text: str) -> float:
     return sum(float(n) * _UNITS[u] for n, _, u in re.findall(r"(\d+(\.\d+)?)(ns|us|ms|s|m|h)", text))
 
 
+_LABEL = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}"
+_DNS_NAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?$")
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """`host:port`, `:port` or `[v6]:port` into (host, port); ValueError says what is wrong.
+
+    The host is an IP literal or a DNS name (resolved when the server binds); an empty
+    host means every IPv4 address. The port is 0 (pick a free one) to 65535.
+    """
+    host, sep, port = listen.rpartition(":")
+    if not sep:
+        raise ValueError(f"expected HOST:PORT (e.g. 0.0.0.0:9400), got {listen!r}")
+    if not port.isascii() or not port.isdigit():
+        raise ValueError(f"port must be a number 0-65535, got {port!r} in {listen!r}")
+    number = int(port)
+    if number > 65535:
+        raise ValueError(f"port {number} is out of range 0-65535 in {listen!r}")
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            return str(ipaddress.IPv6Address(host[1:-1])), number
+        except ValueError:
+            raise ValueError(f"{host} is not an IPv6 address in {listen!r}") from None
+    if not host:
+        return "0.0.0.0", number
+    if ":" in host:
+        raise ValueError(f"an IPv6 host needs brackets ([{host}]:{port}), got {listen!r}")
+    if not _DNS_NAME.match(host):
+        raise ValueError(f"{host!r} is neither an IP address nor a host name in {listen!r}")
+    return host, number
+
+
 def _split(value: object) -> object:
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
@@ -41,6 +74,12 @@ class ExporterSettings(BaseSettings):
     gpu_model: str = "NVIDIA H100 80GB HBM3"
     seed: int = 0
     listen: str = "0.0.0.0:9400"
+    listen_backlog: int = Field(default=4096, ge=16, le=65535,
+                                description="pending connections; the kernel caps it at somaxconn")
+    idle_timeout: float = Field(default=120.0, gt=0, description="seconds a keep-alive connection may idle")
+    request_timeout: float = Field(default=10.0, gt=0, description="seconds to send one whole request")
+    max_request_body: int = Field(default=65536, ge=0, description="bytes; a larger body gets 413")
+    render_cache: bool = Field(default=True, description="render each collection once; off for benchmarks")
     collect_interval: float = Field(default=5.0, gt=0)
     collect_timeout: float = Field(default=3.0, gt=0)
     ready_max_age: float | None = Field(default=None, description="default: 3 x collect_interval")
@@ -79,6 +118,12 @@ class ExporterSettings(BaseSettings):
             raise ValueError(f"unknown families {unknown}; known: {sorted(FAMILIES)}")
         return value
 
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        parse_listen(value)
+        return value
+
     @field_validator("check_interval", "check_timeout")
     @classmethod
     def _duration(cls, value: str) -> str:
@@ -92,6 +137,10 @@ class ExporterSettings(BaseSettings):
         if go_duration_seconds(value) < 60:
             raise ValueError("deregister_critical_after must be at least 1m")
         return value
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return parse_listen(self.listen)
 
     @property
     def max_age(self) -> float:

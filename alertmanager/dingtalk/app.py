@@ -27,6 +27,7 @@ from alertmanager.dingtalk.config import RelayConfig, load_config
 from alertmanager.dingtalk.dedup import Deduplicator
 from alertmanager.dingtalk.errors import (
     ConfigError,
+    PayloadError,
     PermanentDeliveryError,
     RelayError,
     ThrottledError,
@@ -42,8 +43,8 @@ from alertmanager.dingtalk.split import split
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
-_TITLES = {400: "Bad request", 404: "Unknown robot", 422: "Invalid webhook payload",
-           503: "DingTalk delivery deferred", 500: "Relay error"}
+_TITLES = {400: "Bad request", 404: "Unknown robot", 413: "Request body too large",
+           422: "Invalid webhook payload", 503: "DingTalk delivery deferred", 500: "Relay error"}
 
 
 @dataclass
@@ -80,11 +81,14 @@ def apply_config(relay: Relay, config: RelayConfig, *, renderer: Renderer | None
         if sender is None:
             relay.senders[name] = RobotSender(
                 name, robot, client=relay.client, metrics=relay.metrics, limit=config.max_message_bytes,
-                limiter=RateLimiter(robot.rate_per_minute, clock=relay.clock))
+                limiter=RateLimiter(robot.rate_per_minute, clock=relay.clock, backoff=config.throttle_backoff,
+                                    backoff_max=config.throttle_backoff_max))
             relay.metrics.init_robot(name)
         else:
             sender.robot, sender.limit = robot, config.max_message_bytes
             sender.limiter.resize(robot.rate_per_minute)
+            sender.limiter.backoff = config.throttle_backoff
+            sender.limiter.backoff_max = max(config.throttle_backoff, config.throttle_backoff_max)
 
 
 def reload_config(relay: Relay, path: Path) -> bool:
@@ -102,12 +106,30 @@ def reload_config(relay: Relay, path: Path) -> bool:
     return True
 
 
+def check_robot(relay: Relay, robot: str) -> None:
+    """404 for a robot the config does not have; the answer never lists the ones it has."""
+    if robot not in relay.config.robots:
+        raise UnknownRobotError(f"unknown robot {robot[:64]!r}", field="robot")
+
+
+async def read_body(request: Request, *, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadError(f"request body of {declared} bytes is over the {limit}-byte limit", status=413)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadError(f"request body is over the {limit}-byte limit", status=413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def handle_webhook(relay: Relay, robot: str, body: bytes) -> dict[str, Any]:
     """One Alertmanager notification -> DingTalk; returns the 200 body or raises ``RelayError``."""
     config = relay.config
-    if robot not in config.robots:
-        known = ", ".join(sorted(config.robots))
-        raise UnknownRobotError(f"unknown robot {robot!r}; configured robots: {known}", field="robot")
+    check_robot(relay, robot)
     message = parse_webhook(body)
     key = dedup_key(robot, message)
     if not relay.dedup.reserve(key):
@@ -124,9 +146,11 @@ async def handle_webhook(relay: Relay, robot: str, body: bytes) -> dict[str, Any
         finished = True
         return {"status": "sent", "robot": robot, "parts": len(parts), "alerts": len(message.alerts)}
     except PermanentDeliveryError as exc:
-        # Retrying cannot fix a bad signature or keyword: answer 200 so Alertmanager does
-        # not hammer DingTalk; the failure metric and this log line are the signal.
-        finished = True
+        # Retrying now cannot fix a bad signature or keyword: answer 200 so Alertmanager does
+        # not hammer DingTalk; the failure metric and this log line are the signal. The
+        # notification is NOT remembered as done: when Alertmanager sends it again (next
+        # group interval, or after the robot was fixed and the config reloaded) it is tried
+        # again instead of being answered "duplicate" while nobody ever saw it.
         log.error("robot %s: notification %s dropped: %s", robot, message.groupKey, exc.detail)
         return {"status": "dropped", "robot": robot, "reason": exc.reason, "detail": exc.detail}
     finally:
@@ -172,7 +196,9 @@ def create_app(config: RelayConfig, *, http_client: httpx.AsyncClient | None = N
     @app.post("/dingtalk/{robot}/send")
     async def send(robot: str, request: Request) -> dict[str, Any]:
         with relay.metrics.webhook_seconds.labels(robot if robot in relay.senders else "_unknown").time():
-            return await handle_webhook(relay, robot, await request.body())
+            check_robot(relay, robot)
+            body = await read_body(request, limit=relay.config.max_request_bytes)
+            return await handle_webhook(relay, robot, body)
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -3,7 +3,8 @@
 DingTalk answers most failures as HTTP 200 with a non-zero ``errcode``; the mapping is:
 
     errcode 0                         delivered
-    130101 (send too fast), -1 (busy) TransientDeliveryError (Alertmanager retries)
+    130101 (send too fast)            ThrottledError: the robot's limiter backs off
+    -1 (busy)                         TransientDeliveryError (Alertmanager retries)
     HTTP 5xx/429, network errors      TransientDeliveryError
     310000 (sign/keyword/IP), others  PermanentDeliveryError (retrying cannot help)
     HTTP 4xx                          PermanentDeliveryError
@@ -20,11 +21,12 @@ from typing import Protocol
 import httpx
 
 from alertmanager.dingtalk.config import RobotConfig
-from alertmanager.dingtalk.errors import PermanentDeliveryError, TransientDeliveryError
+from alertmanager.dingtalk.errors import PermanentDeliveryError, ThrottledError, TransientDeliveryError
 from alertmanager.dingtalk.render import Part
 from alertmanager.dingtalk.sign import signed_url
 
-TRANSIENT_ERRCODES = frozenset({130101, -1})
+TOO_FAST = 130101
+TRANSIENT_ERRCODES = frozenset({TOO_FAST, -1})
 _SECRET_QUERY = re.compile(r"(access_token|sign)=[^&\s'\"]+")
 
 
@@ -76,6 +78,8 @@ class DingTalkClient:
         if errcode == 0:
             return
         detail = redact(f"DingTalk errcode {errcode}: {errmsg}", robot)
+        if errcode == TOO_FAST:
+            raise ThrottledError(detail, retry_after=0, reason=f"errcode_{errcode}")
         if errcode in TRANSIENT_ERRCODES:
             raise TransientDeliveryError(detail, reason=f"errcode_{errcode}")
         raise PermanentDeliveryError(detail, reason=f"errcode_{errcode}")

@@ -133,6 +133,12 @@ class RelayConfig(BaseModel):
     max_wait: Duration = 8.0
     request_timeout: Duration = 5.0
     max_message_bytes: int = Field(default=19_000, ge=2_000, lt=DINGTALK_MAX_BYTES)
+    # A webhook body is read whole before validation; this bounds what one request may cost.
+    max_request_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # After DingTalk's 130101 ("too fast") a robot sends nothing for this long, doubling
+    # on each consecutive 130101 up to ``throttle_backoff_max`` (DingTalk mutes for 10 min).
+    throttle_backoff: Duration = 60.0
+    throttle_backoff_max: Duration = 600.0
     template: Path | None = None
     robots: dict[str, RobotConfig] = Field(min_length=1)
 
@@ -181,12 +187,33 @@ def parse_config(data: Any, *, env: Mapping[str, str] | None = None) -> RelayCon
         raise ConfigError(f"{field}: {first['msg']}", field=field) from exc
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where and what a YAML error is, WITHOUT the source excerpt PyYAML prints.
+
+    ``str(exc)`` quotes the offending line, and in this file that line may well be
+    ``secret: ...`` or a robot URL with its access token; position and problem suffice.
+    """
+    if isinstance(exc, yaml.MarkedYAMLError):
+        context, mark = exc.context, exc.problem_mark or exc.context_mark
+        if context and exc.context_mark is not None and exc.context_mark is not mark:
+            context += f" (from line {exc.context_mark.line + 1}, column {exc.context_mark.column + 1})"
+        what = "; ".join(part for part in (context, exc.problem) if part) or type(exc).__name__
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        return f"YAML syntax error{where}: {what}"
+    return f"YAML error ({type(exc).__name__})"
+
+
 def load_config(path: Path, *, env: Mapping[str, str] | None = None) -> RelayConfig:
     """Read and validate the relay config file; relative template paths are file-relative."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from exc
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ConfigError(f"cannot read {path}: {reason}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: {yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
     config = parse_config(data, env=env)

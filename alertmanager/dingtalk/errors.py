@@ -2,11 +2,13 @@
 
     RelayError
     ├── ConfigError            bad or unreadable relay config (reload keeps the old one)
-    ├── PayloadError           webhook body is not JSON (400) or not a v4 payload (422)
+    ├── PayloadError           webhook body is not JSON (400), not a v4 payload (422), or
+    │                          over ``max_request_bytes`` (413)
     ├── UnknownRobotError      no robot of that name (404)
     └── DeliveryError          DingTalk did not take the message
         ├── TransientDeliveryError   worth a retry: 503 so Alertmanager retries
-        │   └── ThrottledError       no rate-limit slot within max_wait (503 + Retry-After)
+        │   └── ThrottledError       no rate-limit slot within max_wait, or DingTalk said
+        │                            130101 and the robot backs off (503 + Retry-After)
         └── PermanentDeliveryError   retrying cannot help: 200 + counted metric
 """
 
@@ -53,8 +55,8 @@ class TransientDeliveryError(DeliveryError):
 
 
 class ThrottledError(TransientDeliveryError):
-    def __init__(self, detail: str, *, retry_after: float) -> None:
-        super().__init__(detail, reason="throttled")
+    def __init__(self, detail: str, *, retry_after: float, reason: str = "throttled") -> None:
+        super().__init__(detail, reason=reason)
         self.retry_after = retry_after
 
 

@@ -16,7 +16,6 @@ outcome goes back to its handler, which answers Alertmanager:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import math
@@ -123,11 +122,10 @@ class RobotSender:
                 continue
             wait = self.limiter.wait_time()
             if wait > 0:
-                # Poll rather than sleep the whole wait: the queue may empty, or the clock
-                # may be a test's fake clock.
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=min(wait, self._poll))
+                # Poll rather than sleep the whole wait (up to 10 minutes after a 130101):
+                # the queue may empty, or the clock may be a test's fake clock. A plain
+                # sleep, because wait_for on Python 3.11 can swallow the task's cancel.
+                await asyncio.sleep(min(wait, self._poll))
                 continue
             if self.limiter.try_acquire():
                 await self._deliver(self._take_batch())
@@ -146,6 +144,11 @@ class RobotSender:
         try:
             await self._client.send(self.robot, message)
         except DeliveryError as exc:
+            if isinstance(exc, ThrottledError):
+                # DingTalk muted the robot: sending again now would only extend the mute.
+                penalty = self.limiter.back_off()
+                log.warning("robot %s: DingTalk says too fast; no sends for %gs", self.name, penalty)
+                exc = ThrottledError(exc.detail, retry_after=self.retry_after(), reason=exc.reason)
             kind = "transient" if isinstance(exc, TransientDeliveryError) else "permanent"
             self._metrics.failed.labels(self.name, kind, exc.reason).inc()
             log.log(logging.WARNING if kind == "transient" else logging.ERROR,
@@ -157,6 +160,7 @@ class RobotSender:
             self._metrics.failed.labels(self.name, "transient", "internal").inc()
         else:
             outcome = None
+            self.limiter.succeeded()
             self._metrics.sent.labels(self.name).inc()
             self._metrics.alerts_sent.labels(self.name).inc(message.alerts)
             self._metrics.merged.labels(self.name).inc(len(batch) - 1)

@@ -1,9 +1,10 @@
 """Split one notification into DingTalk messages under the byte limit, losing no alert.
 
 Each part lists whole alerts and says how many follow ("+N more"); one alert too big on
-its own is truncated with a note. Sizes are estimated per alert (render with the alert twice
-minus render with it once), packed greedily, then every part is rendered for real and
-re-split if the estimate was off, so the limit holds for any template.
+its own is truncated with a note. Sizes are estimated per alert (render with the alert
+twice minus render with it once), packed greedily, then every part is rendered for real
+and re-split if the estimate was off, so the limit holds for any template. ``@all``
+stays on the first part that asks for it: once per notification, not once per part.
 """
 
 from __future__ import annotations
@@ -43,7 +44,14 @@ def split(renderer: Renderer, robot: str, message: WebhookMessage, *, limit: int
         part = renderer.render(robot, message, group, info)
         parts.append(part if part.size() <= limit else _truncate(renderer, robot, message, group, info,
                                                                   limit=limit))
-    return parts
+    return _at_all_once(parts)
+
+
+def _at_all_once(parts: list[Part]) -> list[Part]:
+    """``@all`` pages the whole group: once per notification, on its first part that asks."""
+    first = next((i for i, part in enumerate(parts) if part.at_all), None)
+    return [replace(part, at_all=False) if part.at_all and i != first else part
+            for i, part in enumerate(parts)]
 
 
 def _refine(renderer: Renderer, robot: str, message: WebhookMessage, groups: list[list[Alert]], *,

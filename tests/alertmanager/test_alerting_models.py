@@ -66,9 +66,10 @@ def test_equal_label_not_guaranteed() -> None:
     message = spec_error(inhibit_rules=[{**rule, "equal": ["node", "gpu"]}])
     assert message == (
         "federation.yaml: field 'alerting.inhibit_rules' rule [0]: equal label 'gpu' is not guaranteed on"
-        " every alert; Alertmanager counts two alerts that both lack it as equal, so the rule would mute"
-        " every target alert without it. Guaranteed: alertname, cluster, node, region, severity; declare"
-        " more in alerting.guaranteed_labels"
+        " every alert; Alertmanager counts two alerts that both lack it as equal (gpufed therefore only"
+        " lets sources that carry it inhibit, so for the others the rule would silently do nothing)."
+        " Guaranteed: alertname, cluster, node, region, severity; declare more in"
+        " alerting.guaranteed_labels"
     )
 
 
@@ -105,7 +106,8 @@ def test_receiver_clashing_with_a_generated_one() -> None:
     receivers = [{"name": "sre", "robots": ["bj"]}, {"name": "cn-beijing-dingtalk", "robots": ["bj"]}]
     assert spec_error(receivers=receivers) == (
         "federation.yaml: field 'alerting' duplicate receiver names: ['cn-beijing-dingtalk']"
-        " (each route adds receivers <region>-dingtalk and <region>-<severity>)"
+        " (each route adds receivers <region>-dingtalk and <region>-<severity>; the tree adds"
+        " unrouted-critical and watchdog-null)"
     )
 
 

@@ -131,7 +131,7 @@ def test_region_group_by_override() -> None:
             "routes": [{"region": "cn-beijing", "robot": "bj", "group_by": ["alertname", "node"]}],
         }
     )
-    route: dict[str, Any] = render.render_alertmanager_config(alerting)["route"]["routes"][0]
+    route: dict[str, Any] = render.render_alertmanager_config(alerting)["route"]["routes"][1]  # 0: Watchdog
     assert route["group_by"] == ["alertname", "node"]
     assert [r["receiver"] for r in route["routes"]] == ["cn-beijing-dingtalk"] * 3
 

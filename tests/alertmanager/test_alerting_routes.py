@@ -30,31 +30,46 @@ TABLE: list[tuple[str | None, str | None, list[str]]] = [
     ("cn-hangzhou", "critical", ["cn-hangzhou-dingtalk"]),
     ("cn-hangzhou", "warning", ["cn-hangzhou-dingtalk"]),
     ("cn-hangzhou", "info", ["cn-hangzhou-dingtalk"]),
-    # Unknown or missing region: the default receiver, whatever the severity.
-    ("cn-xian", "critical", ["sre"]),
+    # Unknown, missing, empty or mis-cased region: critical pages every region's pager
+    # (unrouted_critical: all-regions), everything else reaches the default receiver.
+    ("cn-xian", "critical", ["unrouted-critical"]),
     ("cn-xian", "warning", ["sre"]),
     ("cn-xian", "info", ["sre"]),
-    (None, "critical", ["sre"]),
+    (None, "critical", ["unrouted-critical"]),
+    ("", "critical", ["unrouted-critical"]),
+    ("CN-Beijing", "critical", ["unrouted-critical"]),
+    ("CN-Beijing", "warning", ["sre"]),
     (None, None, ["sre"]),
     # A matcher is exact: a region's prefix is not the region.
-    ("cn-beijing-2", "critical", ["sre"]),
+    ("cn-beijing-2", "critical", ["unrouted-critical"]),
 ]
 
 
 @pytest.mark.parametrize(("region", "severity", "receivers"), TABLE)
 def test_routing_table(amtool: str, region: str | None, severity: str | None, receivers: list[str]) -> None:
     labels = {"alertname": "GPUMemoryUsageHigh", "cluster": "gpu-prod", "node": "n1"}
-    if region is not None:
+    if region:
         labels["region"] = region
     if severity is not None:
         labels["severity"] = severity
     assert amtool_client.routes_test(EXAMPLE, labels, amtool=amtool) == receivers
 
 
-def test_without_routes_everything_reaches_the_default(amtool: str) -> None:
-    for severity in ("critical", "warning", "info"):
+@pytest.mark.parametrize("region", ["cn-beijing", "cn-xian", None])
+@pytest.mark.parametrize("severity", ["critical", "warning", None])
+def test_watchdog_never_reaches_a_robot(amtool: str, region: str | None, severity: str | None) -> None:
+    labels = {"alertname": "Watchdog", "cluster": "gpu-prod", "node": "*"}
+    labels |= {"region": region} if region else {}
+    labels |= {"severity": severity} if severity else {}
+    assert amtool_client.routes_test(EXAMPLE, labels, amtool=amtool) == ["watchdog-null"]
+    assert amtool_client.routes_test(WEBHOOKS, labels, amtool=amtool) == ["deadman"]
+
+
+def test_without_routes_criticals_page_the_named_receiver(amtool: str) -> None:
+    # unrouted_critical: pager; everything else reaches the default receiver.
+    for severity, receiver in (("critical", "pager"), ("warning", "ops-mail"), ("info", "ops-mail")):
         labels = {"region": "cn-beijing", "severity": severity}
-        assert amtool_client.routes_test(WEBHOOKS, labels, amtool=amtool) == ["ops-mail"]
+        assert amtool_client.routes_test(WEBHOOKS, labels, amtool=amtool) == [receiver]
 
 
 def test_routes_test_on_a_missing_file(amtool: str, tmp_path: Path) -> None:

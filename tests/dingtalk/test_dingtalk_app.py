@@ -127,7 +127,7 @@ def test_retry_after_transient_failure_resends_only_missing_parts() -> None:
         assert (await post(relay, big)).status_code == 200  # later copy: duplicate
         assert metric(registry, "gpufed_dingtalk_dedup_dropped_total") == 1
 
-    run(errcodes(0, 130101, sent=sent), scenario)
+    run(errcodes(0, -1, sent=sent), scenario)  # -1: DingTalk busy (130101 also backs off)
     texts = [m["markdown"]["text"] for m in sent]
     assert len(texts) == 3, "300 alerts need 3 parts; each delivered exactly once"
     assert [f"({k}/3)" in text for k, text in enumerate(texts, start=1)] == [True, True, True]
@@ -189,12 +189,12 @@ def test_duplicate_from_second_replica_is_dropped() -> None:
     assert len(sent) == 2
 
 
-def test_unknown_robot_404_names_configured_robots() -> None:
+def test_unknown_robot_404() -> None:
     async def scenario(relay: httpx.AsyncClient, registry: CollectorRegistry) -> None:
         response = await post(relay, webhook([alert(1)]), robot="cn-sh")
         assert response.status_code == 404
         assert response.headers["content-type"] == "application/problem+json"
-        assert response.json()["detail"] == "unknown robot 'cn-sh'; configured robots: cn-bj"
+        assert response.json()["detail"] == "unknown robot 'cn-sh'"
 
     run(errcodes(sent=[]), scenario)
 

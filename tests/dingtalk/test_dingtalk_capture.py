@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -22,7 +23,8 @@ def api() -> Iterator[FakeDingTalk]:
 
 
 def deliver(api: FakeDingTalk, *, secret: str, keywords: list[str], bodies: list[dict[str, object]],
-            script: tuple[int, ...] = ()) -> tuple[list[int], CollectorRegistry]:
+            script: tuple[int, ...] = (), clock: Callable[[], float] = time.time,
+            between: Callable[[], None] = lambda: None) -> tuple[list[int], CollectorRegistry]:
     url = api.add_robot("tok-capture-1", secret=SECRET, keywords=["告警"])
     api.script("tok-capture-1", *script)
     config = relay_config(url=url, robot={"secret": secret, "keywords": keywords})
@@ -30,10 +32,14 @@ def deliver(api: FakeDingTalk, *, secret: str, keywords: list[str], bodies: list
 
     async def main() -> list[int]:
         async with httpx.AsyncClient() as http:
-            app = create_app(config, http_client=http, registry=registry)
+            app = create_app(config, http_client=http, registry=registry, clock=clock)
             transport = httpx.ASGITransport(app=app)
+            statuses = []
             async with httpx.AsyncClient(transport=transport, base_url="http://r") as relay:
-                return [(await relay.post("/dingtalk/cn-bj/send", json=b)).status_code for b in bodies]
+                for body in bodies:
+                    statuses.append((await relay.post("/dingtalk/cn-bj/send", json=body)).status_code)
+                    between()
+            return statuses
 
     return asyncio.run(main()), registry
 
@@ -63,6 +69,12 @@ def test_missing_keyword_is_rejected_by_dingtalk(api: FakeDingTalk) -> None:
 
 def test_scripted_130101_is_retried_by_the_sender_of_the_webhook(api: FakeDingTalk) -> None:
     body = webhook([alert(1)])
-    statuses, _ = deliver(api, secret=SECRET, keywords=["告警"], bodies=[body, body], script=(130101,))
-    assert statuses == [503, 200]
+    skew = [0.0]
+
+    def later() -> None:  # Alertmanager's retries arrive 30 s, then 31 s more, apart
+        skew[0] += 30 if skew[0] == 0 else 31
+
+    statuses, _ = deliver(api, secret=SECRET, keywords=["告警"], bodies=[body, body, body], script=(130101,),
+                          clock=lambda: time.time() + skew[0], between=later)
+    assert statuses == [503, 503, 200], "the robot backs off 60 s after 130101"
     assert len(api.messages("tok-capture-1")) == 1
