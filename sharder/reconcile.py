@@ -266,6 +266,16 @@ class Reconciler:
                     self._wake.wait(timeout=idle_s if due is None else min(due, idle_s))
             self.tick()
 
+    def adopt(self, assignment: Assignment) -> None:
+        """Make ``assignment`` (an operator's applied plan) the base of the next change.
+
+        The caller must not run :meth:`tick` concurrently (the controller holds one lock
+        over both), or the tick in flight would replace it with one made from the old base.
+        """
+        with self._lock:
+            self._assignment = assignment
+            self._incremental = None
+
     # ---- state -------------------------------------------------------------------------
     @property
     def assignment(self) -> Assignment | None:

@@ -1,0 +1,133 @@
+"""``gpufed serve``: the controller as a service (HTTP SD, shard map, plans, rebalances).
+
+A thin command over ``federation.controller.service``; uvicorn serves the app. Bad
+settings (spec, tokens, flags) print one ``error:`` line and exit 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from federation.commands.render import SpecOpt, user_errors
+from federation.controller.auth import TokenError
+from federation.controller.core import ControllerOptions
+from federation.controller.service import ServeSettings, build_service
+from federation.controller.store import StoreError
+from federation.spec import load_gpufed_spec
+from sharder.sources.consul import ConsulConfig
+from sharder.sources.kubernetes import KubernetesConfig
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[V6]:PORT`` -> (host, port)."""
+    host, sep, port = listen.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT with a port from 1 to 65535, got {listen!r}")
+    return host, int(port)
+
+
+def _child_urls(values: list[str]) -> dict[str, str]:
+    urls = {}
+    for value in values:
+        child, sep, url = value.partition("=")
+        if not sep or not child or not url.startswith(("http://", "https://")):
+            raise typer.BadParameter(
+                f"expected CHILD=http://host:port, got {value!r}", param_hint="--child-url"
+            )
+        urls[child] = url
+    return urls
+
+
+def serve_command(
+    spec: SpecOpt,
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="state (SQLite) and rendered configs")],
+    listen: Annotated[str, typer.Option("--listen", help="HOST:PORT to serve on")] = "127.0.0.1:8080",
+    inventory: Annotated[Path | None, typer.Option("--inventory", help="inventory file, followed")] = None,
+    consul: Annotated[str | None, typer.Option("--consul", help="Consul address host:port or URL")] = None,
+    service: Annotated[list[str] | None, typer.Option("--service", help="Consul service, repeatable")] = None,
+    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig file")] = None,
+    in_cluster: Annotated[bool, typer.Option(help="use the pod's service account")] = False,
+    namespace: Annotated[str, typer.Option(help="namespace of the exporters")] = "monitoring",
+    tokens: Annotated[Path | None, typer.Option("--tokens", help="tokens file (name, token, scopes)")] = None,
+    dev: Annotated[
+        bool, typer.Option("--dev", help="allow running without a token (local trials only)")
+    ] = False,
+    no_check: Annotated[
+        bool, typer.Option("--no-check", help="publish configs without promtool/amtool")
+    ] = False,
+    debounce: Annotated[float, typer.Option(min=0, help="seconds a burst of changes is collected")] = 1.0,
+    grace: Annotated[float, typer.Option(min=0, help="seconds a vanished target is kept")] = 120.0,
+    handover_window: Annotated[
+        float | None,
+        typer.Option(
+            min=0, help="max seconds both children scrape a moved target (default: SD refresh + 2 scrapes)"
+        ),
+    ] = None,
+    registry_ttl: Annotated[float, typer.Option(min=1, help="built-in registry entry lifetime")] = 90.0,
+    child_url: Annotated[
+        list[str] | None, typer.Option("--child-url", help="CHILD=URL of a child Prometheus (repeatable)")
+    ] = None,
+    child_url_template: Annotated[str | None, typer.Option(help="e.g. http://{child}:9090")] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error")] = "info",
+) -> None:
+    """Run the controller: discovery loop, HTTP SD, REST plans and rebalances."""
+    import uvicorn
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        host, port = split_listen(listen)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--listen") from exc
+    with user_errors():
+        loaded = load_gpufed_spec(spec)
+    consul_config = None
+    if consul or service:
+        consul_config = ConsulConfig(services=tuple(service or ["gpufed-exporter"]), address=consul)
+    k8s_config = None
+    if kubeconfig or in_cluster:
+        k8s_config = KubernetesConfig(namespace=namespace, kubeconfig=str(kubeconfig) if kubeconfig else None)
+    options = ControllerOptions(
+        debounce_s=debounce,
+        grace_s=grace,
+        handover_window_s=handover_window,
+        registry_ttl_s=registry_ttl,
+        child_urls=_child_urls(child_url or []),
+        child_url_template=child_url_template,
+    )
+    settings = ServeSettings(
+        spec=loaded,
+        data_dir=data_dir,
+        inventory=inventory,
+        consul=consul_config,
+        kubernetes=k8s_config,
+        tokens_file=tokens,
+        dev=dev,
+        check_configs=not no_check,
+        options=options,
+    )
+    try:
+        built = build_service(settings)
+    except (TokenError, StoreError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if built.auth.dev:
+        for _ in range(3):
+            print(
+                "WARNING: gpufed serve --dev: NO TOKEN IS NEEDED to change shards. Never expose this port.",
+                file=sys.stderr,
+            )
+    built.start()
+    try:
+        uvicorn.run(built.app, host=host, port=port, log_level=log_level, access_log=False)
+    finally:
+        built.stop()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve_command)

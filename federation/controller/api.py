@@ -1,0 +1,371 @@
+"""The controller's HTTP API: thin FastAPI routes over :class:`~federation.controller.core.Controller`.
+
+Errors are ``application/problem+json`` (RFC 9457 style) naming the field: 422 for a bad
+body, 404 for an unknown child/shard/target, 409 for a stale plan, 401/403 for tokens,
+413 for a body over the limit, 503 on a replica that may not write. GETs are open (HTTP
+SD must be, for children); every POST/PUT/DELETE needs a bearer token with its scope.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import unquote
+
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from federation.controller import core
+from federation.controller.auth import Authenticator, Caller
+from federation.controller.changes import ChangeRequest
+from federation.controller.redact import redact_file
+from federation.controller.registry import IdentityMismatch
+from sharder.errors import SharderError
+
+log = logging.getLogger(__name__)
+PROBLEM = "application/problem+json"
+VERSION_HEADER = "X-Gpufed-Assignment-Version"
+MAX_BODY = 1 << 20
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+
+ASGIApp = Callable[
+    [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
+    Awaitable[None],
+]
+
+
+class RebalanceRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: str = Field(min_length=1, max_length=100, description="the version POST /v1/plan answered")
+
+
+class PinRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    identity: str = Field(min_length=1, max_length=1000)
+    shard: str = Field(min_length=1, max_length=200)
+    reason: str = Field(default="", max_length=500)
+
+
+def problem(status: int, title: str, detail: str, **extra: Any) -> JSONResponse:
+    body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
+    return JSONResponse(body, status_code=status, media_type=PROBLEM)
+
+
+class BodyLimit:
+    """Refuse request bodies over ``limit`` bytes with 413, declared or streamed."""
+
+    def __init__(self, app: ASGIApp, *, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                await problem(413, "Body too large", f"request bodies are limited to {self.limit} bytes")(
+                    scope, receive, send
+                )
+                return
+        seen = 0
+
+        async def limited() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await problem(413, "Body too large", f"request bodies are limited to {self.limit} bytes")(
+                scope, receive, send
+            )
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _caller(request: Request, authorization: str | None, scope: str) -> Caller:
+    auth: Authenticator = request.app.state.auth
+    caller = auth.caller(authorization)
+    if caller is None:
+        raise core.ControllerError("401")
+    if scope not in caller.scopes and not (scope == "register" and "write" in caller.scopes):
+        raise _Forbidden(f"token {caller.name!r} lacks the {scope!r} scope")
+    return caller
+
+
+def writer(request: Request, authorization: Annotated[str | None, Header()] = None) -> Caller:
+    return _caller(request, authorization, "write")
+
+
+def registrar(request: Request, authorization: Annotated[str | None, Header()] = None) -> Caller:
+    return _caller(request, authorization, "register")
+
+
+Writer = Annotated[Caller, Depends(writer)]
+Registrar = Annotated[Caller, Depends(registrar)]
+
+
+def create_app(
+    controller: core.Controller, *, auth: Authenticator, leader: Callable[[], str | None] | None = None
+) -> FastAPI:
+    app = FastAPI(
+        title="gpufed controller",
+        version="1",
+        description="Shard map, HTTP SD for child Prometheus servers, plans and rebalances.",
+    )
+    metrics = controller.metrics
+
+    app.state.auth = auth
+
+    # ---- errors -------------------------------------------------------------------------
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {
+                "field": ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body",
+                "message": str(e.get("msg", "")),
+            }
+            for e in exc.errors()[:20]
+        ]
+        first = errors[0] if errors else {"field": "body", "message": "invalid"}
+        return problem(422, "Invalid request", f"field '{first['field']}': {first['message']}", errors=errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return problem(exc.status_code, str(exc.detail), str(exc.detail))
+
+    @app.exception_handler(core.ControllerError)
+    async def _domain(request: Request, exc: core.ControllerError) -> JSONResponse:
+        if isinstance(exc, core.Conflict):
+            return problem(409, "Conflict", str(exc), current_version=exc.current_version)
+        if isinstance(exc, core.NotFound):
+            return problem(404, "Not found", str(exc))
+        if isinstance(exc, core.Invalid):
+            return problem(422, "Invalid change", str(exc), field=exc.field)
+        if isinstance(exc, core.Unavailable):
+            return problem(503, "Not the leader", str(exc), leader=exc.leader)
+        if isinstance(exc, _Forbidden):
+            return problem(403, "Forbidden", str(exc))
+        return problem(401, "Unauthorized", "a bearer token is required (Authorization: Bearer ...)")
+
+    @app.exception_handler(SharderError)
+    async def _input(request: Request, exc: SharderError) -> JSONResponse:
+        return problem(422, "Invalid target", str(exc), field=getattr(exc, "field", ""))
+
+    # ---- health ---------------------------------------------------------------------------
+    @app.get("/healthz", tags=["health"])
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    async def readyz() -> JSONResponse:
+        ready = controller.ready
+        body = {"ready": ready, "assignment_version": controller.state.assignment_version}
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    @app.get("/metrics", tags=["health"])
+    async def prometheus_metrics() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    # ---- HTTP SD --------------------------------------------------------------------------------
+    def sd_answer(child: str, job: str | None) -> Response:
+        started = time.perf_counter()
+        snapshot = controller.sd
+        body = snapshot.answer(child, job)
+        if body is None:
+            metrics.sd_requests.labels(code="404").inc()
+            what = f"child {child!r}" if snapshot.child_shard.get(child) is None else f"job {job!r}"
+            return problem(404, "Not found", f"unknown {what}")
+        metrics.sd_requests.labels(code="200").inc()
+        metrics.sd_latency.observe(time.perf_counter() - started)
+        return Response(body, media_type="application/json", headers={VERSION_HEADER: str(snapshot.version)})
+
+    @app.get("/v1/sd/{child}", tags=["sd"], summary="HTTP SD: every job's targets of one child")
+    async def sd_child(child: str) -> Response:
+        return sd_answer(child, None)
+
+    @app.get("/v1/sd/{child}/{job}", tags=["sd"], summary="HTTP SD: one job's targets of one child")
+    async def sd_child_job(child: str, job: str) -> Response:
+        return sd_answer(child, job)
+
+    # ---- shards and targets ------------------------------------------------------------------
+    @app.get("/v1/shards", tags=["shards"])
+    def shards() -> dict[str, Any]:
+        rows = controller.shard_rows()
+        return {"assignment_version": controller.state.assignment_version, "shards": rows}
+
+    @app.get("/v1/targets", tags=["targets"])
+    def targets(
+        region: str | None = None,
+        shard: str | None = None,
+        q: Annotated[str | None, Query(max_length=200)] = None,
+        offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=5000)] = 100,
+    ) -> dict[str, Any]:
+        rows = controller.target_rows(region=region, shard=shard, q=q)
+        return {
+            "total": len(rows),
+            "offset": offset,
+            "limit": limit,
+            "targets": rows[offset : offset + limit],
+        }
+
+    @app.get(
+        "/v1/targets/{identity:path}", tags=["targets"], summary="Which children scrape a target, and why"
+    )
+    def target(identity: str) -> dict[str, Any]:
+        return controller.explain(unquote(identity))
+
+    @app.get("/v1/handovers", tags=["shards"])
+    def handovers() -> dict[str, Any]:
+        now = time.time()
+        return {
+            "handovers": [
+                {
+                    **h.model_dump(mode="json"),
+                    "age_s": round(now - h.started_at, 1),
+                    "remaining_s": round(max(0.0, h.deadline - now), 1),
+                }
+                for h in controller.state.handovers
+            ]
+        }
+
+    @app.get("/v1/status", tags=["health"])
+    def status() -> dict[str, Any]:
+        state = controller.state
+        publish = controller.publisher.status if controller.publisher is not None else None
+        return {
+            "ready": controller.ready,
+            "assignment_version": state.assignment_version,
+            "version": controller.current_version(),
+            "desired": state.desired.model_dump(mode="json"),
+            "targets": len(state.assignment.targets) if state.assignment else 0,
+            "shards": len(state.assignment.shards) if state.assignment else 0,
+            "handovers": len(state.handovers),
+            "discovery": controller.discovery_rows(),
+            "leader": leader() if leader is not None else None,
+            "configs": None if publish is None else vars(publish),
+            "auth": "dev (no token needed)" if auth.dev else "bearer token",
+        }
+
+    # ---- changes: plan first ------------------------------------------------------------------
+    @app.post("/v1/plan", tags=["changes"], summary="What a change would move; nothing is applied")
+    def plan(change: ChangeRequest, caller: Writer) -> dict[str, Any]:
+        return core.dump_plan(controller.plan(change))
+
+    @app.post("/v1/rebalance", tags=["changes"], summary="Apply a plan by its version")
+    def rebalance(body: RebalanceRequest, caller: Writer) -> dict[str, Any]:
+        result = controller.apply(body.version, actor=caller.name)
+        out: dict[str, Any] = {
+            "applied": result.applied,
+            "version": result.version,
+            "message": result.message,
+            "current_version": controller.current_version(),
+            "assignment_version": controller.state.assignment_version,
+        }
+        if result.plan is not None:
+            out["counts"] = result.plan.counts.model_dump(mode="json")
+            out["moves"] = [m.model_dump(mode="json") for m in result.plan.moves]
+        return out
+
+    @app.post("/v1/shards/{shard}/drain", tags=["changes"], summary="Plan to empty a shard")
+    def drain(shard: str, caller: Writer) -> dict[str, Any]:
+        return core.dump_plan(controller.plan(ChangeRequest(drain=[shard])))
+
+    @app.post("/v1/shards/{shard}/undrain", tags=["changes"], summary="Plan to use a drained shard again")
+    def undrain(shard: str, caller: Writer) -> dict[str, Any]:
+        return core.dump_plan(controller.plan(ChangeRequest(undrain=[shard])))
+
+    @app.post("/v1/pins", tags=["changes"], summary="Plan to pin a target to a shard")
+    def pin(body: PinRequest, caller: Writer) -> dict[str, Any]:
+        return core.dump_plan(
+            controller.plan(ChangeRequest(pin={body.identity: body.shard}, reason=body.reason))
+        )
+
+    @app.delete("/v1/pins/{identity:path}", tags=["changes"], summary="Plan to unpin a target")
+    def unpin(identity: str, caller: Writer) -> dict[str, Any]:
+        return core.dump_plan(controller.plan(ChangeRequest(unpin=[unquote(identity)])))
+
+    @app.get("/v1/audit", tags=["changes"])
+    def audit(
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100, before: Annotated[int | None, Query(ge=1)] = None
+    ) -> dict[str, Any]:
+        entries = controller.audit(limit=limit, before_id=before)
+        return {"entries": [e.model_dump(mode="json") for e in entries]}
+
+    # ---- built-in registry -------------------------------------------------------------------
+    @app.put("/v1/registry/targets/{identity:path}", tags=["registry"], status_code=200)
+    def register(identity: str, body: dict[str, Any], caller: Registrar) -> JSONResponse:
+        try:
+            target, created = controller.registry.put(unquote(identity), body)
+        except IdentityMismatch as exc:
+            return problem(422, "Invalid target", str(exc), field="identity")
+        return JSONResponse(
+            {"identity": target.identity, "expires_in_s": controller.registry.ttl_s},
+            status_code=201 if created else 200,
+        )
+
+    @app.delete("/v1/registry/targets/{identity:path}", tags=["registry"], status_code=204)
+    def deregister(identity: str, caller: Registrar) -> Response:
+        if not controller.registry.delete(unquote(identity)):
+            raise core.NotFound(f"no registered target {unquote(identity)!r}")
+        return Response(status_code=204)
+
+    @app.get("/v1/registry/targets", tags=["registry"])
+    def registered() -> dict[str, Any]:
+        from sharder.lastknown import target_document
+
+        return {
+            "targets": [
+                {**target_document(t), "identity": t.identity, "expires_in_s": round(left, 1)}
+                for t, left in controller.registry.entries()
+            ]
+        }
+
+    # ---- configs --------------------------------------------------------------------------------
+    @app.get("/v1/configs", tags=["configs"], summary="Published config files and the last check")
+    def configs() -> dict[str, Any]:
+        if controller.publisher is None:
+            return {"files": [], "status": None}
+        files = controller.publisher.files
+        return {
+            "files": [{"path": p, "bytes": len(files[p])} for p in sorted(files)],
+            "status": vars(controller.publisher.status),
+        }
+
+    @app.get("/v1/configs/{path:path}", tags=["configs"], summary="One published file (secrets never shown)")
+    def config_file(path: str) -> Response:
+        files = controller.publisher.files if controller.publisher is not None else {}
+        if path not in files:
+            raise core.NotFound(f"no published file {path!r}")
+        media = "application/json" if path.endswith(".json") else "application/yaml"
+        return Response(redact_file(path, files[path]), media_type=media)
+
+    # ---- the web page -------------------------------------------------------------------------
+    @app.get("/", include_in_schema=False)
+    def index() -> HTMLResponse:
+        page = WEB_DIR / "index.html"
+        if page.is_file():
+            return HTMLResponse(page.read_text(encoding="utf-8"))
+        return HTMLResponse("<h1>gpufed controller</h1><p>See <a href='/docs'>/docs</a>.</p>")
+
+    app.add_middleware(BodyLimit, limit=MAX_BODY)  # type: ignore[arg-type]
+    return app
+
+
+class _Forbidden(core.ControllerError):
+    pass

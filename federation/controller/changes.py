@@ -1,0 +1,121 @@
+"""Operator changes: a request body -> the new desired state. Pure.
+
+Every change is a plan first (``POST /v1/plan``); drains and pins through their own
+routes build the same :class:`ChangeRequest`. Validation here names the field and the
+value; what needs the targets (pins of unknown targets) is checked by the controller.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from federation.controller.state import Desired
+from sharder.assignment import Assignment
+from sharder.spec import FederationSpec
+
+
+class ChangeError(ValueError):
+    def __init__(self, message: str, *, field: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+class ChangeRequest(BaseModel):
+    """What an operator wants changed; everything left out stays as it is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    shard_counts: dict[str, int] = Field(default_factory=dict, description="region -> shards")
+    add_shard: list[str] = Field(default_factory=list, description="regions that get one more shard")
+    remove_shard: list[str] = Field(default_factory=list, description="regions that lose their last shard")
+    drain: list[str] = Field(default_factory=list, description="shard ids to empty (the child keeps running)")
+    undrain: list[str] = Field(default_factory=list)
+    pin: dict[str, str] = Field(default_factory=dict, description="target identity -> shard id")
+    unpin: list[str] = Field(default_factory=list)
+    weights: dict[str, int | None] = Field(
+        default_factory=dict, description="target identity -> weight (null: back to the GPU count)"
+    )
+    reason: str = Field(default="", max_length=500, description="free text kept in the audit log")
+
+    def is_empty(self) -> bool:
+        return not (
+            self.shard_counts
+            or self.add_shard
+            or self.remove_shard
+            or self.drain
+            or self.undrain
+            or self.pin
+            or self.unpin
+            or self.weights
+        )
+
+
+def region_counts(assignment: Assignment | None) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    if assignment is not None:
+        for info in assignment.shards.values():
+            counts[info.region] = counts.get(info.region, 0) + 1
+    return counts
+
+
+def apply_request(
+    desired: Desired, change: ChangeRequest, *, spec: FederationSpec, assignment: Assignment | None
+) -> Desired:
+    regions = set(spec.region_names())
+    shards = set(assignment.shards) if assignment is not None else set()
+    counts = dict(desired.shard_counts)
+    current = {**region_counts(assignment), **counts}
+
+    def known_region(region: str, field: str) -> str:
+        if region not in regions:
+            raise ChangeError(
+                f"unknown region {region!r} (regions: {', '.join(sorted(regions))})", field=field
+            )
+        return region
+
+    for region, count in change.shard_counts.items():
+        known_region(region, f"shard_counts.{region}")
+        if count < 1 or count > 10_000:
+            raise ChangeError(
+                f"a region needs 1 to 10000 shards (value {count})", field=f"shard_counts.{region}"
+            )
+        counts[region] = count
+    for i, region in enumerate(change.add_shard):
+        known_region(region, f"add_shard[{i}]")
+        counts[region] = counts.get(region, current.get(region, 0)) + 1
+    for i, region in enumerate(change.remove_shard):
+        known_region(region, f"remove_shard[{i}]")
+        now = counts.get(region, current.get(region, 0))
+        if now <= 1:
+            raise ChangeError(f"region {region!r} keeps at least one shard", field=f"remove_shard[{i}]")
+        counts[region] = now - 1
+    drained = set(desired.drained)
+    for i, shard in enumerate(change.drain):
+        if shard not in shards:
+            raise ChangeError(f"unknown shard {shard!r}", field=f"drain[{i}]")
+        drained.add(shard)
+    for i, shard in enumerate(change.undrain):
+        if shard not in drained:
+            raise ChangeError(f"shard {shard!r} is not drained", field=f"undrain[{i}]")
+        drained.discard(shard)
+    pins = dict(desired.pins)
+    for identity in change.unpin:
+        pins.pop(identity, None)
+    for identity, shard in change.pin.items():
+        if shard not in shards:
+            raise ChangeError(f"unknown shard {shard!r}", field=f"pin.{identity}")
+        pins[identity] = shard
+    weights = dict(desired.weights)
+    for identity, weight in change.weights.items():
+        if weight is None:
+            weights.pop(identity, None)
+        elif not 1 <= weight <= 10_000:
+            raise ChangeError(f"a weight is 1 to 10000 (value {weight})", field=f"weights.{identity}")
+        else:
+            weights[identity] = weight
+    return Desired(
+        shard_counts=dict(sorted(counts.items())),
+        pins=dict(sorted(pins.items())),
+        drained=sorted(drained),
+        weights=dict(sorted(weights.items())),
+    )

@@ -1,0 +1,689 @@
+"""The ``Controller``: discovery loop, operator plans, hand-overs and what the API serves.
+
+One lock orders every change to the served state: a reconcile tick (discovery), an
+applied plan (operator) and a finished hand-over each take it, compute the next
+:class:`ControllerState`, write it to the store (check-and-set) and only then publish it
+(SD bytes, metrics, config bundle). Reads never take the lock: HTTP SD answers come from
+an immutable :class:`~federation.controller.sdcache.SdSnapshot` swapped in one assignment.
+
+Plans are made against ``desired_revision`` (operator changes only), so discovery
+churn does not make every plan stale; applying one re-runs the assignment on the
+targets of that moment, sticky to the current assignment, and reports what really moved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from federation import pipeline
+from federation.controller import changes as changing
+from federation.controller import handover as handing
+from federation.controller import sdcache
+from federation.controller.metrics import ControllerMetrics
+from federation.controller.probe import ChildProbe, ScrapeState, TargetKey
+from federation.controller.publisher import Publisher
+from federation.controller.registry import BuiltinRegistry
+from federation.controller.state import AuditEntry, ControllerState, Desired, Handover
+from federation.controller.store import LastKnownView, StateStore, StoreError
+from federation.spec import GpufedSpec
+from sharder import plan as planning
+from sharder.assign import assign
+from sharder.assignment import Assignment
+from sharder.discovery_metrics import DiscoveryMetrics
+from sharder.errors import AssignmentError
+from sharder.inventory import Target
+from sharder.reconcile import Reconciler
+from sharder.sizing import Hysteresis
+from sharder.spec import parse_duration
+
+log = logging.getLogger(__name__)
+
+
+class ControllerError(Exception):
+    """Base of what the API maps to problems."""
+
+
+class NotFound(ControllerError):
+    pass
+
+
+class Conflict(ControllerError):
+    def __init__(self, message: str, *, current_version: str) -> None:
+        self.current_version = current_version
+        super().__init__(message)
+
+
+class Invalid(ControllerError):
+    def __init__(self, message: str, *, field: str = "") -> None:
+        self.field = field
+        super().__init__(message)
+
+
+class Unavailable(ControllerError):
+    """This replica may not write (not the leader); ``leader`` says who may."""
+
+    def __init__(self, message: str, *, leader: str | None = None) -> None:
+        self.leader = leader
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    debounce_s: float = 1.0
+    grace_s: float = 120.0
+    hysteresis: Hysteresis = field(default_factory=Hysteresis)
+    handover_window_s: float | None = None
+    """None: the SD refresh interval plus two scrape intervals of the target's job."""
+    registry_ttl_s: float = 90.0
+    precedence: tuple[str, ...] = ("file", "registry", "consul", "kubernetes")
+    child_urls: Mapping[str, str] = field(default_factory=dict)
+    """child id -> base URL of its Prometheus (for hand-over proof, health and reloads)."""
+    child_url_template: str | None = None
+    """e.g. ``http://{child}:9090`` when children are reachable by name."""
+    settle_interval_s: float = 1.0
+    health_interval_s: float = 10.0
+    max_plans: int = 64
+
+
+@dataclass(frozen=True)
+class PlannedChange:
+    version: str
+    base_revision: int
+    change: changing.ChangeRequest
+    desired: Desired
+    plan: planning.Plan
+    created_at: float
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    applied: bool
+    version: str
+    plan: planning.Plan | None
+    message: str
+
+
+@dataclass
+class ChildHealth:
+    reachable: bool | None = None
+    active: int = 0
+    up: int = 0
+    checked_at: float = 0.0
+    scrapes: dict[TargetKey, ScrapeState] = field(default_factory=dict)
+
+
+class Controller:
+    def __init__(
+        self,
+        *,
+        spec: GpufedSpec,
+        store: StateStore,
+        metrics: ControllerMetrics,
+        options: ControllerOptions = ControllerOptions(),
+        probe: ChildProbe | None = None,
+        publisher: Publisher | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        can_write: Callable[[], bool] = lambda: True,
+        fence: Callable[[], int | None] = lambda: None,
+    ) -> None:
+        self.spec = spec
+        self.store = store
+        self.metrics = metrics
+        self.options = options
+        self.probe = probe
+        self.publisher = publisher
+        self._wall = wall_clock
+        self._can_write = can_write
+        self._fence = fence
+        self._lock = threading.RLock()
+        self._plans: OrderedDict[str, PlannedChange] = OrderedDict()
+        self.jobs = {job.name: job for job in spec.jobs}
+        self.discovery = DiscoveryMetrics(registry=metrics.registry)
+        self.state = store.load() or ControllerState()
+        self.reconciler = Reconciler(
+            spec=spec,
+            previous=self.state.assignment,
+            debounce_s=options.debounce_s,
+            grace_s=options.grace_s,
+            hysteresis=options.hysteresis,
+            precedence=options.precedence,
+            assign_fn=self._assign_for_loop,
+            on_assignment=self._on_discovery,
+            observer=self.discovery,
+            store=LastKnownView(store),
+        )
+        self.registry = BuiltinRegistry(sink=self.reconciler, jobs=self.jobs, ttl_s=options.registry_ttl_s)
+        self.sources: list[Any] = [self.registry]
+        self.health: dict[str, ChildHealth] = {}
+        self.sd = sdcache.SdSnapshot(version=0)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # ---- start / stop ----------------------------------------------------------------
+    def restore(self) -> None:
+        """Seed discovery from the persisted sets and serve the stored assignment at once."""
+        sets = self.store.load_sets()
+        self.registry.seed(sets.pop("registry", []))
+        self.reconciler.seed(sets)
+        registered = [t for t, _ in self.registry.entries()]
+        if registered:
+            self.reconciler.on_change("registry", registered, version="persisted")
+        if self.state.assignment is not None:
+            self._publish(targets=self._known_targets())
+
+    def start(self, sources: Sequence[Any] = ()) -> None:
+        self.sources = [self.registry, *sources]
+        loops: list[Callable[[threading.Event], None]] = [self._loop, *(s.run for s in self.sources)]
+        if self.probe is not None:
+            loops.append(self._health_loop)
+        self._threads = [
+            threading.Thread(
+                target=loop, args=(self._stop,), daemon=True, name=getattr(loop, "__qualname__", "loop")
+            )
+            for loop in loops
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    # ---- the loop ------------------------------------------------------------------------
+    def _loop(self, stop: threading.Event) -> None:
+        settle_at = 0.0
+        while not stop.is_set():
+            due = self.reconciler.next_due()
+            stop.wait(0.1 if due is None else min(max(due, 0.0), 0.1))
+            if not self._can_write():
+                continue
+            try:
+                with self._lock:
+                    self.reconciler.tick()
+                if time.monotonic() >= settle_at:
+                    settle_at = time.monotonic() + self.options.settle_interval_s
+                    self.settle()
+            except Exception:  # the loop must outlive any one bad tick
+                log.exception("controller loop iteration failed")
+
+    def _assign_for_loop(
+        self,
+        spec: Any,
+        targets: Sequence[Target],
+        *,
+        previous: Assignment | None,
+        shard_counts: Mapping[str, int],
+    ) -> Assignment:
+        return self._assign(self.state.desired, targets, previous=previous, hysteresis_counts=shard_counts)
+
+    def _assign(
+        self,
+        desired: Desired,
+        targets: Sequence[Target],
+        *,
+        previous: Assignment | None,
+        hysteresis_counts: Mapping[str, int] | None = None,
+    ) -> Assignment:
+        counts = {**(hysteresis_counts or {}), **desired.shard_counts}
+        return assign(
+            self.spec,
+            targets,
+            previous=previous,
+            shard_counts=counts or None,
+            pins=desired.pins or None,
+            drained=desired.drained or None,
+            weight_overrides=desired.weights or None,
+        )
+
+    def _on_discovery(self, assignment: Assignment, plan: planning.Plan) -> None:
+        """A new assignment from the reconcile loop (lock held by ``_loop``)."""
+        targets = self._known_targets()
+        handovers = self._handovers(self.state.assignment, assignment, targets)
+        audit = None
+        if plan.counts.shards_added or plan.counts.shards_removed:
+            audit = AuditEntry(
+                at=self._wall(),
+                actor="discovery",
+                action="resize",
+                detail={"added_shards": plan.added_shards, "removed_shards": plan.removed_shards},
+                moved=plan.counts.moved,
+            )
+        state = self.state.model_copy(
+            update={
+                "assignment": assignment,
+                "assignment_version": self.state.assignment_version + 1,
+                "handovers": handovers,
+            }
+        )
+        self._commit(state, audit=audit)
+        self.metrics.moves.labels(cause="discovery").inc(plan.counts.moved)
+        self._publish(targets=targets)
+
+    # ---- state writes ---------------------------------------------------------------------
+    def _commit(self, state: ControllerState, *, audit: AuditEntry | None) -> None:
+        try:
+            self.state = self.store.save(
+                state,
+                expected_revision=self.state.revision if self.state.revision else None,
+                audit=audit,
+                fence=self._fence(),
+            )
+        except StoreError:
+            self.metrics.store_errors.inc()
+            raise
+
+    def _publish(self, *, targets: Mapping[str, Target]) -> None:
+        state = self.state
+        assignment = state.assignment
+        if assignment is None:
+            return
+        self.sd = sdcache.build(
+            version=state.assignment_version,
+            jobs=self.jobs,
+            assignment=assignment,
+            targets=targets,
+            handovers=state.handovers,
+            previous=self.sd,
+        )
+        load = assignment.load()
+        sizes: dict[str, int] = dict.fromkeys(assignment.shards, 0)
+        for shard in assignment.targets.values():
+            sizes[shard] += 1
+        self.metrics.publish_shards(
+            [(info.region, shard, sizes[shard], load[shard]) for shard, info in assignment.shards.items()]
+        )
+        self.metrics.assignment_version.set(state.assignment_version)
+        self.metrics.handovers_in_flight.set(len(state.handovers))
+        self.metrics.ready.set(1)
+        if self.publisher is not None:
+            try:
+                bundle = pipeline.build_bundle(self.spec, list(targets.values()), assignment)
+            except Exception as exc:  # a render bug must not stop SD; the old bundle stays
+                log.error("rendering the config bundle failed: %s", exc)
+                self.metrics.config_checks.labels(result="failed").inc()
+            else:
+                self.publisher.publish(bundle, version=state.assignment_version)
+
+    def _known_targets(self) -> dict[str, Target]:
+        return self.reconciler.target_map
+
+    # ---- hand-overs -------------------------------------------------------------------------
+    def window_s(self, job: str) -> float:
+        if self.options.handover_window_s is not None:
+            return self.options.handover_window_s
+        spec_job = self.jobs.get(job)
+        interval = parse_duration(
+            spec_job.scrape_interval if spec_job else self.spec.children.scrape_interval
+        )
+        refresh = (
+            parse_duration(self.spec.children.http_sd_refresh_interval)
+            if self.spec.children.target_discovery == "http_sd"
+            else 60.0
+        )
+        return refresh + 2 * interval
+
+    def _handovers(
+        self, previous: Assignment | None, current: Assignment, targets: Mapping[str, Target]
+    ) -> list[Handover]:
+        return handing.reconcile(
+            previous,
+            current,
+            self.state.handovers,
+            now=self._wall(),
+            job_of={i: t.job for i, t in targets.items()},
+            window_s=self.window_s,
+        )
+
+    def settle(self) -> int:
+        """Finish hand-overs whose new children scrape the target (or whose window passed)."""
+        with self._lock:
+            if not self.state.handovers:
+                return 0
+            targets = self._known_targets()
+            pending, done = handing.settle(
+                self.state.handovers, now=self._wall(), scraped=lambda h: self._scraped(h, targets)
+            )
+            if not done:
+                return 0
+            self._commit(self.state.model_copy(update={"handovers": pending}), audit=None)
+            for _, result in done:
+                self.metrics.handovers.labels(result=result).inc()
+            self._publish(targets=targets)
+            return len(done)
+
+    def child_url(self, child: str) -> str | None:
+        url = self.options.child_urls.get(child)
+        if url is None and self.options.child_url_template:
+            url = self.options.child_url_template.format(child=child)
+        return url
+
+    def _scraped(self, h: Handover, targets: Mapping[str, Target]) -> bool:
+        """Every child of the new shard we can ask has scraped the target since the hand-over began."""
+        target = targets.get(h.identity)
+        assignment = self.state.assignment
+        if target is None or assignment is None or self.probe is None or h.to_shard not in assignment.shards:
+            return False
+        key = (target.job, target.instance, target.node)
+        seen = False
+        for child, _replica in assignment.children(h.to_shard):
+            url = self.child_url(child)
+            if url is None:
+                return False
+            scrapes = self.probe.active_targets(url)
+            if scrapes is None:
+                return False
+            state = scrapes.get(key)
+            if state is None or state.health != "up" or state.last_scrape < h.started_at:
+                return False
+            seen = True
+        return seen
+
+    def _health_loop(self, stop: threading.Event) -> None:
+        while not stop.wait(self.options.health_interval_s):
+            self.check_health()
+
+    def check_health(self) -> None:
+        assignment = self.state.assignment
+        if assignment is None or self.probe is None:
+            return
+        for shard in assignment.shards:
+            for child, _ in assignment.children(shard):
+                url = self.child_url(child)
+                if url is None:
+                    continue
+                scrapes = self.probe.active_targets(url)
+                health = ChildHealth(reachable=scrapes is not None, checked_at=self._wall())
+                if scrapes is not None:
+                    health.active = len(scrapes)
+                    health.up = sum(1 for s in scrapes.values() if s.health == "up")
+                    health.scrapes = scrapes
+                self.health[child] = health
+
+    # ---- operator changes -------------------------------------------------------------------
+    def current_version(self) -> str:
+        return f"{self.state.desired_revision}"
+
+    def plan(self, change: changing.ChangeRequest) -> PlannedChange:
+        with self._lock:
+            state = self.state
+            targets = self._known_targets()
+            try:
+                desired = changing.apply_request(
+                    state.desired, change, spec=self.spec, assignment=state.assignment
+                )
+            except changing.ChangeError as exc:
+                raise Invalid(str(exc), field=exc.field) from exc
+            for field_name, identities in (("pin", change.pin), ("weights", change.weights)):
+                for identity in identities:
+                    if identity not in targets:
+                        raise NotFound(f"unknown target {identity!r} (in {field_name})")
+            try:
+                assignment = self._assign(desired, list(targets.values()), previous=state.assignment)
+            except AssignmentError as exc:
+                raise Invalid(str(exc)) from exc
+            plan = planning.diff(state.assignment, assignment)
+            digest = hashlib.sha256(desired.model_dump_json().encode()).hexdigest()[:12]
+            version = f"{state.desired_revision}-{digest}"
+            planned = PlannedChange(
+                version=version,
+                base_revision=state.desired_revision,
+                change=change,
+                desired=desired,
+                plan=plan,
+                created_at=self._wall(),
+            )
+            self._plans[version] = planned
+            self._plans.move_to_end(version)
+            while len(self._plans) > self.options.max_plans:
+                self._plans.popitem(last=False)
+            self.metrics.plans.inc()
+            return planned
+
+    def apply(self, version: str, *, actor: str) -> ApplyResult:
+        with self._lock:
+            state = self.state
+            if version == state.last_plan:
+                self.metrics.rebalances.labels(result="noop").inc()
+                return ApplyResult(
+                    applied=False,
+                    version=version,
+                    plan=None,
+                    message="this plan is already applied; nothing moved",
+                )
+            base = version.split("-", 1)[0]
+            if base != str(state.desired_revision):
+                self.metrics.rebalances.labels(result="conflict").inc()
+                raise Conflict(
+                    f"plan {version!r} was made against revision {base}, which another change "
+                    f"replaced; plan again",
+                    current_version=self.current_version(),
+                )
+            planned = self._plans.get(version)
+            if planned is None:
+                raise NotFound(f"no plan with version {version!r} (plans are kept in memory; plan again)")
+            if not self._can_write():
+                raise Unavailable("this replica is not the leader")
+            targets = self._known_targets()
+            try:
+                assignment = self._assign(planned.desired, list(targets.values()), previous=state.assignment)
+            except AssignmentError as exc:
+                raise Invalid(str(exc)) from exc
+            plan = planning.diff(state.assignment, assignment)
+            handovers = self._handovers(state.assignment, assignment, targets)
+            change = planned.change.model_dump(mode="json", exclude_defaults=True)
+            audit = AuditEntry(
+                at=self._wall(),
+                actor=actor,
+                action="rebalance",
+                moved=plan.counts.moved,
+                detail={"version": version, "change": change, "counts": plan.counts.model_dump(mode="json")},
+            )
+            self._commit(
+                state.model_copy(
+                    update={
+                        "desired": planned.desired,
+                        "desired_revision": state.desired_revision + 1,
+                        "assignment": assignment,
+                        "assignment_version": state.assignment_version + 1,
+                        "last_plan": version,
+                        "handovers": handovers,
+                    }
+                ),
+                audit=audit,
+            )
+            self.reconciler.adopt(assignment)
+            self.metrics.rebalances.labels(result="applied").inc()
+            self.metrics.moves.labels(cause="rebalance").inc(plan.counts.moved)
+            self._publish(targets=targets)
+            return ApplyResult(applied=True, version=version, plan=plan, message="applied")
+
+    def audit(self, *, limit: int, before_id: int | None) -> list[AuditEntry]:
+        return self.store.audit_log(limit=limit, before_id=before_id)
+
+    # ---- reads ----------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self.state.assignment is not None
+
+    def shard_rows(self) -> list[dict[str, Any]]:
+        state = self.state
+        assignment = state.assignment
+        if assignment is None:
+            return []
+        load = assignment.load()
+        sizes: dict[str, int] = dict.fromkeys(assignment.shards, 0)
+        for shard in assignment.targets.values():
+            sizes[shard] += 1
+        means: dict[str, float] = {}
+        for region in self.spec.region_names():
+            active = [
+                load[s]
+                for s, i in assignment.shards.items()
+                if i.region == region and s not in assignment.drained
+            ]
+            means[region] = sum(active) / len(active) if active else 0.0
+        incoming: dict[str, int] = {}
+        outgoing: dict[str, int] = {}
+        for h in state.handovers:
+            incoming[h.to_shard] = incoming.get(h.to_shard, 0) + 1
+            outgoing[h.from_shard] = outgoing.get(h.from_shard, 0) + 1
+        rows = []
+        for shard in planning._shard_order(assignment.shards):
+            info = assignment.shards[shard]
+            mean = means.get(info.region, 0.0)
+            children = []
+            for child, replica in assignment.children(shard):
+                health = self.health.get(child)
+                children.append(
+                    {
+                        "child": child,
+                        "replica": replica,
+                        "url": self.child_url(child),
+                        "reachable": None if health is None else health.reachable,
+                        "active_targets": None if health is None else health.active,
+                        "up_targets": None if health is None else health.up,
+                    }
+                )
+            rows.append(
+                {
+                    "shard": shard,
+                    "region": info.region,
+                    "index": info.index,
+                    "children": children,
+                    "targets": sizes[shard],
+                    "load": load[shard],
+                    "load_over_mean": round(load[shard] / mean, 3) if mean else 0.0,
+                    "capacity": round(mean * self.spec.sharding.load_factor, 1),
+                    "drained": shard in assignment.drained,
+                    "handovers_in": incoming.get(shard, 0),
+                    "handovers_out": outgoing.get(shard, 0),
+                    "health": _shard_health(children),
+                }
+            )
+        return rows
+
+    def target_rows(self, *, region: str | None, shard: str | None, q: str | None) -> list[dict[str, Any]]:
+        assignment = self.state.assignment
+        if assignment is None:
+            return []
+        rows = []
+        needle = (q or "").lower()
+        for identity, target in sorted(self._known_targets().items()):
+            owner = assignment.targets.get(identity)
+            if owner is None or (region and target.region != region) or (shard and owner != shard):
+                continue
+            if needle and needle not in identity.lower() and needle not in target.node.lower():
+                continue
+            rows.append(self._target_row(identity, target, owner, assignment))
+        return rows
+
+    def _target_row(
+        self, identity: str, target: Target, owner: str, assignment: Assignment
+    ) -> dict[str, Any]:
+        return {
+            "identity": identity,
+            "instance": target.instance,
+            "job": target.job,
+            "node": target.node,
+            "region": target.region,
+            "shard": owner,
+            "weight": assignment.weights.get(identity, 1),
+            "children": [child for child, _ in assignment.children(owner)],
+        }
+
+    def explain(self, identity: str) -> dict[str, Any]:
+        state = self.state
+        assignment = state.assignment
+        target = self._known_targets().get(identity)
+        if assignment is None or target is None or identity not in assignment.targets:
+            raise NotFound(f"unknown target {identity!r}")
+        owner = assignment.targets[identity]
+        row = self._target_row(identity, target, owner, assignment)
+        ring_owner = _ring_owner(assignment, identity, target.region)
+        if identity in state.desired.pins:
+            reason = "pinned"
+        elif ring_owner == owner:
+            reason = "ring owner"
+        elif ring_owner in assignment.drained:
+            reason = "drain"
+        else:
+            reason = "capacity spill"
+        handover = next((h for h in state.handovers if h.identity == identity), None)
+        row.update(
+            reason=reason,
+            ring_owner=ring_owner,
+            pinned_to=state.desired.pins.get(identity),
+            weight_override=state.desired.weights.get(identity),
+            handover=None if handover is None else handover.model_dump(mode="json"),
+            scraped_by=sorted(
+                set(row["children"])
+                | (
+                    {c for c, _ in assignment.children(handover.from_shard)}
+                    if handover is not None and handover.from_shard in assignment.shards
+                    else set()
+                )
+            ),
+            labels=target.target_labels(),
+        )
+        return row
+
+    def discovery_rows(self) -> list[dict[str, Any]]:
+        sets = self.reconciler.source_sets()
+        names = sorted({getattr(s, "name", "?") for s in self.sources} | sets.keys())
+        rows = []
+        for name in names:
+            age = self.discovery.staleness(name)
+            rows.append(
+                {
+                    "source": name,
+                    "targets": len(sets.get(name, [])),
+                    "last_success_age_s": None if age is None else round(age, 1),
+                }
+            )
+        return rows
+
+
+def _shard_health(children: list[dict[str, Any]]) -> str:
+    known = [c for c in children if c["reachable"] is not None]
+    if not known:
+        return "unknown"
+    if any(not c["reachable"] for c in known):
+        return "down"
+    if any(c["up_targets"] != c["active_targets"] for c in known):
+        return "degraded"
+    return "ok"
+
+
+def _ring_owner(assignment: Assignment, identity: str, region: str) -> str | None:
+    """The shard the ring alone would pick (no capacity bound), for ``explain``."""
+    if assignment.algorithm != "bounded-ring":
+        return None
+    from sharder.assign import VNODES
+    from sharder.hashing import Ring, key_hash
+
+    active = [
+        s
+        for s, i in sorted(assignment.shards.items(), key=lambda kv: kv[1].index)
+        if i.region == region and s not in assignment.drained
+    ]
+    if not active:
+        return None
+    return active[Ring(active, vnodes=VNODES).primary(key_hash(identity))]
+
+
+def dump_plan(planned: PlannedChange) -> dict[str, Any]:
+    return {
+        "version": planned.version,
+        "base_version": str(planned.base_revision),
+        "change": json.loads(planned.change.model_dump_json(exclude_defaults=True)),
+        **planned.plan.to_json_dict(),
+    }

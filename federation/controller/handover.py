@@ -1,0 +1,93 @@
+"""Make-before-break: a moved target is offered to its new shard first, kept on its old one.
+
+Prometheus Operator and the OpenTelemetry target allocator drop a moved target from
+the old shard and add it to the new one at once; the new child scrapes it only after
+its next SD refresh and first scrape, so dashboards see a gap and staleness markers.
+Here the old shard keeps serving the target until the new shard's children have
+scraped it (``probe`` says so) or its hand-over window has passed.
+
+During the overlap both children send the same series; the copies differ only in the
+``shard`` (and ``replica``) external labels, which is what the master tier deduplicates
+on (``max without (shard, replica)`` in rules, ``--query.replica-label`` in Thanos).
+The target's own labels stay the same on both sides, so neither child's scrape loop
+restarts: the old child's series ends with one staleness marker when it lets go, and the
+new child's series has been running since its first scrape.
+
+Pure: time is passed in; :func:`reconcile` is called on every new assignment and
+:func:`settle` on every tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from federation.controller.state import Handover
+from sharder.assignment import Assignment
+
+Scraped = Callable[[Handover], bool]
+"""Whether every reachable child of ``to_shard`` has scraped the target since ``started_at``."""
+
+
+def reconcile(
+    previous: Assignment | None,
+    current: Assignment,
+    handovers: Iterable[Handover],
+    *,
+    now: float,
+    job_of: Mapping[str, str],
+    window_s: Callable[[str], float],
+) -> list[Handover]:
+    """The hand-overs after ``previous`` -> ``current``.
+
+    A target that moves starts one (from its old shard); one already in flight keeps its
+    original ``from_shard`` (that child is still scraping) and follows a second move; a
+    target back on its ``from_shard``, or gone, ends its hand-over.
+    """
+    kept: dict[str, Handover] = {}
+    for h in handovers:
+        owner = current.targets.get(h.identity)
+        if owner is None or owner == h.from_shard:
+            continue
+        if owner != h.to_shard:
+            h = h.model_copy(update={"to_shard": owner, "started_at": now, "deadline": now + window_s(h.job)})
+        kept[h.identity] = h
+    if previous is not None:
+        before = previous.targets
+        for identity, owner in current.targets.items():
+            old = before.get(identity)
+            if old is None or old == owner or identity in kept:
+                continue
+            job = job_of.get(identity, "")
+            kept[identity] = Handover(
+                identity=identity,
+                job=job,
+                from_shard=old,
+                to_shard=owner,
+                started_at=now,
+                deadline=now + window_s(job),
+            )
+    return [kept[i] for i in sorted(kept)]
+
+
+def settle(
+    handovers: Iterable[Handover], *, now: float, scraped: Scraped | None
+) -> tuple[list[Handover], list[tuple[Handover, str]]]:
+    """(still in flight, finished with the reason ``scraped`` or ``window``)."""
+    pending: list[Handover] = []
+    done: list[tuple[Handover, str]] = []
+    for h in handovers:
+        if scraped is not None and scraped(h):
+            done.append((h, "scraped"))
+        elif now >= h.deadline:
+            done.append((h, "window"))
+        else:
+            pending.append(h)
+    return pending, done
+
+
+def outgoing(handovers: Iterable[Handover]) -> dict[str, set[str]]:
+    """shard -> identities it still serves for a hand-over (beyond what it owns)."""
+    out: dict[str, set[str]] = {}
+    for h in handovers:
+        out.setdefault(h.from_shard, set()).add(h.identity)
+    return out

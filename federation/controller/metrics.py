@@ -1,0 +1,74 @@
+"""The controller's own metrics, in an app-owned registry (nothing registers at import)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class ControllerMetrics:
+    def __init__(self, *, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.targets = Gauge(
+            "gpufed_controller_targets",
+            "Targets assigned to each shard.",
+            ["region", "shard"],
+            registry=registry,
+        )
+        self.load = Gauge(
+            "gpufed_controller_shard_load",
+            "Weight (GPUs) assigned to each shard.",
+            ["region", "shard"],
+            registry=registry,
+        )
+        self.assignment_version = Gauge(
+            "gpufed_controller_assignment_version",
+            "Version of the assignment being served.",
+            registry=registry,
+        )
+        self.moves = Counter(
+            "gpufed_controller_moves", "Targets moved between shards.", ["cause"], registry=registry
+        )
+        self.handovers_in_flight = Gauge(
+            "gpufed_controller_handovers_in_flight",
+            "Moved targets both children still scrape.",
+            registry=registry,
+        )
+        self.handovers = Counter(
+            "gpufed_controller_handovers",
+            "Finished hand-overs, by how they ended.",
+            ["result"],
+            registry=registry,
+        )
+        self.sd_requests = Counter(
+            "gpufed_controller_sd_requests", "HTTP SD requests by status code.", ["code"], registry=registry
+        )
+        self.sd_latency = Histogram(
+            "gpufed_controller_sd_request_duration_seconds",
+            "Time to answer an HTTP SD request.",
+            registry=registry,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+        )
+        self.plans = Counter("gpufed_controller_plans", "Plans computed.", registry=registry)
+        self.rebalances = Counter(
+            "gpufed_controller_rebalances", "Rebalance requests by result.", ["result"], registry=registry
+        )
+        self.config_checks = Counter(
+            "gpufed_controller_config_checks",
+            "Config bundle checks by result.",
+            ["result"],
+            registry=registry,
+        )
+        self.store_errors = Counter(
+            "gpufed_controller_store_errors", "Failed state store writes.", registry=registry
+        )
+        self.ready = Gauge(
+            "gpufed_controller_ready", "1 once a first assignment is served.", registry=registry
+        )
+
+    def publish_shards(self, rows: list[tuple[str, str, int, int]]) -> None:
+        """(region, shard, targets, load) of the assignment now served."""
+        self.targets.clear()
+        self.load.clear()
+        for region, shard, targets, load in rows:
+            self.targets.labels(region=region, shard=shard).set(targets)
+            self.load.labels(region=region, shard=shard).set(load)

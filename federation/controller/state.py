@@ -1,0 +1,69 @@
+"""What the controller keeps: desired state, the applied assignment, hand-overs, audit.
+
+Plain pydantic models, no I/O. A store (``federation.controller.store``) persists one
+:class:`ControllerState` as a unit, so a crash leaves either the old or the new state.
+
+Two counters matter:
+
+* ``revision`` bumps on every stored change (discovery included): the store's
+  check-and-set token, so two writers never overwrite each other.
+* ``desired_revision`` bumps only on operator changes: plans are made against it, so a
+  plan stays valid while discovery moves a target or two, and goes stale (409) only
+  when another operator change landed first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sharder.assignment import Assignment
+
+
+class StateModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Desired(StateModel):
+    """Operator overrides; see ``sharder.overrides`` for what each one means."""
+
+    shard_counts: dict[str, int] = Field(default_factory=dict)
+    pins: dict[str, str] = Field(default_factory=dict)
+    drained: list[str] = Field(default_factory=list)
+    weights: dict[str, int] = Field(default_factory=dict)
+
+
+class Handover(StateModel):
+    """A moved target both children scrape until the new one has it (make-before-break)."""
+
+    identity: str
+    job: str
+    from_shard: str
+    to_shard: str
+    started_at: float
+    """Unix time the new child was first offered the target."""
+    deadline: float
+    """Unix time the old child drops it even without proof the new one scrapes it."""
+
+
+class ControllerState(StateModel):
+    revision: int = 0
+    desired_revision: int = 0
+    desired: Desired = Field(default_factory=Desired)
+    assignment: Assignment | None = None
+    assignment_version: int = 0
+    last_plan: str | None = None
+    """Version of the last applied plan: applying it again is a no-op, not a second move."""
+    handovers: list[Handover] = Field(default_factory=list)
+
+
+class AuditEntry(StateModel):
+    id: int = 0
+    """Assigned by the store; 0 before it is written."""
+    at: float
+    actor: str
+    """The token's name (never the token)."""
+    action: str
+    detail: dict[str, Any] = Field(default_factory=dict)
+    moved: int = 0

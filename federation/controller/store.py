@@ -1,0 +1,78 @@
+"""The state store interface; SQLite (``sqlite_store``) is the embedded default.
+
+A store keeps one :class:`~federation.controller.state.ControllerState`, the audit log
+and the discovery sources' last known target sets. Every write is check-and-set on the
+state's ``revision``: a writer that read an older revision gets :class:`StoreConflict`
+and must re-read, never overwrite. ``fence`` is the leadership token of the writer
+(a lock index or Lease resourceVersion; None where there is one controller): a store
+that knows a newer token refuses the write with :class:`FencedOut`.
+
+    StoreError
+    ├── StoreConflict   the state changed since it was read (CAS lost)
+    └── FencedOut       the writer is no longer the leader
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from federation.controller.state import AuditEntry, ControllerState
+from sharder.inventory import Target
+
+
+class StoreError(Exception):
+    """The store could not read or write (its message says why)."""
+
+
+class StoreConflict(StoreError):
+    def __init__(self, *, expected: int | None, found: int) -> None:
+        self.expected, self.found = expected, found
+        super().__init__(f"state changed meanwhile: expected revision {expected}, found {found}")
+
+
+class FencedOut(StoreError):
+    """A write from a deposed leader."""
+
+
+class StateStore(Protocol):
+    def load(self) -> ControllerState | None:
+        """The stored state, or None before the first write."""
+        ...
+
+    def save(
+        self,
+        state: ControllerState,
+        *,
+        expected_revision: int | None,
+        audit: AuditEntry | None = None,
+        fence: int | None = None,
+    ) -> ControllerState:
+        """Write ``state`` (and ``audit``) at once if the stored revision is
+        ``expected_revision`` (None: nothing stored yet); returns it with ``revision`` bumped."""
+        ...
+
+    def audit_log(self, *, limit: int = 100, before_id: int | None = None) -> list[AuditEntry]:
+        """Newest first; ``before_id`` pages back."""
+        ...
+
+    def save_sets(self, sets: Mapping[str, Sequence[Target]]) -> None:
+        """Persist the discovery sources' last known sets (a restart during an outage)."""
+        ...
+
+    def load_sets(self) -> dict[str, list[Target]]: ...
+
+    def close(self) -> None: ...
+
+
+class LastKnownView:
+    """A store seen as the reconcile loop's ``LastKnownStore`` (``save(sets)``)."""
+
+    def __init__(self, store: StateStore) -> None:
+        self._store = store
+
+    def save(self, sets: Mapping[str, Sequence[Target]]) -> None:
+        self._store.save_sets(sets)
+
+    def load(self) -> dict[str, list[Target]]:
+        return self._store.load_sets()
