@@ -69,6 +69,9 @@ def serve_command(
             min=0, help="max seconds both children scrape a moved target (default: SD refresh + 2 scrapes)"
         ),
     ] = None,
+    no_handover: Annotated[
+        bool, typer.Option("--no-handover", help="move targets at once (no make-before-break overlap)")
+    ] = False,
     registry_ttl: Annotated[float, typer.Option(min=1, help="built-in registry entry lifetime")] = 90.0,
     child_url: Annotated[
         list[str] | None, typer.Option("--child-url", help="CHILD=URL of a child Prometheus (repeatable)")
@@ -95,6 +98,7 @@ def serve_command(
     options = ControllerOptions(
         debounce_s=debounce,
         grace_s=grace,
+        handover=not no_handover,
         handover_window_s=handover_window,
         registry_ttl_s=registry_ttl,
         child_urls=_child_urls(child_url or []),

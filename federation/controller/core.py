@@ -80,6 +80,9 @@ class ControllerOptions:
     debounce_s: float = 1.0
     grace_s: float = 120.0
     hysteresis: Hysteresis = field(default_factory=Hysteresis)
+    handover: bool = True
+    """False: a moved target leaves its old shard at once (what Prometheus Operator and the
+    OpenTelemetry allocator do); kept for comparisons and emergencies."""
     handover_window_s: float | None = None
     """None: the SD refresh interval plus two scrape intervals of the target's job."""
     registry_ttl_s: float = 90.0
@@ -334,6 +337,8 @@ class Controller:
     def _handovers(
         self, previous: Assignment | None, current: Assignment, targets: Mapping[str, Target]
     ) -> list[Handover]:
+        if not self.options.handover:
+            return []
         return handing.reconcile(
             previous,
             current,
