@@ -194,6 +194,7 @@ def create_app(
             what = f"child {child!r}" if snapshot.child_shard.get(child) is None else f"job {job!r}"
             return problem(404, "Not found", f"unknown {what}")
         sd_ok.inc()
+        controller.note_fetch(snapshot.child_shard[child])
         metrics.sd_latency.observe(time.perf_counter() - started)
         return Response(body, media_type="application/json", headers={VERSION_HEADER: str(snapshot.version)})
 

@@ -45,6 +45,7 @@ from sharder.sizing import Hysteresis
 from sharder.spec import parse_duration
 
 log = logging.getLogger(__name__)
+DISCOVERY_THROTTLE_S = 5.0
 
 
 class ControllerError(Exception):
@@ -84,6 +85,8 @@ class ControllerOptions:
     """False: a moved target leaves its old shard at once (what Prometheus Operator and the
     OpenTelemetry allocator do); kept for comparisons and emergencies."""
     handover_window_s: float | None = None
+    handover_max_wait_s: float = 600.0
+    """How long an old child keeps a moved target while the new shard's child never fetches it."""
     """None: the SD refresh interval plus two scrape intervals of the target's job."""
     registry_ttl_s: float = 90.0
     precedence: tuple[str, ...] = ("file", "registry", "consul", "kubernetes")
@@ -169,6 +172,7 @@ class Controller:
         self.registry = BuiltinRegistry(sink=self.reconciler, jobs=self.jobs, ttl_s=options.registry_ttl_s)
         self.sources: list[Any] = [self.registry]
         self.health: dict[str, ChildHealth] = {}
+        self.sd_fetched: dict[str, float] = {}
         self.sd = sdcache.SdSnapshot(version=0)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -350,6 +354,9 @@ class Controller:
 
     # ---- hand-overs -------------------------------------------------------------------------
     def window_s(self, job: str) -> float:
+        """How long the old child keeps a moved target once the new child has fetched it, when no
+        proof comes: the SD refresh, Prometheus' discovery-to-scrape update throttle (5 s in
+        ``discovery.Manager``) and two scrape intervals of the target's job."""
         if self.options.handover_window_s is not None:
             return self.options.handover_window_s
         spec_job = self.jobs.get(job)
@@ -361,7 +368,7 @@ class Controller:
             if self.spec.children.target_discovery == "http_sd"
             else 60.0
         )
-        return refresh + 2 * interval
+        return refresh + DISCOVERY_THROTTLE_S + 2 * interval
 
     def _handovers(
         self, previous: Assignment | None, current: Assignment, targets: Mapping[str, Target]
@@ -374,7 +381,7 @@ class Controller:
             self.state.handovers,
             now=self._wall(),
             job_of={i: t.job for i, t in targets.items()},
-            window_s=self.window_s,
+            max_wait_s=self.options.handover_max_wait_s,
         )
 
     def settle(self) -> int:
@@ -384,15 +391,28 @@ class Controller:
                 return 0
             targets = self._known_targets()
             pending, done = handing.settle(
-                self.state.handovers, now=self._wall(), scraped=lambda h: self._scraped(h, targets)
+                self.state.handovers,
+                now=self._wall(),
+                scraped=lambda h: self._scraped(h, targets),
+                fetched=self._fetched,
+                window_s=self.window_s,
             )
-            if not done:
+            if pending == self.state.handovers:
                 return 0
             self._commit(self.state.model_copy(update={"handovers": pending}), audit=None)
             for _, result in done:
                 self.metrics.handovers.labels(result=result).inc()
             self._publish(targets=targets)
             return len(done)
+
+    def note_fetch(self, shard: str) -> None:
+        """A child of ``shard`` fetched its HTTP SD (called by the SD route; one dict write)."""
+        self.sd_fetched[shard] = self._wall()
+
+    def _fetched(self, shard: str) -> float | None:
+        if self.spec.children.target_discovery != "http_sd":
+            return self._wall()  # file_sd: the files are written now; nothing to wait for
+        return self.sd_fetched.get(shard)
 
     def child_url(self, child: str) -> str | None:
         url = self.options.child_urls.get(child)
@@ -417,6 +437,9 @@ class Controller:
                 return False
             state = scrapes.get(key)
             if state is None or state.health != "up" or state.last_scrape < h.started_at:
+                log.debug(
+                    "hand-over %s not proven on %s: %s (keys %s)", h.identity, child, state, list(scrapes)[:3]
+                )
                 return False
             seen = True
         return seen
