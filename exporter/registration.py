@@ -220,9 +220,12 @@ class Registrar(Generic[E]):
     def _run(self) -> None:
         delay = self._backoff_initial
         while not self._stop.is_set():
+            started = time.monotonic()
             if self.sync_once():
+                # From the start of the pass: a lease is renewed every `interval`, however
+                # long a fleet's pass takes.
                 delay = self._backoff_initial
-                wait = self._interval
+                wait = max(0.0, self._interval - (time.monotonic() - started))
             else:
                 wait, delay = delay, min(delay * 2, self._backoff_max)
             self._stop.wait(wait)

@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator
 from functools import partial
@@ -135,6 +136,49 @@ def test_short_lease_is_one_warning(clock: Clock, caplog: pytest.LogCaptureFixtu
             registry.register(_entry())
     (record,) = caplog.records
     assert "expires_in_s=20 register_interval=30" in record.getMessage()
+
+
+class Flaky:
+    """A leasing registry in memory that fails from the `fail_at`-th call on."""
+
+    expires_entries = True
+
+    def __init__(self, fail_at: int) -> None:
+        self.calls, self.fail_at = 0, fail_at
+        self.lock = threading.Lock()
+
+    def _call(self) -> None:
+        with self.lock:
+            self.calls += 1
+            if self.calls >= self.fail_at:
+                raise RegistryError("controller went away")
+
+    def register(self, service: object) -> None:
+        self._call()
+
+    def deregister(self, service_id: str) -> None:
+        self._call()
+
+    def service_ids(self) -> set[str]:
+        raise AssertionError("a leasing registry is refreshed, never listed")
+
+
+@pytest.mark.parametrize("workers", [1, 8])
+def test_a_pass_stops_at_the_first_failure(workers: int, caplog: pytest.LogCaptureFixture) -> None:
+    entries = [_entry(port=1000 + i) for i in range(500)]
+    flaky = Flaky(fail_at=10**6)
+    registrar = Registrar(flaky, entries, workers=workers)
+    assert registrar.sync_once() and registrar.sync_once()  # every pass re-registers everything
+    assert flaky.calls == 1000
+    flaky.calls, flaky.fail_at = 0, 3
+    assert not registrar.sync_once()
+    assert flaky.calls < 3 + workers  # the workers already under way finish; no one starts anew
+    flaky.calls = 0
+    with caplog.at_level(logging.WARNING, logger="exporter.registration"):
+        registrar.stop(deregister=True)
+    assert flaky.calls < 3 + workers
+    (line,) = [r.getMessage() for r in caplog.records if "deregistration failed" in r.getMessage()]
+    assert "left=" in line
 
 
 # -- one node: serve ---------------------------------------------------------------------

@@ -15,7 +15,8 @@ Without `Authorization: Bearer <token>` (or with a wrong one) every call answers
 read-only token answers 403 on writes. An entry expires `ttl` seconds after its last PUT
 (the clock is injectable, `time.monotonic` by default). Switches for failure tests:
 `mode = "follower"` answers 503 with the leader's URL; `mode = "drop"` closes every
-connection without an answer. `FakeControllerRegistry(port=N)` listens on a port chosen
+connection without an answer. `latency` delays every answer (a network round trip plus
+the controller's own work, for benchmarks). `FakeControllerRegistry(port=N)` listens on a port chosen
 beforehand (a controller that comes up late). `requests` records (method, raw path).
 
 Run as a process (`python tests/fakes/controller_registry.py --port 0`) it prints its port
@@ -120,8 +121,10 @@ class FakeControllerRegistry:
         read_token: str = "read-token",
         ttl: float = 90.0,
         clock: Callable[[], float] = time.monotonic,
+        latency: float = 0.0,
     ) -> None:
         self.token, self.read_token, self.ttl, self.clock = token, read_token, ttl, clock
+        self.latency = latency
         self.mode = "ok"  # "follower": 503 naming the leader; "drop": close without answering
         self.leader = "http://gpufed-0.gpufed:8080"
         self._entries: dict[str, tuple[dict[str, Any], float]] = {}  # identity -> (entry, last PUT)
@@ -218,6 +221,8 @@ class FakeControllerRegistry:
                 fake.requests.append((method, self.path))
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
+                if fake.latency:
+                    time.sleep(fake.latency)
                 if fake.mode == "drop":
                     self.close_connection = True
                     return
@@ -271,8 +276,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--token", default="write-token")
     parser.add_argument("--ttl", type=float, default=90.0)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds added to every answer")
     args = parser.parse_args(argv)
-    fake = FakeControllerRegistry(port=args.port, token=args.token, ttl=args.ttl).start()
+    fake = FakeControllerRegistry(port=args.port, token=args.token, ttl=args.ttl, latency=args.latency)
+    fake.start()
     print(fake.port, flush=True)
     threading.Event().wait()
 
