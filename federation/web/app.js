@@ -71,7 +71,8 @@ class ApiError extends Error {
   constructor(status, body) {
     const title = body && body.title ? body.title : `HTTP ${status}`;
     const detail = body && body.detail && body.detail !== body.title ? `: ${body.detail}` : "";
-    super(`${status} ${title}${detail}`);
+    const hint = status === 401 ? " — check the token." : status === 403 ? " — this token may not write." : "";
+    super(`${status} ${title}${detail}${hint}`);
     this.status = status;
     this.body = body;
   }
@@ -86,6 +87,7 @@ async function api(path, { method = "GET", body, auth = false } = {}) {
     headers,
     body: body === undefined ? undefined : JSON.stringify(body),
     cache: "no-store",
+    signal: AbortSignal.timeout(15000), // a hung request must not stall the refresh loop
   });
   let data = null;
   try {
@@ -557,11 +559,17 @@ async function refresh() {
       failed.push(`${name}: ${err.message}`);
     }
   }
-  await loadTargets();
   const banner = $("banner");
   banner.hidden = !failed.length;
-  banner.textContent = failed.length ? `Could not refresh (${failed.join("; ")}); retrying.` : "";
-  $("updated").textContent = `updated ${new Date().toLocaleTimeString("en-GB")}`;
+  if (failed.length === calls.length) {
+    banner.textContent = `The controller does not answer (${failed[0]}); retrying every ${REFRESH_MS / 1000}s.`;
+  } else {
+    banner.textContent = failed.length ? `Could not refresh ${failed.join("; ")}; retrying.` : "";
+  }
+  if (failed.length < calls.length) {
+    await loadTargets();
+    $("updated").textContent = `updated ${new Date().toLocaleTimeString("en-GB")}`;
+  }
   ui.busy = false;
   if (!ui.paused) ui.timer = setTimeout(refresh, REFRESH_MS);
 }
