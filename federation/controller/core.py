@@ -662,7 +662,23 @@ class Controller:
             "shard": owner,
             "weight": assignment.weights.get(identity, 1),
             "children": [child for child, _ in assignment.children(owner)],
+            "health": self._target_health(target, owner, assignment),
         }
+
+    def _target_health(self, target: Target, owner: str, assignment: Assignment) -> dict[str, str]:
+        """child -> how its last health check saw this target; children not checked are left out.
+
+        ``absent``: the child answered but does not scrape the target (yet).
+        """
+        key = (target.job, target.instance, target.node)
+        out: dict[str, str] = {}
+        for child, _ in assignment.children(owner):
+            health = self.health.get(child)
+            if health is None or not health.reachable:
+                continue
+            scrape = health.scrapes.get(key)
+            out[child] = "absent" if scrape is None else scrape.health
+        return out
 
     def explain(self, identity: str) -> dict[str, Any]:
         state = self.state
