@@ -338,7 +338,22 @@ class Controller:
             log.error("rendering the config bundle failed: %s", exc)
             self.metrics.config_checks.labels(result="failed").inc()
             return False
-        return self.publisher.publish(bundle, version=version)
+        before = dict(self.publisher.files)
+        if not self.publisher.publish(bundle, version=version):
+            return False
+        self.reload_children(changed_children(before, self.publisher.files))
+        return True
+
+    def reload_children(self, children: list[str]) -> None:
+        """POST ``/-/reload`` to each child (run with ``--web.enable-lifecycle``) whose config changed;
+        a child we cannot reach picks its config up when it starts."""
+        if self.probe is None or not children:
+            return
+        for child in children:
+            url = self.child_url(child)
+            if url is not None:
+                result = "ok" if self.probe.reload(url) else "failed"
+                self.metrics.reloads.labels(result=result).inc()
 
     def _config_loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -730,6 +745,18 @@ class Controller:
                 }
             )
         return rows
+
+
+def changed_children(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> list[str]:
+    """Children whose ``prometheus.yml`` existed before and changed (new children start fresh)."""
+    out = []
+    for path, content in after.items():
+        parts = path.split("/")
+        if len(parts) == 3 and parts[0] == "children" and parts[2] == "prometheus.yml":
+            old = before.get(path)
+            if old is not None and old != content:
+                out.append(parts[1])
+    return sorted(out)
 
 
 def _shard_health(children: list[dict[str, Any]]) -> str:
