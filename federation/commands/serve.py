@@ -89,7 +89,6 @@ def serve_command(
         float | None,
         typer.Option(
             min=1.0,
-            min_open=True,
             help="apply a load-aware plan when a region's samples/s max/mean exceeds this (e.g. 1.3)",
         ),
     ] = None,
@@ -123,6 +122,11 @@ def serve_command(
     for url in load_url or []:
         if not url.startswith(("http://", "https://")):
             raise typer.BadParameter(f"expected http://host:port, got {url!r}", param_hint="--load-url")
+    if auto_rebalance_imbalance is not None and auto_rebalance_imbalance <= 1.0:
+        raise typer.BadParameter(
+            f"a max/mean ratio above 1.0, e.g. 1.3 (got {auto_rebalance_imbalance:g})",
+            param_hint="--auto-rebalance-imbalance",
+        )
     load = LoadOptions(
         urls=tuple(load_url or ()),
         interval_s=load_interval,

@@ -22,6 +22,7 @@ from federation.controller.auth import Authenticator, load_tokens
 from federation.controller.core import Controller, ControllerOptions
 from federation.controller.load import LoadOptions, LoadTracker
 from federation.controller.load_reader import PrometheusLoadReader
+from federation.controller.load_weights import LoadReader
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.probe import ChildProbe
 from federation.controller.publisher import Publisher
@@ -71,7 +72,9 @@ class Service:
         self.store.close()
 
 
-def build_service(settings: ServeSettings, *, store: StateStore | None = None) -> Service:
+def build_service(
+    settings: ServeSettings, *, store: StateStore | None = None, load_reader: LoadReader | None = None
+) -> Service:
     """Raises ``TokenError`` for missing/placeholder tokens (unless ``dev``) and store errors."""
     tokens = load_tokens(settings.tokens_file, env=settings.env)
     if not tokens and not settings.dev:
@@ -100,7 +103,9 @@ def build_service(settings: ServeSettings, *, store: StateStore | None = None) -
         options=settings.options,
         probe=ChildProbe(http),
         publisher=publisher,
-        load=_load_tracker(settings, http),
+        load=_load_tracker(
+            settings, load_reader or PrometheusLoadReader(http, jobs=[job.name for job in settings.spec.jobs])
+        ),
     )
     watch = WatchOptions(consul=settings.consul, kubernetes=settings.kubernetes, file=settings.inventory)
     sources = build_sources(watch, sink=controller.reconciler, spec=settings.spec)
@@ -108,7 +113,7 @@ def build_service(settings: ServeSettings, *, store: StateStore | None = None) -
     return Service(controller=controller, app=app, auth=auth, store=store, http=http, sources=sources)
 
 
-def _load_tracker(settings: ServeSettings, http: httpx.Client) -> LoadTracker | None:
+def _load_tracker(settings: ServeSettings, reader: LoadReader) -> LoadTracker | None:
     """Read load from ``--load-url``; else from the children, when they are full Prometheus servers
     the controller can reach (agents have no query API)."""
     options = settings.load or LoadOptions()
@@ -119,5 +124,4 @@ def _load_tracker(settings: ServeSettings, http: httpx.Client) -> LoadTracker | 
         if options.auto_rebalance_imbalance is not None:
             log.warning("auto rebalancing is off: no --load-url and no full-Prometheus children to read")
         return None
-    reader = PrometheusLoadReader(http, jobs=[job.name for job in settings.spec.jobs])
     return LoadTracker(reader=reader, options=options)
