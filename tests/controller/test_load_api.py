@@ -14,10 +14,11 @@ from typing import Any
 
 import httpx
 import pytest
+import typer
 import yaml
 from typer.testing import CliRunner
 
-from federation.cli import _register, app
+from federation.commands import serve
 from federation.controller.core import ControllerOptions
 from federation.controller.load import LoadOptions
 from federation.controller.load_weights import Observation, TargetKey, max_over_mean
@@ -255,10 +256,12 @@ def test_auto_rebalance_is_off_by_default(loaded: tuple[Service, ScriptedReader]
     ],
 )
 def test_serve_refuses_bad_load_flags_naming_them(tmp_path: Path, flags: list[str], named: str) -> None:
-    _register()
+    cli = typer.Typer()
+    serve.register(cli)
+    cli.command("noop", hidden=True)(lambda: None)
     spec = write_spec(tmp_path / "spec.yaml")
     result = CliRunner().invoke(
-        app, ["serve", "--spec", str(spec), "--data-dir", str(tmp_path / "d"), "--dev", *flags]
+        cli, ["serve", "--spec", str(spec), "--data-dir", str(tmp_path / "d"), "--dev", *flags]
     )
     assert result.exit_code == 2, result.output
     assert named in result.output

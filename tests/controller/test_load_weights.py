@@ -188,6 +188,19 @@ def test_shed_keeps_the_heaviest_and_drops_what_is_above_the_limit() -> None:
     assert trimmed.targets == {"heavy": "r1-0", "c": "r1-1", "d": "r1-1"}
 
 
+def test_shed_gives_up_one_target_that_covers_the_excess_rather_than_many_light_ones() -> None:
+    owners = (
+        {"big": "r1-0", "mid": "r1-0"}
+        | {f"l{i}": "r1-0" for i in range(4)}
+        | {f"m{i}": "r1-1" for i in range(10)}
+    )
+    weights = {"big": 10, "mid": 4} | dict.fromkeys(
+        [f"l{i}" for i in range(4)] + [f"m{i}" for i in range(10)], 1
+    )
+    trimmed = shed(manual(owners, weights), load_factor=1.05)  # mean 14, limit 14.7: r1-0 is 3.3 over
+    assert set(owners) - set(trimmed.targets) == {"mid"}
+
+
 def test_shed_keeps_pinned_targets_whatever_their_weight() -> None:
     owners = {"heavy": "r1-0", "pinned": "r1-0", "c": "r1-1"}
     weights = {"heavy": 10, "pinned": 2, "c": 2}
