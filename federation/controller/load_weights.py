@@ -123,8 +123,11 @@ class Smoother:
 
 def unit(observed: Mapping[str, float], base: Mapping[str, int]) -> float | None:
     """Samples/s per weight unit: the median over observed targets of rate / GPU weight."""
-    ratios = [rate / base[i] for i, rate in observed.items() if i in base and rate > 0]
-    return median(ratios) if ratios else None
+    ratios = [
+        r for i, rate in observed.items() if i in base and (r := rate / base[i]) > 0 and math.isfinite(r)
+    ]
+    per_unit = median(ratios) if ratios else 0.0
+    return per_unit if per_unit > 0 else None
 
 
 def suggest(
@@ -139,8 +142,10 @@ def suggest(
     if per_unit is None:
         return dict(base)
     raw = {i: observed[i] / per_unit if i in observed else float(w) for i, w in base.items()}
-    cap = max(1, min(policy.max_weight, int(policy.cap_factor * median(raw.values()))))
-    return {i: min(cap, max(1, round(w))) for i, w in raw.items()}
+    cap = max(
+        1, min(policy.max_weight, int(min(policy.cap_factor * median(raw.values()), policy.max_weight)))
+    )
+    return {i: round(min(float(cap), max(1.0, w))) for i, w in raw.items()}
 
 
 def changes(
