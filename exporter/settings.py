@@ -122,6 +122,13 @@ class ExporterSettings(BaseSettings):
 
     _split_include = field_validator("families_include", "families_exclude", mode="before")(_split)
 
+    @field_validator("consul", "register_url", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # Compose passes `${VAR-}` through as "": an empty registry address means none, so a
+        # node env file can leave the registry it does not use empty.
+        return None if value == "" else value
+
     @field_validator("families_include", "families_exclude")
     @classmethod
     def _known(cls, value: list[str]) -> list[str]:

@@ -29,6 +29,8 @@ ENV_EXAMPLE_FILE = "compose/.env.example"
 GRAFANA_DIR = "compose/grafana"
 MOUNT = "/gpufed"
 CONTROLLER_URL = "http://gpufed-controller:8080"
+CHILD_HOST = "child-{child}"
+CHILD_URL_TEMPLATE = f"http://{CHILD_HOST}:9090"
 #: Relative to ``compose/`` (the project directory): the directory holding the tree.
 PARENT = "${GPUFED_RENDER_PARENT:-../..}"
 
@@ -49,6 +51,8 @@ REQUIRED_ENV = {
 OPTIONAL_HELP = {
     "GPUFED_DISCOVERY_FLAGS": "--consul HOST:PORT: the Consul the nodes register in (node.yml's "
     "GPUFED_REGISTRY; `--profile consul` runs one as consul:8500). Empty: the built-in registry only",
+    "GPUFED_CONTROLLER_FLAGS": "more `gpufed serve` flags, e.g. --auto-rebalance-imbalance 1.3 or "
+    "--no-handover",
     "GPUFED_RENDER_PARENT": "the directory holding the rendered tree, relative to monitoring.yml",
     "GPUFED_IMAGE": "built from this repository's Dockerfile",
 }
@@ -126,8 +130,9 @@ def render_compose_bundle(
         **_service(
             IMAGES["gpufed"],
             host="gpufed-controller",
-            command=["sh", "-c", "exec gpufed serve --spec /etc/gpufed/federation.yaml "
-                     "--data-dir /var/lib/gpufed --listen 0.0.0.0:8080 ${GPUFED_DISCOVERY_FLAGS:-}"],
+            command=["sh", "-c", " ".join(["exec", *_controller_args(files)])],
+            # /healthz, not /readyz: the controller is ready only once it holds an
+            # assignment, i.e. after the first node registers; an empty fleet is healthy.
             health=_python_get("http://127.0.0.1:8080/healthz"),
         ),
         "environment": {"GPUFED_TOKEN": _required("GPUFED_TOKEN")},
@@ -144,12 +149,13 @@ def render_compose_bundle(
         name = child["child"]
         flags = [f"--config.file={tree}/{child['config']}", "--enable-feature=agent",
                  "--storage.agent.path=/prometheus", "--web.enable-lifecycle"]
-        service = _service(IMAGES["prometheus"], host=f"child-{name}", command=flags,
+        host = CHILD_HOST.format(child=name)
+        service = _service(IMAGES["prometheus"], host=host, command=flags,
                            health=_wget("http://127.0.0.1:9090/-/ready"))
-        service["volumes"].append({"type": "volume", "source": f"child-{name}", "target": "/prometheus"})
+        service["volumes"].append({"type": "volume", "source": host, "target": "/prometheus"})
         service["depends_on"] = {"gpufed-controller": {"condition": "service_started"}}
-        services[f"child-{name}"] = service
-        volumes[f"child-{name}"] = {}
+        services[host] = service
+        volumes[host] = {}
 
     if "master/flags.json" in files:
         master = json.loads(files["master/flags.json"])
@@ -216,6 +222,23 @@ def render_compose_bundle(
         ENV_EXAMPLE_FILE: env_example.encode(),
         **grafana_files,
     }
+
+
+def _controller_args(files: Bundle) -> list[str]:
+    """``gpufed serve`` as the controller service runs it; the env file adds flags last.
+
+    Children are ``child-<child>`` services: ``--child-url-template`` lets the controller
+    confirm hand-overs by asking the new child whether it scraped the target (agent mode
+    keeps ``/api/v1/targets``) and reload children. The master replicas get every
+    child's ``scrape_*`` series by remote_write, so they are the ``--load-url`` sources.
+    """
+    args = ["gpufed", "serve", "--spec", "/etc/gpufed/federation.yaml", "--data-dir", "/var/lib/gpufed",
+            "--listen", "0.0.0.0:8080", "--child-url-template", CHILD_URL_TEMPLATE]
+    if "master/flags.json" in files:
+        master = json.loads(files["master/flags.json"])
+        for replica in sorted(master["replicas"].values(), key=lambda r: r["host"]):
+            args += ["--load-url", f"http://{replica['host']}:9090"]
+    return [*args, "${GPUFED_DISCOVERY_FLAGS:-}", "${GPUFED_CONTROLLER_FLAGS:-}"]
 
 
 def _first_master(files: Bundle) -> str:

@@ -15,6 +15,13 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v amtool >/dev/null 2>&1 
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null
 fi
 
+# compose/README.md's REST steps are run as written (tests/deploy/test_compose_procedures.py).
+if ! command -v curl >/dev/null 2>&1 || ! command -v jq >/dev/null 2>&1; then
+  echo "bootstrap: installing Debian packages curl jq" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq curl jq >/dev/null
+fi
+
 # The web page's browser test drives Debian's chromium (playwright's own download cannot work here).
 if [ ! -x /usr/bin/chromium ]; then
   echo "bootstrap: installing Debian package chromium" >&2

@@ -36,3 +36,22 @@ def exporter_settings_from(env: Mapping[str, str], monkeypatch: pytest.MonkeyPat
     for name, value in ours.items():
         monkeypatch.setenv(name, value)
     return ExporterSettings()
+
+
+def serve_params(argv: list[str]) -> dict[str, object]:
+    """Parse ``gpufed serve`` arguments with the real command's parser, without running it.
+
+    An unknown flag or a bad value raises ``click`` usage errors, as ``gpufed serve`` would.
+    """
+    import typer
+
+    from federation.commands import serve
+
+    app = typer.Typer()
+    serve.register(app)
+    app.command("version")(lambda: None)  # two commands: typer keeps the `serve` subcommand name
+    group = typer.main.get_command(app)
+    assert argv[:2] == ["gpufed", "serve"], argv
+    command = group.get_command(None, "serve")  # type: ignore[attr-defined]
+    with command.make_context("serve", list(argv[2:])) as ctx:
+        return dict(ctx.params)

@@ -21,7 +21,7 @@ import pytest
 import typer
 import yaml
 from conftest import ROOT
-from deploy_tools import compose_binary, exporter_settings_from
+from deploy_tools import compose_binary, exporter_settings_from, serve_params
 from typer.testing import CliRunner, Result
 
 from alertmanager.amtool import Amtool
@@ -47,9 +47,12 @@ def compose(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def filled_env(example: Path, dest: Path) -> Path:
-    """The example env file with every required variable given a non-placeholder value."""
+    """The example env file with every empty variable given a non-placeholder value.
+
+    ``*_FLAGS`` stay empty: they are extra command-line flags, not values.
+    """
     lines = [
-        re.sub(r"^([A-Z0-9_]+)=$", r"\1=x-0123456789abcdef", line)
+        re.sub(r"^((?![A-Z0-9_]*_FLAGS=)[A-Z0-9_]+)=$", r"\1=x-0123456789abcdef", line)
         for line in example.read_text().splitlines()
     ]
     lines.append(f"GPUFED_SPEC={SPEC}")  # a bind source must exist
@@ -103,8 +106,11 @@ def test_node_file_is_valid_and_requires_its_variables(
     assert exporter["network_mode"] == "host" and exporter["runtime"] == "nvidia"
     assert exporter["environment"]["GPUFED_EXPORTER_NODE_NAME"] == "gpu-node-001"
     settings = exporter_settings_from(exporter["environment"], monkeypatch)
-    got = (settings.node_name, settings.region, settings.consul)
-    assert got == ("gpu-node-001", "cn-beijing", "127.0.0.1:8500")
+    got = (settings.node_name, settings.region, settings.consul, settings.register_url)
+    assert got == ("gpu-node-001", "cn-beijing", None, "http://monitoring-host:8080")
+    # node-exporter is registered too (job node), on the port its service listens on
+    assert settings.node_exporter_port == 9100
+    assert "--web.listen-address=0.0.0.0:9100" in node["command"]
     assert exporter["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
     assert node["pid"] == "host"
     assert node["volumes"][0]["bind"]["propagation"] == "rslave" and node["volumes"][0]["read_only"]
@@ -116,6 +122,71 @@ def test_node_file_is_valid_and_requires_its_variables(
     missing = compose("--env-file", str(empty), "-f", "node.yml", "config", "--quiet", cwd=compose_dir)
     assert missing.returncode != 0
     assert re.search(r"required variable (NODE_NAME|GPUFED_\w+) is missing a value: set ", missing.stderr)
+
+
+def test_node_file_consul_alternative_and_both_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Consul instead of the controller: leave GPUFED_CONTROLLER_URL empty (but named)."""
+    compose_dir = ROOT / "compose"
+    text = (compose_dir / "node.env.example").read_text()
+    consul = tmp_path / "consul.env"
+    consul.write_text(re.sub(r"(?m)^GPUFED_CONTROLLER_URL=.*$", "GPUFED_CONTROLLER_URL=",
+                             re.sub(r"(?m)^GPUFED_REGISTRY=$", "GPUFED_REGISTRY=127.0.0.1:8500", text)))
+    done = compose("--env-file", str(consul), "-f", "node.yml", "config", "--format", "json", cwd=compose_dir)
+    assert done.returncode == 0, done.stderr
+    env = json.loads(done.stdout)["services"]["gpufed-exporter"]["environment"]
+    settings = exporter_settings_from(env, monkeypatch)
+    assert (settings.consul, settings.register_url) == ("127.0.0.1:8500", None)
+    both = tmp_path / "both.env"
+    both.write_text(re.sub(r"(?m)^GPUFED_REGISTRY=$", "GPUFED_REGISTRY=127.0.0.1:8500", text))
+    done = compose("--env-file", str(both), "-f", "node.yml", "config", "--format", "json", cwd=compose_dir)
+    env = json.loads(done.stdout)["services"]["gpufed-exporter"]["environment"]
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        exporter_settings_from(env, monkeypatch)
+    # the variable must be named in the env file, even empty: registering nowhere is a choice
+    unnamed = tmp_path / "unnamed.env"
+    unnamed.write_text(re.sub(r"(?m)^GPUFED_CONTROLLER_URL=.*\n", "", text))
+    done = compose("--env-file", str(unnamed), "-f", "node.yml", "config", "--quiet", cwd=compose_dir)
+    assert done.returncode != 0 and "GPUFED_CONTROLLER_URL" in done.stderr
+
+
+def test_controller_service_runs_the_real_serve_flags(config: dict[str, Any], tmp_path: Path) -> None:
+    """The controller's command parses with ``gpufed serve``'s own parser; its URLs name services."""
+    services = config["services"]
+    controller = services["gpufed-controller"]
+    assert controller["command"][:2] == ["sh", "-c"]
+    argv = shlex.split(controller["command"][2])
+    assert argv[0] == "exec"
+    params = serve_params(argv[1:])
+    assert params["listen"] == "0.0.0.0:8080" and str(params["data_dir"]) == "/var/lib/gpufed"
+    assert any(v["target"] == str(params["spec"]) for v in controller["volumes"])
+    assert any(v["target"] == "/var/lib/gpufed" and v["type"] == "volume" for v in controller["volumes"])
+    template = str(params["child_url_template"])
+    children = sorted(s for s in services if s.startswith("child-"))
+    for name in children:
+        url = template.format(child=name.removeprefix("child-"))
+        host, port = re.fullmatch(r"http://([a-z0-9.-]+):(\d+)", url).groups()  # type: ignore[union-attr]
+        assert services[host]["hostname"] == host and port == "9090"
+        assert "--web.enable-lifecycle" in services[host]["command"]  # the controller's reloads
+    load = [re.fullmatch(r"http://([a-z0-9.-]+):9090", u) for u in params["load_url"]]  # type: ignore[union-attr]
+    assert len(load) == 2 and all(m and m[1] in services for m in load)
+    # the healthcheck asks a route the controller serves, on the port it listens on
+    health = re.search(r"http://127\.0\.0\.1:8080(/\w+)", " ".join(controller["healthcheck"]["test"]))
+    assert health is not None and health[1] in controller_paths(tmp_path)
+
+
+def controller_paths(tmp_path: Path) -> set[str]:
+    """The routes of the controller's real app (built, not started)."""
+    from federation.controller.service import ServeSettings, build_service
+    from federation.spec import load_gpufed_spec
+
+    built = build_service(ServeSettings(spec=load_gpufed_spec(SPEC), data_dir=tmp_path / "ctl", dev=True,
+                                        check_configs=False, env={}))
+    try:
+        return {getattr(route, "path", "") for route in built.app.routes}
+    finally:
+        built.stop()
 
 
 def test_monitoring_file_refuses_missing_secrets(rendered: Path, tmp_path: Path) -> None:

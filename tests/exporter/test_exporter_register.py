@@ -354,3 +354,25 @@ def test_token_sources(monkeypatch) -> None:
     assert ExporterSettings().register_token.get_secret_value() == "exporter"  # type: ignore[union-attr]
     flag = ExporterSettings(register_token="flag").register_token
     assert flag is not None and flag.get_secret_value() == "flag" and "flag" not in repr(flag)
+
+
+@pytest.mark.parametrize(("env", "expect"), [
+    ({"GPUFED_EXPORTER_CONSUL": "", "GPUFED_EXPORTER_REGISTER_URL": "http://gpufed:8080"},
+     (None, "http://gpufed:8080")),
+    ({"GPUFED_EXPORTER_CONSUL": "127.0.0.1:8500", "GPUFED_EXPORTER_REGISTER_URL": ""},
+     ("127.0.0.1:8500", None)),
+    ({"GPUFED_EXPORTER_CONSUL": "", "GPUFED_EXPORTER_REGISTER_URL": ""}, (None, None)),
+])
+def test_empty_registry_variables_count_as_unset(env, expect, monkeypatch) -> None:
+    # compose/node.yml passes both through from the env file; the one left empty is unused.
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    settings = ExporterSettings()
+    assert (settings.consul, settings.register_url) == expect
+
+
+def test_both_registries_given_still_conflict(monkeypatch) -> None:
+    monkeypatch.setenv("GPUFED_EXPORTER_CONSUL", "127.0.0.1:8500")
+    monkeypatch.setenv("GPUFED_EXPORTER_REGISTER_URL", "http://gpufed:8080")
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        ExporterSettings()
