@@ -81,7 +81,12 @@ def demo_command(
         error = str(exc)
         say(f"error: {error}")
     finally:
+        # A second Ctrl-C must not cut the shutdown short: stopping is bounded (SIGKILL
+        # after a timeout per process), so signals wait until it is done.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
         summary = stack.finish(duration=duration, error=error)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if as_json:
@@ -90,7 +95,8 @@ def demo_command(
         say(
             f"stopped: {summary['targets_up_at_master']}/{summary['targets_expected']} targets were up at"
             f" the master, {summary['series_at_master']:,} series, {summary['alerts_delivered']} DingTalk"
-            f" messages; {summary['leftover_processes']} processes left behind"
+            f" messages; stopped in {summary['shutdown_s']} s,"
+            f" {summary['leftover_processes']} processes left behind"
         )
     if error or summary["leftover_processes"]:
         raise typer.Exit(1)

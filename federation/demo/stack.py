@@ -437,7 +437,10 @@ class DemoStack:
     def finish(self, *, duration: float | None, error: str = "") -> dict[str, Any]:
         """Read every figure, stop everything, count leftovers: the summary document."""
         figures = report.master_figures(self.http, self.master_url) if self.spec is not None else None
-        stats = {n: {"cpu_s": s.cpu_s, "rss_mib": s.rss_mib} for n, s in self.supervisor.stats().items()}
+        stats: dict[str, dict[str, float]] = {
+            name: {"cpu_s": s.cpu_s, "rss_mib": s.rss_mib, "pid": s.pid}
+            for name, s in self.supervisor.stats().items()
+        }
         stats["demo"] = _self_stats()
         children = len(self.running_children())
         shards = 0
@@ -562,9 +565,14 @@ def _poll(check: Callable[[], bool], *, timeout: float, what: str,
 
 
 def _self_stats() -> dict[str, float]:
+    """The demo process itself (sink, router, registrar, follower), not the children it reaped."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     stat = procstat.read(os.getpid())
-    return {"cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "rss_mib": stat.rss_mib if stat else 0.0}
+    return {
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "rss_mib": stat.rss_mib if stat else 0.0,
+        "pid": os.getpid(),
+    }
 
 
 def _count_by_robot(messages: list[Message]) -> dict[str, int]:

@@ -231,6 +231,8 @@ class Supervisor:
         return f"--- last lines of {path} ---\n{tail}"
 
     def _write_pids(self) -> None:
+        if not self._pgids:
+            return  # nothing started: leave the directory as it is (it may not be ours)
         with self._lock:
             doc = {n: {"pid": r.pid, "start_ticks": r.start_ticks} for n, r in self._running.items()}
         tmp = self.pid_file.with_suffix(".tmp")
