@@ -45,6 +45,7 @@ from sharder.sizing import Hysteresis
 from sharder.spec import parse_duration
 
 log = logging.getLogger(__name__)
+DISCOVERY_THROTTLE_S = 5.0
 
 
 class ControllerError(Exception):
@@ -84,6 +85,8 @@ class ControllerOptions:
     """False: a moved target leaves its old shard at once (what Prometheus Operator and the
     OpenTelemetry allocator do); kept for comparisons and emergencies."""
     handover_window_s: float | None = None
+    handover_max_wait_s: float = 600.0
+    """How long an old child keeps a moved target while the new shard's child never fetches it."""
     """None: the SD refresh interval plus two scrape intervals of the target's job."""
     registry_ttl_s: float = 90.0
     precedence: tuple[str, ...] = ("file", "registry", "consul", "kubernetes")
@@ -104,6 +107,9 @@ class PlannedChange:
     desired: Desired
     plan: planning.Plan
     created_at: float
+    assignment_version: int = 0
+    """The assignment the plan was made from: while it is still served, applying reuses the result."""
+    result: Assignment | None = None
 
 
 @dataclass(frozen=True)
@@ -166,9 +172,13 @@ class Controller:
         self.registry = BuiltinRegistry(sink=self.reconciler, jobs=self.jobs, ttl_s=options.registry_ttl_s)
         self.sources: list[Any] = [self.registry]
         self.health: dict[str, ChildHealth] = {}
+        self.sd_fetched: dict[str, float] = {}
         self.sd = sdcache.SdSnapshot(version=0)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._config_lock = threading.Lock()
+        self._config_wake = threading.Event()
+        self._config_due: tuple[int, Assignment, list[Target]] | None = None
 
     # ---- start / stop ----------------------------------------------------------------
     def restore(self) -> None:
@@ -187,6 +197,8 @@ class Controller:
         loops: list[Callable[[threading.Event], None]] = [self._loop, *(s.run for s in self.sources)]
         if self.probe is not None:
             loops.append(self._health_loop)
+        if self.publisher is not None:
+            loops.append(self._config_loop)
         self._threads = [
             threading.Thread(
                 target=loop, args=(self._stop,), daemon=True, name=getattr(loop, "__qualname__", "loop")
@@ -308,19 +320,43 @@ class Controller:
         self.metrics.handovers_in_flight.set(len(state.handovers))
         self.metrics.ready.set(1)
         if self.publisher is not None:
-            try:
-                bundle = pipeline.build_bundle(self.spec, list(targets.values()), assignment)
-            except Exception as exc:  # a render bug must not stop SD; the old bundle stays
-                log.error("rendering the config bundle failed: %s", exc)
-                self.metrics.config_checks.labels(result="failed").inc()
-            else:
-                self.publisher.publish(bundle, version=state.assignment_version)
+            with self._config_lock:
+                self._config_due = (state.assignment_version, assignment, list(targets.values()))
+            self._config_wake.set()
+
+    def publish_configs(self) -> bool:
+        """Render and check the bundle of the newest assignment (outside the state lock: promtool
+        takes a while and SD must not wait for it). False when nothing was due or it failed."""
+        with self._config_lock:
+            due, self._config_due = self._config_due, None
+        if due is None or self.publisher is None:
+            return False
+        version, assignment, targets = due
+        try:
+            bundle = pipeline.build_bundle(self.spec, targets, assignment)
+        except Exception as exc:  # a render bug must not stop SD; the old bundle stays
+            log.error("rendering the config bundle failed: %s", exc)
+            self.metrics.config_checks.labels(result="failed").inc()
+            return False
+        return self.publisher.publish(bundle, version=version)
+
+    def _config_loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            if self._config_wake.wait(0.5):
+                self._config_wake.clear()
+                try:
+                    self.publish_configs()
+                except Exception:
+                    log.exception("publishing configs failed")
 
     def _known_targets(self) -> dict[str, Target]:
         return self.reconciler.target_map
 
     # ---- hand-overs -------------------------------------------------------------------------
     def window_s(self, job: str) -> float:
+        """How long the old child keeps a moved target once the new child has fetched it, when no
+        proof comes: the SD refresh, Prometheus' discovery-to-scrape update throttle (5 s in
+        ``discovery.Manager``) and two scrape intervals of the target's job."""
         if self.options.handover_window_s is not None:
             return self.options.handover_window_s
         spec_job = self.jobs.get(job)
@@ -332,7 +368,7 @@ class Controller:
             if self.spec.children.target_discovery == "http_sd"
             else 60.0
         )
-        return refresh + 2 * interval
+        return refresh + DISCOVERY_THROTTLE_S + 2 * interval
 
     def _handovers(
         self, previous: Assignment | None, current: Assignment, targets: Mapping[str, Target]
@@ -345,7 +381,7 @@ class Controller:
             self.state.handovers,
             now=self._wall(),
             job_of={i: t.job for i, t in targets.items()},
-            window_s=self.window_s,
+            max_wait_s=self.options.handover_max_wait_s,
         )
 
     def settle(self) -> int:
@@ -355,15 +391,28 @@ class Controller:
                 return 0
             targets = self._known_targets()
             pending, done = handing.settle(
-                self.state.handovers, now=self._wall(), scraped=lambda h: self._scraped(h, targets)
+                self.state.handovers,
+                now=self._wall(),
+                scraped=lambda h: self._scraped(h, targets),
+                fetched=self._fetched,
+                window_s=self.window_s,
             )
-            if not done:
+            if pending == self.state.handovers:
                 return 0
             self._commit(self.state.model_copy(update={"handovers": pending}), audit=None)
             for _, result in done:
                 self.metrics.handovers.labels(result=result).inc()
             self._publish(targets=targets)
             return len(done)
+
+    def note_fetch(self, shard: str) -> None:
+        """A child of ``shard`` fetched its HTTP SD (called by the SD route; one dict write)."""
+        self.sd_fetched[shard] = self._wall()
+
+    def _fetched(self, shard: str) -> float | None:
+        if self.spec.children.target_discovery != "http_sd":
+            return self._wall()  # file_sd: the files are written now; nothing to wait for
+        return self.sd_fetched.get(shard)
 
     def child_url(self, child: str) -> str | None:
         url = self.options.child_urls.get(child)
@@ -388,6 +437,9 @@ class Controller:
                 return False
             state = scrapes.get(key)
             if state is None or state.health != "up" or state.last_scrape < h.started_at:
+                log.debug(
+                    "hand-over %s not proven on %s: %s (keys %s)", h.identity, child, state, list(scrapes)[:3]
+                )
                 return False
             seen = True
         return seen
@@ -445,6 +497,8 @@ class Controller:
                 desired=desired,
                 plan=plan,
                 created_at=self._wall(),
+                assignment_version=state.assignment_version,
+                result=assignment,
             )
             self._plans[version] = planned
             self._plans.move_to_end(version)
@@ -478,10 +532,15 @@ class Controller:
             if not self._can_write():
                 raise Unavailable("this replica is not the leader")
             targets = self._known_targets()
-            try:
-                assignment = self._assign(planned.desired, list(targets.values()), previous=state.assignment)
-            except AssignmentError as exc:
-                raise Invalid(str(exc)) from exc
+            if planned.result is not None and planned.assignment_version == state.assignment_version:
+                assignment = planned.result  # nothing changed since the plan: it is still exact
+            else:  # discovery moved on: place again, sticky to what is served now
+                try:
+                    assignment = self._assign(
+                        planned.desired, list(targets.values()), previous=state.assignment
+                    )
+                except AssignmentError as exc:
+                    raise Invalid(str(exc)) from exc
             plan = planning.diff(state.assignment, assignment)
             handovers = self._handovers(state.assignment, assignment, targets)
             change = planned.change.model_dump(mode="json", exclude_defaults=True)
@@ -603,7 +662,23 @@ class Controller:
             "shard": owner,
             "weight": assignment.weights.get(identity, 1),
             "children": [child for child, _ in assignment.children(owner)],
+            "health": self._target_health(target, owner, assignment),
         }
+
+    def _target_health(self, target: Target, owner: str, assignment: Assignment) -> dict[str, str]:
+        """child -> how its last health check saw this target; children not checked are left out.
+
+        ``absent``: the child answered but does not scrape the target (yet).
+        """
+        key = (target.job, target.instance, target.node)
+        out: dict[str, str] = {}
+        for child, _ in assignment.children(owner):
+            health = self.health.get(child)
+            if health is None or not health.reachable:
+                continue
+            scrape = health.scrapes.get(key)
+            out[child] = "absent" if scrape is None else scrape.health
+        return out
 
     def explain(self, identity: str) -> dict[str, Any]:
         state = self.state
