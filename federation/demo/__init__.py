@@ -2,7 +2,6 @@
 
 ``plan`` (pure: layout, ports, the spec from ``default-spec.yaml``, registry entries),
 ``components`` (pure: each process's command line), ``supervisor`` and ``procstat``
-(processes), ``sink`` (a local DingTalk), ``router`` (children by name), ``registrar``
-(the fleet in the built-in registry), ``report`` (figures read back from the master) and
-``stack`` (the order it all starts and stops in).
+(processes), ``sink`` (a local DingTalk), ``router`` (children by name), ``report``
+(figures read back from the master) and ``stack`` (the order it all starts and stops in).
 """

@@ -18,9 +18,6 @@ from pathlib import Path
 from federation.demo.plan import Layout, url
 from sharder.render import AGENT_FLAG
 
-#: True once ``gpufed-exporter fleet`` registers its nodes itself (``--register-url``,
-#: branch ``register``); until then the demo's ``FleetRegistrar`` makes the same calls.
-FLEET_SELF_REGISTERS = False
 LOOPBACK = "127.0.0.1"
 
 
@@ -74,6 +71,7 @@ def controller(
 
 
 def fleet(*, layout: Layout, port: int, consul: str | None, register_url: str, token: str) -> Launch:
+    """The simulated fleet; it registers its nodes itself, in Consul or with the controller."""
     args = [
         "fleet",
         f"--nodes={layout.nodes}",
@@ -84,7 +82,7 @@ def fleet(*, layout: Layout, port: int, consul: str | None, register_url: str, t
     env: dict[str, str] = {}
     if consul:
         args.append(f"--consul={consul}")
-    elif FLEET_SELF_REGISTERS:
+    else:
         args.append(f"--register-url={register_url}")
         env["GPUFED_EXPORTER_REGISTER_TOKEN"] = token
     ready = url(port, "/readyz")  # every node collected once

@@ -6,8 +6,9 @@ Start order (each waits for what it needs; independent processes start together)
     files      spec.yaml from the embedded default; alertmanager/ and master/ rendered
                by the pipeline's own renderers; a random token
     in-process DingTalk sink, child router
-    processes  relay, alertmanager-0/-1 (HA pair), master, controller, fleet
-    fleet      registered with the controller's built-in registry (or Consul)
+    processes  controller, relay, alertmanager-0/-1 (HA pair), master; the fleet once the
+               controller answers
+    fleet      registers itself with the controller's built-in registry (or Consul)
     children   one agent-mode Prometheus per child of the assignment, each running the
                prometheus.yml the controller publishes (GET /v1/configs/children/...)
     follower   every 2 s: /v1/shards -> start children of new shards; stop children whose
@@ -15,8 +16,8 @@ Start order (each waits for what it needs; independent processes start together)
 
 ``stop`` undoes all of it; ``finish`` reads the figures first (master, sink, /proc),
 stops, then counts what is left alive. Tests drive a running stack through
-``supervisor`` (``stop``/``kill``/``restart`` one component by name), ``registrar``,
-``sink`` and ``http``.
+``supervisor`` (``stop``/``kill``/``restart`` one component by name), ``sink``, ``http``
+and ``token``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_b
 from federation import master as mastering
 from federation.demo import components, plan, procstat, report
 from federation.demo.components import Launch
-from federation.demo.registrar import FleetRegistrar
 from federation.demo.router import ChildRouter
 from federation.demo.sink import DingTalkSink, Message, Robot, as_group_sees_it
 from federation.demo.supervisor import ComponentFailed, ProcessSpec, Supervisor, reap_previous
@@ -91,8 +91,6 @@ class DemoStack:
         self.token = secrets.token_hex(24)
         self.sink: DingTalkSink | None = None
         self.router: ChildRouter | None = None
-        self.registrar: FleetRegistrar | None = None
-        self._registry_client: httpx.Client | None = None
         self.spec: GpufedSpec | None = None
         self.child_ports: dict[str, int] = {}
         self.started_children: set[str] = set()
@@ -160,7 +158,7 @@ class DemoStack:
             env |= {token_var: token, secret_var: secret}
         config = self.data / "config"
         flags = ha.all_replica_flags(spec.alerting)
-        launches = [
+        services = [
             components.relay(config=config / RELAY_FILE, port=self.ports.relay, credentials=env),
             *(
                 components.alertmanager(
@@ -174,24 +172,23 @@ class DemoStack:
                 binary=self._binaries["prometheus"], config=config / mastering.MASTER_FILE,
                 flags=mastering.master_flags(spec)["flags"], port=spec.master.port,
             ),
-            components.controller(
-                spec=self.data / "spec.yaml", data_dir=self.data / "controller", port=self.ports.controller,
-                token=self.token, child_urls={c: plan.url(p) for c, p in self.child_ports.items()},
-                child_url_template=self.router.template(), consul=self.options.consul,
-            ),
-            components.fleet(
-                layout=self.layout, port=self.ports.fleet, consul=self.options.consul,
-                register_url=self.controller_url, token=self.token,
-            ),
         ]
-        for launch in launches:
+        controller = components.controller(
+            spec=self.data / "spec.yaml", data_dir=self.data / "controller", port=self.ports.controller,
+            token=self.token, child_urls={c: plan.url(p) for c, p in self.child_ports.items()},
+            child_url_template=self.router.template(), consul=self.options.consul,
+        )
+        fleet = components.fleet(
+            layout=self.layout, port=self.ports.fleet, consul=self.options.consul,
+            register_url=self.controller_url, token=self.token,
+        )
+        for launch in (controller, *services):
             self._launch(launch)
-        # The controller first: the fleet registers while the rest comes up.
-        for launch in sorted(launches, key=lambda launch: launch.name != "controller"):
+        # The fleet registers as soon as it serves; with the controller up, the first try lands.
+        self._wait(controller)
+        self._launch(fleet)
+        for launch in (*services, fleet):
             self._wait(launch)
-            if launch.name == "controller":
-                self._start_registrar(entries)
-        self._wait_clustered()
         self._wait_assignment()
         children = sorted(self._wanted_children())
         for child in children:
@@ -200,6 +197,7 @@ class DemoStack:
             self._wait_child(child)
         self._follower = threading.Thread(target=self._follow, daemon=True, name="follower")
         self._follower.start()
+        self._wait_clustered()  # a replica retries joining its peer every 10 s: overlap that wait
         self._wait_first_samples()
         self.startup_s = round(time.monotonic() - self.started_at, 1)
         self.say(f"ready in {self.startup_s:.0f} s")
@@ -287,15 +285,6 @@ class DemoStack:
         for suffix in ("/-/ready", "/readyz", "/healthz"):
             where = where.removesuffix(suffix)
         self._step(f"✓ {launch.name:<18} ready  {where}")
-
-    def _start_registrar(self, entries: list[dict[str, Any]]) -> None:
-        if self.options.consul or components.FLEET_SELF_REGISTERS:
-            return  # the exporter registers itself
-        self._registry_client = httpx.Client(base_url=self.controller_url, timeout=httpx.Timeout(10.0))
-        self.registrar = FleetRegistrar(
-            self._registry_client, entries, token=self.token, interval=self.options.register_interval
-        )
-        self.registrar.start()
 
     def _wait_clustered(self) -> None:
         urls = [plan.url(web, "/api/v2/status") for web, _ in self.ports.alertmanagers]
@@ -489,15 +478,12 @@ class DemoStack:
         self._stop.set()
         if self._follower is not None:
             self._follower.join(timeout=30)
-        if self.registrar is not None:
-            self.registrar.stop()
-        if self._registry_client is not None:
-            self._registry_client.close()
         children = [n for n in self.supervisor.names() if n.startswith("child/")]
         # Children and the fleet together, then the control plane; the Alertmanagers one
         # at a time (a replica leaving waits for a live peer's ack, 10 s when none is left).
+        # The fleet deregisters its nodes on the way out: while the controller still answers.
         self.supervisor.stop_all(
-            [children, ["fleet", "controller"], ["master", "relay"], ["alertmanager-1"], ["alertmanager-0"]]
+            [[*children, "fleet"], ["controller", "master", "relay"], ["alertmanager-1"], ["alertmanager-0"]]
         )
         for server in (self.router, self.sink):
             if server is not None:
@@ -565,7 +551,7 @@ def _poll(check: Callable[[], bool], *, timeout: float, what: str,
 
 
 def _self_stats() -> dict[str, float]:
-    """The demo process itself (sink, router, registrar, follower), not the children it reaped."""
+    """The demo process itself (sink, router, follower), not the children it reaped."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     stat = procstat.read(os.getpid())
     return {

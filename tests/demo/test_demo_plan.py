@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from alertmanager import ha
-from exporter.fleet import fleet_nodes
+from exporter.fleet import FleetApp, fleet_nodes
+from exporter.settings import ExporterSettings
 from federation import master as mastering
 from federation.demo import components, plan
 from federation.spec import GpufedSpec
@@ -128,11 +129,24 @@ def test_the_token_travels_in_the_environment_never_on_the_command_line() -> Non
     assert "--child-url-template=http://127.0.0.1:2/{child}" in launch.argv
 
 
-def test_fleet_registers_itself_only_with_consul_or_once_the_exporter_can() -> None:
+def test_fleet_registers_itself_with_the_controller_or_consul() -> None:
     layout = plan.Layout(nodes=12)
-    plain = components.fleet(layout=layout, port=1, consul=None, register_url="http://c", token="x")
-    consul = components.fleet(layout=layout, port=1, consul="127.0.0.1:8500", register_url="http://c",
-                              token="x")
-    assert "--consul=127.0.0.1:8500" in consul.argv
-    assert any(a.startswith("--register-url") for a in plain.argv) is components.FLEET_SELF_REGISTERS
+    plain = components.fleet(layout=layout, port=1, consul=None, register_url="http://c:1", token="t" * 48)
+    assert "--register-url=http://c:1" in plain.argv
+    assert plain.env == {"GPUFED_EXPORTER_REGISTER_TOKEN": "t" * 48}
+    consul = components.fleet(layout=layout, port=1, consul="127.0.0.1:8500", register_url="http://c:1",
+                              token="t" * 48)
+    assert "--consul=127.0.0.1:8500" in consul.argv and consul.env == {}
+    assert not any(a.startswith("--register-url") for a in consul.argv)
 
+
+def test_fleet_entries_are_what_the_exporter_fleet_registers() -> None:
+    """The demo predicts the first assignment from these; the exporter must register the same."""
+    layout = plan.Layout(nodes=9, gpus=4, regions=3)
+    settings = ExporterSettings(backend="simulated", gpus=4, listen="127.0.0.1:0", register_url="http://c:1")
+    app = FleetApp(settings, fleet_nodes(9, regions=3))
+    try:
+        registered = [entry.body() for entry in app.targets("127.0.0.1")]
+        assert registered == plan.fleet_entries(layout, port=app.http.port)
+    finally:
+        app.stop()

@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 from alertmanager.dingtalk.sign import signed_url
-from federation.demo.registrar import FleetRegistrar
 from federation.demo.router import ChildRouter
 from federation.demo.sink import DingTalkSink, Message, Robot, as_group_sees_it
 
@@ -94,24 +93,3 @@ def test_router_reaches_a_child_by_name_and_refuses_unknown_ones() -> None:
         child.shutdown()
         child.server_close()
 
-
-def test_registrar_puts_every_entry_with_the_token() -> None:
-    seen: list[tuple[str, str, dict[str, Any]]] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        path = request.url.raw_path.decode()
-        seen.append((path, request.headers["Authorization"], json.loads(request.content)))
-        if "broken" in path:
-            return httpx.Response(422, json={"detail": "field 'port'"})
-        return httpx.Response(201, json={"identity": "x", "expires_in_s": 90})
-
-    client = httpx.Client(base_url="http://controller", transport=httpx.MockTransport(handler))
-    entries = [{"identity": "gpu-a:gpu", "port": 1}, {"identity": "broken:gpu", "port": 2}]
-    registrar = FleetRegistrar(client, entries, token="tok")
-    assert registrar.register_all() == 1
-    assert [path for path, _, _ in seen] == ["/v1/registry/targets/gpu-a%3Agpu",
-                                             "/v1/registry/targets/broken%3Agpu"]
-    assert {auth for _, auth, _ in seen} == {"Bearer tok"}
-    assert "422" in registrar.last_error and registrar.registered == 1
-    registrar.forget("broken:gpu")
-    assert registrar.register_all() == 0
