@@ -26,6 +26,17 @@ class ProcStat:
     cpu_s: float
     """User + system time of the process and of the children it has reaped (promtool runs)."""
     rss_mib: float
+    age_s: float
+    """Seconds since the process started."""
+
+    @property
+    def cpu_pct(self) -> float:
+        """Average share of one core over its life, in percent."""
+        return round(100 * self.cpu_s / self.age_s, 1) if self.age_s > 0 else 0.0
+
+
+def _uptime(proc: Path) -> float:
+    return float((proc / "uptime").read_text().split()[0])
 
 
 def read(pid: int, *, proc: Path = PROC) -> ProcStat | None:
@@ -41,13 +52,15 @@ def read(pid: int, *, proc: Path = PROC) -> ProcStat | None:
     if state in ("Z", "X"):
         return None
     utime, stime, cutime, cstime = (int(fields[i]) for i in (11, 12, 13, 14))
+    start_ticks = int(fields[19])
     return ProcStat(
         pid=pid,
         state=state,
         pgrp=int(fields[2]),
-        start_ticks=int(fields[19]),
+        start_ticks=start_ticks,
         cpu_s=round((utime + stime + cutime + cstime) / TICKS, 2),
         rss_mib=round(int(fields[21]) * PAGE / (1 << 20), 1),
+        age_s=round(max(0.0, _uptime(proc) - start_ticks / TICKS), 1),
     )
 
 

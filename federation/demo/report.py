@@ -3,7 +3,8 @@
 "Up at the master" counts targets the way a dashboard reads them: the ``up`` series the
 children remote-wrote, deduplicated over the labels that tell copies apart (replica,
 shard during a hand-over) with ``max by (region, node)``, and a target counts when that
-is 1. ``series`` is the master's head series count, ``samples_per_s`` its append rate.
+is 1. ``series`` is the master's head series count, ``samples_per_s`` its append rate
+over the last 30 s (the master scrapes itself every 5 s).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import httpx
 from federation.demo.plan import JOB
 
 UP_BY_REGION = f'count by (region) (max by (region, node) (up{{job="{JOB}"}}) == 1)'
-SAMPLES_RATE = 'sum(rate(prometheus_tsdb_head_samples_appended_total{job="gpufed-master"}[1m]))'
+SAMPLES_RATE = 'sum(rate(prometheus_tsdb_head_samples_appended_total{job="gpufed-master"}[30s]))'
 FIRING = 'count by (alertname) (ALERTS{alertstate="firing"})'
 
 

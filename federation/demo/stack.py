@@ -284,7 +284,7 @@ class DemoStack:
         where = launch.ready_url or ""
         for suffix in ("/-/ready", "/readyz", "/healthz"):
             where = where.removesuffix(suffix)
-        self._step(f"✓ {launch.name:<18} ready  {where}")
+        self._step(f"✓ {launch.name:<20} ready  {where}")
 
     def _wait_clustered(self) -> None:
         urls = [plan.url(web, "/api/v2/status") for web, _ in self.ports.alertmanagers]
@@ -295,7 +295,7 @@ class DemoStack:
 
         _poll(clustered, timeout=60, what="the Alertmanager pair to form a cluster",
               alive=lambda: self._check_alive("alertmanager-0", "alertmanager-1"))
-        self._step(f"✓ alertmanager pair  gossiping ({len(urls)} peers)")
+        self._step(f"✓ alertmanager pair    gossiping ({len(urls)} peers)")
 
     def _wait_assignment(self) -> None:
         expected = self.layout.nodes
@@ -308,8 +308,8 @@ class DemoStack:
         _poll(assigned, timeout=180, what=f"{expected} targets registered with {how}",
               alive=lambda: self._check_alive("controller", "fleet"))
         status = self.http.get(self.controller_url + "/v1/status").json()
-        self._step(f"✓ fleet registered   {status['targets']} targets via {how}; assignment version "
-                 f"{status['version']}, {status['shards']} shards")
+        self._step(f"✓ fleet registered     {status['targets']} targets via {how}; assignment version "
+                 f"{status['assignment_version']}, {status['shards']} shards")
 
     def _wanted_children(self) -> dict[str, str]:
         """child -> shard, from /v1/shards."""
@@ -343,7 +343,7 @@ class DemoStack:
     def _wait_child(self, child: str) -> None:
         name = f"child/{child}"
         self.supervisor.wait_ready(name)
-        self._step(f"✓ {name:<18} ready  {plan.url(self.child_ports[child])}")
+        self._step(f"✓ {name:<20} ready  {plan.url(self.child_ports[child])}")
 
     def _wait_first_samples(self) -> None:
         expected = self.layout.nodes
@@ -358,7 +358,7 @@ class DemoStack:
         except DemoError as exc:  # the stack runs; the summary will show how many arrived
             self._step(f"! {exc}")
             return
-        self._step(f"✓ master             samples of all {expected} targets arrived")
+        self._step(f"✓ master               samples of all {expected} targets arrived")
 
     def _check_alive(self, *names: str) -> None:
         for name in names:
@@ -427,7 +427,7 @@ class DemoStack:
         """Read every figure, stop everything, count leftovers: the summary document."""
         figures = report.master_figures(self.http, self.master_url) if self.spec is not None else None
         stats: dict[str, dict[str, float]] = {
-            name: {"cpu_s": s.cpu_s, "rss_mib": s.rss_mib, "pid": s.pid}
+            name: {"cpu_s": s.cpu_s, "cpu_pct": s.cpu_pct, "rss_mib": s.rss_mib, "pid": s.pid}
             for name, s in self.supervisor.stats().items()
         }
         stats["demo"] = _self_stats()
@@ -554,8 +554,10 @@ def _self_stats() -> dict[str, float]:
     """The demo process itself (sink, router, follower), not the children it reaped."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     stat = procstat.read(os.getpid())
+    cpu_s = round(usage.ru_utime + usage.ru_stime, 2)
     return {
-        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "cpu_s": cpu_s,
+        "cpu_pct": round(100 * cpu_s / stat.age_s, 1) if stat and stat.age_s else 0.0,
         "rss_mib": stat.rss_mib if stat else 0.0,
         "pid": os.getpid(),
     }

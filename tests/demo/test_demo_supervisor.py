@@ -30,7 +30,8 @@ def alive(pid: int) -> bool:
 def test_procstat_reads_this_process() -> None:
     stat = procstat.read(os.getpid())
     assert stat is not None
-    assert stat.pgrp == os.getpgrp() and stat.rss_mib > 0 and stat.cpu_s >= 0
+    assert stat.pgrp == os.getpgrp() and stat.rss_mib > 0 and stat.cpu_s >= 0 and stat.age_s > 0
+    assert 0 <= stat.cpu_pct <= 100 * os.cpu_count()  # type: ignore[operator]
     assert procstat.read(2**22 + 1) is None  # above pid_max: never a process
 
 
