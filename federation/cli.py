@@ -21,7 +21,16 @@ app.add_typer(bench_app, name="bench")
 
 def _register() -> None:
     # Imported here so that importing federation.cli stays cheap and side-effect free.
-    from federation.commands import bench, bench_controller, bench_discovery, demo, render, serve, watch
+    from federation.commands import (
+        bench,
+        bench_balance,
+        bench_controller,
+        bench_discovery,
+        demo,
+        render,
+        serve,
+        watch,
+    )
 
     render.register(app)
     bench.register(bench_app)
@@ -29,6 +38,7 @@ def _register() -> None:
     serve.register(app)
     bench_discovery.register(bench_app)
     bench_controller.register(bench_app)
+    bench_balance.register(bench_app)
     demo.register(app)
 
 

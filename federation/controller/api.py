@@ -223,6 +223,10 @@ def create_app(
         rows = controller.shard_rows()
         return {"assignment_version": controller.state.assignment_version, "shards": rows}
 
+    @app.get("/v1/load", tags=["shards"], summary="Observed samples/s per shard next to the GPU load")
+    def load() -> dict[str, Any]:
+        return controller.load_report()
+
     @app.get("/v1/targets", tags=["targets"])
     def targets(
         region: str | None = None,

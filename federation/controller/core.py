@@ -26,11 +26,13 @@ from typing import Any
 from federation import pipeline
 from federation.controller import changes as changing
 from federation.controller import handover as handing
+from federation.controller import load as loading
 from federation.controller import sdcache
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.probe import ChildProbe, ScrapeState, TargetKey
 from federation.controller.publisher import Publisher
 from federation.controller.registry import BuiltinRegistry
+from federation.controller.shed import shed
 from federation.controller.state import AuditEntry, ControllerState, Desired, Handover
 from federation.controller.store import LastKnownView, StateStore, StoreError
 from federation.spec import GpufedSpec
@@ -142,6 +144,7 @@ class Controller:
         wall_clock: Callable[[], float] = time.time,
         can_write: Callable[[], bool] = lambda: True,
         fence: Callable[[], int | None] = lambda: None,
+        load: loading.LoadTracker | None = None,
     ) -> None:
         self.spec = spec
         self.store = store
@@ -152,6 +155,8 @@ class Controller:
         self._wall = wall_clock
         self._can_write = can_write
         self._fence = fence
+        self.load = load
+        self._auto_rebalanced_at = float("-inf")
         self._lock = threading.RLock()
         self._plans: OrderedDict[str, PlannedChange] = OrderedDict()
         self.jobs = {job.name: job for job in spec.jobs}
@@ -199,6 +204,8 @@ class Controller:
             loops.append(self._health_loop)
         if self.publisher is not None:
             loops.append(self._config_loop)
+        if self.load is not None:
+            loops.append(self._load_loop)
         self._threads = [
             threading.Thread(
                 target=loop, args=(self._stop,), daemon=True, name=getattr(loop, "__qualname__", "loop")
@@ -338,7 +345,22 @@ class Controller:
             log.error("rendering the config bundle failed: %s", exc)
             self.metrics.config_checks.labels(result="failed").inc()
             return False
-        return self.publisher.publish(bundle, version=version)
+        before = dict(self.publisher.files)
+        if not self.publisher.publish(bundle, version=version):
+            return False
+        self.reload_children(changed_children(before, self.publisher.files))
+        return True
+
+    def reload_children(self, children: list[str]) -> None:
+        """POST ``/-/reload`` to each child (run with ``--web.enable-lifecycle``) whose config changed;
+        a child we cannot reach picks its config up when it starts."""
+        if self.probe is None or not children:
+            return
+        for child in children:
+            url = self.child_url(child)
+            if url is not None:
+                result = "ok" if self.probe.reload(url) else "failed"
+                self.metrics.reloads.labels(result=result).inc()
 
     def _config_loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -473,6 +495,8 @@ class Controller:
         with self._lock:
             state = self.state
             targets = self._known_targets()
+            if change.use_observed_weights:
+                change = self._with_observed_weights(change, targets)
             try:
                 desired = changing.apply_request(
                     state.desired, change, spec=self.spec, assignment=state.assignment
@@ -484,7 +508,7 @@ class Controller:
                     if identity not in targets:
                         raise NotFound(f"unknown target {identity!r} (in {field_name})")
             try:
-                assignment = self._assign(desired, list(targets.values()), previous=state.assignment)
+                assignment = self._assign_change(change, desired, targets, previous=state.assignment)
             except AssignmentError as exc:
                 raise Invalid(str(exc)) from exc
             plan = planning.diff(state.assignment, assignment)
@@ -536,8 +560,8 @@ class Controller:
                 assignment = planned.result  # nothing changed since the plan: it is still exact
             else:  # discovery moved on: place again, sticky to what is served now
                 try:
-                    assignment = self._assign(
-                        planned.desired, list(targets.values()), previous=state.assignment
+                    assignment = self._assign_change(
+                        planned.change, planned.desired, targets, previous=state.assignment
                     )
                 except AssignmentError as exc:
                     raise Invalid(str(exc)) from exc
@@ -573,6 +597,102 @@ class Controller:
     def audit(self, *, limit: int, before_id: int | None) -> list[AuditEntry]:
         return self.store.audit_log(limit=limit, before_id=before_id)
 
+    # ---- measured load (issue #11): weights only ever reach the assignment through a plan ----
+    def _assign_change(
+        self,
+        change: changing.ChangeRequest,
+        desired: Desired,
+        targets: Mapping[str, Target],
+        *,
+        previous: Assignment | None,
+    ) -> Assignment:
+        """The assignment a change leads to; a load-aware one sheds overloaded shards first.
+
+        Plan and apply both come here, so applying a plan reproduces what it showed.
+        """
+        listed = list(targets.values())
+        assignment = self._assign(desired, listed, previous=previous)
+        if not change.use_observed_weights or previous is None:
+            return assignment
+        trimmed = shed(assignment, load_factor=self.spec.sharding.load_factor, pinned=desired.pins.keys())
+        return self._assign(desired, listed, previous=trimmed)
+
+    def _with_observed_weights(
+        self, change: changing.ChangeRequest, targets: Mapping[str, Target]
+    ) -> changing.ChangeRequest:
+        if self.load is None:
+            raise Invalid(
+                "this controller reads no load (start gpufed serve with --load-url, or run full-Prometheus "
+                "children with --child-url)",
+                field="use_observed_weights",
+            )
+        if not self.load.rates():
+            raise Invalid(
+                "no load observed yet; try again after the first reading", field="use_observed_weights"
+            )
+        observed = self.load.weight_changes(targets, current=self.state.desired.weights)
+        return change.model_copy(update={"weights": {**observed, **change.weights}})
+
+    def _scrape_interval_s(self, job: str) -> float:
+        spec_job = self.jobs.get(job)
+        return parse_duration(spec_job.scrape_interval if spec_job else self.spec.children.scrape_interval)
+
+    def observe_load(self) -> bool:
+        """Read the children's load once (the load loop calls this); False when nothing was read."""
+        if self.load is None:
+            return False
+        assignment = self.state.assignment
+        urls: list[str] = []
+        if assignment is not None and not self.spec.children.agent_mode:
+            for shard in assignment.shards:
+                urls.extend(u for c, _ in assignment.children(shard) if (u := self.child_url(c)) is not None)
+        return self.load.refresh(
+            targets=self._known_targets(), interval_s=self._scrape_interval_s, child_urls=urls
+        )
+
+    def load_report(self) -> dict[str, Any]:
+        if self.load is None:
+            raise NotFound("this controller reads no load (start gpufed serve with --load-url)")
+        return self.load.report(
+            assignment=self.state.assignment,
+            targets=self._known_targets(),
+            current=self.state.desired.weights,
+        )
+
+    def auto_rebalance(self) -> ApplyResult | None:
+        """Apply a load-aware plan if the policy allows it and it helps; None when nothing was applied."""
+        load, assignment = self.load, self.state.assignment
+        if load is None or assignment is None or not self._can_write():
+            return None
+        threshold = load.options.auto_rebalance_imbalance
+        if threshold is None or not load.rates():
+            return None
+        if time.monotonic() - self._auto_rebalanced_at < load.options.auto_rebalance_cooldown_s:
+            return None
+        targets = self._known_targets()
+        before = load.region_imbalance(assignment, targets)
+        worst = max(before.values(), default=0.0)
+        if worst <= threshold:
+            return None
+        self._auto_rebalanced_at = time.monotonic()  # also after a plan that does not help
+        reason = f"auto: samples/s max/mean {worst:.2f} above {threshold:g}"
+        planned = self.plan(changing.ChangeRequest(use_observed_weights=True, reason=reason))
+        after = load.region_imbalance(assignment, targets, plan=planned.plan)
+        if not planned.plan.changed or max(after.values(), default=0.0) >= worst:
+            log.info("auto rebalance skipped: the plan would not lower max/mean %.2f", worst)
+            return None
+        log.info("auto rebalance: %s; applying %s", reason, planned.version)
+        return self.apply(planned.version, actor="auto-rebalance")
+
+    def _load_loop(self, stop: threading.Event) -> None:
+        assert self.load is not None
+        while not stop.wait(self.load.options.interval_s):
+            try:
+                if self.observe_load():
+                    self.auto_rebalance()
+            except Exception:  # a bad reading must not end the loop
+                log.exception("load reading failed")
+
     # ---- reads ----------------------------------------------------------------------------------
     @property
     def ready(self) -> bool:
@@ -600,6 +720,7 @@ class Controller:
         for h in state.handovers:
             incoming[h.to_shard] = incoming.get(h.to_shard, 0) + 1
             outgoing[h.from_shard] = outgoing.get(h.from_shard, 0) + 1
+        samples = self.load.shard_samples(assignment) if self.load is not None else {}
         rows = []
         for shard in planning._shard_order(assignment.shards):
             info = assignment.shards[shard]
@@ -633,6 +754,8 @@ class Controller:
                     "health": _shard_health(children),
                 }
             )
+            if samples.get(shard) is not None:
+                rows[-1]["samples_per_s"] = samples[shard]
         return rows
 
     def target_rows(self, *, region: str | None, shard: str | None, q: str | None) -> list[dict[str, Any]]:
@@ -730,6 +853,18 @@ class Controller:
                 }
             )
         return rows
+
+
+def changed_children(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> list[str]:
+    """Children whose ``prometheus.yml`` existed before and changed (new children start fresh)."""
+    out = []
+    for path, content in after.items():
+        parts = path.split("/")
+        if len(parts) == 3 and parts[0] == "children" and parts[2] == "prometheus.yml":
+            old = before.get(path)
+            if old is not None and old != content:
+                out.append(parts[1])
+    return sorted(out)
 
 
 def _shard_health(children: list[dict[str, Any]]) -> str:

@@ -20,6 +20,9 @@ from alertmanager.amtool import Amtool
 from federation.controller import api
 from federation.controller.auth import Authenticator, load_tokens
 from federation.controller.core import Controller, ControllerOptions
+from federation.controller.load import LoadOptions, LoadTracker
+from federation.controller.load_reader import PrometheusLoadReader
+from federation.controller.load_weights import LoadReader
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.probe import ChildProbe
 from federation.controller.publisher import Publisher
@@ -45,6 +48,8 @@ class ServeSettings:
     dev: bool = False
     check_configs: bool = True
     options: ControllerOptions = field(default_factory=ControllerOptions)
+    load: LoadOptions | None = None
+    """Measured load (``--load-url``); None: read it only from full-Prometheus children, if any are known."""
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -67,7 +72,9 @@ class Service:
         self.store.close()
 
 
-def build_service(settings: ServeSettings, *, store: StateStore | None = None) -> Service:
+def build_service(
+    settings: ServeSettings, *, store: StateStore | None = None, load_reader: LoadReader | None = None
+) -> Service:
     """Raises ``TokenError`` for missing/placeholder tokens (unless ``dev``) and store errors."""
     tokens = load_tokens(settings.tokens_file, env=settings.env)
     if not tokens and not settings.dev:
@@ -96,8 +103,25 @@ def build_service(settings: ServeSettings, *, store: StateStore | None = None) -
         options=settings.options,
         probe=ChildProbe(http),
         publisher=publisher,
+        load=_load_tracker(
+            settings, load_reader or PrometheusLoadReader(http, jobs=[job.name for job in settings.spec.jobs])
+        ),
     )
     watch = WatchOptions(consul=settings.consul, kubernetes=settings.kubernetes, file=settings.inventory)
     sources = build_sources(watch, sink=controller.reconciler, spec=settings.spec)
     app = api.create_app(controller, auth=auth)
     return Service(controller=controller, app=app, auth=auth, store=store, http=http, sources=sources)
+
+
+def _load_tracker(settings: ServeSettings, reader: LoadReader) -> LoadTracker | None:
+    """Read load from ``--load-url``; else from the children, when they are full Prometheus servers
+    the controller can reach (agents have no query API)."""
+    options = settings.load or LoadOptions()
+    children_readable = not settings.spec.children.agent_mode and bool(
+        settings.options.child_urls or settings.options.child_url_template
+    )
+    if not options.urls and not children_readable:
+        if options.auto_rebalance_imbalance is not None:
+            log.warning("auto rebalancing is off: no --load-url and no full-Prometheus children to read")
+        return None
+    return LoadTracker(reader=reader, options=options)

@@ -125,3 +125,16 @@ def test_prometheus_scrape_times_parse_with_nanoseconds_and_zones() -> None:
     assert parse_time("2017-01-17T15:07:44.723715405+01:00") == 1484662064.723715
     assert parse_time("0001-01-01T00:00:00Z") == 0.0
     assert parse_time(None) == 0.0
+
+
+def test_only_children_whose_config_changed_are_reloaded() -> None:
+    from federation.controller.core import changed_children
+
+    before = {"children/a/prometheus.yml": b"1", "children/b/prometheus.yml": b"1", "manifest.json": b"x"}
+    after = {
+        "children/a/prometheus.yml": b"2",
+        "children/b/prometheus.yml": b"1",
+        "children/c/prometheus.yml": b"1",
+        "manifest.json": b"y",
+    }
+    assert changed_children(before, after) == ["a"]

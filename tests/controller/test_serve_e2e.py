@@ -22,6 +22,7 @@ from conftest import free_port, require_tool, wait_for
 
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.settings import ExporterSettings
+from tests.controller.harness import TOKEN
 from tests.controller.serve_process import ServeProcess
 from tests.e2e.prom_process import PrometheusProcess
 
@@ -173,6 +174,7 @@ def test_children_follow_http_sd_and_handovers_overlap(tmp_path: Path, fleet: Fl
                 assert set(up_nodes(second)) == moved
                 assert set(up_nodes(first)) == set(names[:7]) - moved
                 metrics = serve.client.get("/metrics").text
+                assert TOKEN not in serve.log_path.read_text()  # debug logs included
                 lines = [line for line in metrics.splitlines() if "handovers_total{" in line]
                 assert any('result="scraped"' in line for line in lines), lines
             finally:
