@@ -10,7 +10,8 @@ Start order (each waits for what it needs; independent processes start together)
                controller answers
     fleet      registers itself with the controller's built-in registry (or Consul)
     children   one agent-mode Prometheus per child of the assignment, each running the
-               prometheus.yml the controller publishes (GET /v1/configs/children/...)
+               prometheus.yml the controller publishes (GET /v1/configs/children/...
+               answers), read in place from its rendered tree so its reloads apply
     follower   every 2 s: /v1/shards -> start children of new shards; stop children whose
                /v1/sd answers 404 (shard removed and its hand-overs done)
 
@@ -321,15 +322,13 @@ class DemoStack:
         self.child_ports[child] = port
         directory = self.data / "children" / child
         directory.mkdir(parents=True, exist_ok=True)
-        config = directory / "prometheus.yml"
-        address = f"{self.controller_url}/v1/configs/children/{child}/prometheus.yml"
+        relative = f"children/{child}/prometheus.yml"
+        # The file the controller validated and published, read in place (as a shared volume
+        # would be): when it publishes a changed config it POSTs /-/reload to the child.
+        config = self.data / "controller" / "rendered" / relative
 
         def published() -> bool:
-            response = self.http.get(address)
-            if response.status_code != 200:
-                return False
-            config.write_bytes(response.content)
-            return True
+            return self.http.get(f"{self.controller_url}/v1/configs/{relative}").status_code == 200
 
         _poll(published, timeout=60, what=f"the controller to publish {child}'s config")
         launch = components.child(
