@@ -26,6 +26,7 @@ def _register() -> None:
         bench_balance,
         bench_controller,
         bench_discovery,
+        demo,
         render,
         serve,
         watch,
@@ -38,6 +39,7 @@ def _register() -> None:
     bench_discovery.register(bench_app)
     bench_controller.register(bench_app)
     bench_balance.register(bench_app)
+    demo.register(app)
 
 
 def main() -> None:
