@@ -199,13 +199,13 @@ def test_prometheus_rule_passes_promtool(chart: helm.Chart, tmp_path: Path) -> N
 
 
 class FakeController(http.server.BaseHTTPRequestHandler):
-    """Serves ``/v1/config/<path>`` from ``files`` and records reload POSTs."""
+    """Serves ``/v1/configs/<path>`` (the controller's route) from ``files``; records reload POSTs."""
 
     files: ClassVar[dict[str, bytes]] = {}
     reloads: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
-        body = self.files.get(self.path.removeprefix("/v1/config/"))
+        body = self.files.get(self.path.removeprefix("/v1/configs/"))
         self.send_response(200 if body is not None else 404)
         self.end_headers()
         self.wfile.write(body or b"")
