@@ -50,7 +50,9 @@ def compose_figures(tmp: Path) -> dict[str, dict[str, int]]:
     env = tmp / "monitoring.env"
     env.write_text(
         "\n".join(
-            f"{line}x-0123456789abcdef" if line.endswith("=") and not line.startswith("#") else line
+            f"{line}x-0123456789abcdef"
+            if line.endswith("=") and not line.startswith("#") and not line.endswith("_FLAGS=")
+            else line
             for line in lines
         )
         + f"\nGPUFED_SPEC={ROOT}/compose/federation.yaml\n"

@@ -20,7 +20,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from conftest import ROOT
-from deploy_tools import exporter_settings_from
+from deploy_tools import exporter_settings_from, serve_params
 
 from federation.dashboards import dashboard_files
 from federation.spec import load_gpufed_spec
@@ -102,6 +102,17 @@ def test_schema_rejects_bad_values_with_a_clear_message(chart: helm.Chart, bad_f
     with pytest.raises(helm.HelmValuesError) as caught:
         chart.render(yaml.safe_load(text), **RELEASE)
     assert expected in str(caught.value)
+    # refused for that reason only: the rest of the file is valid
+    assert len(schema_errors(str(caught.value))) == 1, str(caught.value)
+
+
+def schema_errors(message: str) -> set[str]:
+    """The distinct innermost ``- at '...'`` lines of a Helm schema error (``allOf`` wrappers dropped)."""
+    lines = [line for line in message.splitlines() if line.lstrip().startswith("- at ")]
+    depth = [len(line) - len(line.lstrip()) for line in lines]
+    return {
+        line.strip() for i, line in enumerate(lines) if i + 1 == len(lines) or depth[i + 1] <= depth[i]
+    }
 
 
 def test_strict_validation_is_not_a_no_op(chart: helm.Chart) -> None:
@@ -115,14 +126,16 @@ def test_strict_validation_is_not_a_no_op(chart: helm.Chart) -> None:
 def test_components_are_wired(chart: helm.Chart, monkeypatch: pytest.MonkeyPatch) -> None:
     objects = render(chart, values(CHART / "ci" / "full-values.yaml"))
     controller = find(objects, "Deployment", "-controller")
-    assert controller["spec"]["replicas"] == 1
+    assert controller["spec"]["replicas"] == 3
     args = controller["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--consul=consul-server.consul.svc:8500" in args
+    params = serve_params(["gpufed", *args])
+    assert (params["store"], params["leader_election"], params["lock_ttl"]) == (
+        "consul://consul-server.consul.svc:8500/gpufed/prod", "consul", 20)
     cluster_rules = find(objects, "ClusterRole", "-controller")["rules"]
     granted = {(r, v) for rule in cluster_rules for r in rule["resources"] for v in rule["verbs"]}
     assert {("endpointslices", "watch"), ("pods", "list"), ("nodes", "watch")} <= granted
-    lease = find(objects, "Role", "-controller-lease")["rules"]
-    assert {"get", "update"} <= {v for rule in lease for v in rule["verbs"]}
+    assert not [o for o in objects if o["kind"] == "Role"]  # a Consul lock needs no Lease
 
     exporter = find(objects, "DaemonSet", "-exporter")["spec"]["template"]["spec"]
     env = {e["name"]: e for e in exporter["containers"][0]["env"]}
@@ -147,6 +160,98 @@ def test_components_are_wired(chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
     hook = next(o for o in objects if o["kind"] == "Pod")
     assert hook["metadata"]["annotations"]["helm.sh/hook"] == "test"
     assert "/v1/sd/cn-beijing-0-r0 " in hook["spec"]["containers"][0]["command"][-1]
+
+
+def controller_parts(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(Deployment, its container, ``gpufed serve``'s parsed parameters)."""
+    deployment = find(objects, "Deployment", "-controller")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["gpufed"]
+    return deployment, container, serve_params(["gpufed", *container["args"]])
+
+
+def test_two_controller_replicas_elect_a_leader_on_a_lease(chart: helm.Chart) -> None:
+    """The default: two replicas, a Kubernetes Lease, the state in Consul KV."""
+    objects = render(chart, values(CHART / "ci" / "default-values.yaml"))
+    deployment, container, params = controller_parts(objects)
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate",
+                                              "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    assert params["store"] == "consul://consul-server.consul.svc:8500/gpufed"
+    assert params["leader_election"] == "kubernetes"
+    assert params["advertise_url"] == "http://$(POD_IP):8080" and params["lock_ttl"] == 15
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "POD_IP": "status.podIP"}
+    # the Lease serve takes is the one the Role grants, in the release namespace
+    lease = params["lease_name"]
+    role = find(objects, "Role", "-controller-lease")
+    assert role["metadata"].get("namespace", RELEASE["namespace"]) == RELEASE["namespace"]
+    verbs = {(v, tuple(rule.get("resourceNames", ()))) for rule in role["rules"] for v in rule["verbs"]
+             if rule["apiGroups"] == ["coordination.k8s.io"] and rule["resources"] == ["leases"]}
+    assert verbs == {("create", ()), ("get", (lease,)), ("update", (lease,))}
+    binding = find(objects, "RoleBinding", "-controller-lease")
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "monitoring"}]
+    # shared state: no volume claim; one replica always up through a drain; spread over nodes
+    assert not [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+    assert find(objects, "PodDisruptionBudget", "-controller")["spec"]["minAvailable"] == 1
+    assert deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    # discovery follows the exporters' Service, in the release namespace
+    assert params["in_cluster"] and params["namespace"] == "monitoring"
+    service = find(objects, "Service", "-exporter")
+    assert service["metadata"]["name"] == params["k8s_service"]
+    assert service["spec"]["ports"][0]["name"] == "metrics"
+    exporter = find(objects, "DaemonSet", "-exporter")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= exporter.items()
+
+
+def test_one_controller_replica_keeps_sqlite_on_a_volume(chart: helm.Chart) -> None:
+    objects = render(chart, values(CHART / "ci" / "minimal-values.yaml"))
+    deployment, _container, params = controller_parts(objects)
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert params["store"] is None and params["leader_election"] == "none"
+    claim = find(objects, "PersistentVolumeClaim", "-controller")["metadata"]["name"]
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "data", "persistentVolumeClaim": {"claimName": claim}} in volumes
+    assert not [o for o in objects if o["kind"] in ("Role", "PodDisruptionBudget")]
+
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=lambda p: p.stem)
+def test_controller_knows_every_child_pod(chart: helm.Chart, values_file: Path, tmp_path: Path) -> None:
+    """``--child-url`` names each child the spec yields, at the pod children.yaml runs it in."""
+    from sharder.assign import assign
+
+    objects = render(chart, values(values_file))
+    _deployment, _container, params = controller_parts(objects)
+    urls = dict(value.split("=", 1) for value in params["child_url"])  # type: ignore[union-attr]
+    spec_file = tmp_path / "federation.yaml"
+    spec_file.write_text(find(objects, "ConfigMap", "-spec")["data"]["federation.yaml"])
+    assignment = assign(load_gpufed_spec(spec_file), [])
+    children = {child for shard in assignment.shards for child, _ in assignment.children(shard)}
+    assert set(urls) == children
+    pods = {
+        f"{o['metadata']['name']}-{i}.{o['spec']['serviceName']}.monitoring.svc"
+        for o in objects if o["kind"] == "StatefulSet" and "-child-" in o["metadata"]["name"]
+        for i in range(o["spec"]["replicas"])
+    }
+    hosts = {url.removeprefix("http://").removesuffix(":9090") for url in urls.values()}
+    assert hosts == pods
+    # the pod that runs a child fetches that child's config: config-sync.sh's naming
+    script = find(objects, "ConfigMap", "-scripts")["data"]["config-sync.sh"]
+    for child, url in urls.items():
+        pod = url.removeprefix("http://").split(".")[0]
+        region = next(r for r in chart_regions(objects) if pod.startswith(f"gpufed-child-{r}-"))
+        rf = str(assignment.replication_factor)
+        done = subprocess.run(["sh", "-c", script.split("fetch() {")[0] + 'echo "$CHILD"'],
+                              env={"PATH": os.environ["PATH"], "CHILD_REGION": region, "CHILD_REPLICAS": rf,
+                                   "POD_NAME": pod}, capture_output=True, text=True, timeout=30, check=True)
+        assert done.stdout.strip() == child
+
+
+def chart_regions(objects: list[dict[str, Any]]) -> list[str]:
+    return sorted({o["metadata"]["labels"]["gpufed.io/region"] for o in objects
+                   if o["kind"] == "StatefulSet" and "-child-" in o["metadata"]["name"]}, key=len, reverse=True)
 
 
 def test_hashring_checksum_follows_the_receive_set(chart: helm.Chart) -> None:
