@@ -21,13 +21,14 @@ app.add_typer(bench_app, name="bench")
 
 def _register() -> None:
     # Imported here so that importing federation.cli stays cheap and side-effect free.
-    from federation.commands import bench, bench_discovery, render, serve, watch
+    from federation.commands import bench, bench_controller, bench_discovery, render, serve, watch
 
     render.register(app)
     bench.register(bench_app)
     watch.register(app)
     serve.register(app)
     bench_discovery.register(bench_app)
+    bench_controller.register(bench_app)
 
 
 def main() -> None:

@@ -23,8 +23,15 @@ def discovery(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Time registry change -> new assignment over HTTP; CPU and RSS of following the fleet."""
-    result = run_discovery_bench(targets=targets, changes=changes, debounce_s=debounce, interval_s=interval,
-                                 churn=churn, churn_minutes=churn_minutes, seed=seed)
+    result = run_discovery_bench(
+        targets=targets,
+        changes=changes,
+        debounce_s=debounce,
+        interval_s=interval,
+        churn=churn,
+        churn_minutes=churn_minutes,
+        seed=seed,
+    )
     if as_json:
         typer.echo(json.dumps(result, sort_keys=True))
         return

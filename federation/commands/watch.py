@@ -58,19 +58,31 @@ def watch_command(
     consul_config = None
     if consul or service:
         consul_config = ConsulConfig(
-            services=tuple(service or ["gpufed-exporter"]), address=consul, token=consul_token,
-            datacenters=tuple(consul_dc or [None]), tag=consul_tag, allow_warning=warning_is_up,
+            services=tuple(service or ["gpufed-exporter"]),
+            address=consul,
+            token=consul_token,
+            datacenters=tuple(consul_dc or [None]),
+            tag=consul_tag,
+            allow_warning=warning_is_up,
             ca_file=str(consul_ca) if consul_ca else None,
             cert_file=str(consul_cert) if consul_cert else None,
             key_file=str(consul_key) if consul_key else None,
         )
     k8s_config = None
     if kubeconfig or in_cluster:
-        k8s_config = KubernetesConfig(namespace=namespace, service=k8s_service,
-                                      kubeconfig=str(kubeconfig) if kubeconfig else None)
+        k8s_config = KubernetesConfig(
+            namespace=namespace, service=k8s_service, kubeconfig=str(kubeconfig) if kubeconfig else None
+        )
     hysteresis = Hysteresis(grow_margin=grow_margin, shrink_margin=shrink_margin, shrink_after_s=shrink_after)
-    options = WatchOptions(consul=consul_config, kubernetes=k8s_config, file=file, state=state,
-                           debounce_s=debounce, grace_s=grace, hysteresis=hysteresis)
+    options = WatchOptions(
+        consul=consul_config,
+        kubernetes=k8s_config,
+        file=file,
+        state=state,
+        debounce_s=debounce,
+        grace_s=grace,
+        hysteresis=hysteresis,
+    )
 
     def emit(record: dict[str, Any]) -> None:
         typer.echo(json.dumps(record, sort_keys=True))

@@ -65,7 +65,7 @@ class BodyLimit:
         self.app, self.limit = app, limit
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD"):
             await self.app(scope, receive, send)
             return
         for name, value in scope.get("headers", []):
@@ -182,15 +182,18 @@ def create_app(
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     # ---- HTTP SD --------------------------------------------------------------------------------
+    sd_ok = metrics.sd_requests.labels(code="200")
+    sd_missing = metrics.sd_requests.labels(code="404")
+
     def sd_answer(child: str, job: str | None) -> Response:
         started = time.perf_counter()
         snapshot = controller.sd
         body = snapshot.answer(child, job)
         if body is None:
-            metrics.sd_requests.labels(code="404").inc()
+            sd_missing.inc()
             what = f"child {child!r}" if snapshot.child_shard.get(child) is None else f"job {job!r}"
             return problem(404, "Not found", f"unknown {what}")
-        metrics.sd_requests.labels(code="200").inc()
+        sd_ok.inc()
         metrics.sd_latency.observe(time.perf_counter() - started)
         return Response(body, media_type="application/json", headers={VERSION_HEADER: str(snapshot.version)})
 

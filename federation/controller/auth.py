@@ -10,6 +10,7 @@ unless ``--dev`` is given (and then says so on every start).
 from __future__ import annotations
 
 import hmac
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +65,9 @@ def check_secret(secret: str, *, where: str) -> None:
     lowered = secret.lower()
     if len(secret) < MIN_LENGTH:
         raise TokenError(f"{where}: a token needs at least {MIN_LENGTH} characters")
-    if len(set(secret)) == 1 or any(p in lowered for p in PLACEHOLDERS):
+    letters = re.sub(r"[^a-z]", "", lowered)
+    repeated = any(letters and letters == p * (len(letters) // len(p)) for p in PLACEHOLDERS)
+    if len(set(secret)) == 1 or repeated or lowered.startswith(("<", "${")):
         raise TokenError(f"{where}: the token looks like a placeholder; generate one (openssl rand -hex 24)")
 
 

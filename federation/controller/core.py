@@ -104,6 +104,9 @@ class PlannedChange:
     desired: Desired
     plan: planning.Plan
     created_at: float
+    assignment_version: int = 0
+    """The assignment the plan was made from: while it is still served, applying reuses the result."""
+    result: Assignment | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,9 @@ class Controller:
         self.sd = sdcache.SdSnapshot(version=0)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._config_lock = threading.Lock()
+        self._config_wake = threading.Event()
+        self._config_due: tuple[int, Assignment, list[Target]] | None = None
 
     # ---- start / stop ----------------------------------------------------------------
     def restore(self) -> None:
@@ -187,6 +193,8 @@ class Controller:
         loops: list[Callable[[threading.Event], None]] = [self._loop, *(s.run for s in self.sources)]
         if self.probe is not None:
             loops.append(self._health_loop)
+        if self.publisher is not None:
+            loops.append(self._config_loop)
         self._threads = [
             threading.Thread(
                 target=loop, args=(self._stop,), daemon=True, name=getattr(loop, "__qualname__", "loop")
@@ -308,13 +316,34 @@ class Controller:
         self.metrics.handovers_in_flight.set(len(state.handovers))
         self.metrics.ready.set(1)
         if self.publisher is not None:
-            try:
-                bundle = pipeline.build_bundle(self.spec, list(targets.values()), assignment)
-            except Exception as exc:  # a render bug must not stop SD; the old bundle stays
-                log.error("rendering the config bundle failed: %s", exc)
-                self.metrics.config_checks.labels(result="failed").inc()
-            else:
-                self.publisher.publish(bundle, version=state.assignment_version)
+            with self._config_lock:
+                self._config_due = (state.assignment_version, assignment, list(targets.values()))
+            self._config_wake.set()
+
+    def publish_configs(self) -> bool:
+        """Render and check the bundle of the newest assignment (outside the state lock: promtool
+        takes a while and SD must not wait for it). False when nothing was due or it failed."""
+        with self._config_lock:
+            due, self._config_due = self._config_due, None
+        if due is None or self.publisher is None:
+            return False
+        version, assignment, targets = due
+        try:
+            bundle = pipeline.build_bundle(self.spec, targets, assignment)
+        except Exception as exc:  # a render bug must not stop SD; the old bundle stays
+            log.error("rendering the config bundle failed: %s", exc)
+            self.metrics.config_checks.labels(result="failed").inc()
+            return False
+        return self.publisher.publish(bundle, version=version)
+
+    def _config_loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            if self._config_wake.wait(0.5):
+                self._config_wake.clear()
+                try:
+                    self.publish_configs()
+                except Exception:
+                    log.exception("publishing configs failed")
 
     def _known_targets(self) -> dict[str, Target]:
         return self.reconciler.target_map
@@ -445,6 +474,8 @@ class Controller:
                 desired=desired,
                 plan=plan,
                 created_at=self._wall(),
+                assignment_version=state.assignment_version,
+                result=assignment,
             )
             self._plans[version] = planned
             self._plans.move_to_end(version)
@@ -478,10 +509,15 @@ class Controller:
             if not self._can_write():
                 raise Unavailable("this replica is not the leader")
             targets = self._known_targets()
-            try:
-                assignment = self._assign(planned.desired, list(targets.values()), previous=state.assignment)
-            except AssignmentError as exc:
-                raise Invalid(str(exc)) from exc
+            if planned.result is not None and planned.assignment_version == state.assignment_version:
+                assignment = planned.result  # nothing changed since the plan: it is still exact
+            else:  # discovery moved on: place again, sticky to what is served now
+                try:
+                    assignment = self._assign(
+                        planned.desired, list(targets.values()), previous=state.assignment
+                    )
+                except AssignmentError as exc:
+                    raise Invalid(str(exc)) from exc
             plan = planning.diff(state.assignment, assignment)
             handovers = self._handovers(state.assignment, assignment, targets)
             change = planned.change.model_dump(mode="json", exclude_defaults=True)

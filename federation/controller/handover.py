@@ -44,9 +44,11 @@ def reconcile(
     target back on its ``from_shard``, or gone, ends its hand-over.
     """
     kept: dict[str, Handover] = {}
+    settled: set[str] = set()  # back on a shard that never stopped scraping it: no new overlap
     for h in handovers:
         owner = current.targets.get(h.identity)
         if owner is None or owner == h.from_shard:
+            settled.add(h.identity)
             continue
         if owner != h.to_shard:
             h = h.model_copy(update={"to_shard": owner, "started_at": now, "deadline": now + window_s(h.job)})
@@ -55,7 +57,7 @@ def reconcile(
         before = previous.targets
         for identity, owner in current.targets.items():
             old = before.get(identity)
-            if old is None or old == owner or identity in kept:
+            if old is None or old == owner or identity in kept or identity in settled:
                 continue
             job = job_of.get(identity, "")
             kept[identity] = Handover(

@@ -67,24 +67,23 @@ def build(
     previous: SdSnapshot | None = None,
 ) -> SdSnapshot:
     jobs = sorted(jobs)
-    members: dict[str, list[Target]] = {shard: [] for shard in assignment.shards}
+    members: dict[str, dict[str, Target]] = {shard: {} for shard in assignment.shards}
     for identity, shard in assignment.targets.items():
         target = targets.get(identity)
         if target is not None:
-            members[shard].append(target)
+            members[shard][identity] = target
     for shard, identities in handing.outgoing(handovers).items():
-        bucket = members.setdefault(shard, [])
-        bucket.extend(targets[i] for i in sorted(identities) if i in targets)
+        bucket = members.setdefault(shard, {})
+        bucket.update((i, targets[i]) for i in sorted(identities) if i in targets)
     shards: dict[str, ShardAnswers] = {}
     child_shard: dict[str, str] = {}
-    for shard, listed in members.items():
-        key = {t.identity: t for t in listed}
+    for shard, key in members.items():
         old = previous.shards.get(shard) if previous is not None else None
         if old is not None and old.members == key:
             shards[shard] = old
         else:
             by_job: dict[str, list[Target]] = {job: [] for job in jobs}
-            for target in listed:
+            for target in key.values():
                 by_job.setdefault(target.job, []).append(target)
             groups = {job: target_groups(ts) for job, ts in by_job.items()}
             whole = [g for job in sorted(groups) for g in groups[job]]

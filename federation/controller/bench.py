@@ -1,0 +1,321 @@
+"""``gpufed bench sd`` and ``gpufed bench rebalance``: the controller under load, with anchors.
+
+**SD.** The controller serves 10,000 targets on 100 shards from its own process; the
+load generator (this process) runs 100 "children" polling their own ``/v1/sd/{child}``
+once a second plus 200 clients asking for random children back to back, all over
+keep-alive HTTP/1.1 on raw asyncio streams (a light client, so the server is what is
+measured). The anchor, in the same run, is the same uvicorn serving one constant bytes
+object of the mean answer size under the same load: the *floor* of any Python server
+here. The figure is p99 / floor p99.
+
+**Rebalance.** One shard added to a region of 10,000 targets: time to plan, to apply,
+and from the apply request to the first HTTP SD answer that lists the new shard's
+targets (served by a live uvicorn), against the optimum of targets/(S+1) moved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import random
+import socket
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MAX_TARGETS = 200_000
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _spec_file(directory: Path, *, shards: int, port: int) -> Path:
+    path = directory / "spec.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "cluster": "bench",
+                "regions": [{"name": "r1", "shards": shards}],
+                "jobs": [{"name": "gpu", "scrape_interval": "15s"}],
+                "children": {
+                    "target_discovery": "http_sd",
+                    "http_sd_url": f"http://127.0.0.1:{port}",
+                    "http_sd_refresh_interval": "5s",
+                },
+            }
+        )
+    )
+    return path
+
+
+def _targets(count: int) -> list[Any]:
+    from sharder.inventory import Target
+
+    rng = random.Random(0)
+    return [
+        Target(
+            address=f"10.{i // 62500}.{i // 250 % 250}.{i % 250 + 1}",
+            port=9400,
+            job="gpu",
+            node=f"gpu-{i:06d}",
+            region="r1",
+            gpus=rng.choice((4, 8)),
+            rack=f"rack-{i % 40:02d}",
+        )
+        for i in range(count)
+    ]
+
+
+def _build(directory: Path, *, targets: int, shards: int, port: int) -> Any:
+    from federation.controller.core import ControllerOptions
+    from federation.controller.service import ServeSettings, build_service
+    from federation.spec import load_gpufed_spec
+
+    spec = load_gpufed_spec(_spec_file(directory, shards=shards, port=port))
+    service = build_service(
+        ServeSettings(
+            spec=spec,
+            data_dir=directory / "data",
+            check_configs=False,
+            dev=True,
+            env={},
+            options=ControllerOptions(debounce_s=0.0, grace_s=0.0),
+        )
+    )
+    service.controller.restore()
+    service.controller.reconciler.on_change("bench", _targets(targets))
+    with service.controller._lock:
+        service.controller.reconciler.tick()
+    return service
+
+
+def _serve_controller(directory: str, targets: int, shards: int, port: int, ready: Any) -> None:
+    import uvicorn
+
+    service = _build(Path(directory), targets=targets, shards=shards, port=port)
+    sizes = [len(service.controller.sd.answer(s) or b"") for s in service.controller.state.assignment.shards]
+    ready.put(int(statistics.mean(sizes)))
+    uvicorn.run(service.app, host="127.0.0.1", port=port, log_level="error", access_log=False)
+
+
+def _serve_floor(size: int, port: int, ready: Any) -> None:
+    import uvicorn
+    from fastapi import FastAPI
+    from fastapi.responses import Response
+
+    body = b"[" + b" " * max(0, size - 2) + b"]"
+    app = FastAPI()
+
+    @app.get("/v1/sd/{child}")
+    async def constant(child: str) -> Response:
+        return Response(body, media_type="application/json")
+
+    ready.put(size)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", access_log=False)
+
+
+async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str) -> int:
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    await reader.readexactly(length)
+    return status
+
+
+async def _load(
+    port: int, children: list[str], *, pollers: int, clients: int, duration_s: float, poll_interval_s: float
+) -> dict[str, Any]:
+    latencies: list[float] = []
+    errors = 0
+    end = time.perf_counter() + duration_s
+
+    async def worker(index: int, polling: bool) -> None:
+        nonlocal errors
+        rng = random.Random(index)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            while time.perf_counter() < end:
+                child = children[index % len(children)] if polling else rng.choice(children)
+                started = time.perf_counter()
+                try:
+                    status = await _get(reader, writer, f"/v1/sd/{child}")
+                except (OSError, asyncio.IncompleteReadError, ValueError):
+                    errors += 1
+                    writer.close()
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                    continue
+                latencies.append(time.perf_counter() - started)
+                errors += status != 200
+                if polling:
+                    await asyncio.sleep(poll_interval_s)
+        finally:
+            writer.close()
+
+    await asyncio.gather(
+        *(worker(i, True) for i in range(pollers)), *(worker(pollers + i, False) for i in range(clients))
+    )
+    latencies.sort()
+
+    def q(p: float) -> float:
+        return (
+            round(latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000, 2) if latencies else 0.0
+        )
+
+    return {
+        "requests": len(latencies),
+        "errors": errors,
+        "p50_ms": q(0.50),
+        "p99_ms": q(0.99),
+        "rps": round(len(latencies) / duration_s),
+    }
+
+
+def _wait_port(port: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
+
+
+def run_sd_bench(
+    *, targets: int, shards: int, pollers: int = 100, clients: int = 200, duration_s: float = 10.0
+) -> dict[str, Any]:
+    ctx = multiprocessing.get_context("spawn")
+    children = [f"r1-{i}" for i in range(shards)]
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="gpufed-bench-sd-") as tmp:
+        ready: Any = ctx.Queue()
+        port = _free_port()
+        server = ctx.Process(target=_serve_controller, args=(tmp, targets, shards, port, ready), daemon=True)
+        server.start()
+        try:
+            size = ready.get(timeout=300)
+            _wait_port(port)
+            results["controller"] = asyncio.run(
+                _load(
+                    port,
+                    children,
+                    pollers=pollers,
+                    clients=clients,
+                    duration_s=duration_s,
+                    poll_interval_s=1.0,
+                )
+            )
+        finally:
+            server.kill()
+            server.join()
+        floor_port = _free_port()
+        floor = ctx.Process(target=_serve_floor, args=(size, floor_port, ready), daemon=True)
+        floor.start()
+        try:
+            ready.get(timeout=60)
+            _wait_port(floor_port)
+            results["floor"] = asyncio.run(
+                _load(
+                    floor_port,
+                    children,
+                    pollers=pollers,
+                    clients=clients,
+                    duration_s=duration_s,
+                    poll_interval_s=1.0,
+                )
+            )
+        finally:
+            floor.kill()
+            floor.join()
+    ours, base = results["controller"], results["floor"]
+    return {
+        "targets": targets,
+        "shards": shards,
+        "pollers": pollers,
+        "clients": clients,
+        "duration_s": duration_s,
+        "answer_bytes_mean": size,
+        "p50_ms": ours["p50_ms"],
+        "p99_ms": ours["p99_ms"],
+        "requests": ours["requests"],
+        "errors": ours["errors"],
+        "rps": ours["rps"],
+        "floor_p50_ms": base["p50_ms"],
+        "floor_p99_ms": base["p99_ms"],
+        "floor_requests": base["requests"],
+        "floor_errors": base["errors"],
+        "floor_rps": base["rps"],
+        "p99_over_floor": round(ours["p99_ms"] / base["p99_ms"], 3) if base["p99_ms"] else None,
+        "cpus": os.cpu_count(),
+    }
+
+
+def run_rebalance_bench(*, targets: int, shards: int) -> dict[str, Any]:
+    import httpx
+    import uvicorn
+
+    from federation.controller.changes import ChangeRequest
+
+    with tempfile.TemporaryDirectory(prefix="gpufed-bench-rebalance-") as tmp:
+        port = _free_port()
+        service = _build(Path(tmp), targets=targets, shards=shards, port=port)
+        controller = service.controller
+        server = uvicorn.Server(uvicorn.Config(service.app, host="127.0.0.1", port=port, log_level="error"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        try:
+            _wait_port(port)
+            new_child = f"r1-{shards}"
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+                started = time.perf_counter()
+                planned = controller.plan(ChangeRequest(add_shard=["r1"]))
+                plan_s = time.perf_counter() - started
+                applied_at = time.perf_counter()
+                done = threading.Event()
+                first_serve: list[float] = []
+
+                def poll() -> None:
+                    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as poller:
+                        while not done.is_set():
+                            response = poller.get(f"/v1/sd/{new_child}")
+                            if response.status_code == 200 and response.content != b"[]":
+                                first_serve.append(time.perf_counter() - applied_at)
+                                return
+
+                watcher = threading.Thread(target=poll)
+                watcher.start()
+                response = client.post("/v1/rebalance", json={"version": planned.version})
+                apply_s = time.perf_counter() - applied_at
+                watcher.join(timeout=30)
+                done.set()
+                body = response.json()
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
+            service.stop()
+    moved = body["counts"]["moved"]
+    optimal = targets / (shards + 1)
+    return {
+        "targets": targets,
+        "shards": shards,
+        "plan_s": round(plan_s, 4),
+        "apply_s": round(apply_s, 4),
+        "first_serve_s": round(first_serve[0], 4) if first_serve else None,
+        "end_to_end_s": round(plan_s + (first_serve[0] if first_serve else apply_s), 4),
+        "moved": moved,
+        "optimal_moved": round(optimal, 1),
+        "moved_over_optimal": round(moved / optimal, 3),
+        "planned_moved": planned.plan.counts.moved,
+    }
