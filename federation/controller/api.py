@@ -104,6 +104,7 @@ def _caller(request: Request, authorization: str | None, scope: str) -> Caller:
         raise core.ControllerError("401")
     if scope not in caller.scopes and not (scope == "register" and "write" in caller.scopes):
         raise _Forbidden(f"token {caller.name!r} lacks the {scope!r} scope")
+    request.app.state.controller.check_writable()  # a follower answers 503 with the leader
     return caller
 
 
@@ -130,6 +131,7 @@ def create_app(
     metrics = controller.metrics
 
     app.state.auth = auth
+    app.state.controller = controller
 
     # ---- errors -------------------------------------------------------------------------
     @app.exception_handler(RequestValidationError)
@@ -260,7 +262,8 @@ def create_app(
             "shards": len(state.assignment.shards) if state.assignment else 0,
             "handovers": len(state.handovers),
             "discovery": controller.discovery_rows(),
-            "leader": leader() if leader is not None else None,
+            **controller.replica_status(),
+            **({"leader": leader()} if leader is not None else {}),
             "configs": None if publish is None else vars(publish),
             "auth": "dev (no token needed)" if auth.dev else "bearer token",
         }

@@ -32,7 +32,7 @@ from federation.controller.probe import ChildProbe, ScrapeState, TargetKey
 from federation.controller.publisher import Publisher
 from federation.controller.registry import BuiltinRegistry
 from federation.controller.state import AuditEntry, ControllerState, Desired, Handover
-from federation.controller.store import LastKnownView, StateStore, StoreError
+from federation.controller.store import FencedOut, LastKnownView, StateStore, StoreConflict, StoreError
 from federation.spec import GpufedSpec
 from sharder import plan as planning
 from sharder.assign import assign
@@ -40,7 +40,7 @@ from sharder.assignment import Assignment
 from sharder.discovery_metrics import DiscoveryMetrics
 from sharder.errors import AssignmentError
 from sharder.inventory import Target
-from sharder.reconcile import Reconciler
+from sharder.reconcile import Reconciler, merge_sets
 from sharder.sizing import Hysteresis
 from sharder.spec import parse_duration
 
@@ -94,6 +94,11 @@ class ControllerOptions:
     settle_interval_s: float = 1.0
     health_interval_s: float = 10.0
     max_plans: int = 64
+    refresh_interval_s: float = 1.0
+    """How often a follower re-reads the shared state (what ``state_age_s`` is bounded by)."""
+    persist_interval_s: float = 5.0
+    """Least seconds between two saves of the discovery sets (a shared store wants them
+    fresh: a new leader and the followers read targets from them)."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,7 @@ class Controller:
         wall_clock: Callable[[], float] = time.time,
         can_write: Callable[[], bool] = lambda: True,
         fence: Callable[[], int | None] = lambda: None,
+        leader: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.spec = spec
         self.store = store
@@ -149,6 +155,10 @@ class Controller:
         self._wall = wall_clock
         self._can_write = can_write
         self._fence = fence
+        self._leader = leader
+        self._leading = False
+        self._refreshed_at: float | None = None
+        self._sd_incomplete = False
         self._lock = threading.RLock()
         self._plans: OrderedDict[str, PlannedChange] = OrderedDict()
         self.jobs = {job.name: job for job in spec.jobs}
@@ -165,6 +175,7 @@ class Controller:
             on_assignment=self._on_discovery,
             observer=self.discovery,
             store=LastKnownView(store),
+            persist_interval_s=options.persist_interval_s,
         )
         self.registry = BuiltinRegistry(sink=self.reconciler, jobs=self.jobs, ttl_s=options.registry_ttl_s)
         self.sources: list[Any] = [self.registry]
@@ -178,15 +189,109 @@ class Controller:
 
     # ---- start / stop ----------------------------------------------------------------
     def restore(self) -> None:
-        """Seed discovery from the persisted sets and serve the stored assignment at once."""
-        sets = self.store.load_sets()
-        self.registry.seed(sets.pop("registry", []))
-        self.reconciler.seed(sets)
-        registered = [t for t, _ in self.registry.entries()]
-        if registered:
-            self.reconciler.on_change("registry", registered, version="persisted")
-        if self.state.assignment is not None:
-            self._publish(targets=self._known_targets())
+        """Seed discovery from the persisted sets and serve the stored assignment at once.
+
+        Run at start and again by :meth:`take_over`: the state is read afresh, a source the
+        reconcile loop has not heard from yet starts from its stored set, and the loop starts
+        from the stored assignment and the targets it was made from, so nothing moves and
+        SD answers in full before the first tick."""
+        with self._lock:
+            self.state = self.store.load() or ControllerState()
+            sets = self.store.load_sets()
+            self.registry.seed(sets.pop("registry", []))
+            live = self.reconciler.source_sets()
+            self.reconciler.seed({name: targets for name, targets in sets.items() if name not in live})
+            registered = [t for t, _ in self.registry.entries()]
+            if registered:
+                self.reconciler.on_change("registry", registered, version="persisted")
+            targets = self._targets_of(self.state.assignment, self.reconciler.source_sets())
+            self.reconciler.reset(previous=self.state.assignment, targets=targets, dirty=True)
+            self._refreshed_at = time.monotonic()
+            if self.state.assignment is not None:
+                self._publish(targets=targets)
+
+    def _targets_of(
+        self, assignment: Assignment | None, sets: Mapping[str, Sequence[Target]]
+    ) -> dict[str, Target]:
+        """identity -> target for the identities ``assignment`` places, from ``sets`` (merged
+        by precedence), else from what this replica's own sources last pushed."""
+        if assignment is None:
+            return {}
+        merged = merge_sets(
+            {n: {t.identity: t for t in ts} for n, ts in sets.items()}, self.options.precedence
+        )
+        live = self.reconciler.target_map
+        out = {}
+        for identity in assignment.targets:
+            target = merged.get(identity) or live.get(identity)
+            if target is not None:
+                out[identity] = target
+        return out
+
+    # ---- replicas: one leader writes, followers serve the shared state -------------------------
+    def take_over(self) -> None:
+        """This replica just became the leader: start from the stored state, then record the
+        new fencing token in the store before anything else is written (from then on a write
+        of the deposed leader, even one already in flight, is refused)."""
+        with self._lock:
+            self.restore()
+            fence = self._fence()
+            if fence is not None:
+                detail = {"fence": fence, "replica": self._leader()}
+                self._commit(
+                    self.state,
+                    audit=AuditEntry(at=self._wall(), actor="leader-election", action="lead", detail=detail),
+                )
+            log.info("leading from revision %d (fence %s)", self.state.revision, fence)
+
+    def refresh_from_store(self) -> bool:
+        """Follower: adopt the leader's newest state; True when the SD snapshot changed."""
+        try:
+            state = self.store.load()
+        except StoreError as exc:
+            self.metrics.store_errors.inc()
+            log.warning("follower cannot read the shared state (serving what it has): %s", exc)
+            return False
+        self._refreshed_at = time.monotonic()
+        with self._lock:
+            before, self.state = self.state, state or ControllerState()
+            if (
+                not self._sd_incomplete
+                and before.assignment_version == self.state.assignment_version
+                and before.handovers == self.state.handovers
+            ):
+                return False
+            targets = self._targets_of(self.state.assignment, self.store.load_sets())
+            assignment = self.state.assignment
+            self._sd_incomplete = assignment is not None and len(targets) < len(assignment.targets)
+            self.reconciler.reset(previous=assignment, targets=targets)
+            self._publish(targets=targets)
+            return True
+
+    def check_writable(self) -> None:
+        """Raise :class:`Unavailable` naming the leader when this replica may not write."""
+        if not self._can_write():
+            raise Unavailable("this replica is a follower: send changes to the leader", leader=self._leader())
+
+    def replica_status(self) -> dict[str, Any]:
+        leading = self._can_write()
+        age = None if self._refreshed_at is None else time.monotonic() - self._refreshed_at
+        return {
+            "role": "leader" if leading else "follower",
+            "leader": self._leader(),
+            "fence": self._fence() if leading else None,
+            "state_revision": self.state.revision,
+            "state_age_s": 0.0 if leading else (None if age is None else round(age, 1)),
+        }
+
+    def _resync(self) -> None:
+        """After a lost check-and-set: the stored state wins; the loop rebuilds on it."""
+        try:
+            self.state = self.store.load() or ControllerState()
+        except StoreError as exc:
+            log.warning("re-reading the state after a lost write failed: %s", exc)
+            return
+        self.reconciler.reset(previous=self.state.assignment, dirty=True)
 
     def start(self, sources: Sequence[Any] = ()) -> None:
         self.sources = [self.registry, *sources]
@@ -211,13 +316,22 @@ class Controller:
 
     # ---- the loop ------------------------------------------------------------------------
     def _loop(self, stop: threading.Event) -> None:
-        settle_at = 0.0
+        settle_at = refresh_at = 0.0
         while not stop.is_set():
             due = self.reconciler.next_due()
             stop.wait(0.1 if due is None else min(max(due, 0.0), 0.1))
-            if not self._can_write():
-                continue
             try:
+                if not self._can_write():  # a follower: serve what the leader stored
+                    if self._leading:
+                        log.warning("no longer the leader; following %s", self._leader())
+                    self._leading = False
+                    if time.monotonic() >= refresh_at:
+                        refresh_at = time.monotonic() + self.options.refresh_interval_s
+                        self.refresh_from_store()
+                    continue
+                if not self._leading:
+                    self.take_over()
+                    self._leading = True
                 with self._lock:
                     self.reconciler.tick()
                 if time.monotonic() >= settle_at:
@@ -288,6 +402,10 @@ class Controller:
                 audit=audit,
                 fence=self._fence(),
             )
+        except (StoreConflict, FencedOut):
+            self.metrics.store_errors.inc()
+            self._resync()
+            raise
         except StoreError:
             self.metrics.store_errors.inc()
             raise
@@ -506,8 +624,7 @@ class Controller:
             planned = self._plans.get(version)
             if planned is None:
                 raise NotFound(f"no plan with version {version!r} (plans are kept in memory; plan again)")
-            if not self._can_write():
-                raise Unavailable("this replica is not the leader")
+            self.check_writable()
             targets = self._known_targets()
             if planned.result is not None and planned.assignment_version == state.assignment_version:
                 assignment = planned.result  # nothing changed since the plan: it is still exact
@@ -528,19 +645,23 @@ class Controller:
                 moved=plan.counts.moved,
                 detail={"version": version, "change": change, "counts": plan.counts.model_dump(mode="json")},
             )
-            self._commit(
-                state.model_copy(
-                    update={
-                        "desired": planned.desired,
-                        "desired_revision": state.desired_revision + 1,
-                        "assignment": assignment,
-                        "assignment_version": state.assignment_version + 1,
-                        "last_plan": version,
-                        "handovers": handovers,
-                    }
-                ),
-                audit=audit,
-            )
+            update = {
+                "desired": planned.desired,
+                "desired_revision": state.desired_revision + 1,
+                "assignment": assignment,
+                "assignment_version": state.assignment_version + 1,
+                "last_plan": version,
+                "handovers": handovers,
+            }
+            try:
+                self._commit(state.model_copy(update=update), audit=audit)
+            except StoreConflict as exc:
+                raise Conflict(
+                    f"another writer changed the state meanwhile ({exc}); plan again",
+                    current_version=self.current_version(),
+                ) from exc
+            except FencedOut as exc:
+                raise Unavailable(f"this replica lost the leadership ({exc})", leader=self._leader()) from exc
             self.reconciler.adopt(assignment)
             self.metrics.rebalances.labels(result="applied").inc()
             self.metrics.moves.labels(cause="rebalance").inc(plan.counts.moved)
