@@ -1,19 +1,29 @@
 """Leader election on bare metal: a Consul session holding a lock on one KV key.
 
-Consul's documented pattern: every replica keeps a session (``TTL``, ``LockDelay``,
-``Behavior: release``) and tries ``PUT <prefix>/leader?acquire=<session>`` with its
-advertised URL as the value; the one that gets ``true`` leads until its session ends.
-Followers read the key (blocking queries, so they wake when it is released) to learn
-the leader's address, and try again when it is free.
+Consul's documented pattern: every replica keeps a session (``LockDelay``, ``Behavior:
+release``) and tries ``PUT <prefix>/leader?acquire=<session>`` with its advertised URL as
+the value; the one that gets ``true`` leads until its session ends. Followers read the
+key (blocking queries, so they wake when it is released) to learn the leader's address,
+and try again when it is free.
 
-**Timing.** Sessions are renewed every TTL/2. The leader counts its lease from the start
-of the last successful renewal (:class:`~federation.controller.leader.LocalLease`), so a
-leader that was paused or cut off from Consul stops acting as leader after one TTL
-without renewal, before Consul can possibly hand the lock to anyone: Consul never
-invalidates a session before its TTL, and its servers actually wait up to twice the TTL
-(``SessionTTLMultiplier``). A ``kill -9``-ed leader is therefore replaced after 1.5-2 TTL
-plus the lock-delay, not after one TTL; ``resign`` on a clean shutdown releases the lock
-at once (a release, unlike an invalidation, starts no lock-delay).
+**Bound to a TTL check, not only to the session TTL.** Consul's servers reap a TTL
+session only ``SessionTTLMultiplier`` (2) times its TTL after the last renewal ("up to
+double", the docs say), so a session TTL of 15 s alone means a dead leader keeps the
+lock for up to 30 s. Each replica therefore registers itself as a service
+(``gpufed-controller``, its advertised address) with a TTL health check of ``--lock-ttl``
+seconds and creates its session bound to that check (and ``serfHealth``): an agent turns
+a TTL check critical as soon as its TTL passes without an update, which invalidates the
+session at once. So a ``kill -9``-ed leader loses the lock within one TTL, and a
+follower takes over a lock-delay later. The session keeps a TTL too, as a backstop.
+
+**Timing.** Every TTL/3 a replica marks its check passing and renews its session. The
+leader counts its lease from the start of the last round in which both succeeded
+(:class:`~federation.controller.leader.LocalLease`): neither can run out earlier, so a
+leader that was paused or cut off from Consul stops acting as leader before Consul can
+hand the lock to anyone. ``resign`` on a clean shutdown releases the lock at once (a
+release, unlike an invalidation, starts no lock-delay), destroys the session and
+deregisters the service. The Consul token needs ``key:write`` on the prefix,
+``session:write`` and ``service:write`` for ``gpufed-controller``.
 
 **Lock-delay** (default 1 s, Consul's own default is 15 s) is Chubby's guard for clients
 that cannot tell a stale leader's requests apart. Ours can: the fencing token below goes
@@ -38,11 +48,13 @@ balancer in front that routes writes by the ``leader`` field of ``/v1/status``.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import consul
 import requests
@@ -50,6 +62,7 @@ import requests
 from federation.controller.leader import LocalLease
 
 log = logging.getLogger(__name__)
+MAX_BLOCK_S = 2.0
 Errors = (consul.ConsulException, requests.RequestException, KeyError, TypeError, ValueError)
 
 
@@ -66,6 +79,7 @@ class ConsulLock:
         lock_delay_s: int = 1,
         retry_s: float = 0.5,
         name: str = "gpufed-leader",
+        service: str = "gpufed-controller",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not 10 <= ttl_s <= 86400:
@@ -81,6 +95,10 @@ class ConsulLock:
         self.lock_delay_s = lock_delay_s
         self.retry_s = retry_s
         self.name = name
+        self.service = service
+        self.service_id = f"{service}-{hashlib.sha256(address.encode()).hexdigest()[:12]}"
+        self.check_id = f"{self.service_id}-heartbeat"
+        self._registered = False
         self._clock = clock
         self.lease = LocalLease(ttl_s=ttl_s, clock=clock)
         self._session: str | None = None
@@ -118,15 +136,17 @@ class ConsulLock:
             session, leading = self._session, self._token is not None
             self._session, self._token = None, None
             self.lease.lost()
-        if session is None:
-            return
         try:
-            if leading:
+            if session is not None and leading:
                 self.client.kv.put(self.key, "", release=session)
-            self.client.session.destroy(session)
+            if session is not None:
+                self.client.session.destroy(session)
+            if self._registered:
+                self.client.agent.service.deregister(self.service_id)
+                self._registered = False
             log.info("resigned (session %s)", session)
         except Errors as exc:
-            log.warning("resigning failed (the session runs out after its TTL): %s", exc)
+            log.warning("resigning failed (the lock frees when its check's TTL runs out): %s", exc)
 
     # ---- one round ---------------------------------------------------------------------------
     def _step(self, stop: threading.Event) -> None:
@@ -136,11 +156,33 @@ class ConsulLock:
         else:
             self._campaign(session, stop)
 
+    def _heartbeat(self) -> None:
+        """Mark our TTL check passing (registering the service first when needed)."""
+        if self._registered:
+            try:
+                self.client.agent.check.ttl_pass(self.check_id, notes=f"leader election for {self.key}")
+                return
+            except consul.NotFound:  # the agent forgot it (restarted without its data)
+                log.warning("check %s is gone from the agent; registering again", self.check_id)
+        split = urlsplit(self.address)
+        check = {
+            "CheckID": self.check_id,
+            "Name": f"gpufed leader election ({self.key})",
+            "TTL": f"{self.ttl_s}s",
+            "Status": "passing",
+            "DeregisterCriticalServiceAfter": "10m",
+        }
+        self.client.agent.service.register(
+            self.service, service_id=self.service_id, address=split.hostname, port=split.port, check=check
+        )
+        self._registered = True
+
     def _ensure_session(self) -> str:
-        """A live session of ours, renewed when half its TTL has passed."""
+        """A live session of ours, bound to our check; both refreshed every TTL/3."""
         now = self._clock()
-        if self._session is not None and now - self._renewed_at < self.ttl_s / 2:
+        if self._session is not None and now - self._renewed_at < self.ttl_s / 3:
             return self._session
+        self._heartbeat()
         if self._session is not None:
             try:
                 self.client.session.renew(self._session)
@@ -154,13 +196,25 @@ class ConsulLock:
                     self.lease.renewed(now)
                 return self._session
         session_id = self.client.session.create(
-            name=self.name, ttl=self.ttl_s, lock_delay=self.lock_delay_s, behavior="release"
+            name=self.name,
+            ttl=self.ttl_s,
+            lock_delay=self.lock_delay_s,
+            behavior="release",
+            checks=["serfHealth", self.check_id],
         )
         self._session, self._renewed_at = str(session_id), now
         return self._session
 
     def _campaign(self, session: str, stop: threading.Event) -> None:
-        if self.client.kv.put(self.key, self.address, acquire=session):
+        try:
+            acquired = self.client.kv.put(self.key, self.address, acquire=session)
+        except consul.ConsulException as exc:
+            if "invalid session" not in str(exc):
+                raise
+            log.warning("session %s is gone (destroyed or expired); creating another", session)
+            self._session = None
+            return
+        if acquired:
             _, entry = self.client.kv.get(self.key)
             if entry is not None and entry.get("Session") == session:
                 with self._lock:
@@ -176,8 +230,9 @@ class ConsulLock:
         if not holder:  # free but refused: another replica was faster, or lock-delay runs
             stop.wait(self.retry_s)
             return
-        # held: sleep on the key until it changes, renewing our own session in time
-        wait = max(1.0, self.ttl_s / 2 - (self._clock() - self._renewed_at))
+        # held: sleep on the key until it changes (a blocking query), short enough to renew our
+        # own session in time and to notice a shutdown soon
+        wait = max(1.0, min(MAX_BLOCK_S, self.ttl_s / 3 - (self._clock() - self._renewed_at)))
         self._index, _ = self.client.kv.get(self.key, index=index, wait=f"{wait:.0f}s")
 
     def _hold(self, session: str, stop: threading.Event) -> None:
@@ -186,7 +241,7 @@ class ConsulLock:
             log.warning("the leader lock %s is no longer ours", self.key)
             self._step_down()
             return
-        stop.wait(max(0.2, min(1.0, self.ttl_s / 2 - (self._clock() - self._renewed_at))))
+        stop.wait(max(0.2, min(1.0, self.ttl_s / 3 - (self._clock() - self._renewed_at))))
 
     def _step_down(self) -> None:
         with self._lock:

@@ -18,7 +18,10 @@ Values over 512 KiB answer 413.
 
 **Sessions.** TTL between ``session_ttl_min_s`` (Consul's ``session_ttl_min``, 10 s) and
 24 h; LockDelay 0-60 s (a number under 1000 means seconds, more means nanoseconds, as
-Consul reads it). An invalidated session (destroyed, or not renewed in time) releases or
+Consul reads it). A session is bound to its checks (default ``serfHealth``; any check id
+of the node, a service's TTL check too): creating one with a missing or critical check
+answers 500, and a check that turns critical or is deregistered invalidates it. An
+invalidated session (destroyed, not renewed in time, or a check failed) releases or
 deletes what it holds per its Behavior and blocks those keys for its lock-delay. Consul's
 servers invalidate a TTL session ``SessionTTLMultiplier`` (2) times its TTL after the last
 renewal (the docs: "not before the TTL ... up to double"); ``ttl_multiplier`` keeps that.
@@ -159,16 +162,22 @@ class KvSessions:
         cond = self.agent._cond
         with cond:
             while not self._stopped.is_set():
-                self._reap()
+                check_due = self._reap()
                 due = [s.expires_at for s in self.sessions.values() if s.expires_at is not None]
+                due += [check_due] if check_due is not None else []
                 cond.wait(timeout=min(1.0, max(0.01, min(due) - self.now())) if due else 1.0)
 
-    def _reap(self) -> None:
+    def _reap(self) -> float | None:
+        """Invalidate sessions past their TTL or whose checks are critical or gone (a session
+        is bound to its checks); returns when the next TTL check falls due."""
         now = self.now()
-        for session in [
-            s for s in self.sessions.values() if s.expires_at is not None and s.expires_at <= now
-        ]:
-            self._invalidate(session.session_id)
+        check_due: float | None = self.agent.expire_ttl_checks(now)
+        statuses = self.agent.known_checks()
+        for session in list(self.sessions.values()):
+            expired = session.expires_at is not None and session.expires_at <= now
+            if expired or any(statuses.get(c, "critical") == "critical" for c in session.checks):
+                self._invalidate(session.session_id)
+        return check_due
 
     def _invalidate(self, session_id: str) -> None:
         """Destroy a session: release or delete what it holds, start their lock-delay."""

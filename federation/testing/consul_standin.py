@@ -5,10 +5,12 @@ case-insensitively, as Consul does):
 
     PUT /v1/agent/service/register[?replace-existing-checks=true]
     PUT /v1/agent/service/deregister/{id}
+    PUT /v1/agent/check/{pass,warn,fail}/{id}[?note=], PUT /v1/agent/check/update/{id}
     GET /v1/agent/services
     GET /v1/catalog/service/{name}[?tag=T]           blocking: ?index=N&wait=5s
     GET /v1/health/service/{name}[?passing][&tag=T]  blocking: ?index=N&wait=5s
 
+A check with a ``TTL`` turns critical ("TTL expired") unless updated within it.
 Blocking queries return as soon as the raft index moves past N, or when `wait` elapses,
 with `X-Consul-Index`. Registration validates Meta limits and the check's
 DeregisterCriticalServiceAfter the way Consul does (HTTP 400 with a plain-text reason).
@@ -71,6 +73,10 @@ class BadRequest(Exception):
     """Maps to HTTP 400 with Consul's plain-text body."""
 
 
+class NotFoundError(Exception):
+    """Maps to HTTP 404 with Consul's plain-text body."""
+
+
 @dataclass
 class Check:
     check_id: str
@@ -83,14 +89,18 @@ class Check:
     deregister_after: str = ""
     status: str = "critical"
     output: str = ""
+    ttl: str = ""
+    expires_at: float | None = None
+    """A TTL check turns critical ("TTL expired") unless updated before this (stand-in clock)."""
 
     def as_json(self) -> dict[str, Any]:
         return {
             "Node": NODE, "CheckID": self.check_id, "Name": self.name, "Status": self.status,
             "Notes": "", "Output": self.output, "ServiceID": self.service_id,
-            "ServiceName": self.service_name, "ServiceTags": [], "Type": "http" if self.http else "",
+            "ServiceName": self.service_name, "ServiceTags": [],
+            "Type": "ttl" if self.ttl else ("http" if self.http else ""),
             "Definition": {"HTTP": self.http, "Interval": self.interval, "Timeout": self.timeout,
-                           "DeregisterCriticalServiceAfter": self.deregister_after},
+                           "TTL": self.ttl, "DeregisterCriticalServiceAfter": self.deregister_after},
         }
 
 
@@ -269,7 +279,7 @@ class FakeConsulAgent:
                 f"service:{service_id}" if len(raw_checks) == 1 else f"service:{service_id}:{n}")
             after = c.get("deregistercriticalserviceafter") or ""
             try:
-                for text in (c.get("interval") or "", c.get("timeout") or "", after):
+                for text in (c.get("interval") or "", c.get("timeout") or "", after, c.get("ttl") or ""):
                     if text:
                         parse_duration(text)
             except ValueError as exc:
@@ -278,7 +288,10 @@ class FakeConsulAgent:
                 check_id=check_id, name=c.get("name") or f"Service '{name}' check", service_id=service_id,
                 service_name=name, http=c.get("http") or "", interval=c.get("interval") or "",
                 timeout=c.get("timeout") or "", deregister_after=after, status=c.get("status") or "critical",
+                ttl=c.get("ttl") or "",
             )
+            if c.get("ttl"):
+                checks[check_id].expires_at = self.kv.now() + parse_duration(c["ttl"])
         with self._cond:
             old = self.services.get(service_id)
             if old is not None:
@@ -300,8 +313,37 @@ class FakeConsulAgent:
         with self._cond:
             if self.services.pop(service_id, None) is None:
                 return False
-            self._bump()
+            self._bump()  # wakes the reaper: sessions naming its checks end
             return True
+
+    def update_ttl_check(self, check_id: str, status: str, output: str) -> None:
+        """``PUT /v1/agent/check/{pass,warn,fail}/{id}`` and ``.../update/{id}``: a TTL check's
+        new status; its TTL starts again (any update counts, as in Consul)."""
+        with self._cond:
+            check = next((c for s in self.services.values() for c in s.checks.values()
+                          if c.check_id == check_id), None)
+            if check is None:
+                raise NotFoundError(f'Unknown check ID "{check_id}". Ensure that the check ID is passed, '
+                                    "not the check name.")
+            if not check.ttl:
+                raise BadRequest(f"CheckID {check_id!r} does not have associated TTL")
+            check.expires_at = self.kv.now() + parse_duration(check.ttl)
+            if (check.status, check.output) != (status, output):
+                check.status, check.output = status, output
+                self._bump()
+
+    def expire_ttl_checks(self, now: float) -> float | None:
+        """Turn TTL checks past their TTL critical; when the next one is due (stand-in clock)."""
+        due = None
+        for check in (c for s in self.services.values() for c in s.checks.values()):
+            if check.expires_at is not None and check.expires_at <= now:
+                check.expires_at = None
+                if check.status != "critical":
+                    check.status, check.output = "critical", "TTL expired"
+                    self._bump()
+            elif check.expires_at is not None:
+                due = check.expires_at if due is None else min(due, check.expires_at)
+        return due
 
     def set_status(self, service_id: str, status: str) -> None:
         with self._cond:
@@ -443,6 +485,8 @@ class FakeConsulAgent:
                     self._dispatch(method, url.path, query, raw)
                 except BadRequest as exc:
                     self._reply(400, str(exc))
+                except NotFoundError as exc:
+                    self._reply(404, str(exc))
                 except (ValueError, json.JSONDecodeError) as exc:
                     self._reply(400, f"Request decode failed: {exc}")
 
@@ -457,6 +501,17 @@ class FakeConsulAgent:
                         return self._reply(200, "")
                     return self._reply(404, f'Unknown service ID "{service_id}". Ensure that the service ID '
                                             "is passed, not the service name.")
+                for verb, new_status in (("pass", "passing"), ("warn", "warning"), ("fail", "critical")):
+                    if method == "PUT" and path.startswith(f"/v1/agent/check/{verb}/"):
+                        agent.update_ttl_check(path.rsplit("/", 1)[1], new_status, query.get("note", [""])[0])
+                        return self._reply(200, "")
+                if method == "PUT" and path.startswith("/v1/agent/check/update/"):
+                    body = _lower(json.loads(raw or b"{}"))
+                    if body.get("status") not in ("passing", "warning", "critical"):
+                        raise BadRequest(f"Invalid Status: {body.get('status')!r}")
+                    output = str(body.get("output") or "")
+                    agent.update_ttl_check(path.rsplit("/", 1)[1], body["status"], output)
+                    return self._reply(200, "")
                 if method == "GET" and path == "/v1/agent/services":
                     with agent._cond:
                         listing = {i: s.agent_json() for i, s in sorted(agent.services.items())}
@@ -472,8 +527,8 @@ class FakeConsulAgent:
                     except KvError as exc:
                         return self._reply(exc.status, exc.text)
                     if reply is not None:
-                        status, body, index = reply
-                        return self._reply(status, body, index=index)
+                        code, payload, kv_index = reply
+                        return self._reply(code, payload, index=kv_index)
                 for prefix, reader in (("/v1/catalog/service/", agent.catalog_service),
                                        ("/v1/health/service/", agent.health_service)):
                     if method == "GET" and path.startswith(prefix):
