@@ -214,13 +214,13 @@ class ConsulStore:
         with self._lock:
             head = self._head(self.state_key)
             found = head.int("revision") if head is not None else None
-            if found != expected_revision:
-                raise StoreConflict(expected=expected_revision, found=-1 if found is None else found)
             recorded = head.doc.get("fence") if head is not None else None
             if fence is not None and isinstance(recorded, int) and fence < recorded:
                 raise FencedOut(
                     f"write fenced out: token {fence} is older than {recorded} (a newer leader wrote)"
                 )
+            if found != expected_revision:
+                raise StoreConflict(expected=expected_revision, found=-1 if found is None else found)
             self._flush_audit(head)
             revision = (found or 0) + 1
             stored = state.model_copy(update={"revision": revision})
