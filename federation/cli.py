@@ -21,7 +21,15 @@ app.add_typer(bench_app, name="bench")
 
 def _register() -> None:
     # Imported here so that importing federation.cli stays cheap and side-effect free.
-    from federation.commands import bench, bench_controller, bench_discovery, render, serve, watch
+    from federation.commands import (
+        bench,
+        bench_controller,
+        bench_discovery,
+        bench_failover,
+        render,
+        serve,
+        watch,
+    )
 
     render.register(app)
     bench.register(bench_app)
@@ -29,6 +37,7 @@ def _register() -> None:
     serve.register(app)
     bench_discovery.register(bench_app)
     bench_controller.register(bench_app)
+    bench_failover.register(bench_app)
 
 
 def main() -> None:

@@ -31,6 +31,7 @@ from federation.controller.metrics import ControllerMetrics
 from federation.controller.probe import ChildProbe, ScrapeState, TargetKey
 from federation.controller.publisher import Publisher
 from federation.controller.registry import BuiltinRegistry
+from federation.controller.replica import Replication
 from federation.controller.state import AuditEntry, ControllerState, Desired, Handover
 from federation.controller.store import FencedOut, LastKnownView, StateStore, StoreConflict, StoreError
 from federation.spec import GpufedSpec
@@ -40,7 +41,7 @@ from sharder.assignment import Assignment
 from sharder.discovery_metrics import DiscoveryMetrics
 from sharder.errors import AssignmentError
 from sharder.inventory import Target
-from sharder.reconcile import Reconciler, merge_sets
+from sharder.reconcile import Reconciler
 from sharder.sizing import Hysteresis
 from sharder.spec import parse_duration
 
@@ -131,7 +132,7 @@ class ChildHealth:
     scrapes: dict[TargetKey, ScrapeState] = field(default_factory=dict)
 
 
-class Controller:
+class Controller(Replication):
     def __init__(
         self,
         *,
@@ -196,7 +197,7 @@ class Controller:
         from the stored assignment and the targets it was made from, so nothing moves and
         SD answers in full before the first tick."""
         with self._lock:
-            self.state = self.store.load() or ControllerState()
+            state = self.store.load() or ControllerState()
             sets = self.store.load_sets()
             self.registry.seed(sets.pop("registry", []))
             live = self.reconciler.source_sets()
@@ -204,94 +205,12 @@ class Controller:
             registered = [t for t, _ in self.registry.entries()]
             if registered:
                 self.reconciler.on_change("registry", registered, version="persisted")
-            targets = self._targets_of(self.state.assignment, self.reconciler.source_sets())
-            self.reconciler.reset(previous=self.state.assignment, targets=targets, dirty=True)
-            self._refreshed_at = time.monotonic()
-            if self.state.assignment is not None:
-                self._publish(targets=targets)
-
-    def _targets_of(
-        self, assignment: Assignment | None, sets: Mapping[str, Sequence[Target]]
-    ) -> dict[str, Target]:
-        """identity -> target for the identities ``assignment`` places, from ``sets`` (merged
-        by precedence), else from what this replica's own sources last pushed."""
-        if assignment is None:
-            return {}
-        merged = merge_sets(
-            {n: {t.identity: t for t in ts} for n, ts in sets.items()}, self.options.precedence
-        )
-        live = self.reconciler.target_map
-        out = {}
-        for identity in assignment.targets:
-            target = merged.get(identity) or live.get(identity)
-            if target is not None:
-                out[identity] = target
-        return out
-
-    # ---- replicas: one leader writes, followers serve the shared state -------------------------
-    def take_over(self) -> None:
-        """This replica just became the leader: start from the stored state, then record the
-        new fencing token in the store before anything else is written (from then on a write
-        of the deposed leader, even one already in flight, is refused)."""
-        with self._lock:
-            self.restore()
-            fence = self._fence()
-            if fence is not None:
-                detail = {"fence": fence, "replica": self._leader()}
-                self._commit(
-                    self.state,
-                    audit=AuditEntry(at=self._wall(), actor="leader-election", action="lead", detail=detail),
-                )
-            log.info("leading from revision %d (fence %s)", self.state.revision, fence)
-
-    def refresh_from_store(self) -> bool:
-        """Follower: adopt the leader's newest state; True when the SD snapshot changed."""
-        try:
-            state = self.store.load()
-        except StoreError as exc:
-            self.metrics.store_errors.inc()
-            log.warning("follower cannot read the shared state (serving what it has): %s", exc)
-            return False
-        self._refreshed_at = time.monotonic()
-        with self._lock:
-            before, self.state = self.state, state or ControllerState()
-            if (
-                not self._sd_incomplete
-                and before.assignment_version == self.state.assignment_version
-                and before.handovers == self.state.handovers
-            ):
-                return False
-            targets = self._targets_of(self.state.assignment, self.store.load_sets())
-            assignment = self.state.assignment
-            self._sd_incomplete = assignment is not None and len(targets) < len(assignment.targets)
-            self.reconciler.reset(previous=assignment, targets=targets)
-            self._publish(targets=targets)
-            return True
+            self._adopt(state)
 
     def check_writable(self) -> None:
         """Raise :class:`Unavailable` naming the leader when this replica may not write."""
         if not self._can_write():
             raise Unavailable("this replica is a follower: send changes to the leader", leader=self._leader())
-
-    def replica_status(self) -> dict[str, Any]:
-        leading = self._can_write()
-        age = None if self._refreshed_at is None else time.monotonic() - self._refreshed_at
-        return {
-            "role": "leader" if leading else "follower",
-            "leader": self._leader(),
-            "fence": self._fence() if leading else None,
-            "state_revision": self.state.revision,
-            "state_age_s": 0.0 if leading else (None if age is None else round(age, 1)),
-        }
-
-    def _resync(self) -> None:
-        """After a lost check-and-set: the stored state wins; the loop rebuilds on it."""
-        try:
-            self.state = self.store.load() or ControllerState()
-        except StoreError as exc:
-            log.warning("re-reading the state after a lost write failed: %s", exc)
-            return
-        self.reconciler.reset(previous=self.state.assignment, dirty=True)
 
     def start(self, sources: Sequence[Any] = ()) -> None:
         self.sources = [self.registry, *sources]
@@ -410,8 +329,8 @@ class Controller:
             self.metrics.store_errors.inc()
             raise
 
-    def _publish(self, *, targets: Mapping[str, Target]) -> None:
-        state = self.state
+    def _publish(self, *, targets: Mapping[str, Target], state: ControllerState | None = None) -> None:
+        state = state or self.state
         assignment = state.assignment
         if assignment is None:
             return

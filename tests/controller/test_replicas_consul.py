@@ -25,7 +25,7 @@ from federation.controller.service import (
     build_service,
     parse_store_url,
 )
-from federation.controller.store import FencedOut
+from federation.controller.store import FencedOut, StoreConflict
 from federation.testing.consul_standin import FakeConsulAgent
 from tests.conftest import wait_for
 from tests.controller.ha_helpers import store
@@ -278,3 +278,33 @@ def test_store_and_election_settings_are_checked_naming_the_flag(tmp_path: Path)
         build_service(ServeSettings(**base, election="consul", store_url="consul://127.0.0.1:1"))
     with pytest.raises(SettingsError, match="--leader-election: expected consul or none"):
         build_service(ServeSettings(**base, election="zookeeper"))
+
+
+def test_racing_writers_without_election_converge_through_cas(tmp_path: Path, agent: FakeConsulAgent) -> None:
+    """Two writers on one base (no election: a misconfiguration CAS must survive): the
+    second write loses, re-reads, serves the winner's state, then places its own news on it."""
+    a = controller(tmp_path / "a", agent, Elector(leading=True, fence=0))
+    b = controller(tmp_path / "b", agent, Elector(leading=True, fence=0))
+    a.reconciler.on_change("file", fleet(8))
+    a.reconciler.tick()
+    b.refresh_from_store()
+    base = store(agent).load()
+    assert base is not None and b.state == base
+
+    a.reconciler.on_change("file", fleet(9))  # both saw a change at once, from one base
+    b.reconciler.on_change("file", [*fleet(8), *fleet(1, region="r2", start=500)])
+    a.reconciler.tick()
+    with pytest.raises(StoreConflict):
+        b.reconciler.tick()
+    won = store(agent).load()
+    assert won is not None and won.revision == base.revision + 1
+    assert b.state == won  # the loser serves what was stored...
+    assert b.sd.version == won.assignment_version
+    b.reconciler.tick()  # ...and its next tick applies its own view on top of the winner's
+    final = store(agent).load()
+    assert final is not None and final.revision == won.revision + 1
+    assert final.assignment is not None and won.assignment is not None
+    seen_by_b = {t.identity for t in [*fleet(8), *fleet(1, region="r2", start=500)]}
+    assert set(final.assignment.targets) == seen_by_b  # b's view, built on the winner's placement
+    kept = set(won.assignment.targets) & seen_by_b
+    assert all(final.assignment.targets[i] == won.assignment.targets[i] for i in kept)  # nothing moved
