@@ -305,7 +305,10 @@ class ConsulStore:
         return out
 
     def save_sets(self, sets: Mapping[str, Sequence[Target]]) -> None:
-        doc = {name: [target_document(t) for t in targets] for name, targets in sorted(sets.items())}
+        doc = {
+            name: [target_document(t) for t in sorted(targets, key=lambda t: t.identity)]
+            for name, targets in sorted(sets.items())
+        }
         payload = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         with self._lock:
             head = self._head(self.sets_key)

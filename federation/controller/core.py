@@ -98,8 +98,10 @@ class ControllerOptions:
     refresh_interval_s: float = 1.0
     """How often a follower re-reads the shared state (what ``state_age_s`` is bounded by)."""
     persist_interval_s: float = 5.0
-    """Least seconds between two saves of the discovery sets (a shared store wants them
-    fresh: a new leader and the followers read targets from them)."""
+    """Least seconds between two saves of the discovery sets."""
+    sets_before_state: bool = False
+    """A shared store: followers and the next leader read each target from the stored sets,
+    so the sets are saved before every state that places a new target."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,7 @@ class Controller(Replication):
         self._leading = False
         self._refreshed_at: float | None = None
         self._sd_incomplete = False
+        self._withheld = 0
         self._lock = threading.RLock()
         self._plans: OrderedDict[str, PlannedChange] = OrderedDict()
         self.jobs = {job.name: job for job in spec.jobs}
@@ -308,6 +311,8 @@ class Controller(Replication):
                 "handovers": handovers,
             }
         )
+        if self.options.sets_before_state:
+            self.store.save_sets(self.reconciler.source_sets())
         self._commit(state, audit=audit)
         self.metrics.moves.labels(cause="discovery").inc(plan.counts.moved)
         self._publish(targets=targets)

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
     from federation.controller.core import ControllerOptions
 
 log = logging.getLogger(__name__)
+WITHHOLD_REFRESHES = 3
+"""Refreshes a follower keeps its previous SD answers while the new assignment names
+targets it cannot find, before it serves what it has."""
 
 
 class Replication:
@@ -57,6 +60,7 @@ class Replication:
     _leader: Callable[[], str | None]
     _refreshed_at: float | None
     _sd_incomplete: bool
+    _withheld: int
 
     def restore(self) -> None:
         raise NotImplementedError
@@ -128,7 +132,13 @@ class Replication:
                 self.state = new
                 return False
             targets = self._targets_of(new.assignment, self.store.load_sets())
-            self._sd_incomplete = new.assignment is not None and len(targets) < len(new.assignment.targets)
+            missing = new.assignment is not None and len(targets) < len(new.assignment.targets)
+            if missing and self._withheld < WITHHOLD_REFRESHES:
+                # a target placed but not in the stored sets yet (a race, or one in its grace
+                # period that this replica never saw): keep the previous answers a little
+                self._withheld += 1
+                return False
+            self._withheld, self._sd_incomplete = 0, missing
             self.reconciler.reset(previous=new.assignment, targets=targets)
             self._publish(targets=targets, state=new)  # SD first: never "ready" without its answers
             self.state = new

@@ -160,7 +160,9 @@ def build_service(settings: ServeSettings, *, store: StateStore | None = None) -
     store = store or build_store(settings)
     options = settings.options
     if settings.store_url is not None:  # followers and the next leader read targets from the sets
-        options = dataclasses.replace(options, persist_interval_s=min(options.persist_interval_s, 1.0))
+        options = dataclasses.replace(
+            options, persist_interval_s=min(options.persist_interval_s, 1.0), sets_before_state=True
+        )
     metrics = ControllerMetrics(registry=CollectorRegistry())
     http = httpx.Client(timeout=httpx.Timeout(2.0))
     publisher = Publisher(

@@ -35,6 +35,7 @@ class SdPoller:
 
     replicas: list[Replica]
     expected: dict[str, bytes]
+    timeout_s: float = 1.0
     requests: int = 0
     errors: int = 0
     changed: int = 0
@@ -53,7 +54,7 @@ class SdPoller:
             self._thread.join(10)
 
     def _run(self) -> None:
-        with httpx.Client(timeout=1.0) as http:
+        with httpx.Client(timeout=self.timeout_s) as http:
             while not self._stop.is_set():
                 for replica in self.replicas:
                     for child, body in self.expected.items():

@@ -123,6 +123,8 @@ class Standin:
 
     def stop(self) -> None:
         _end(self.proc)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 @dataclass

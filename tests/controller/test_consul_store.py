@@ -275,9 +275,10 @@ def test_last_known_sets_round_trip_and_an_unchanged_set_is_not_rewritten(agent:
     s = store(agent)
     sets = {"file": fleet(30), "registry": fleet(5, region="r2", start=100)}
     s.save_sets(sets)
-    assert store(agent).load_sets() == sets
+    by_identity = {name: sorted(targets, key=lambda t: t.identity) for name, targets in sets.items()}
+    assert store(agent).load_sets() == by_identity  # stored in identity order: the same bytes each time
     index = client(agent).kv.get("gpufed/sets")[1]["ModifyIndex"]
-    s.save_sets(sets)
+    s.save_sets({name: list(reversed(targets)) for name, targets in sets.items()})
     assert client(agent).kv.get("gpufed/sets")[1]["ModifyIndex"] == index
     s.save_sets({"file": fleet(3)})
     assert store(agent).load_sets() == {"file": fleet(3)}
