@@ -308,3 +308,22 @@ def test_racing_writers_without_election_converge_through_cas(tmp_path: Path, ag
     assert set(final.assignment.targets) == seen_by_b  # b's view, built on the winner's placement
     kept = set(won.assignment.targets) & seen_by_b
     assert all(final.assignment.targets[i] == won.assignment.targets[i] for i in kept)  # nothing moved
+
+
+def test_a_new_leader_whose_registry_is_down_keeps_the_last_known_targets(
+    tmp_path: Path, agent: FakeConsulAgent
+) -> None:
+    old = controller(tmp_path / "old", agent, Elector(leading=True, fence=3))
+    old.take_over()
+    old.reconciler.on_change("consul/gpufed-exporter@dc1", fleet(10))
+    old.reconciler.tick()  # places them and saves the sets (the Consul source's among them)
+    placed = store(agent).load()
+    assert placed is not None and placed.assignment is not None and len(placed.assignment.targets) == 10
+
+    new = controller(tmp_path / "new", agent, Elector(leading=True, fence=7))
+    new.reconciler.on_error("consul/gpufed-exporter@dc1", "connection refused")  # its registry is down
+    new.take_over()
+    assert sum(new.sd.targets_of(child) for child in ("r1-0", "r1-1", "r2-0")) == 10
+    assert new.reconciler.tick() is None  # nothing to re-place: the stored set stands in
+    after = store(agent).load()
+    assert after is not None and after.assignment == placed.assignment
