@@ -1,8 +1,9 @@
-"""Wiring for `serve`: backend -> collection loop -> snapshot collector -> HTTP (+ Consul).
+"""Wiring for `serve`: backend -> collection loop -> snapshot collector -> HTTP (+ registry).
 
 `ExporterApp` owns the lifecycle: start collects once before serving so the first scrape
-has data, and `stop` (SIGTERM/SIGINT) deregisters from Consul before closing the
-listener, so the sharder stops scraping us before we disappear.
+has data, and `stop` (SIGTERM/SIGINT) deregisters (from Consul, or from the gpufed
+controller's registry) before closing the listener, so the sharder stops scraping us
+before we disappear.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -20,10 +22,14 @@ from exporter.catalogue import select_families
 from exporter.collection import Collection, CollectionLoop
 from exporter.errors import ConfigError
 from exporter.exposition import LabelPolicy, SnapshotCollector
-from exporter.registration import Registrar, ServiceDefinition, ServiceRegistry, service_definition
+from exporter.registration import Registrar, Registry, ServiceDefinition, ServiceRegistry, service_definition
 from exporter.server import Handler, HttpServer, NodeRoutes
 from exporter.settings import ExporterSettings, parse_listen
 from exporter.simulated import SimulatedBackend
+from exporter.target_entry import NODE_JOB, TargetEntry, target_entry
+
+if TYPE_CHECKING:
+    from exporter.controller_registry import ControllerRegistry
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +79,16 @@ def consul_registry(settings: ExporterSettings) -> ServiceRegistry:
     return ConsulAgentRegistry(settings.consul, token=settings.consul_token)
 
 
+def controller_registry(settings: ExporterSettings) -> ControllerRegistry:
+    """The controller's registry at `register_url`; the caller closes it (its HTTP pool)."""
+    from exporter.controller_registry import ControllerRegistry, controller_client
+
+    assert settings.register_url is not None
+    token = settings.register_token.get_secret_value() if settings.register_token else None
+    return ControllerRegistry(controller_client(settings.register_url), token=token,
+                              refresh_interval=settings.register_interval)
+
+
 class ExporterApp:
     """One node's exporter. Backend and registry are injectable for tests."""
 
@@ -82,9 +98,14 @@ class ExporterApp:
         *,
         backend: GpuBackend | None = None,
         registry: ServiceRegistry | None = None,
+        target_registry: Registry[TargetEntry] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
+        to_controller = not settings.kubernetes and (settings.register_url or target_registry is not None)
+        if to_controller and not settings.region:
+            raise ConfigError("--register-url needs --region (GPUFED_EXPORTER_REGION): the controller "
+                              "places every target in a region")
         self.node = node_name(settings.node_name)
         families = select_families(include=settings.families_include, exclude=settings.families_exclude)
         self._attribution = pod_attribution(settings.pod_attribution)
@@ -108,9 +129,16 @@ class ExporterApp:
             self._attribution.close()
             self.backend.close()
             raise
-        self.registrar: Registrar | None = None
-        if settings.consul and settings.kubernetes:
-            log.info("kubernetes mode: consul registration skipped; the sharder reads pod labels")
+        self.registrar: Registrar[ServiceDefinition] | Registrar[TargetEntry] | None = None
+        self._close_registry: Callable[[], None] = lambda: None
+        if (settings.consul or settings.register_url) and settings.kubernetes:
+            log.info("kubernetes mode: registration skipped; the sharder reads pod labels")
+        elif to_controller:
+            if target_registry is None:
+                owned = controller_registry(settings)
+                target_registry, self._close_registry = owned, owned.close
+            self.registrar = Registrar(target_registry, self.targets(host),
+                                       interval=settings.register_interval)
         elif settings.consul or registry is not None:
             self.registrar = Registrar(registry or consul_registry(settings), [self.service(host)],
                                        interval=settings.register_interval)
@@ -131,6 +159,17 @@ class ExporterApp:
             deregister_after=s.deregister_critical_after,
         )
 
+    def targets(self, listen_host: str) -> list[TargetEntry]:
+        """The GPU exporter as job `register_job`, and node-exporter as job `node` if given."""
+        s = self.settings
+        address, gpus = advertised_address(s, listen_host), len(self.collection.devices)
+        out = [target_entry(address=address, port=self.http.port, job=s.register_job, node=self.node,
+                            region=s.region, rack=s.rack, team=s.team, gpus=gpus)]
+        if s.node_exporter_port is not None:
+            out.append(target_entry(address=address, port=s.node_exporter_port, job=NODE_JOB, node=self.node,
+                                    region=s.region, rack=s.rack, team=s.team, gpus=gpus))
+        return out
+
     def start(self) -> None:
         self.collection.collect_once()
         self.loop.start()
@@ -142,6 +181,7 @@ class ExporterApp:
     def stop(self) -> None:
         if self.registrar:
             self.registrar.stop(deregister=True)
+        self._close_registry()
         self.http.stop()
         self.loop.stop()
         self._attribution.close()

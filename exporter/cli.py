@@ -41,6 +41,13 @@ Families = Annotated[str | None, typer.Option(help="comma-separated families to 
 Deny = Annotated[str | None, typer.Option(help="comma-separated families to drop")]
 HostLabel = Annotated[str | None, typer.Option(help="Hostname (default) or hostname")]
 Seed = Annotated[int | None, typer.Option(help="simulation seed")]
+RegisterUrl = Annotated[str | None, typer.Option(
+    help="gpufed controller base URL: register there (not with --consul)")]
+RegisterToken = Annotated[str | None, typer.Option(
+    help="controller bearer token (prefer GPUFED_EXPORTER_REGISTER_TOKEN or GPUFED_TOKEN)")]
+RegisterJob = Annotated[str | None, typer.Option(help="job of the registered GPU target (default gpu)")]
+Advertise = Annotated[str | None, typer.Option(help="address registries hand to Prometheus "
+                                                    "(default: listen host, else this host's IP)")]
 
 
 class Runnable(Protocol):
@@ -65,12 +72,16 @@ def settings_error(exc: ValidationError, *, given: set[str]) -> str:
     """One line naming each bad setting as the user spelled it: the flag, or the variable."""
     problems = []
     for error in exc.errors(include_url=False):
-        field = str(error["loc"][0]) if error["loc"] else "settings"
+        if not error["loc"]:  # a rule across settings (one registry): its message names them
+            problems.append(str(error["msg"]).removeprefix("Value error, "))
+            continue
+        field = str(error["loc"][0])
         where = FLAGS.get(field, "--" + field.replace("_", "-")) if field in given \
             else f"GPUFED_EXPORTER_{field.upper()}"
         message = str(error["msg"]).removeprefix("Value error, ")
         value = error.get("input")
-        shown = "" if isinstance(value, dict) else f" (got {str(value)[:80]!r})"
+        secret = field.endswith("_token")
+        shown = "" if isinstance(value, dict) or secret else f" (got {str(value)[:80]!r})"
         problems.append(f"{where}: {message}{shown}")
     return "invalid settings: " + "; ".join(problems)
 
@@ -81,7 +92,7 @@ def fail(message: str) -> NoReturn:
 
 
 def run_until_signal(app: Runnable) -> None:
-    """Start, wait for SIGTERM/SIGINT, stop (which deregisters from Consul first)."""
+    """Start, wait for SIGTERM/SIGINT, stop (which deregisters from the registry first)."""
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -110,12 +121,18 @@ def serve(
     team: Annotated[str | None, typer.Option()] = None,
     cluster: Annotated[str | None, typer.Option()] = None,
     kubernetes: Annotated[bool | None, typer.Option(help="DaemonSet mode: never register")] = None,
+    register_url: RegisterUrl = None, register_token: RegisterToken = None, register_job: RegisterJob = None,
+    node_exporter_port: Annotated[int | None, typer.Option(
+        help="also register this node's node-exporter (job node) with the controller")] = None,
+    advertise_address: Advertise = None,
 ) -> None:
     """Serve one node's GPUs on /metrics (default command)."""
     settings = build_settings(
         backend=backend, gpus=gpus, listen=listen, consul=consul, collect_interval=collect_interval,
         families_include=families, families_exclude=exclude, hostname_label=hostname_label, seed=seed,
         node_name=node_name, region=region, rack=rack, team=team, cluster=cluster, kubernetes=kubernetes,
+        register_url=register_url, register_token=register_token, register_job=register_job,
+        node_exporter_port=node_exporter_port, advertise_address=advertise_address,
     )
     logs.configure(level=settings.log_level, fmt=settings.log_format)
     from exporter.app import ExporterApp
@@ -132,11 +149,14 @@ def fleet(
     regions: Annotated[int, typer.Option(help="regions to spread nodes over", min=1)] = 3,
     gpus: Gpus = None, listen: Listen = None, consul: Consul = None, collect_interval: Interval = None,
     families: Families = None, exclude: Deny = None, seed: Seed = None,
+    register_url: RegisterUrl = None, register_token: RegisterToken = None, register_job: RegisterJob = None,
+    advertise_address: Advertise = None,
 ) -> None:
     """Serve many simulated nodes on one port at /nodes/<node>/metrics."""
     settings = build_settings(
         backend="simulated", gpus=gpus, listen=listen, consul=consul, collect_interval=collect_interval,
-        families_include=families, families_exclude=exclude, seed=seed,
+        families_include=families, families_exclude=exclude, seed=seed, register_url=register_url,
+        register_token=register_token, register_job=register_job, advertise_address=advertise_address,
     )
     logs.configure(level=settings.log_level, fmt=settings.log_format)
     from exporter.app import consul_registry

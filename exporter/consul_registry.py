@@ -31,6 +31,9 @@ def split_address(address: str, default_port: int = 8500) -> tuple[str, int]:
 class ConsulAgentRegistry:
     """Registers services with the local agent over its HTTP API."""
 
+    #: The agent keeps a service until it is deregistered (or its check stays critical).
+    expires_entries = False
+
     def __init__(self, address: str, *, token: str | None = None, timeout: float = 5.0) -> None:
         host, port = split_address(address)
         self._client = consul.Consul(host=host, port=port, token=token, connections_timeout=timeout)

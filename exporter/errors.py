@@ -3,7 +3,8 @@
     ExporterError
     ├── ConfigError       bad settings or CLI values (unknown family, bad address)
     ├── BackendError      the GPU backend could not start or read (NVML missing, GPU lost)
-    └── RegistryError     the service registry (Consul) refused or could not be reached
+    └── RegistryError     the registry (Consul, the controller) failed or could not be reached
+        └── RegistryRefused   it answered and said no (bad token, bad entry): fix, not wait
 """
 
 from __future__ import annotations
@@ -23,3 +24,11 @@ class BackendError(ExporterError):
 
 class RegistryError(ExporterError):
     """Registration failed; the registrar retries with backoff instead of exiting."""
+
+
+class RegistryRefused(RegistryError):
+    """The registry understood and refused (401/403/422): retrying unchanged will not help.
+
+    The registrar still retries (a rotated token or a fixed controller recovers without a
+    restart) but logs these as errors, since someone has to act.
+    """

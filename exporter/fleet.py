@@ -1,9 +1,14 @@
 """Many simulated nodes from one process, for demos and sharder benchmarks.
 
 All nodes share one port: node N is `/nodes/<N>/metrics` (Prometheus reaches it through
-`__metrics_path__`, which Consul Meta `metrics_path` carries), so 500 nodes cost one
-listener and one collection thread instead of 500 of each. Node names, regions, racks
-and teams are derived deterministically from the node's position.
+`__metrics_path__`, which Consul Meta `metrics_path` or the controller entry's
+`metrics_path` carries), so 500 nodes cost one listener and one collection thread instead
+of 500 of each. Node names, regions, racks and teams are derived deterministically from
+the node's position.
+
+Registered with the gpufed controller, every node is its own target with the explicit
+identity `<node>:<job>` (they all share one host:port, the default identity). A refresh
+re-PUTs every node each interval, over `REFRESH_WORKERS` keep-alive connections.
 """
 
 from __future__ import annotations
@@ -15,18 +20,21 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
-from exporter.app import advertised_address, http_server, split_listen
+from exporter.app import advertised_address, controller_registry, http_server, split_listen
 from exporter.catalogue import select_families
 from exporter.collection import Collection, CollectionLoop
 from exporter.errors import ConfigError
 from exporter.exposition import LabelPolicy, SnapshotCollector
-from exporter.registration import Registrar, ServiceDefinition, ServiceRegistry, service_definition
+from exporter.registration import Registrar, Registry, ServiceDefinition, ServiceRegistry, service_definition
 from exporter.server import NOT_FOUND, TEXT, NodeRoutes, Response
 from exporter.settings import ExporterSettings
 from exporter.simulated import SimulatedBackend
+from exporter.target_entry import TargetEntry, target_entry
 
 log = logging.getLogger(__name__)
 TEAMS = ("training", "inference", "research", "platform")
+#: Concurrent PUTs per refresh: 2,000 nodes one after another cost one round trip each.
+REFRESH_WORKERS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +74,7 @@ class FleetApp:
         nodes: list[FleetNode],
         *,
         registry: ServiceRegistry | None = None,
+        target_registry: Registry[TargetEntry] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
@@ -95,8 +104,15 @@ class FleetApp:
         self.loop = CollectionLoop(list(self.collections.values()), interval=settings.collect_interval)
         host, _ = split_listen(settings.listen)
         self.http = http_server(settings, self.handle)
-        self.registrar: Registrar | None = None
-        if registry is not None:
+        self.registrar: Registrar[ServiceDefinition] | Registrar[TargetEntry] | None = None
+        self._close_registry: Callable[[], None] = lambda: None
+        if target_registry is None and settings.register_url:
+            owned = controller_registry(settings)
+            target_registry, self._close_registry = owned, owned.close
+        if target_registry is not None:
+            self.registrar = Registrar(target_registry, self.targets(host),
+                                       interval=settings.register_interval, workers=REFRESH_WORKERS)
+        elif registry is not None:
             self.registrar = Registrar(registry, self.services(host), interval=settings.register_interval)
 
     def handle(self, path: str) -> Response:
@@ -128,6 +144,14 @@ class FleetApp:
             ))
         return out
 
+    def targets(self, listen_host: str) -> list[TargetEntry]:
+        s = self.settings
+        address = advertised_address(s, listen_host)
+        return [target_entry(address=address, port=self.http.port, job=s.register_job, node=name,
+                             region=node.region, rack=node.rack, team=node.team, gpus=s.gpus,
+                             metrics_path=f"/nodes/{name}/metrics", identity=f"{name}:{s.register_job}")
+                for name, node in self.nodes.items()]
+
     def start(self) -> None:
         started = time.perf_counter()
         for collection in self.collections.values():
@@ -143,5 +167,6 @@ class FleetApp:
     def stop(self) -> None:
         if self.registrar:
             self.registrar.stop(deregister=True)
+        self._close_registry()
         self.http.stop()
         self.loop.stop()

@@ -1,10 +1,20 @@
 """Self-registration: what we tell the service registry, and a loop that keeps it told.
 
 `service_definition` is pure (ID, tags, Meta within Consul's limits, HTTP check).
-`Registrar` registers every definition, then every `interval` lists the agent's services
-and re-registers any it forgot (anti-entropy: a restarted agent gets us back), backs off
-exponentially while the agent is unreachable, and deregisters on stop. The registry is a
-small Protocol; `exporter.consul_registry` is the only implementation that talks to Consul.
+`Registrar` registers every entry, then keeps the registry told, and deregisters on stop.
+How it keeps it told depends on the registry (`Registry.expires_entries`):
+
+- Consul keeps what it was given until told otherwise, so every `interval` the registrar
+  lists the agent's services and re-registers any it forgot (anti-entropy: a restarted
+  agent gets us back).
+- The gpufed controller's registry leases entries (they expire `ttl` after the last PUT),
+  so every `interval` the registrar re-registers everything; a PUT is an idempotent refresh.
+
+While the registry is unreachable it backs off exponentially. Many entries (fleet mode)
+go out over `workers` threads, and a pass stops at the first failure: a dead registry
+fails every call, each after a timeout. The registry is a small generic Protocol;
+`exporter.consul_registry` and `exporter.controller_registry` are the only modules that
+talk to one.
 """
 
 from __future__ import annotations
@@ -12,11 +22,13 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Generic, Protocol, TypeAlias, TypeVar
 
-from exporter.errors import RegistryError
+from exporter.errors import RegistryError, RegistryRefused
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +58,40 @@ class ServiceDefinition:
         host = f"[{self.address}]" if ":" in self.address else self.address
         return f"http://{host}:{self.port}{self.check_path}"
 
+    @property
+    def registration_id(self) -> str:
+        return self.service_id
 
-class ServiceRegistry(Protocol):
-    """The few registry calls the registrar needs; errors surface as `RegistryError`."""
 
-    def register(self, service: ServiceDefinition) -> None: ...
+class Registered(Protocol):
+    """Anything the registrar registers: it is known to the registry by one ID."""
+
+    @property
+    def registration_id(self) -> str: ...
+
+
+E = TypeVar("E", bound=Registered)
+E_contra = TypeVar("E_contra", contravariant=True)
+
+
+class Registry(Protocol[E_contra]):
+    """The few registry calls the registrar needs; errors surface as `RegistryError`.
+
+    `expires_entries`: the registry drops an entry that is not re-registered in time, so
+    the registrar refreshes every entry each interval instead of listing what is missing.
+    """
+
+    @property
+    def expires_entries(self) -> bool: ...
+
+    def register(self, service: E_contra) -> None: ...
 
     def deregister(self, service_id: str) -> None: ...
 
     def service_ids(self) -> set[str]: ...
+
+
+ServiceRegistry: TypeAlias = Registry[ServiceDefinition]
 
 
 def clean_meta(meta: Mapping[str, object]) -> dict[str, str]:
@@ -101,51 +138,94 @@ def service_definition(
     )
 
 
-class Registrar:
-    """Background registration with anti-entropy and backoff; `stop()` deregisters."""
+class Registrar(Generic[E]):
+    """Background registration with anti-entropy (or refresh) and backoff; `stop()` deregisters."""
 
     def __init__(
         self,
-        registry: ServiceRegistry,
-        services: Sequence[ServiceDefinition],
+        registry: Registry[E],
+        services: Sequence[E],
         *,
         interval: float = 30.0,
         backoff_initial: float = 1.0,
         backoff_max: float = 60.0,
+        workers: int = 1,
     ) -> None:
         self._registry = registry
         self._services = list(services)
         self._interval = interval
         self._backoff_initial, self._backoff_max = backoff_initial, backoff_max
+        self._workers = max(1, workers)
         self._stop = threading.Event()
         self._synced_once = False
+        self._failing = False
         self.failures = 0
+        self.last_sync_seconds: float | None = None
         self._thread = threading.Thread(target=self._run, name="registrar", daemon=True)
 
     def sync_once(self) -> bool:
-        """Register what the agent lacks (everything, the first time). True on success."""
+        """Register what the registry lacks (everything, the first time or for a leasing
+        registry). True on success."""
+        started = time.perf_counter()
         try:
-            known = self._registry.service_ids() if self._synced_once else set()
-            missing = [s for s in self._services if s.service_id not in known]
-            for service in missing:
-                self._registry.register(service)
+            if self._synced_once and not self._registry.expires_entries:
+                known = self._registry.service_ids()
+                missing = [s for s in self._services if s.registration_id not in known]
+            else:
+                missing = self._services
+            error = self._each(self._registry.register, missing, until=self._stop)
+            if error is not None:
+                raise error
         except RegistryError as exc:
             self.failures += 1
-            log.warning("registration failed error=%r", str(exc))
+            self._failing = True
+            if isinstance(exc, RegistryRefused):
+                log.error("registration refused error=%r", str(exc))
+            else:
+                log.warning("registration failed error=%r", str(exc))
             return False
-        if missing and self._synced_once:
+        self.last_sync_seconds = time.perf_counter() - started
+        if missing and (not self._synced_once or self._failing):
+            log.info("registered services count=%d seconds=%.3f", len(missing), self.last_sync_seconds)
+        elif missing and not self._registry.expires_entries:
             log.info("re-registered forgotten services count=%d", len(missing))
         elif missing:
-            log.info("registered services count=%d", len(missing))
-        self._synced_once = True
+            log.debug("refreshed services count=%d seconds=%.3f", len(missing), self.last_sync_seconds)
+        self._synced_once, self._failing = True, False
         return True
+
+    def _each(
+        self, action: Callable[[E], None], items: Sequence[E], *, until: threading.Event | None = None
+    ) -> RegistryError | None:
+        """Apply `action` to every item on up to `workers` threads; the first error stops it."""
+        errors: list[RegistryError] = []
+
+        def one(item: E) -> None:
+            if errors or (until is not None and until.is_set()):
+                return
+            try:
+                action(item)
+            except RegistryError as exc:
+                errors.append(exc)
+
+        if self._workers == 1 or len(items) < 2:
+            for item in items:
+                one(item)
+        else:
+            with ThreadPoolExecutor(min(self._workers, len(items)), thread_name_prefix="registrar") as pool:
+                for _ in pool.map(one, items):
+                    pass
+        return errors[0] if errors else None
 
     def _run(self) -> None:
         delay = self._backoff_initial
         while not self._stop.is_set():
+            started = time.monotonic()
             if self.sync_once():
+                # From the start of the pass: a lease is renewed every `interval`, however
+                # long a fleet's pass takes.
                 delay = self._backoff_initial
-                wait = self._interval
+                wait = max(0.0, self._interval - (time.monotonic() - started))
             else:
                 wait, delay = delay, min(delay * 2, self._backoff_max)
             self._stop.wait(wait)
@@ -159,8 +239,12 @@ class Registrar:
             self._thread.join(timeout=10)
         if not deregister:
             return
-        for service in self._services:
-            try:
-                self._registry.deregister(service.service_id)
-            except RegistryError as exc:
-                log.warning("deregistration failed service_id=%s error=%r", service.service_id, str(exc))
+        done: list[str] = []
+
+        def deregister_one(service: E) -> None:
+            self._registry.deregister(service.registration_id)
+            done.append(service.registration_id)
+
+        error = self._each(deregister_one, self._services)
+        if error is not None:
+            log.warning("deregistration failed left=%d error=%r", len(self._services) - len(done), str(error))

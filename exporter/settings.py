@@ -1,7 +1,8 @@
 """Exporter settings: environment (`GPUFED_EXPORTER_*`) overridden by CLI flags.
 
 Built in `cli.main()` and passed down; never at import. `NODE_NAME` (downward API) is
-read without the prefix. Durations handed to Consul are Go duration strings.
+read without the prefix, and the controller token falls back to `GPUFED_TOKEN` (the one
+the `gpufed` CLI uses). Durations handed to Consul are Go duration strings.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import ipaddress
 import re
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from exporter.catalogue import FAMILIES
@@ -101,7 +102,18 @@ class ExporterSettings(BaseSettings):
     consul_token: str | None = None
     service_name: str = "gpufed-exporter"
     advertise_address: str | None = None
-    register_interval: float = Field(default=30.0, gt=0, description="anti-entropy re-check period")
+    register_url: str | None = Field(default=None, description="gpufed controller base URL; unset: no "
+                                     "registration there")
+    register_token: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("GPUFED_EXPORTER_REGISTER_TOKEN", "GPUFED_TOKEN", "register_token"),
+    )
+    register_job: str = Field(default="gpu", min_length=1, description="job of the GPU target")
+    node_exporter_port: int | None = Field(default=None, ge=1, le=65535,
+                                           description="also register node-exporter here as job node")
+    register_interval: float = Field(default=30.0, gt=0,
+                                     description="seconds between anti-entropy checks (Consul) or "
+                                     "refreshes (controller)")
     check_interval: str = "10s"
     check_timeout: str = "2s"
     deregister_critical_after: str = "5m"
@@ -137,6 +149,22 @@ class ExporterSettings(BaseSettings):
         if go_duration_seconds(value) < 60:
             raise ValueError("deregister_critical_after must be at least 1m")
         return value
+
+    @field_validator("register_url")
+    @classmethod
+    def _register_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not re.match(r"^https?://[^/\s?#]+(/[^\s?#]*)?$", value):
+            raise ValueError("expected the controller's base URL, e.g. http://gpufed:8080")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _one_registry(self) -> ExporterSettings:
+        if self.consul and self.register_url:
+            raise ValueError("--consul and --register-url are mutually exclusive (GPUFED_EXPORTER_CONSUL, "
+                             "GPUFED_EXPORTER_REGISTER_URL): register with one registry")
+        return self
 
     @property
     def listen_address(self) -> tuple[str, int]:

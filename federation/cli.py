@@ -23,6 +23,7 @@ def _register() -> None:
     # Imported here so that importing federation.cli stays cheap and side-effect free.
     from federation.commands import (
         bench,
+        bench_balance,
         bench_controller,
         bench_discovery,
         bench_failover,
@@ -38,6 +39,7 @@ def _register() -> None:
     bench_discovery.register(bench_app)
     bench_controller.register(bench_app)
     bench_failover.register(bench_app)
+    bench_balance.register(bench_app)
 
 
 def main() -> None:

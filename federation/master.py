@@ -10,8 +10,10 @@ What the config wires together:
 * the children's remote_write lands here (``--web.enable-remote-write-receiver`` in
   ``flags.json``), and the rule pack evaluates over every region;
 * ``alerting.alertmanagers`` lists every Alertmanager replica (never a VIP), and
-  ``alert_relabel_configs`` drops the replica/hand-over labels, so the copies an HA pair of
-  children (or of masters) produce are one alert to Alertmanager;
+  ``alert_relabel_configs`` drops the replica labels, so the copies an HA pair of children
+  (or of masters) produce are one alert to Alertmanager, and clears ``shard`` on alerts
+  about one machine, so the copies the old and the new shard produce during a hand-over
+  are one alert too (see ``SHARD_OF_MACHINE_ALERTS``);
 * with Thanos Receive, ``remote_write`` forwards everything with the tenant header: one
   tenant (the cluster) or one per region, plus the cluster tenant for series with no region.
 """
@@ -26,14 +28,30 @@ from alertmanager import ha
 from federation.master_spec import REPLICA_ENV, MasterSpec
 from federation.spec import GpufedSpec
 from sharder.output import Bundle, dump_json, dump_yaml
-from thanos.models import HANDOVER_LABEL, RECEIVE_REPLICA_LABEL, ThanosSpec
+from thanos.models import RECEIVE_REPLICA_LABEL, ThanosSpec
 from thanos.render import MasterInstance
 
 MASTER_FILE = "master/prometheus.yml"
 FLAGS_FILE = "master/flags.json"
 RULES_DIR = "master/rules"
 #: Labels that tell copies of one series apart; an alert must not carry them.
-DEDUP_LABELS = ("replica", HANDOVER_LABEL, RECEIVE_REPLICA_LABEL)
+DEDUP_LABELS = ("replica", RECEIVE_REPLICA_LABEL)
+#: During a make-before-break hand-over the old and the new shard's children both scrape a
+#: target; an alert computed here per target (a GPU too hot on node X) then comes out twice,
+#: differing only in ``shard``. Alerts about one machine carry its name in ``node``, so
+#: ``shard`` is cleared on those (an empty replacement removes the label). Alerts about a
+#: shard or a child's remote_write carry the rule pack's ``node="*"`` placeholder and keep
+#: ``shard``: it is what tells them apart. PrometheusChildDown names the child's host in
+#: ``node`` and so loses ``shard``; its ``instance`` still tells children apart and its
+#: summary names the shard. (The rule pack itself aggregates ``without (shard, replica)``
+#: before alerting; this also covers rules added through ``extra_rule_files``.)
+SHARD_OF_MACHINE_ALERTS: dict[str, Any] = {
+    "action": "replace",
+    "source_labels": ["node"],
+    "regex": "[^*].*",
+    "target_label": "shard",
+    "replacement": "",
+}
 
 
 def load_rule_pack() -> dict[str, bytes]:
@@ -94,8 +112,8 @@ def _alerting(spec: GpufedSpec) -> dict[str, Any] | None:
     if spec.alerting is None:
         return None
     block = ha.prometheus_alerting(spec.alerting, cluster=spec.cluster)
-    block.setdefault("alert_relabel_configs", []).append(
-        {"action": "labeldrop", "regex": "|".join(DEDUP_LABELS)}
+    block.setdefault("alert_relabel_configs", []).extend(
+        [{"action": "labeldrop", "regex": "|".join(DEDUP_LABELS)}, dict(SHARD_OF_MACHINE_ALERTS)]
     )
     return block
 

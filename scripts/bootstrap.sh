@@ -15,6 +15,13 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v amtool >/dev/null 2>&1 
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null
 fi
 
+# The web page's browser test drives Debian's chromium (playwright's own download cannot work here).
+if [ ! -x /usr/bin/chromium ]; then
+  echo "bootstrap: installing Debian package chromium" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+
 if [ ! -x .venv/bin/python ]; then
   echo "bootstrap: creating .venv" >&2
   python3 -m venv .venv

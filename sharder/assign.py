@@ -347,8 +347,14 @@ def assign(
     for region, members in grouped.items():
         active = [name for name in names_of[region] if name not in checked.drained]
         keys = _identities(members)
-        # Target.weight is max(1, gpus) with gpus >= 0; reading gpus directly halves the cost.
-        loads = [gpus or 1 for gpus in map(attrgetter("gpus"), members)]
+        # Target.weight (the job's weight when the loader set one, else max(1, gpus)), read
+        # through two C-level attribute passes instead of a property call per target.
+        loads = [
+            explicit or gpus or 1
+            for explicit, gpus in zip(
+                map(attrgetter("explicit_weight"), members), map(attrgetter("gpus"), members), strict=True
+            )
+        ]
         if checked.weights:
             loads = [checked.weights.get(k, w) for k, w in zip(keys, loads, strict=True)]
         if keys and not active:

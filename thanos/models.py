@@ -31,9 +31,13 @@ HOST_PORT_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:\d{1,5}$")
 #: older than 10 d (Thanos compactor docs); a shorter retention deletes the source first.
 RAW_MIN_S = 40 * 3600
 FIVE_MIN_MIN_S = 10 * 86400
-#: Label the make-before-break shard hand-over puts on the incoming child while both the
-#: old and the new owner scrape a target; Query deduplicates on it like on ``replica``.
-HANDOVER_LABEL = "handover"
+#: Copies of one series differ only in these labels, so Query deduplicates on them.
+#: ``replica`` tells HA children (and masters) apart. ``shard`` is safe too: two shards
+#: never scrape the same target except during a make-before-break hand-over, when the old
+#: and the new owner both scrape it and their series differ only in the children's
+#: ``shard`` (and ``replica``) external labels; the target's own labels do not change. So
+#: series of one target from different shards are copies, and Query keeps one of them.
+DEFAULT_REPLICA_LABELS = ("replica", "shard")
 RECEIVE_REPLICA_LABEL = "receive_replica"
 
 
@@ -150,7 +154,7 @@ class ReceiveSpec(StrictModel):
 
 
 class QuerySpec(StrictModel):
-    replica_labels: list[str] = Field(default_factory=lambda: ["replica", HANDOVER_LABEL])
+    replica_labels: list[str] = Field(default_factory=lambda: list(DEFAULT_REPLICA_LABELS))
     endpoints: list[str] = Field(
         default_factory=list, description="extra StoreAPIs, e.g. dnssrv+_grpc._tcp.x"
     )

@@ -16,6 +16,7 @@ import typer
 from federation.commands.render import SpecOpt, user_errors
 from federation.controller.auth import TokenError
 from federation.controller.core import ControllerOptions
+from federation.controller.load import LoadOptions
 from federation.controller.service import ServeSettings, SettingsError, build_service
 from federation.controller.store import StoreError
 from federation.spec import load_gpufed_spec
@@ -77,6 +78,20 @@ def serve_command(
         list[str] | None, typer.Option("--child-url", help="CHILD=URL of a child Prometheus (repeatable)")
     ] = None,
     child_url_template: Annotated[str | None, typer.Option(help="e.g. http://{child}:9090")] = None,
+    load_url: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--load-url", help="Prometheus (the master) to read samples/s per target from (repeatable)"
+        ),
+    ] = None,
+    load_interval: Annotated[float, typer.Option(min=1, help="seconds between load readings")] = 60.0,
+    auto_rebalance_imbalance: Annotated[
+        float | None,
+        typer.Option(
+            min=1.0,
+            help="apply a load-aware plan when a region's samples/s max/mean exceeds this (e.g. 1.3)",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error")] = "info",
     store: Annotated[
         str | None,
@@ -131,6 +146,19 @@ def serve_command(
         raise typer.BadParameter(
             f"expected an http(s) URL, got {advertise_url!r}", param_hint="--advertise-url"
         )
+    for url in load_url or []:
+        if not url.startswith(("http://", "https://")):
+            raise typer.BadParameter(f"expected http://host:port, got {url!r}", param_hint="--load-url")
+    if auto_rebalance_imbalance is not None and auto_rebalance_imbalance <= 1.0:
+        raise typer.BadParameter(
+            f"a max/mean ratio above 1.0, e.g. 1.3 (got {auto_rebalance_imbalance:g})",
+            param_hint="--auto-rebalance-imbalance",
+        )
+    load = LoadOptions(
+        urls=tuple(load_url or ()),
+        interval_s=load_interval,
+        auto_rebalance_imbalance=auto_rebalance_imbalance,
+    )
     settings = ServeSettings(
         spec=loaded,
         data_dir=data_dir,
@@ -146,6 +174,7 @@ def serve_command(
         advertise_url=advertise_url,
         lock_ttl_s=lock_ttl,
         lock_delay_s=lock_delay,
+        load=load,
     )
     try:
         built = build_service(settings)

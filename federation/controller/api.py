@@ -34,6 +34,17 @@ PROBLEM = "application/problem+json"
 VERSION_HEADER = "X-Gpufed-Assignment-Version"
 MAX_BODY = 1 << 20
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+WEB_MEDIA = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+# The page's scripts and styles come only from /web/ (no inline code): with API strings
+# inserted as text, this policy is the second fence against markup from a registry.
+WEB_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+    ),
+    "Cache-Control": "no-cache",
+    "X-Content-Type-Options": "nosniff",
+}
 
 ASGIApp = Callable[
     [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
@@ -196,6 +207,7 @@ def create_app(
             what = f"child {child!r}" if snapshot.child_shard.get(child) is None else f"job {job!r}"
             return problem(404, "Not found", f"unknown {what}")
         sd_ok.inc()
+        controller.note_fetch(snapshot.child_shard[child])
         metrics.sd_latency.observe(time.perf_counter() - started)
         return Response(body, media_type="application/json", headers={VERSION_HEADER: str(snapshot.version)})
 
@@ -212,6 +224,10 @@ def create_app(
     def shards() -> dict[str, Any]:
         rows = controller.shard_rows()
         return {"assignment_version": controller.state.assignment_version, "shards": rows}
+
+    @app.get("/v1/load", tags=["shards"], summary="Observed samples/s per shard next to the GPU load")
+    def load() -> dict[str, Any]:
+        return controller.load_report()
 
     @app.get("/v1/targets", tags=["targets"])
     def targets(
@@ -366,8 +382,17 @@ def create_app(
     def index() -> HTMLResponse:
         page = WEB_DIR / "index.html"
         if page.is_file():
-            return HTMLResponse(page.read_text(encoding="utf-8"))
+            return HTMLResponse(page.read_text(encoding="utf-8"), headers=WEB_HEADERS)
         return HTMLResponse("<h1>gpufed controller</h1><p>See <a href='/docs'>/docs</a>.</p>")
+
+    @app.get("/web/{name}", include_in_schema=False)
+    def web_asset(name: str) -> Response:
+        # Flat names with a known suffix only: nothing outside WEB_DIR can be asked for.
+        media = WEB_MEDIA.get(Path(name).suffix)
+        path = WEB_DIR / name
+        if media is None or path.parent != WEB_DIR or not path.is_file():
+            raise core.NotFound(f"no web asset {name!r}")
+        return Response(path.read_bytes(), media_type=media, headers=WEB_HEADERS)
 
     app.add_middleware(BodyLimit, limit=MAX_BODY)  # type: ignore[arg-type]
     return app

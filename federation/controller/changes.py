@@ -35,6 +35,11 @@ class ChangeRequest(BaseModel):
     weights: dict[str, int | None] = Field(
         default_factory=dict, description="target identity -> weight (null: back to the GPU count)"
     )
+    use_observed_weights: bool = Field(
+        default=False,
+        description="set weights from the samples/s the children report (see GET /v1/load); "
+        "explicit weights win, and overloaded shards shed their excess",
+    )
     reason: str = Field(default="", max_length=500, description="free text kept in the audit log")
 
     def is_empty(self) -> bool:
@@ -47,6 +52,7 @@ class ChangeRequest(BaseModel):
             or self.pin
             or self.unpin
             or self.weights
+            or self.use_observed_weights
         )
 
 

@@ -16,6 +16,8 @@ Layout under the prefix ``P`` (``--store consul://host:8500/P``, default ``gpufe
                                      committed it; the newest ``audit_keep`` are kept
     P/sets, P/sets-chunks/...        the discovery sources' last known sets, same scheme
     P/leader                         the election lock (``consul_lock``), not written here
+    P/fetched/<replica>              when each replica last served each shard's SD: children
+                                     poll any replica, the leader's hand-overs need them all
 
 A save writes the new chunks first, then the small head with ``?cas=<ModifyIndex of the
 head it read>``: the head is the commit point, so a reader never meets a half-written
@@ -43,6 +45,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -341,6 +344,29 @@ class ConsulStore:
         with self._lock:
             self._sets = (digest, out)
         return {name: list(targets) for name, targets in out.items()}
+
+    # ---- SD fetches seen by each replica (hand-over proof needs them all) ---------------------------
+    def note_fetches(self, replica: str, fetched: Mapping[str, float]) -> None:
+        """When this replica last served each shard's SD (one small key per replica)."""
+        body = json.dumps(dict(sorted(fetched.items())), separators=(",", ":"))
+        self._put(f"{self.prefix}/fetched/{replica}", body)
+
+    def fetches(self, *, forget_after_s: float = 86400.0) -> dict[str, float]:
+        """shard -> the newest fetch any replica saw; keys of replicas silent for a day go."""
+        _, entries = self._call(
+            "read SD fetches", self.client.kv.get, f"{self.prefix}/fetched/", recurse=True
+        )
+        newest: dict[str, float] = {}
+        for entry in entries or []:
+            try:
+                seen = {str(k): float(v) for k, v in json.loads(entry["Value"] or b"{}").items()}
+            except (ValueError, AttributeError):
+                continue
+            for shard, at in seen.items():
+                newest[shard] = max(at, newest.get(shard, at))
+            if seen and max(seen.values()) < time.time() - forget_after_s:
+                self._call("forget a replica", self.client.kv.delete, entry["Key"])
+        return newest
 
     def close(self) -> None:
         session = getattr(self.client.http, "session", None)

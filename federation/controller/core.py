@@ -26,12 +26,15 @@ from typing import Any
 from federation import pipeline
 from federation.controller import changes as changing
 from federation.controller import handover as handing
+from federation.controller import load as loading
+from federation.controller import replica as replication
 from federation.controller import sdcache
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.probe import ChildProbe, ScrapeState, TargetKey
 from federation.controller.publisher import Publisher
 from federation.controller.registry import BuiltinRegistry
 from federation.controller.replica import Replication
+from federation.controller.shed import shed
 from federation.controller.state import AuditEntry, ControllerState, Desired, Handover
 from federation.controller.store import FencedOut, LastKnownView, StateStore, StoreConflict, StoreError
 from federation.spec import GpufedSpec
@@ -46,6 +49,7 @@ from sharder.sizing import Hysteresis
 from sharder.spec import parse_duration
 
 log = logging.getLogger(__name__)
+DISCOVERY_THROTTLE_S = 5.0
 
 
 class ControllerError(Exception):
@@ -85,6 +89,8 @@ class ControllerOptions:
     """False: a moved target leaves its old shard at once (what Prometheus Operator and the
     OpenTelemetry allocator do); kept for comparisons and emergencies."""
     handover_window_s: float | None = None
+    handover_max_wait_s: float = 600.0
+    """How long an old child keeps a moved target while the new shard's child never fetches it."""
     """None: the SD refresh interval plus two scrape intervals of the target's job."""
     registry_ttl_s: float = 90.0
     precedence: tuple[str, ...] = ("file", "registry", "consul", "kubernetes")
@@ -148,6 +154,7 @@ class Controller(Replication):
         can_write: Callable[[], bool] = lambda: True,
         fence: Callable[[], int | None] = lambda: None,
         leader: Callable[[], str | None] = lambda: None,
+        load: loading.LoadTracker | None = None,
     ) -> None:
         self.spec = spec
         self.store = store
@@ -163,6 +170,8 @@ class Controller(Replication):
         self._refreshed_at: float | None = None
         self._sd_incomplete = False
         self._withheld = 0
+        self.load = load
+        self._auto_rebalanced_at = float("-inf")
         self._lock = threading.RLock()
         self._plans: OrderedDict[str, PlannedChange] = OrderedDict()
         self.jobs = {job.name: job for job in spec.jobs}
@@ -184,6 +193,10 @@ class Controller(Replication):
         self.registry = BuiltinRegistry(sink=self.reconciler, jobs=self.jobs, ttl_s=options.registry_ttl_s)
         self.sources: list[Any] = [self.registry]
         self.health: dict[str, ChildHealth] = {}
+        self.sd_fetched: dict[str, float] = {}
+        self.remote_fetched: dict[str, float] = {}
+        self._fetches_shared: dict[str, float] = {}
+        self.replica_id = replication.replica_id()
         self.sd = sdcache.SdSnapshot(version=0)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -222,6 +235,8 @@ class Controller(Replication):
             loops.append(self._health_loop)
         if self.publisher is not None:
             loops.append(self._config_loop)
+        if self.load is not None:
+            loops.append(self._load_loop)
         self._threads = [
             threading.Thread(
                 target=loop, args=(self._stop,), daemon=True, name=getattr(loop, "__qualname__", "loop")
@@ -250,6 +265,7 @@ class Controller(Replication):
                     if time.monotonic() >= refresh_at:
                         refresh_at = time.monotonic() + self.options.refresh_interval_s
                         self.refresh_from_store()
+                        self.share_fetches()
                     continue
                 if not self._leading:
                     self.take_over()
@@ -258,6 +274,7 @@ class Controller(Replication):
                     self.reconciler.tick()
                 if time.monotonic() >= settle_at:
                     settle_at = time.monotonic() + self.options.settle_interval_s
+                    self.share_fetches()
                     self.settle()
             except Exception:  # the loop must outlive any one bad tick
                 log.exception("controller loop iteration failed")
@@ -376,7 +393,22 @@ class Controller(Replication):
             log.error("rendering the config bundle failed: %s", exc)
             self.metrics.config_checks.labels(result="failed").inc()
             return False
-        return self.publisher.publish(bundle, version=version)
+        before = dict(self.publisher.files)
+        if not self.publisher.publish(bundle, version=version):
+            return False
+        self.reload_children(changed_children(before, self.publisher.files))
+        return True
+
+    def reload_children(self, children: list[str]) -> None:
+        """POST ``/-/reload`` to each child (run with ``--web.enable-lifecycle``) whose config changed;
+        a child we cannot reach picks its config up when it starts."""
+        if self.probe is None or not children:
+            return
+        for child in children:
+            url = self.child_url(child)
+            if url is not None:
+                result = "ok" if self.probe.reload(url) else "failed"
+                self.metrics.reloads.labels(result=result).inc()
 
     def _config_loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -392,6 +424,9 @@ class Controller(Replication):
 
     # ---- hand-overs -------------------------------------------------------------------------
     def window_s(self, job: str) -> float:
+        """How long the old child keeps a moved target once the new child has fetched it, when no
+        proof comes: the SD refresh, Prometheus' discovery-to-scrape update throttle (5 s in
+        ``discovery.Manager``) and two scrape intervals of the target's job."""
         if self.options.handover_window_s is not None:
             return self.options.handover_window_s
         spec_job = self.jobs.get(job)
@@ -403,7 +438,7 @@ class Controller(Replication):
             if self.spec.children.target_discovery == "http_sd"
             else 60.0
         )
-        return refresh + 2 * interval
+        return refresh + DISCOVERY_THROTTLE_S + 2 * interval
 
     def _handovers(
         self, previous: Assignment | None, current: Assignment, targets: Mapping[str, Target]
@@ -416,7 +451,7 @@ class Controller(Replication):
             self.state.handovers,
             now=self._wall(),
             job_of={i: t.job for i, t in targets.items()},
-            window_s=self.window_s,
+            max_wait_s=self.options.handover_max_wait_s,
         )
 
     def settle(self) -> int:
@@ -426,15 +461,29 @@ class Controller(Replication):
                 return 0
             targets = self._known_targets()
             pending, done = handing.settle(
-                self.state.handovers, now=self._wall(), scraped=lambda h: self._scraped(h, targets)
+                self.state.handovers,
+                now=self._wall(),
+                scraped=lambda h: self._scraped(h, targets),
+                fetched=self._fetched,
+                window_s=self.window_s,
             )
-            if not done:
+            if pending == self.state.handovers:
                 return 0
             self._commit(self.state.model_copy(update={"handovers": pending}), audit=None)
             for _, result in done:
                 self.metrics.handovers.labels(result=result).inc()
             self._publish(targets=targets)
             return len(done)
+
+    def note_fetch(self, shard: str) -> None:
+        """A child of ``shard`` fetched its HTTP SD (called by the SD route; one dict write)."""
+        self.sd_fetched[shard] = self._wall()
+
+    def _fetched(self, shard: str) -> float | None:
+        if self.spec.children.target_discovery != "http_sd":
+            return self._wall()  # file_sd: the files are written now; nothing to wait for
+        seen = [t for t in (self.sd_fetched.get(shard), self.remote_fetched.get(shard)) if t is not None]
+        return max(seen) if seen else None  # fetches other replicas served count too
 
     def child_url(self, child: str) -> str | None:
         url = self.options.child_urls.get(child)
@@ -459,6 +508,9 @@ class Controller(Replication):
                 return False
             state = scrapes.get(key)
             if state is None or state.health != "up" or state.last_scrape < h.started_at:
+                log.debug(
+                    "hand-over %s not proven on %s: %s (keys %s)", h.identity, child, state, list(scrapes)[:3]
+                )
                 return False
             seen = True
         return seen
@@ -492,6 +544,8 @@ class Controller(Replication):
         with self._lock:
             state = self.state
             targets = self._known_targets()
+            if change.use_observed_weights:
+                change = self._with_observed_weights(change, targets)
             try:
                 desired = changing.apply_request(
                     state.desired, change, spec=self.spec, assignment=state.assignment
@@ -503,7 +557,7 @@ class Controller(Replication):
                     if identity not in targets:
                         raise NotFound(f"unknown target {identity!r} (in {field_name})")
             try:
-                assignment = self._assign(desired, list(targets.values()), previous=state.assignment)
+                assignment = self._assign_change(change, desired, targets, previous=state.assignment)
             except AssignmentError as exc:
                 raise Invalid(str(exc)) from exc
             plan = planning.diff(state.assignment, assignment)
@@ -554,8 +608,8 @@ class Controller(Replication):
                 assignment = planned.result  # nothing changed since the plan: it is still exact
             else:  # discovery moved on: place again, sticky to what is served now
                 try:
-                    assignment = self._assign(
-                        planned.desired, list(targets.values()), previous=state.assignment
+                    assignment = self._assign_change(
+                        planned.change, planned.desired, targets, previous=state.assignment
                     )
                 except AssignmentError as exc:
                     raise Invalid(str(exc)) from exc
@@ -595,6 +649,102 @@ class Controller(Replication):
     def audit(self, *, limit: int, before_id: int | None) -> list[AuditEntry]:
         return self.store.audit_log(limit=limit, before_id=before_id)
 
+    # ---- measured load (issue #11): weights only ever reach the assignment through a plan ----
+    def _assign_change(
+        self,
+        change: changing.ChangeRequest,
+        desired: Desired,
+        targets: Mapping[str, Target],
+        *,
+        previous: Assignment | None,
+    ) -> Assignment:
+        """The assignment a change leads to; a load-aware one sheds overloaded shards first.
+
+        Plan and apply both come here, so applying a plan reproduces what it showed.
+        """
+        listed = list(targets.values())
+        assignment = self._assign(desired, listed, previous=previous)
+        if not change.use_observed_weights or previous is None:
+            return assignment
+        trimmed = shed(assignment, load_factor=self.spec.sharding.load_factor, pinned=desired.pins.keys())
+        return self._assign(desired, listed, previous=trimmed)
+
+    def _with_observed_weights(
+        self, change: changing.ChangeRequest, targets: Mapping[str, Target]
+    ) -> changing.ChangeRequest:
+        if self.load is None:
+            raise Invalid(
+                "this controller reads no load (start gpufed serve with --load-url, or run full-Prometheus "
+                "children with --child-url)",
+                field="use_observed_weights",
+            )
+        if not self.load.rates():
+            raise Invalid(
+                "no load observed yet; try again after the first reading", field="use_observed_weights"
+            )
+        observed = self.load.weight_changes(targets, current=self.state.desired.weights)
+        return change.model_copy(update={"weights": {**observed, **change.weights}})
+
+    def _scrape_interval_s(self, job: str) -> float:
+        spec_job = self.jobs.get(job)
+        return parse_duration(spec_job.scrape_interval if spec_job else self.spec.children.scrape_interval)
+
+    def observe_load(self) -> bool:
+        """Read the children's load once (the load loop calls this); False when nothing was read."""
+        if self.load is None:
+            return False
+        assignment = self.state.assignment
+        urls: list[str] = []
+        if assignment is not None and not self.spec.children.agent_mode:
+            for shard in assignment.shards:
+                urls.extend(u for c, _ in assignment.children(shard) if (u := self.child_url(c)) is not None)
+        return self.load.refresh(
+            targets=self._known_targets(), interval_s=self._scrape_interval_s, child_urls=urls
+        )
+
+    def load_report(self) -> dict[str, Any]:
+        if self.load is None:
+            raise NotFound("this controller reads no load (start gpufed serve with --load-url)")
+        return self.load.report(
+            assignment=self.state.assignment,
+            targets=self._known_targets(),
+            current=self.state.desired.weights,
+        )
+
+    def auto_rebalance(self) -> ApplyResult | None:
+        """Apply a load-aware plan if the policy allows it and it helps; None when nothing was applied."""
+        load, assignment = self.load, self.state.assignment
+        if load is None or assignment is None or not self._can_write():
+            return None
+        threshold = load.options.auto_rebalance_imbalance
+        if threshold is None or not load.rates():
+            return None
+        if time.monotonic() - self._auto_rebalanced_at < load.options.auto_rebalance_cooldown_s:
+            return None
+        targets = self._known_targets()
+        before = load.region_imbalance(assignment, targets)
+        worst = max(before.values(), default=0.0)
+        if worst <= threshold:
+            return None
+        self._auto_rebalanced_at = time.monotonic()  # also after a plan that does not help
+        reason = f"auto: samples/s max/mean {worst:.2f} above {threshold:g}"
+        planned = self.plan(changing.ChangeRequest(use_observed_weights=True, reason=reason))
+        after = load.region_imbalance(assignment, targets, plan=planned.plan)
+        if not planned.plan.changed or max(after.values(), default=0.0) >= worst:
+            log.info("auto rebalance skipped: the plan would not lower max/mean %.2f", worst)
+            return None
+        log.info("auto rebalance: %s; applying %s", reason, planned.version)
+        return self.apply(planned.version, actor="auto-rebalance")
+
+    def _load_loop(self, stop: threading.Event) -> None:
+        assert self.load is not None
+        while not stop.wait(self.load.options.interval_s):
+            try:
+                if self.observe_load():
+                    self.auto_rebalance()
+            except Exception:  # a bad reading must not end the loop
+                log.exception("load reading failed")
+
     # ---- reads ----------------------------------------------------------------------------------
     @property
     def ready(self) -> bool:
@@ -622,6 +772,7 @@ class Controller(Replication):
         for h in state.handovers:
             incoming[h.to_shard] = incoming.get(h.to_shard, 0) + 1
             outgoing[h.from_shard] = outgoing.get(h.from_shard, 0) + 1
+        samples = self.load.shard_samples(assignment) if self.load is not None else {}
         rows = []
         for shard in planning._shard_order(assignment.shards):
             info = assignment.shards[shard]
@@ -655,6 +806,8 @@ class Controller(Replication):
                     "health": _shard_health(children),
                 }
             )
+            if samples.get(shard) is not None:
+                rows[-1]["samples_per_s"] = samples[shard]
         return rows
 
     def target_rows(self, *, region: str | None, shard: str | None, q: str | None) -> list[dict[str, Any]]:
@@ -684,7 +837,23 @@ class Controller(Replication):
             "shard": owner,
             "weight": assignment.weights.get(identity, 1),
             "children": [child for child, _ in assignment.children(owner)],
+            "health": self._target_health(target, owner, assignment),
         }
+
+    def _target_health(self, target: Target, owner: str, assignment: Assignment) -> dict[str, str]:
+        """child -> how its last health check saw this target; children not checked are left out.
+
+        ``absent``: the child answered but does not scrape the target (yet).
+        """
+        key = (target.job, target.instance, target.node)
+        out: dict[str, str] = {}
+        for child, _ in assignment.children(owner):
+            health = self.health.get(child)
+            if health is None or not health.reachable:
+                continue
+            scrape = health.scrapes.get(key)
+            out[child] = "absent" if scrape is None else scrape.health
+        return out
 
     def explain(self, identity: str) -> dict[str, Any]:
         state = self.state
@@ -736,6 +905,18 @@ class Controller(Replication):
                 }
             )
         return rows
+
+
+def changed_children(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> list[str]:
+    """Children whose ``prometheus.yml`` existed before and changed (new children start fresh)."""
+    out = []
+    for path, content in after.items():
+        parts = path.split("/")
+        if len(parts) == 3 and parts[0] == "children" and parts[2] == "prometheus.yml":
+            old = before.get(path)
+            if old is not None and old != content:
+                out.append(parts[1])
+    return sorted(out)
 
 
 def _shard_health(children: list[dict[str, Any]]) -> str:

@@ -25,6 +25,8 @@ from federation.controller.state import Handover
 from sharder.assignment import Assignment
 
 Scraped = Callable[[Handover], bool]
+Fetched = Callable[[str], float | None]
+"""shard -> Unix time one of its children last fetched its HTTP SD (None: never)."""
 """Whether every reachable child of ``to_shard`` has scraped the target since ``started_at``."""
 
 
@@ -35,7 +37,7 @@ def reconcile(
     *,
     now: float,
     job_of: Mapping[str, str],
-    window_s: Callable[[str], float],
+    max_wait_s: float,
 ) -> list[Handover]:
     """The hand-overs after ``previous`` -> ``current``.
 
@@ -51,7 +53,14 @@ def reconcile(
             settled.add(h.identity)
             continue
         if owner != h.to_shard:
-            h = h.model_copy(update={"to_shard": owner, "started_at": now, "deadline": now + window_s(h.job)})
+            h = h.model_copy(
+                update={
+                    "to_shard": owner,
+                    "started_at": now,
+                    "offered_at": None,
+                    "deadline": now + max_wait_s,
+                }
+            )
         kept[h.identity] = h
     if previous is not None:
         before = previous.targets
@@ -66,22 +75,38 @@ def reconcile(
                 from_shard=old,
                 to_shard=owner,
                 started_at=now,
-                deadline=now + window_s(job),
+                deadline=now + max_wait_s,
             )
     return [kept[i] for i in sorted(kept)]
 
 
 def settle(
-    handovers: Iterable[Handover], *, now: float, scraped: Scraped | None
+    handovers: Iterable[Handover],
+    *,
+    now: float,
+    scraped: Scraped | None,
+    fetched: Fetched,
+    window_s: Callable[[str], float],
 ) -> tuple[list[Handover], list[tuple[Handover, str]]]:
-    """(still in flight, finished with the reason ``scraped`` or ``window``)."""
+    """(still in flight, finished with the reason ``scraped``, ``window`` or ``timeout``).
+
+    The window (default: SD refresh + two scrape intervals) runs from the moment the new
+    shard's child first fetched its targets, since before that it cannot be scraping;
+    ``deadline`` bounds the wait for a child that never shows up.
+    """
     pending: list[Handover] = []
     done: list[tuple[Handover, str]] = []
     for h in handovers:
-        if scraped is not None and scraped(h):
+        if h.offered_at is None:
+            last = fetched(h.to_shard)
+            if last is not None and last >= h.started_at:
+                h = h.model_copy(update={"offered_at": last})
+        if scraped is not None and h.offered_at is not None and scraped(h):
             done.append((h, "scraped"))
-        elif now >= h.deadline:
+        elif h.offered_at is not None and now >= h.offered_at + window_s(h.job):
             done.append((h, "window"))
+        elif now >= h.deadline:
+            done.append((h, "timeout"))
         else:
             pending.append(h)
     return pending, done

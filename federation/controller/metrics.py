@@ -58,6 +58,12 @@ class ControllerMetrics:
             ["result"],
             registry=registry,
         )
+        self.reloads = Counter(
+            "gpufed_controller_child_reloads",
+            "POST /-/reload sent to children whose config changed.",
+            ["result"],
+            registry=registry,
+        )
         self.store_errors = Counter(
             "gpufed_controller_store_errors", "Failed state store writes.", registry=registry
         )

@@ -36,7 +36,7 @@ def parse_time(value: Any) -> float:
     text = value.replace("Z", "+00:00")
     if "." in text:  # Go prints up to nanoseconds; Python takes microseconds
         head, _, rest = text.partition(".")
-        digits = "".join(c for c in rest if c.isdigit())
+        digits = rest[: len(rest) - len(rest.lstrip("0123456789"))]
         zone = rest[len(digits) :]
         text = f"{head}.{digits[:6]}{zone}"
     try:

@@ -12,6 +12,7 @@ import yaml
 SECRET_KEY = re.compile(r"(password|secret|token|credentials|access_key|secret_key|api_key)$", re.I)
 REFERENCE = re.compile(r"^(\$\{[A-Za-z_][A-Za-z0-9_]*(:?[-?][^}]*)?\}|\$\([A-Za-z_][A-Za-z0-9_]*\))$")
 MASK = "<redacted>"
+URL_SECRET = re.compile(r"((?:access_token|token|secret|password|sign)=)(?!\$\{|\$\()([^&\s\"']+)", re.I)
 
 
 def _walk(value: Any) -> tuple[Any, bool]:
@@ -34,7 +35,14 @@ def _walk(value: Any) -> tuple[Any, bool]:
     if isinstance(value, list):
         items = [_walk(v) for v in value]
         return [v for v, _ in items], any(c for _, c in items)
+    if isinstance(value, str) and URL_SECRET.search(value):
+        return URL_SECRET.sub(lambda m: m.group(1) + MASK, value), True
     return value, False
+
+
+def redact_text(text: str) -> str:
+    """Secret-looking query parameters in free text (log lines, error messages) masked."""
+    return URL_SECRET.sub(lambda m: m.group(1) + MASK, text)
 
 
 def redact_file(path: str, content: bytes) -> bytes:

@@ -17,15 +17,21 @@ what changes hands between them:
   (``state_age_s`` in ``/v1/status``).
 * After a lost check-and-set, :meth:`Replication._resync` makes the stored state this
   replica's again (served at once), and the next tick places what it knows on top.
+* :meth:`Replication.share_fetches`: children poll any replica, but only the leader ends
+  hand-overs, a window after the new shard's child first fetched its list; so every
+  replica records in the store when it served each shard, and the leader reads them.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.registry import BuiltinRegistry
@@ -42,6 +48,20 @@ log = logging.getLogger(__name__)
 WITHHOLD_REFRESHES = 3
 """Refreshes a follower keeps its previous SD answers while the new assignment names
 targets it cannot find, before it serves what it has."""
+
+
+@runtime_checkable
+class FetchLog(Protocol):
+    """A shared store that also carries each replica's SD fetch times (``ConsulStore``)."""
+
+    def note_fetches(self, replica: str, fetched: Mapping[str, float]) -> None: ...
+
+    def fetches(self) -> dict[str, float]: ...
+
+
+def replica_id() -> str:
+    """A name for this controller instance's key (host, process, and a random part)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 class Replication:
@@ -61,6 +81,10 @@ class Replication:
     _refreshed_at: float | None
     _sd_incomplete: bool
     _withheld: int
+    sd_fetched: dict[str, float]
+    remote_fetched: dict[str, float]
+    _fetches_shared: dict[str, float]
+    replica_id: str
 
     def restore(self) -> None:
         raise NotImplementedError
@@ -165,3 +189,19 @@ class Replication:
             return
         with self._lock:
             self._adopt(state)
+
+    def share_fetches(self) -> None:
+        """Children poll whichever replica their load balancer picks, and a hand-over ends a
+        window after the new shard's child fetched its list: every replica records what it
+        served in the shared store, and the leader reads them all."""
+        if not isinstance(self.store, FetchLog):
+            return
+        try:
+            mine = dict(self.sd_fetched)
+            if mine != self._fetches_shared:
+                self.store.note_fetches(self.replica_id, mine)
+                self._fetches_shared = mine
+            if self._can_write():
+                self.remote_fetched = self.store.fetches()
+        except StoreError as exc:
+            log.warning("sharing SD fetch times failed: %s", exc)

@@ -29,6 +29,9 @@ from federation.controller.consul_lock import ConsulLock
 from federation.controller.consul_store import ConsulStore
 from federation.controller.core import Controller, ControllerOptions
 from federation.controller.leader import AlwaysLeader, LeaderElector
+from federation.controller.load import LoadOptions, LoadTracker
+from federation.controller.load_reader import PrometheusLoadReader
+from federation.controller.load_weights import LoadReader
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.probe import ChildProbe
 from federation.controller.publisher import Publisher
@@ -54,6 +57,8 @@ class ServeSettings:
     dev: bool = False
     check_configs: bool = True
     options: ControllerOptions = field(default_factory=ControllerOptions)
+    load: LoadOptions | None = None
+    """Measured load (``--load-url``); None: read it only from full-Prometheus children, if any are known."""
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     store_url: str | None = None
     """None: SQLite in ``data_dir``; ``consul://HOST:PORT[/prefix]``: Consul KV, shared."""
@@ -144,7 +149,9 @@ class Service:
         self.store.close()
 
 
-def build_service(settings: ServeSettings, *, store: StateStore | None = None) -> Service:
+def build_service(
+    settings: ServeSettings, *, store: StateStore | None = None, load_reader: LoadReader | None = None
+) -> Service:
     """Raises ``TokenError`` for missing/placeholder tokens (unless ``dev``) and store errors."""
     tokens = load_tokens(settings.tokens_file, env=settings.env)
     if not tokens and not settings.dev:
@@ -179,6 +186,9 @@ def build_service(settings: ServeSettings, *, store: StateStore | None = None) -
         options=options,
         probe=ChildProbe(http),
         publisher=publisher,
+        load=_load_tracker(
+            settings, load_reader or PrometheusLoadReader(http, jobs=[job.name for job in settings.spec.jobs])
+        ),
         can_write=elector.is_leader,
         fence=elector.fence,
         leader=elector.leader_address,
@@ -189,3 +199,17 @@ def build_service(settings: ServeSettings, *, store: StateStore | None = None) -
     return Service(
         controller=controller, app=app, auth=auth, store=store, http=http, sources=sources, elector=elector
     )
+
+
+def _load_tracker(settings: ServeSettings, reader: LoadReader) -> LoadTracker | None:
+    """Read load from ``--load-url``; else from the children, when they are full Prometheus servers
+    the controller can reach (agents have no query API)."""
+    options = settings.load or LoadOptions()
+    children_readable = not settings.spec.children.agent_mode and bool(
+        settings.options.child_urls or settings.options.child_url_template
+    )
+    if not options.urls and not children_readable:
+        if options.auto_rebalance_imbalance is not None:
+            log.warning("auto rebalancing is off: no --load-url and no full-Prometheus children to read")
+        return None
+    return LoadTracker(reader=reader, options=options)

@@ -43,8 +43,11 @@ class Handover(StateModel):
     to_shard: str
     started_at: float
     """Unix time the new child was first offered the target."""
+    offered_at: float | None = None
+    """Unix time a child of ``to_shard`` first fetched its targets after ``started_at`` (None: not
+    yet; a new shard's child may not be running yet, and its window must not run out meanwhile)."""
     deadline: float
-    """Unix time the old child drops it even without proof the new one scrapes it."""
+    """Unix time the old child lets go even if the new shard's child never showed up."""
 
 
 class ControllerState(StateModel):

@@ -5,9 +5,11 @@ rules (``federation/rules/gpu.yml``) at the master tier.
 
 Every series at the master carries ``node``/``region`` from gpufed's service discovery
 and ``cluster``/``shard``/``replica`` from the child's external labels. Aggregations go
-through ``max by (cluster, node, gpu)`` first: HA children (replication factor 2) send
-the same GPU twice, differing only in ``replica``; Thanos Query would deduplicate them,
-a plain Prometheus master does not, and sums would double.
+through ``max by (cluster, node, gpu)`` (or ``group by``) first: HA children
+(replication factor 2) send the same GPU twice, differing only in ``replica``, and during
+a make-before-break hand-over the old and the new shard's children both scrape a node,
+whose series then differ only in ``shard``. Thanos Query deduplicates both (its replica
+labels), a plain Prometheus master does not, and sums and counts would double.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ RED_IF_ANY = (("green", None), ("red", 1.0))
 
 
 def per_gpu(metric: str, selector: str, by: str = "cluster, region, node, gpu") -> str:
-    """One series per physical GPU (HA replica copies collapsed)."""
+    """One series per physical GPU (HA replica and hand-over copies collapsed)."""
     return f"max by ({by}) ({metric}{{{selector}}})"
 
 

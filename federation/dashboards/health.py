@@ -4,7 +4,9 @@ Sources, all read at the master tier:
 
 * children's scrape results (``up``, ``scrape_*``), remote-written with the child's
   ``cluster``/``region``/``shard``/``replica`` external labels, so "per child" means
-  per ``(shard, replica)``; ``shard!=""`` leaves out what the master scrapes itself;
+  per ``(shard, replica)``; ``shard!=""`` leaves out what the master scrapes itself.
+  These panels are per child on purpose, so they keep both labels: during a hand-over a
+  moving target counts on its old and its new child, as both scrape it;
 * each child Prometheus' own metrics (``prometheus_remote_storage_*``, ``prometheus_sd_*``,
   agent/TSDB series) from the master's meta-monitoring job, named ``gpufed-child*`` as
   in ``federation/rules/federation.yml``, whose targets carry ``shard``/``region``/
@@ -42,7 +44,8 @@ def federation_dashboard() -> Dashboard:
         _ts("Targets scraped per child", (Query(
             f"count by (shard, replica) (up{{{TARGETS}}})", "{{shard}}/{{replica}}"),),
             "Targets each child actually scrapes (its `up` series). A child scraping a different count "
-            "than its shard was assigned has a stale target list.", width=8),
+            "than its shard was assigned has a stale target list; during a hand-over a moving target "
+            "counts on both its old and its new shard.", width=8),
         _ts("Scrape success per child", (Query(
             f"avg by (shard, replica) (up{{{TARGETS}}})", "{{shard}}/{{replica}}"),),
             "Share of each child's targets answering scrapes (mean of `up`).", unit="percentunit",

@@ -7,6 +7,13 @@ without a pod carry no such label, so ``pod!=""`` selects attributed GPUs. HAMi'
 metrics spell the labels ``podnamespace``/``podname``; kube-state-metrics' ResourceQuota
 series use ``namespace``/``resource``/``type``. Quota sources are optional: each panel
 says what it shows when its source is not scraped.
+
+Every sum or count first collapses copies of one series: HA children differ in
+``replica``, and during a make-before-break hand-over the old and the new shard's
+children both scrape a target, so its series differ in ``shard`` too. ``max by`` the
+labels that name a GPU or pod does that where they are known (``per_pod_gpu``);
+``dedup`` (``max without (shard, replica)``) does it for third-party series whose
+identifying labels vary (HAMi, kube-state-metrics).
 """
 
 from __future__ import annotations
@@ -18,7 +25,10 @@ POD_SEL = 'region=~"$region", namespace=~"$namespace", pod=~"$pod", pod!=""'
 NS_SEL = 'region=~"$region", namespace=~"$namespace", pod!=""'
 HAMI_POD = 'podnamespace=~"$namespace", podname=~"$pod"'
 HAMI_NS = 'podnamespace=~"$namespace"'
+REGION = 'region=~"$region"'
 QUOTA = r'resource=~".*nvidia\\.com/.*", namespace=~"$namespace"'
+QUOTA_USED = QUOTA + ', type="used"'
+QUOTA_HARD = QUOTA + ', type="hard"'
 NO_ATTRIBUTION = ("No data means no GPU series carries pod labels: the exporter's pod attribution "
                   "is off (the default) or no pod holds a GPU.")
 NO_HAMI = ("Source: HAMi ({what}). Without HAMi these panels show no data; the 'Without a "
@@ -29,8 +39,13 @@ NO_KSM = ("Source: kube-state-metrics `kube_resourcequota` for resources matchin
 
 
 def per_pod_gpu(metric: str, selector: str) -> str:
-    """One series per (pod, GPU), HA replica copies collapsed."""
+    """One series per (pod, GPU): HA replica and hand-over copies collapsed."""
     return f"max by (namespace, pod, container, node, gpu) ({metric}{{{selector}}})"
+
+
+def dedup(metric: str, selector: str) -> str:
+    """One series per source series: HA replica and hand-over copies collapsed."""
+    return f"max without (shard, replica) ({metric}{{{selector}}})"
 
 
 def pod_dashboard() -> Dashboard:
@@ -78,9 +93,9 @@ def pod_dashboard() -> Dashboard:
     ))
     hami = Row("HAMi vGPU containers", (
         Panel("vGPU memory used vs limit", "timeseries", (
-            Query(f"sum by (podnamespace, podname) (vGPU_device_memory_usage_in_bytes{{{HAMI_POD}}})",
+            Query(f"sum by (podnamespace, podname) ({dedup('vGPU_device_memory_usage_in_bytes', HAMI_POD)})",
                   "{{podnamespace}}/{{podname}} used"),
-            Query(f"sum by (podnamespace, podname) (vGPU_device_memory_limit_in_bytes{{{HAMI_POD}}})",
+            Query(f"sum by (podnamespace, podname) ({dedup('vGPU_device_memory_limit_in_bytes', HAMI_POD)})",
                   "{{podnamespace}}/{{podname}} limit"),
         ), NO_HAMI.format(what="vGPU monitor, vGPU_device_memory_*"), unit="bytes"),
         Panel("vGPU memory used % of limit", "timeseries", (Query(
@@ -116,14 +131,14 @@ NAMESPACE_UNION = (
 def quota_dashboard() -> Dashboard:
     ksm = Row("Namespace GPU quota (Kubernetes ResourceQuota)", (
         Panel("GPU quota used vs hard limit", "timeseries", (
-            Query(f'sum by (namespace, resource) (kube_resourcequota{{{QUOTA}, type="used"}})',
+            Query(f"sum by (namespace, resource) ({dedup('kube_resourcequota', QUOTA_USED)})",
                   "{{namespace}} {{resource}} used"),
-            Query(f'sum by (namespace, resource) (kube_resourcequota{{{QUOTA}, type="hard"}})',
+            Query(f"sum by (namespace, resource) ({dedup('kube_resourcequota', QUOTA_HARD)})",
                   "{{namespace}} {{resource}} hard"),
         ), NO_KSM, width=12),
         Panel("GPU quota used %", "bargauge", (Query(
-            f'sum by (namespace, resource) (kube_resourcequota{{{QUOTA}, type="used"}})'
-            f' / sum by (namespace, resource) (kube_resourcequota{{{QUOTA}, type="hard"}} > 0)',
+            f"sum by (namespace, resource) ({dedup('kube_resourcequota', QUOTA_USED)})"
+            f" / sum by (namespace, resource) ({dedup('kube_resourcequota', QUOTA_HARD)} > 0)",
             "{{namespace}} {{resource}}", instant=True),), NO_KSM, unit="percentunit", min=0, max=1,
             width=12, thresholds=(("green", None), ("orange", 0.8), ("red", 0.95))),
     ))
@@ -135,7 +150,8 @@ def quota_dashboard() -> Dashboard:
             "ResourceQuota limit (HAMi exports the limit as a label, not a series). "
             + NO_HAMI.format(what="scheduler, port 31993"), width=12),
         Panel("vGPU allocated per namespace", "timeseries", (
-            Query(f"sum by (podnamespace) (vGPUMemoryAllocated{{{HAMI_NS}}})", "{{podnamespace}} memory"),
+            Query(f"sum by (podnamespace) ({dedup('vGPUMemoryAllocated', HAMI_NS)})",
+                  "{{podnamespace}} memory"),
         ), "GPU memory HAMi allocated to each namespace's containers (vGPUMemoryAllocated). "
            + NO_HAMI.format(what="scheduler"), unit="bytes", width=12, stacked=True),
         Panel("GPU memory allocated by region", "timeseries", (Query(
@@ -144,8 +160,8 @@ def quota_dashboard() -> Dashboard:
             "GPUDeviceMemoryLimit). " + NO_HAMI.format(what="scheduler"), unit="percentunit", min=0,
             max=1, width=8),
         Panel("GPU memory allocated vs limit per node", "timeseries", (
-            Query('sum by (nodeid) (GPUDeviceMemoryAllocated{region=~"$region"})', "{{nodeid}} allocated"),
-            Query('sum by (nodeid) (GPUDeviceMemoryLimit{region=~"$region"})', "{{nodeid}} limit"),
+            Query(f"sum by (nodeid) ({dedup('GPUDeviceMemoryAllocated', REGION)})", "{{nodeid}} allocated"),
+            Query(f"sum by (nodeid) ({dedup('GPUDeviceMemoryLimit', REGION)})", "{{nodeid}} limit"),
         ), NO_HAMI.format(what="scheduler, GPUDeviceMemory*"), unit="bytes", width=8),
         Panel("Containers sharing a GPU", "timeseries", (Query(
             'topk(20, max by (nodeid, deviceidx) (GPUDeviceSharedNum{region=~"$region"}))',

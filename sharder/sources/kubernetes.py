@@ -10,7 +10,8 @@ are followed, each by list-then-watch with ``resourceVersion`` bookkeeping:
 
 Watches ask for bookmarks (so a quiet stream still advances its resourceVersion) and end
 after ``watch_timeout_s``, then resume from the last version. A watch answered with
-410 Gone (history compacted) relists; the known objects are replaced only once the new
+410 Gone (history compacted), as an ERROR event or as the HTTP status of the watch
+request, relists; the known objects are replaced only once the new
 list has arrived, so nothing is dropped in between. Other errors back off with jitter.
 Raw JSON is used (``_preload_content=False``): the client's model classes are not needed.
 Every endpoint becomes an inventory entry validated by ``sharder.lastknown.parse_entries``.
@@ -100,13 +101,20 @@ class _Stream:
 
     def events(self, *, timeout_s: int) -> Iterator[dict[str, Any]]:
         """Watch from ``version``; yields each change after applying it to ``objects``."""
-        response = self.call(
-            watch=True,
-            resource_version=self.version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=timeout_s,
-            _preload_content=False,
-        )
+        try:
+            response = self.call(
+                watch=True,
+                resource_version=self.version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_s,
+                _preload_content=False,
+            )
+        except kubernetes.client.ApiException as exc:
+            # The server may refuse the watch itself with HTTP 410 instead of an ERROR event
+            # (client-go's reflector handles both); retrying the same version would loop.
+            if exc.status == 410:
+                raise Gone(exc.reason or "resource version too old") from exc
+            raise
         try:
             for line in iter_resp_lines(response):
                 if not line.strip():

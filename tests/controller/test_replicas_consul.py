@@ -165,6 +165,18 @@ def test_a_follower_serves_the_leaders_state_and_refuses_writes_naming_the_leade
     assert leader.api.post("/v1/plan", json={"add_shard": ["r1"]}, headers=AUTH).status_code == 200
 
 
+def test_sd_fetches_served_by_a_follower_reach_the_leader(replicas: list[Replica]) -> None:
+    leader, follower = leader_and_follower(replicas)
+    wait_for(lambda: same_sd(replicas, "r1-0"), timeout=30, what="both replicas serving one SD answer")
+    assert leader.service.controller._fetched("r1-1") is None
+    assert follower.api.get("/v1/sd/r1-1").status_code == 200  # the child asked the follower
+    wait_for(
+        lambda: leader.service.controller._fetched("r1-1"),
+        timeout=30,
+        what="the leader learning of the fetch",
+    )
+
+
 def test_a_registration_at_the_leader_reaches_the_followers_sd(replicas: list[Replica]) -> None:
     leader, follower = leader_and_follower(replicas)
     body = {"address": "10.9.9.9", "port": 9400, "job": "gpu", "node": "late", "region": "r1"}
@@ -201,6 +213,8 @@ def test_a_take_over_moves_nothing_and_finishes_the_handovers_in_flight(replicas
     assert follower.status()["fence"] > old_fence
     entries = follower.api.get("/v1/audit").json()["entries"]
     assert entries[0]["action"] == "lead" and entries[0]["detail"]["fence"] == follower.status()["fence"]
+    for shard in {h.to_shard for h in in_flight}:  # the new shard's child fetches its list
+        assert follower.api.get(f"/v1/sd/{shard}").status_code == 200
     wait_for(
         lambda: follower.service.controller.state.handovers == [], timeout=30, what="hand-overs finished"
     )

@@ -8,6 +8,7 @@ and only lints. ``kubernetes-validate --strict`` refuses unknown fields, per min
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import subprocess
 import threading
@@ -23,6 +24,7 @@ from deploy_tools import exporter_settings_from
 
 from federation.dashboards import dashboard_files
 from federation.spec import load_gpufed_spec
+from thanos import formats
 
 CHART = ROOT / "helm" / "gpufed"
 CI_FILES = sorted((CHART / "ci").glob("*.yaml"))
@@ -158,6 +160,12 @@ def test_hashring_checksum_follows_the_receive_set(chart: helm.Chart) -> None:
         return str(receive["spec"]["template"]["metadata"]["annotations"]["checksum/hashrings"])
 
     assert checksum(3) != checksum(4)
+    objects = render(chart, base)
+    (ring,) = json.loads(find(objects, "ConfigMap", "-hashrings")["data"]["hashrings.json"])
+    assert ring["algorithm"] == "ketama"  # as thanos/render.py renders it, not Thanos' hashmod default
+    (container,) = find(objects, "StatefulSet", "-thanos-receive")["spec"]["template"]["spec"]["containers"]
+    assert "--receive.hashrings-algorithm=ketama" in container["args"]
+    formats.parse_hashrings(json.dumps([ring]))
     with pytest.raises(helm.HelmError, match="cannot exceed"):
         render(chart, {**base, "thanos": {**base["thanos"], "receive": {"replicas": 1}}})
 

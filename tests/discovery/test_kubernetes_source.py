@@ -94,6 +94,19 @@ def test_410_gone_relists_without_losing_targets(api: FakeKubeAPI) -> None:
     assert all(after.targets[i] == s for i, s in before.targets.items())  # nothing lost, nothing moved
 
 
+def test_a_watch_refused_with_http_410_relists_instead_of_retrying_the_old_version(api: FakeKubeAPI) -> None:
+    seed(api)
+    sink = RecordingSink()
+    source = source_for(api, sink)
+    source.sync()
+    known = [t.address for t in sink.changes[-1][1]]
+    relists = source.endpoints.relists
+    api.fail_next.append(410)  # the watch request itself answers 410, no ERROR event
+    assert source.watch_once(source.endpoints)
+    assert source.endpoints.relists == relists + 1 and sink.errors[-1] == ("kubernetes", "gone")
+    assert [t.address for t in sink.changes[-1][1]] == known
+
+
 def test_api_errors_keep_the_last_set_and_node_changes_apply(api: FakeKubeAPI) -> None:
     seed(api)
     sink = RecordingSink()

@@ -50,7 +50,11 @@ KEPT = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP"]
 DROPPED = "DCGM_FI_DEV_POWER_USAGE"  # served by every simulated node, not in the keep list
 CONVERGE_S = 30.0
 FAST = {"group_wait": "1s", "group_interval": "2s", "repeat_interval": "1h"}
-#: An alert that fires as soon as GPU data reaches the master; one per region.
+#: E2EFleetReporting fires as soon as GPU data reaches the master; one per region.
+#: E2EHandoverCopies gives every node two alerts that differ only in ``shard``, as a rule
+#: without ``max without (shard, replica)`` does while a hand-over's old and new owner both
+#: scrape the node; the master's alert_relabel_configs must make them one. E2EPerShard is
+#: about a shard (``node="*"``), so it must keep ``shard``.
 E2E_RULES = """\
 groups:
   - name: e2e
@@ -59,6 +63,12 @@ groups:
       - alert: E2EFleetReporting
         expr: count by (cluster, region) (DCGM_FI_DEV_GPU_UTIL) > 0
         labels: {severity: warning, component: e2e, node: "*"}
+      - alert: E2EHandoverCopies
+        expr: up{job="gpu"} or label_replace(up{job="gpu"}, "shard", "$1-next", "shard", "(.+)")
+        labels: {severity: info, component: e2e}
+      - alert: E2EPerShard
+        expr: group by (cluster, region, shard) (up{job="gpu"})
+        labels: {severity: info, component: e2e, node: "*"}
 """
 
 
@@ -345,13 +355,46 @@ def test_master_alert_reaches_both_alertmanagers_and_is_delivered_once(federatio
 
     def firing_by_region() -> dict[str, int] | None:
         counts = Counter(
-            n["groupLabels"]["region"] for n in federation.hook.received() if n["status"] == "firing"
+            n["groupLabels"]["region"]
+            for n in federation.hook.received()
+            if n["status"] == "firing" and n["groupLabels"].get("alertname") == "E2EFleetReporting"
         )
         return dict(counts) if sorted(counts) == regions else None
 
     wait_for(firing_by_region, timeout=CONVERGE_S, what="one notification per region group")
     time.sleep(3)  # past both replicas' peer timeout and group_interval: a duplicate would be here
     assert firing_by_region() == dict.fromkeys(regions, 1)
+
+
+def test_hand_over_copies_of_a_node_alert_are_one_alert(federation: Federation) -> None:
+    shards = sorted(federation.assignment.shards)
+    nodes = sorted(federation.fleet.nodes)
+
+    def alerts_at(url: str, name: str) -> list[dict[str, Any]]:
+        response = federation.client.get(f"{url}/api/v2/alerts", params={"filter": f'alertname="{name}"'})
+        response.raise_for_status()
+        found: list[dict[str, Any]] = response.json()
+        return found
+
+    def one_per_shard(url: str) -> list[dict[str, Any]] | None:
+        found = alerts_at(url, "E2EPerShard")
+        return found if sorted(a["labels"].get("shard", "") for a in found) == shards else None
+
+    def every_node(url: str) -> list[dict[str, Any]] | None:
+        found = alerts_at(url, "E2EHandoverCopies")
+        return found if {a["labels"]["node"] for a in found} == set(nodes) else None
+
+    for url in federation.alertmanagers.urls:
+        per_shard = wait_for(
+            lambda url=url: one_per_shard(url), timeout=CONVERGE_S, what=f"E2EPerShard at {url}"
+        )
+        assert all(a["labels"]["node"] == "*" for a in per_shard)
+        copies = wait_for(
+            lambda url=url: every_node(url), timeout=CONVERGE_S, what=f"E2EHandoverCopies at {url}"
+        )
+        # Prometheus sent two per node (shard X and X-next); without shard they are one alert.
+        assert sorted(a["labels"]["node"] for a in copies) == nodes
+        assert all("shard" not in a["labels"] and "replica" not in a["labels"] for a in copies)
 
 
 def test_added_shard_moves_only_its_share(federation: Federation) -> None:

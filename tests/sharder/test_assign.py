@@ -421,3 +421,16 @@ def test_identities_match_the_target_property() -> None:
     ]
     assert _identities(targets) == [t.identity for t in targets]
     assert set(assign(make_spec({"r-a": 2}), targets).targets) == {t.identity for t in targets}
+
+
+def test_a_jobs_weight_counts_in_the_full_assignment_as_in_the_incremental_one() -> None:
+    from sharder.incremental import IncrementalAssigner
+
+    spec = make_spec({"r": 3})
+    nodes = [gpu_target(n, region="r") for n in range(30)]
+    exporters = [t.model_copy(update={"port": 9100, "job": "node", "explicit_weight": 1}) for t in nodes]
+    full = assign(spec, nodes + exporters)
+    assert {full.weights[t.identity] for t in exporters} == {1}  # a node exporter is not 8 GPUs
+    assert sum(full.load().values()) == 30 * 8 + 30
+    grown = IncrementalAssigner(spec, nodes + exporters[:-1]).apply(added=[exporters[-1]], removed=[])
+    assert grown == assign(spec, nodes + exporters, previous=assign(spec, nodes + exporters[:-1]))

@@ -53,9 +53,15 @@ def test_per_region_tenants_and_every_alertmanager(tmp_path: Path) -> None:
     assert spec.alerting is not None
     targets = config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
     assert targets == [r.address for r in spec.alerting.replicas]
-    assert {"action": "labeldrop", "regex": "replica|handover|receive_replica"} in (
-        config["alerting"]["alert_relabel_configs"]
-    )
+    relabel = config["alerting"]["alert_relabel_configs"]
+    assert {"action": "labeldrop", "regex": "replica|receive_replica"} in relabel
+    assert {
+        "action": "replace",
+        "source_labels": ["node"],
+        "regex": "[^*].*",
+        "target_label": "shard",
+        "replacement": "",
+    } in relabel
     assert config["global"]["external_labels"]["replica"] == "${GPUFED_MASTER_REPLICA}"
 
 

@@ -107,11 +107,16 @@ def test_s3_keys_env_and_file_sse_kms() -> None:
     }
 
 
-def test_query_deduplicates_replica_and_handover() -> None:
+def test_query_deduplicates_replica_and_shard() -> None:
+    """HA copies differ in replica; a hand-over's old and new owner's copies in shard."""
     for name in CASES:
         args = json.loads(bundle_for(name)["thanos/query.json"])["instances"]["query"]["args"]
         labels = [a.split("=", 1)[1] for a in args if a.startswith("--query.replica-label=")]
-        assert labels[:2] == ["replica", "handover"], name
+        assert labels[:2] == ["replica", "shard"], name
+        assert "handover" not in labels, name
+        thanos = spec_for(name).thanos
+        assert thanos is not None
+        assert ("receive_replica" in labels) == (thanos.mode == "receive"), name
         assert all(
             a.split("=", 1)[1].startswith(("dns+", "dnssrv+")) for a in args if a.startswith("--endpoint=")
         )

@@ -75,12 +75,13 @@ call with (dict "ctx" $ "name" "sync" "files" (list ...) "loop" true "reload" "h
     limits: {memory: 32Mi}
 {{- end -}}
 
-{{/* Thanos Receive hashrings: every receive pod by its stable DNS name */}}
+{{/* Thanos Receive hashrings: every receive pod by its stable DNS name; ketama, as gpufed
+renders it (Thanos' default, hashmod, moves most series when an ingestor joins) */}}
 {{- define "gpufed.hashrings" -}}
 {{- $receive := printf "%s-thanos-receive" (include "gpufed.fullname" .) -}}
 {{- $endpoints := list -}}
 {{- range $i := until (int .Values.thanos.receive.replicas) -}}
 {{- $endpoints = append $endpoints (printf "%s-%d.%s.%s.svc:10901" $receive $i $receive $.Release.Namespace) -}}
 {{- end -}}
-{{- list (dict "hashring" "default" "endpoints" $endpoints) | toPrettyJson -}}
+{{- list (dict "hashring" "default" "algorithm" "ketama" "endpoints" $endpoints) | toPrettyJson -}}
 {{- end -}}
