@@ -59,6 +59,11 @@ class FetchLog(Protocol):
     def fetches(self) -> dict[str, float]: ...
 
 
+FETCH_STEP_S = 5.0
+"""A replica writes its fetch times when one moved on by this much: children fetch every
+few seconds, a hand-over window is tens of seconds, one write per replica per step."""
+
+
 def replica_id() -> str:
     """A name for this controller instance's key (host, process, and a random part)."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -198,7 +203,8 @@ class Replication:
             return
         try:
             mine = dict(self.sd_fetched)
-            if mine != self._fetches_shared:
+            shared = self._fetches_shared
+            if any(at >= shared.get(shard, float("-inf")) + FETCH_STEP_S for shard, at in mine.items()):
                 self.store.note_fetches(self.replica_id, mine)
                 self._fetches_shared = mine
             if self._can_write():
