@@ -27,6 +27,7 @@ def _register() -> None:
         bench_controller,
         bench_discovery,
         bench_failover,
+        demo,
         render,
         serve,
         watch,
@@ -40,6 +41,7 @@ def _register() -> None:
     bench_controller.register(bench_app)
     bench_failover.register(bench_app)
     bench_balance.register(bench_app)
+    demo.register(app)
 
 
 def main() -> None:

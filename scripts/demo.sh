@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The main job on the bundled example: render every child Prometheus config for the
-# example federation and check each with promtool.
+# The main job: the whole federation live on this machine (`gpufed demo`): a simulated
+# GPU fleet registering with the controller, child Prometheus servers, the master with
+# the rule pack, an Alertmanager HA pair and the DingTalk relay. Ctrl-C stops all of it.
+# Flags pass through, e.g. `bash scripts/demo.sh --nodes 500 --duration 120 --json`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PATH"
-gpufed render --spec examples/federation.yaml --inventory examples/inventory.yaml --out out/ "$@"
+exec gpufed demo "$@"

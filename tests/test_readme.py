@@ -29,17 +29,21 @@ def test_quick_start_has_exactly_the_two_setup_commands() -> None:
     assert "bash scripts/test.sh" in (ROOT / ".ci/run").read_text(encoding="utf-8")
 
 
-def demo_render_args() -> list[str]:
-    """The gpufed command scripts/demo.sh runs, without the trailing "$@"."""
-    line = next(
-        line for line in (ROOT / "scripts/demo.sh").read_text().splitlines() if line.startswith("gpufed ")
-    )
-    args = shlex.split(line)[1:]
-    return [arg for arg in args if arg != "$@"]
+def test_demo_script_runs_the_live_demo_with_its_arguments() -> None:
+    lines = (ROOT / "scripts/demo.sh").read_text().splitlines()
+    assert "bash scripts/bootstrap.sh" in lines
+    assert lines[-1] == 'exec gpufed demo "$@"'
+    assert lines.index("bash scripts/bootstrap.sh") < len(lines) - 1
 
 
-def test_demo_command_renders_the_bundled_example(tmp_path: Path, promtool: str, amtool: str) -> None:
-    args = demo_render_args()
+def readme_render_args() -> list[str]:
+    """The ``gpufed render`` example of "Shards and child configs", as the README writes it."""
+    line = next(line for line in README.splitlines() if line.startswith("gpufed render "))
+    return shlex.split(line)[1:]
+
+
+def test_render_example_renders_the_bundled_example(tmp_path: Path, promtool: str, amtool: str) -> None:
+    args = readme_render_args()
     assert args[:1] == ["render"]
     args[args.index("--out") + 1] = str(tmp_path / "out")
     done = subprocess.run(

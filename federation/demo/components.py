@@ -1,0 +1,134 @@
+"""The command line of every process the demo starts: pure, from the plan and rendered files.
+
+Each function returns a :class:`Launch` (name, argv, extra environment, the URL that
+answers 200 once it serves). Python components run with the demo's own interpreter
+(``sys.executable -m ...``), so a virtualenv or a ``PYTHONPATH`` checkout applies to them
+as it does to the demo. Prometheus and Alertmanager run the flags gpufed renders
+(``master/flags.json``, ``alertmanager.ha``), with ``0.0.0.0`` listen addresses moved to
+loopback: the demo serves nothing beyond this machine.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from federation.demo.plan import Layout, url
+from sharder.render import AGENT_FLAG
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Launch:
+    name: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    ready_url: str | None = None
+    ready_timeout: float = 90.0
+
+
+def python(module: str, *args: str) -> tuple[str, ...]:
+    return (sys.executable, "-m", module, *args)
+
+
+def loopback(flags: Sequence[str]) -> list[str]:
+    """Listen flags bound to every interface -> bound to loopback only."""
+    return [
+        flag.replace("=0.0.0.0:", f"={LOOPBACK}:") if "listen-address=" in flag else flag for flag in flags
+    ]
+
+
+def controller(
+    *,
+    spec: Path,
+    data_dir: Path,
+    port: int,
+    token: str,
+    child_urls: Mapping[str, str],
+    child_url_template: str,
+    consul: str | None,
+) -> Launch:
+    args = [
+        "serve",
+        f"--spec={spec}",
+        f"--data-dir={data_dir}",
+        f"--listen={LOOPBACK}:{port}",
+        f"--child-url-template={child_url_template}",
+        *(f"--child-url={child}={address}" for child, address in sorted(child_urls.items())),
+    ]
+    if consul:
+        args.append(f"--consul={consul}")
+    # The token goes through the environment: a flag would show in `ps` to every user.
+    return Launch(
+        name="controller",
+        argv=python("federation.cli", *args),
+        env={"GPUFED_TOKEN": token},
+        ready_url=url(port, "/healthz"),
+    )
+
+
+def fleet(*, layout: Layout, port: int, consul: str | None, register_url: str, token: str) -> Launch:
+    """The simulated fleet; it registers its nodes itself, in Consul or with the controller."""
+    args = [
+        "fleet",
+        f"--nodes={layout.nodes}",
+        f"--gpus={layout.gpus}",
+        f"--regions={layout.regions}",
+        f"--listen={LOOPBACK}:{port}",
+    ]
+    env: dict[str, str] = {}
+    if consul:
+        args.append(f"--consul={consul}")
+    else:
+        args.append(f"--register-url={register_url}")
+        env["GPUFED_EXPORTER_REGISTER_TOKEN"] = token
+    ready = url(port, "/readyz")  # every node collected once
+    return Launch(name="fleet", argv=python("exporter", *args), env=env, ready_url=ready, ready_timeout=180)
+
+
+def relay(*, config: Path, port: int, credentials: Mapping[str, str]) -> Launch:
+    return Launch(
+        name="relay",
+        argv=python("alertmanager.dingtalk", f"--config={config}", f"--listen={LOOPBACK}:{port}",
+                    "--log-level=warning"),
+        env=dict(credentials),
+        ready_url=url(port, "/readyz"),
+    )
+
+
+def alertmanager(
+    *, binary: str, name: str, flags: Sequence[str], config: Path, storage: Path, port: int
+) -> Launch:
+    return Launch(
+        name=f"alertmanager-{name.removeprefix('am-')}",
+        argv=(binary, f"--config.file={config}", f"--storage.path={storage}", *loopback(flags),
+              "--log.level=warn"),
+        ready_url=url(port, "/-/ready"),
+    )
+
+
+#: Demo-only: Prometheus re-sends firing alerts every minute by default, and its first send
+#: can come before it has found the Alertmanagers, so the first heartbeat would wait 1 min.
+MASTER_DEMO_FLAGS = ("--rules.alert.resend-delay=10s",)
+
+
+def master(*, binary: str, config: Path, flags: Sequence[str], port: int) -> Launch:
+    return Launch(
+        name="master",
+        argv=(binary, f"--config.file={config}", *loopback(flags), *MASTER_DEMO_FLAGS, "--log.level=warn"),
+        ready_url=url(port, "/-/ready"),
+    )
+
+
+def child(*, binary: str, name: str, config: Path, wal: Path, port: int) -> Launch:
+    """One agent-mode child, as the controller's published config says, with reloads allowed."""
+    return Launch(
+        name=f"child/{name}",
+        argv=(binary, f"--config.file={config}", f"--storage.agent.path={wal}",
+              f"--web.listen-address={LOOPBACK}:{port}", AGENT_FLAG, "--web.enable-lifecycle",
+              "--log.level=warn"),
+        ready_url=url(port, "/-/ready"),
+    )

@@ -1,0 +1,98 @@
+"""Reach a child Prometheus by name: ``http://127.0.0.1:<router>/<child>/...`` -> its port.
+
+In production the controller finds children by name (``--child-url-template
+http://{child}:9090``). On one machine every child has its own free port, and a child
+for a shard added while the demo runs gets one only then, after ``gpufed serve`` has
+started; the children known at start get their ``--child-url`` directly, the later ones
+are reached through this router (``--child-url-template http://127.0.0.1:<router>/{child}``),
+which stands in for the DNS name. Unknown or stopped children answer 502, which the
+controller treats as "cannot tell" (a hand-over then ends by its window).
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class ChildRouter:
+    def __init__(self, *, port: int = 0) -> None:
+        self._ports: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="router")
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def template(self) -> str:
+        return f"http://127.0.0.1:{self.port}/{{child}}"
+
+    def set(self, child: str, port: int) -> None:
+        with self._lock:
+            self._ports[child] = port
+
+    def remove(self, child: str) -> None:
+        with self._lock:
+            self._ports.pop(child, None)
+
+    def lookup(self, child: str) -> int | None:
+        with self._lock:
+            return self._ports.get(child)
+
+    def __enter__(self) -> ChildRouter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _handler(router: ChildRouter) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self._forward("GET")
+
+        def do_POST(self) -> None:
+            self._forward("POST")
+
+        def _forward(self, method: str) -> None:
+            child, _, rest = self.path.lstrip("/").partition("/")
+            port = router.lookup(child)
+            if port is None:
+                self._fail(f"no child {child!r} runs here")
+                return
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            try:
+                conn.request(method, "/" + rest, body=body or None)
+                answer = conn.getresponse()
+                payload = answer.read()
+            except OSError as exc:
+                self._fail(f"child {child!r} on port {port}: {exc}")
+                return
+            finally:
+                conn.close()
+            self.send_response(answer.status)
+            self.send_header("Content-Type", answer.getheader("Content-Type") or "application/octet-stream")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def _fail(self, why: str) -> None:
+            raw = why.encode()
+            self.send_response(502)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler

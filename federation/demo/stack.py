@@ -1,0 +1,576 @@
+"""The whole federation on one machine: start it, follow the shard map, report, stop it.
+
+Start order (each waits for what it needs; independent processes start together)::
+
+    data dir   clean it (or --keep), stop what a killed run left (pids.json)
+    files      spec.yaml from the embedded default; alertmanager/ and master/ rendered
+               by the pipeline's own renderers; a random token
+    in-process DingTalk sink, child router
+    processes  controller, relay, alertmanager-0/-1 (HA pair), master; the fleet once the
+               controller answers
+    fleet      registers itself with the controller's built-in registry (or Consul)
+    children   one agent-mode Prometheus per child of the assignment, each running the
+               prometheus.yml the controller publishes (GET /v1/configs/children/...
+               answers), read in place from its rendered tree so its reloads apply
+    follower   every 2 s: /v1/shards -> start children of new shards; stop children whose
+               /v1/sd answers 404 (shard removed and its hand-overs done)
+
+``stop`` undoes all of it; ``finish`` reads the figures first (master, sink, /proc),
+stops, then counts what is left alive. Tests drive a running stack through
+``supervisor`` (``stop``/``kill``/``restart`` one component by name), ``sink``, ``http``
+and ``token``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import resource
+import secrets
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from alertmanager import ha
+from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
+from federation import master as mastering
+from federation.demo import components, plan, procstat, report
+from federation.demo.components import Launch
+from federation.demo.router import ChildRouter
+from federation.demo.sink import DingTalkSink, Message, Robot, as_group_sees_it
+from federation.demo.supervisor import ComponentFailed, ProcessSpec, Supervisor, reap_previous
+from federation.spec import GpufedSpec
+from sharder.assign import assign
+from sharder.loading import parse_model, parse_target
+from sharder.output import Bundle, dump_yaml
+
+log = logging.getLogger(__name__)
+MARKER = ".gpufed-demo"
+Say = Callable[[str], None]
+
+
+class DemoError(RuntimeError):
+    """The demo cannot start or run; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    layout: plan.Layout = field(default_factory=plan.Layout)
+    data_dir: Path = Path(".gpufed-demo")
+    keep: bool = False
+    consul: str | None = None
+    register_interval: float = 30.0
+    follow_interval: float = 2.0
+    first_samples_timeout: float = 180.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class DemoStack:
+    def __init__(self, options: DemoOptions, *, say: Say = print, show_messages: bool = True) -> None:
+        self.options = options
+        self.layout = options.layout
+        self.say = say
+        self.show_messages = show_messages
+        self.data = options.data_dir.resolve()
+        self.http = httpx.Client(timeout=httpx.Timeout(10.0))
+        self.supervisor = Supervisor(log_dir=self.data / "logs", pid_file=self.data / "pids.json")
+        self.ports = plan.Ports.allocate(free_port)
+        self.token = secrets.token_hex(24)
+        self.sink: DingTalkSink | None = None
+        self.router: ChildRouter | None = None
+        self.spec: GpufedSpec | None = None
+        self.child_ports: dict[str, int] = {}
+        self.started_children: set[str] = set()
+        self.started_at = time.monotonic()
+        self.startup_s = 0.0
+        self._stop = threading.Event()
+        self._follower: threading.Thread | None = None
+        self._stopped = False
+        self._binaries: dict[str, str] = {}
+        self._log_handler: logging.Handler | None = None
+
+    # ---- URLs -----------------------------------------------------------------------------
+    @property
+    def controller_url(self) -> str:
+        return plan.url(self.ports.controller)
+
+    @property
+    def master_url(self) -> str:
+        return plan.url(self.ports.master)
+
+    def urls(self) -> dict[str, Any]:
+        ams = [plan.url(web) for web, _ in self.ports.alertmanagers]
+        return {
+            "web": self.controller_url + "/",
+            "api_docs": self.controller_url + "/docs",
+            "controller": self.controller_url,
+            "master": self.master_url,
+            "alertmanager": ams[0],
+            "alertmanagers": ams,
+            "relay": plan.url(self.ports.relay),
+            "dingtalk_sink": plan.url(self.ports.sink, "/messages"),
+        }
+
+    # ---- start -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Bring everything up; raises DemoError/ComponentFailed (stop() still cleans up)."""
+        self.started_at = time.monotonic()
+        self._prepare_dir()
+        self._log_to_file()
+        self._binaries = {name: _binary(name) for name in ("prometheus", "prometheus-alertmanager")}
+        token_file = self.data / "token"
+        token_file.write_text(self.token + "\n", encoding="utf-8")
+        token_file.chmod(0o600)
+        credentials = {robot: (secrets.token_hex(16), "SEC" + secrets.token_hex(24)) for robot in plan.robots(
+            self.layout)}
+        spec = self._write_spec()
+        self.spec = spec
+        assert spec.alerting is not None and spec.master is not None
+        self._write_bundle(spec)
+        entries = plan.fleet_entries(self.layout, port=self.ports.fleet)
+        self.child_ports = {child: free_port() for child in self._initial_children(spec, entries)}
+
+        self.sink = DingTalkSink(
+            {r: Robot(name=r, token=t, secret=s) for r, (t, s) in credentials.items()},
+            port=self.ports.sink,
+            on_message=self._show,
+        ).__enter__()
+        self.router = ChildRouter(port=self.ports.router).__enter__()
+        self.say(f"gpufed demo: {self.layout.nodes} nodes x {self.layout.gpus} GPUs over "
+                 f"{self.layout.regions} regions; data in {self.data}")
+
+        env: dict[str, str] = {}
+        for robot, (token, secret) in credentials.items():
+            token_var, secret_var = plan.credential_env(robot)
+            env |= {token_var: token, secret_var: secret}
+        config = self.data / "config"
+        flags = ha.all_replica_flags(spec.alerting)
+        services = [
+            components.relay(config=config / RELAY_FILE, port=self.ports.relay, credentials=env),
+            *(
+                components.alertmanager(
+                    binary=self._binaries["prometheus-alertmanager"], name=replica.name,
+                    flags=flags[replica.name], config=config / ALERTMANAGER_FILE,
+                    storage=self.data / "alertmanager" / replica.name, port=replica.port,
+                )
+                for replica in spec.alerting.replicas
+            ),
+            components.master(
+                binary=self._binaries["prometheus"], config=config / mastering.MASTER_FILE,
+                flags=mastering.master_flags(spec)["flags"], port=spec.master.port,
+            ),
+        ]
+        controller = components.controller(
+            spec=self.data / "spec.yaml", data_dir=self.data / "controller", port=self.ports.controller,
+            token=self.token, child_urls={c: plan.url(p) for c, p in self.child_ports.items()},
+            child_url_template=self.router.template(), consul=self.options.consul,
+        )
+        fleet = components.fleet(
+            layout=self.layout, port=self.ports.fleet, consul=self.options.consul,
+            register_url=self.controller_url, token=self.token,
+        )
+        for launch in (controller, *services):
+            self._launch(launch)
+        # The fleet registers as soon as it serves; with the controller up, the first try lands.
+        self._wait(controller)
+        self._launch(fleet)
+        for launch in (*services, fleet):
+            self._wait(launch)
+        self._wait_assignment()
+        children = sorted(self._wanted_children())
+        for child in children:
+            self._launch_child(child)
+        for child in children:
+            self._wait_child(child)
+        self._follower = threading.Thread(target=self._follow, daemon=True, name="follower")
+        self._follower.start()
+        self._wait_clustered()  # a replica retries joining its peer every 10 s: overlap that wait
+        self._wait_first_samples()
+        self.startup_s = round(time.monotonic() - self.started_at, 1)
+        self.say(f"ready in {self.startup_s:.0f} s")
+        self._print_urls()
+
+    # ---- the data directory, the spec and rendered files -----------------------------------------
+    def _prepare_dir(self) -> None:
+        data = self.data
+        if data.exists():
+            if not data.is_dir():
+                raise DemoError(f"--data-dir {data} is a file; name a directory")
+            if any(data.iterdir()) and not (data / MARKER).exists():
+                raise DemoError(
+                    f"--data-dir {data} holds files gpufed demo did not write; name another directory"
+                    " or empty this one"
+                )
+            reaped = reap_previous(data / "pids.json")
+            if reaped:
+                self.say(f"stopped what a previous run left running: {', '.join(reaped)}")
+            if not self.options.keep:
+                for entry in data.iterdir():
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry)
+                    else:
+                        entry.unlink()
+        data.mkdir(parents=True, exist_ok=True)
+        data.chmod(0o700)
+        (data / MARKER).write_text("written by gpufed demo; the next run empties this directory\n")
+
+    def _log_to_file(self) -> None:
+        (self.data / "logs").mkdir(exist_ok=True)
+        handler = logging.FileHandler(self.data / "logs" / "demo.log", encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        package = logging.getLogger("federation.demo")
+        package.setLevel(logging.INFO)
+        package.addHandler(handler)
+        self._log_handler = handler
+
+    def _write_spec(self) -> GpufedSpec:
+        doc = plan.demo_spec(
+            plan.load_default_spec(), layout=self.layout, ports=self.ports,
+            master_data=str(self.data / "master-data"),
+        )
+        spec = parse_model(GpufedSpec, doc, source="demo spec")
+        (self.data / "spec.yaml").write_bytes(dump_yaml(doc))
+        return spec
+
+    def _write_bundle(self, spec: GpufedSpec) -> None:
+        """The files Alertmanager, the relay and the master run: the pipeline's own renderers."""
+        assert spec.alerting is not None
+        bundle: Bundle = {
+            **render_alerting_bundle(spec.alerting, cluster=spec.cluster, regions=spec.region_names()),
+            **mastering.render_master_bundle(spec, rule_pack=mastering.load_rule_pack()),
+        }
+        for relative, content in bundle.items():
+            path = self.data / "config" / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+
+    def _initial_children(self, spec: GpufedSpec, entries: list[dict[str, Any]]) -> list[str]:
+        """The children the controller's first assignment will have (shard counts are fixed)."""
+        jobs = {job.name: job for job in spec.jobs}
+        targets = [parse_target(e, source="demo", jobs=jobs) for e in entries]
+        assignment = assign(spec, targets)
+        return [child for shard in assignment.shards for child, _ in assignment.children(shard)]
+
+    # ---- processes -----------------------------------------------------------------------------------
+    def _launch(self, launch: Launch) -> None:
+        check = None
+        if launch.ready_url is not None:
+            check = _http_ok(self.http, launch.ready_url)
+        self.supervisor.start(
+            ProcessSpec(
+                name=launch.name, argv=launch.argv, env=launch.env, ready=check,
+                ready_timeout=launch.ready_timeout,
+            )
+        )
+
+    def _step(self, text: str) -> None:
+        self.say(f"  [{time.monotonic() - self.started_at:5.1f} s] {text}")
+
+    def _wait(self, launch: Launch) -> None:
+        self.supervisor.wait_ready(launch.name)
+        where = launch.ready_url or ""
+        for suffix in ("/-/ready", "/readyz", "/healthz"):
+            where = where.removesuffix(suffix)
+        self._step(f"✓ {launch.name:<20} ready  {where}")
+
+    def _wait_clustered(self) -> None:
+        urls = [plan.url(web, "/api/v2/status") for web, _ in self.ports.alertmanagers]
+
+        def clustered() -> bool:
+            states = [self.http.get(u).json()["cluster"] for u in urls]
+            return all(s["status"] == "ready" and len(s.get("peers") or []) == len(urls) for s in states)
+
+        _poll(clustered, timeout=60, what="the Alertmanager pair to form a cluster",
+              alive=lambda: self._check_alive("alertmanager-0", "alertmanager-1"))
+        self._step(f"✓ alertmanager pair    gossiping ({len(urls)} peers)")
+
+    def _wait_assignment(self) -> None:
+        expected = self.layout.nodes
+
+        def assigned() -> bool:
+            status = self.http.get(self.controller_url + "/v1/status").json()
+            return bool(status["ready"]) and int(status["targets"]) >= expected
+
+        how = "Consul" if self.options.consul else "the built-in registry"
+        _poll(assigned, timeout=180, what=f"{expected} targets registered with {how}",
+              alive=lambda: self._check_alive("controller", "fleet"))
+        status = self.http.get(self.controller_url + "/v1/status").json()
+        self._step(f"✓ fleet registered     {status['targets']} targets via {how}; assignment version "
+                 f"{status['assignment_version']}, {status['shards']} shards")
+
+    def _wanted_children(self) -> dict[str, str]:
+        """child -> shard, from /v1/shards."""
+        rows = self.http.get(self.controller_url + "/v1/shards").json()["shards"]
+        return {c["child"]: row["shard"] for row in rows for c in row["children"]}
+
+    def _launch_child(self, child: str) -> None:
+        port = self.child_ports.get(child) or free_port()
+        self.child_ports[child] = port
+        directory = self.data / "children" / child
+        directory.mkdir(parents=True, exist_ok=True)
+        relative = f"children/{child}/prometheus.yml"
+        # The file the controller validated and published, read in place (as a shared volume
+        # would be): when it publishes a changed config it POSTs /-/reload to the child.
+        config = self.data / "controller" / "rendered" / relative
+
+        def published() -> bool:
+            return self.http.get(f"{self.controller_url}/v1/configs/{relative}").status_code == 200
+
+        _poll(published, timeout=60, what=f"the controller to publish {child}'s config")
+        launch = components.child(
+            binary=self._binaries["prometheus"], name=child, config=config, wal=directory / "wal", port=port
+        )
+        self._launch(launch)
+        self.started_children.add(child)
+        assert self.router is not None
+        self.router.set(child, port)
+
+    def _wait_child(self, child: str) -> None:
+        name = f"child/{child}"
+        self.supervisor.wait_ready(name)
+        self._step(f"✓ {name:<20} ready  {plan.url(self.child_ports[child])}")
+
+    def _wait_first_samples(self) -> None:
+        expected = self.layout.nodes
+
+        def arrived() -> bool:
+            figures = report.master_figures(self.http, self.master_url)
+            return figures.targets_up >= expected
+
+        try:
+            _poll(arrived, timeout=self.options.first_samples_timeout,
+                  what="every target's first samples at the master")
+        except DemoError as exc:  # the stack runs; the summary will show how many arrived
+            self._step(f"! {exc}")
+            return
+        self._step(f"✓ master               samples of all {expected} targets arrived")
+
+    def _check_alive(self, *names: str) -> None:
+        for name in names:
+            self.supervisor.is_ready(name)  # raises ComponentFailed with the log tail if it died
+
+    # ---- following the shard map ---------------------------------------------------------------------
+    def _follow(self) -> None:
+        while not self._stop.wait(self.options.follow_interval):
+            try:
+                self.follow_once()
+            except Exception as exc:  # a controller restart or a slow answer: try again next time
+                log.info("follower: %s", exc)
+
+    def follow_once(self) -> None:
+        """Start children of new shards; stop those the controller no longer serves."""
+        wanted = self._wanted_children()
+        for child in sorted(set(wanted) - self.started_children):
+            if self._stop.is_set():
+                return
+            self._launch_child(child)
+            self._wait_child(child)
+            self.say(f"  + child/{child} started for shard {wanted[child]}")
+        for child in sorted(self.started_children - set(wanted)):
+            if not self.supervisor.alive(f"child/{child}"):
+                continue
+            response = self.http.get(f"{self.controller_url}/v1/sd/{child}")
+            if response.status_code == 404:
+                self.supervisor.stop(f"child/{child}")
+                assert self.router is not None
+                self.router.remove(child)
+                self.say(f"  - child/{child} stopped: its shard is gone and handed over")
+
+    def running_children(self) -> list[str]:
+        return sorted(c for c in self.started_children if self.supervisor.alive(f"child/{c}"))
+
+    # ---- running -------------------------------------------------------------------------------------
+    def run(self, duration: float | None, *, status_every: float = 15.0) -> None:
+        """Until ``duration`` passes (None: until interrupted), with a status line now and then."""
+        deadline = None if duration is None else time.monotonic() + duration
+        next_status = time.monotonic() + status_every
+        reported: set[str] = set()
+        while deadline is None or time.monotonic() < deadline:
+            wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+            time.sleep(wait)
+            for name, code in self.supervisor.exited().items():
+                if name not in reported:
+                    reported.add(name)
+                    self.say(f"  ! {name} exited with status {code}; see {self.supervisor.log_tail(name, 5)}")
+            if time.monotonic() >= next_status:
+                next_status += status_every
+                self.say("  " + self.status_line())
+
+    def status_line(self) -> str:
+        figures = report.master_figures(self.http, self.master_url)
+        inbox = self.sink.snapshot() if self.sink is not None else None
+        return report.status_line(
+            figures,
+            expected=self.layout.nodes,
+            children=len(self.running_children()),
+            messages=len(inbox.messages) if inbox else 0,
+            beats=inbox.heartbeats if inbox else 0,
+        )
+
+    # ---- stop and report --------------------------------------------------------------------------------
+    def finish(self, *, duration: float | None, error: str = "") -> dict[str, Any]:
+        """Read every figure, stop everything, count leftovers: the summary document."""
+        figures = report.master_figures(self.http, self.master_url) if self.spec is not None else None
+        stats: dict[str, dict[str, float]] = {
+            name: {"cpu_s": s.cpu_s, "cpu_pct": s.cpu_pct, "rss_mib": s.rss_mib, "pid": s.pid}
+            for name, s in self.supervisor.stats().items()
+        }
+        stats["demo"] = _self_stats()
+        children = len(self.running_children())
+        shards = 0
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+            shards = len(self.http.get(self.controller_url + "/v1/shards").json()["shards"])
+        stopping = time.monotonic()
+        self.stop()
+        shutdown_s = round(time.monotonic() - stopping, 1)
+        inbox = self.sink.snapshot() if self.sink is not None else None
+        summary: dict[str, Any] = {
+            "nodes": self.layout.nodes,
+            "gpus": self.layout.nodes * self.layout.gpus,
+            "regions": self.layout.regions,
+            "replication_factor": self.layout.replication_factor,
+            "shards": shards,
+            "children": children,
+            "targets_expected": self.layout.nodes,
+            "targets_up_at_master": figures.targets_up if figures else 0,
+            "targets_up_by_region": figures.up_by_region if figures else {},
+            "series_at_master": figures.series if figures else 0,
+            "samples_per_s_at_master": figures.samples_per_s if figures else 0.0,
+            "alerts_firing_at_master": figures.firing if figures else {},
+            "alerts_delivered": len(inbox.messages) if inbox else 0,
+            "alerts_by_robot": _count_by_robot(inbox.messages) if inbox else {},
+            "alerts_refused": len(inbox.rejected) if inbox else 0,
+            "heartbeats": inbox.heartbeats if inbox else 0,
+            "startup_s": self.startup_s,
+            "duration_s": duration,
+            "shutdown_s": shutdown_s,
+            "processes": dict(sorted(stats.items())),
+            "leftover_processes": len(self.supervisor.leftovers()),
+            "urls": self.urls(),
+            "data_dir": str(self.data),
+        }
+        if figures is not None and figures.error:
+            summary["master_error"] = figures.error
+        if error:
+            summary["error"] = error
+        return summary
+
+    def stop(self) -> None:
+        """Stop every process and thread the demo started; safe to call twice."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stop.set()
+        if self._follower is not None:
+            self._follower.join(timeout=30)
+        children = [n for n in self.supervisor.names() if n.startswith("child/")]
+        # Children and the fleet together, then the control plane; the Alertmanagers one
+        # at a time (a replica leaving waits for a live peer's ack, 10 s when none is left).
+        # The fleet deregisters its nodes on the way out: while the controller still answers.
+        self.supervisor.stop_all(
+            [[*children, "fleet"], ["controller", "master", "relay"], ["alertmanager-1"], ["alertmanager-0"]]
+        )
+        for server in (self.router, self.sink):
+            if server is not None:
+                server.__exit__(None, None, None)
+        self.http.close()
+        if self._log_handler is not None:
+            logging.getLogger("federation.demo").removeHandler(self._log_handler)
+            self._log_handler.close()
+
+    def __enter__(self) -> DemoStack:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- output -----------------------------------------------------------------------------------------
+    def _show(self, message: Message) -> None:
+        if self.show_messages:
+            self.say(as_group_sees_it(message))
+
+    def _print_urls(self) -> None:
+        urls = self.urls()
+        self.say("")
+        self.say(f"  web page (shard map)  {urls['web']}")
+        self.say(f"  API docs              {urls['api_docs']}")
+        self.say(f"  master Prometheus     {urls['master']}")
+        self.say(f"  Alertmanager          {'  '.join(urls['alertmanagers'])}")
+        self.say(f"  DingTalk messages     {urls['dingtalk_sink']}")
+        self.say(f"  write token           {self.data / 'token'}  (Authorization: Bearer ...)")
+        self.say(f"  logs                  {self.data / 'logs'}")
+        self.say("")
+
+
+def _binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise DemoError(f"{name} is not on PATH: install Debian's prometheus and prometheus-alertmanager"
+                        " packages (bash scripts/bootstrap.sh does)")
+    return path
+
+
+def _http_ok(client: httpx.Client, address: str) -> Callable[[], bool]:
+    def check() -> bool:
+        return client.get(address).status_code == 200
+
+    return check
+
+
+def _poll(check: Callable[[], bool], *, timeout: float, what: str,
+          alive: Callable[[], None] | None = None, interval: float = 0.5) -> None:
+    """Until ``check`` is true; HTTP errors count as "not yet"; ``alive`` raises when a process died."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while True:
+        if alive is not None:
+            alive()
+        try:
+            if check():
+                return
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            last = f" (last: {type(exc).__name__}: {exc})"
+        if time.monotonic() > deadline:
+            raise DemoError(f"gave up waiting for {what} after {timeout:.0f} s{last}")
+        time.sleep(interval)
+
+
+def _self_stats() -> dict[str, float]:
+    """The demo process itself (sink, router, follower), not the children it reaped."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    stat = procstat.read(os.getpid())
+    cpu_s = round(usage.ru_utime + usage.ru_stime, 2)
+    return {
+        "cpu_s": cpu_s,
+        "cpu_pct": round(100 * cpu_s / stat.age_s, 1) if stat and stat.age_s else 0.0,
+        "rss_mib": stat.rss_mib if stat else 0.0,
+        "pid": os.getpid(),
+    }
+
+
+def _count_by_robot(messages: list[Message]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for message in messages:
+        counts[message.robot] = counts.get(message.robot, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def dump_summary(summary: Mapping[str, Any]) -> str:
+    return json.dumps(summary, indent=2, sort_keys=True)
+
+
+__all__ = ["ComponentFailed", "DemoError", "DemoOptions", "DemoStack", "dump_summary", "free_port"]
