@@ -324,7 +324,8 @@ def create_app(
 
     @app.get("/v1/audit", tags=["changes"])
     def audit(
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100, before: Annotated[int | None, Query(ge=1)] = None
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
     ) -> dict[str, Any]:
         entries = controller.audit(limit=limit, before_id=before)
         return {"entries": [e.model_dump(mode="json") for e in entries]}
