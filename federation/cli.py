@@ -26,6 +26,7 @@ def _register() -> None:
         bench_balance,
         bench_controller,
         bench_discovery,
+        bench_failover,
         demo,
         render,
         serve,
@@ -38,6 +39,7 @@ def _register() -> None:
     serve.register(app)
     bench_discovery.register(bench_app)
     bench_controller.register(bench_app)
+    bench_failover.register(bench_app)
     bench_balance.register(bench_app)
     demo.register(app)
 

@@ -276,6 +276,28 @@ class Reconciler:
             self._assignment = assignment
             self._incremental = None
 
+    def reset(
+        self, *, previous: Assignment | None, targets: Mapping[str, Target] | None = None, dirty: bool = False
+    ) -> None:
+        """Start again from a stored assignment: a replica that takes over as leader, a
+        follower adopting the leader's state, or a writer whose check-and-set lost.
+
+        The next change builds on ``previous``; ``targets`` (identity -> target), when given,
+        become what it was made from, so they are served at once and one that vanished gets
+        its grace period instead of leaving at the first tick. ``dirty`` makes the next tick
+        look again (it assigns only if something really differs). Not concurrently with
+        :meth:`tick` (the controller holds one lock over both).
+        """
+        with self._lock:
+            self._assignment = previous
+            self._incremental = None
+            self._sizer = sizing.ShardSizer(self.spec, self._sizer.rules, previous=previous)
+            if targets is not None:
+                self._applied = dict(targets)
+                self._missing_since = {i: t for i, t in self._missing_since.items() if i in self._applied}
+            if dirty:
+                self._mark_dirty()
+
     # ---- state -------------------------------------------------------------------------
     @property
     def assignment(self) -> Assignment | None:
@@ -327,13 +349,7 @@ class Reconciler:
         return shrink is not None and now >= shrink
 
     def _merged(self) -> dict[str, Target]:
-        rank = {name: i for i, name in enumerate(self._precedence)}
-        # "consul/svc@dc2" ranks as "consul": one source may push several named sets.
-        order = sorted(self._sets, key=lambda name: (rank.get(name.split("/")[0], len(rank)), name))
-        merged: dict[str, Target] = {}
-        for name in reversed(order):  # the first in precedence is written last and wins
-            merged.update(self._sets[name])
-        return merged
+        return merge_sets(self._sets, self._precedence)
 
     def _effective(self, now: float) -> dict[str, Target]:
         """Merged targets plus vanished ones still in their grace period."""
@@ -350,6 +366,18 @@ class Reconciler:
             else:
                 del self._missing_since[identity]
         return merged
+
+
+def merge_sets(sets: Mapping[str, Mapping[str, Target]], precedence: Sequence[str]) -> dict[str, Target]:
+    """identity -> target over every source's set; on a clash the source earlier in
+    ``precedence`` wins, then the others by name ("consul/svc@dc2" ranks as "consul": one
+    source may push several named sets)."""
+    rank = {name: i for i, name in enumerate(precedence)}
+    order = sorted(sets, key=lambda name: (rank.get(name.split("/")[0], len(rank)), name))
+    merged: dict[str, Target] = {}
+    for name in reversed(order):  # the first in precedence is written last and wins
+        merged.update(sets[name])
+    return merged
 
 
 def placement_delta(

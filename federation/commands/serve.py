@@ -17,7 +17,7 @@ from federation.commands.render import SpecOpt, user_errors
 from federation.controller.auth import TokenError
 from federation.controller.core import ControllerOptions
 from federation.controller.load import LoadOptions
-from federation.controller.service import ServeSettings, build_service
+from federation.controller.service import ServeSettings, SettingsError, build_service
 from federation.controller.store import StoreError
 from federation.spec import load_gpufed_spec
 from sharder.sources.consul import ConsulConfig
@@ -93,6 +93,27 @@ def serve_command(
         ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error")] = "info",
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store", help="shared state: consul://HOST:PORT/PREFIX, prefix optional (default: SQLite in --data-dir)"
+        ),
+    ] = None,
+    leader_election: Annotated[
+        str, typer.Option("--leader-election", help="consul (replicas share --store) or none")
+    ] = "none",
+    advertise_url: Annotated[
+        str | None,
+        typer.Option("--advertise-url", help="URL clients reach this replica at (default http://LISTEN)"),
+    ] = None,
+    lock_ttl: Annotated[
+        int,
+        typer.Option("--lock-ttl", min=10, max=86400, help="leader session TTL, seconds (Consul: 10-86400)"),
+    ] = 15,
+    lock_delay: Annotated[
+        int,
+        typer.Option("--lock-delay", min=0, max=60, help="Consul lock-delay after a leader's session ends"),
+    ] = 1,
 ) -> None:
     """Run the controller: discovery loop, HTTP SD, REST plans and rebalances."""
     import uvicorn
@@ -119,6 +140,12 @@ def serve_command(
         child_urls=_child_urls(child_url or []),
         child_url_template=child_url_template,
     )
+    if advertise_url is None and host not in ("0.0.0.0", "::", ""):
+        advertise_url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+    if advertise_url is not None and not advertise_url.startswith(("http://", "https://")):
+        raise typer.BadParameter(
+            f"expected an http(s) URL, got {advertise_url!r}", param_hint="--advertise-url"
+        )
     for url in load_url or []:
         if not url.startswith(("http://", "https://")):
             raise typer.BadParameter(f"expected http://host:port, got {url!r}", param_hint="--load-url")
@@ -142,11 +169,16 @@ def serve_command(
         dev=dev,
         check_configs=not no_check,
         options=options,
+        store_url=store,
+        election=leader_election,
+        advertise_url=advertise_url,
+        lock_ttl_s=lock_ttl,
+        lock_delay_s=lock_delay,
         load=load,
     )
     try:
         built = build_service(settings)
-    except (TokenError, StoreError) as exc:
+    except (TokenError, StoreError, SettingsError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     if built.auth.dev:
@@ -155,7 +187,12 @@ def serve_command(
                 "WARNING: gpufed serve --dev: NO TOKEN IS NEEDED to change shards. Never expose this port.",
                 file=sys.stderr,
             )
-    built.start()
+    try:
+        built.start()
+    except StoreError as exc:  # e.g. Consul unreachable: exit, the supervisor restarts us
+        typer.echo(f"error: {exc}", err=True)
+        built.stop()
+        raise typer.Exit(2) from exc
     try:
         uvicorn.run(built.app, host=host, port=port, log_level=log_level, access_log=False)
     finally:

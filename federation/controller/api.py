@@ -115,6 +115,7 @@ def _caller(request: Request, authorization: str | None, scope: str) -> Caller:
         raise core.ControllerError("401")
     if scope not in caller.scopes and not (scope == "register" and "write" in caller.scopes):
         raise _Forbidden(f"token {caller.name!r} lacks the {scope!r} scope")
+    request.app.state.controller.check_writable()  # a follower answers 503 with the leader
     return caller
 
 
@@ -141,6 +142,7 @@ def create_app(
     metrics = controller.metrics
 
     app.state.auth = auth
+    app.state.controller = controller
 
     # ---- errors -------------------------------------------------------------------------
     @app.exception_handler(RequestValidationError)
@@ -276,7 +278,8 @@ def create_app(
             "shards": len(state.assignment.shards) if state.assignment else 0,
             "handovers": len(state.handovers),
             "discovery": controller.discovery_rows(),
-            "leader": leader() if leader is not None else None,
+            **controller.replica_status(),
+            **({"leader": leader()} if leader is not None else {}),
             "configs": None if publish is None else vars(publish),
             "auth": "dev (no token needed)" if auth.dev else "bearer token",
         }
@@ -321,7 +324,8 @@ def create_app(
 
     @app.get("/v1/audit", tags=["changes"])
     def audit(
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100, before: Annotated[int | None, Query(ge=1)] = None
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
     ) -> dict[str, Any]:
         entries = controller.audit(limit=limit, before_id=before)
         return {"entries": [e.model_dump(mode="json") for e in entries]}

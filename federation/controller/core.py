@@ -27,14 +27,16 @@ from federation import pipeline
 from federation.controller import changes as changing
 from federation.controller import handover as handing
 from federation.controller import load as loading
+from federation.controller import replica as replication
 from federation.controller import sdcache
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.probe import ChildProbe, ScrapeState, TargetKey
 from federation.controller.publisher import Publisher
 from federation.controller.registry import BuiltinRegistry
+from federation.controller.replica import Replication
 from federation.controller.shed import shed
 from federation.controller.state import AuditEntry, ControllerState, Desired, Handover
-from federation.controller.store import LastKnownView, StateStore, StoreError
+from federation.controller.store import FencedOut, LastKnownView, StateStore, StoreConflict, StoreError
 from federation.spec import GpufedSpec
 from sharder import plan as planning
 from sharder.assign import assign
@@ -99,6 +101,13 @@ class ControllerOptions:
     settle_interval_s: float = 1.0
     health_interval_s: float = 10.0
     max_plans: int = 64
+    refresh_interval_s: float = 1.0
+    """How often a follower re-reads the shared state (what ``state_age_s`` is bounded by)."""
+    persist_interval_s: float = 5.0
+    """Least seconds between two saves of the discovery sets."""
+    sets_before_state: bool = False
+    """A shared store: followers and the next leader read each target from the stored sets,
+    so the sets are saved before every state that places a new target."""
 
 
 @dataclass(frozen=True)
@@ -131,7 +140,7 @@ class ChildHealth:
     scrapes: dict[TargetKey, ScrapeState] = field(default_factory=dict)
 
 
-class Controller:
+class Controller(Replication):
     def __init__(
         self,
         *,
@@ -144,6 +153,7 @@ class Controller:
         wall_clock: Callable[[], float] = time.time,
         can_write: Callable[[], bool] = lambda: True,
         fence: Callable[[], int | None] = lambda: None,
+        leader: Callable[[], str | None] = lambda: None,
         load: loading.LoadTracker | None = None,
     ) -> None:
         self.spec = spec
@@ -155,6 +165,11 @@ class Controller:
         self._wall = wall_clock
         self._can_write = can_write
         self._fence = fence
+        self._leader = leader
+        self._leading = False
+        self._refreshed_at: float | None = None
+        self._sd_incomplete = False
+        self._withheld = 0
         self.load = load
         self._auto_rebalanced_at = float("-inf")
         self._lock = threading.RLock()
@@ -173,11 +188,15 @@ class Controller:
             on_assignment=self._on_discovery,
             observer=self.discovery,
             store=LastKnownView(store),
+            persist_interval_s=options.persist_interval_s,
         )
         self.registry = BuiltinRegistry(sink=self.reconciler, jobs=self.jobs, ttl_s=options.registry_ttl_s)
         self.sources: list[Any] = [self.registry]
         self.health: dict[str, ChildHealth] = {}
         self.sd_fetched: dict[str, float] = {}
+        self.remote_fetched: dict[str, float] = {}
+        self._fetches_shared: dict[str, float] = {}
+        self.replica_id = replication.replica_id()
         self.sd = sdcache.SdSnapshot(version=0)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -187,15 +206,27 @@ class Controller:
 
     # ---- start / stop ----------------------------------------------------------------
     def restore(self) -> None:
-        """Seed discovery from the persisted sets and serve the stored assignment at once."""
-        sets = self.store.load_sets()
-        self.registry.seed(sets.pop("registry", []))
-        self.reconciler.seed(sets)
-        registered = [t for t, _ in self.registry.entries()]
-        if registered:
-            self.reconciler.on_change("registry", registered, version="persisted")
-        if self.state.assignment is not None:
-            self._publish(targets=self._known_targets())
+        """Seed discovery from the persisted sets and serve the stored assignment at once.
+
+        Run at start and again by :meth:`take_over`: the state is read afresh, a source the
+        reconcile loop has not heard from yet starts from its stored set, and the loop starts
+        from the stored assignment and the targets it was made from, so nothing moves and
+        SD answers in full before the first tick."""
+        with self._lock:
+            state = self.store.load() or ControllerState()
+            sets = self.store.load_sets()
+            self.registry.seed(sets.pop("registry", []))
+            live = self.reconciler.source_sets()
+            self.reconciler.seed({name: targets for name, targets in sets.items() if name not in live})
+            registered = [t for t, _ in self.registry.entries()]
+            if registered:
+                self.reconciler.on_change("registry", registered, version="persisted")
+            self._adopt(state)
+
+    def check_writable(self) -> None:
+        """Raise :class:`Unavailable` naming the leader when this replica may not write."""
+        if not self._can_write():
+            raise Unavailable("this replica is a follower: send changes to the leader", leader=self._leader())
 
     def start(self, sources: Sequence[Any] = ()) -> None:
         self.sources = [self.registry, *sources]
@@ -222,17 +253,28 @@ class Controller:
 
     # ---- the loop ------------------------------------------------------------------------
     def _loop(self, stop: threading.Event) -> None:
-        settle_at = 0.0
+        settle_at = refresh_at = 0.0
         while not stop.is_set():
             due = self.reconciler.next_due()
             stop.wait(0.1 if due is None else min(max(due, 0.0), 0.1))
-            if not self._can_write():
-                continue
             try:
+                if not self._can_write():  # a follower: serve what the leader stored
+                    if self._leading:
+                        log.warning("no longer the leader; following %s", self._leader())
+                    self._leading = False
+                    if time.monotonic() >= refresh_at:
+                        refresh_at = time.monotonic() + self.options.refresh_interval_s
+                        self.refresh_from_store()
+                        self.share_fetches()
+                    continue
+                if not self._leading:
+                    self.take_over()
+                    self._leading = True
                 with self._lock:
                     self.reconciler.tick()
                 if time.monotonic() >= settle_at:
                     settle_at = time.monotonic() + self.options.settle_interval_s
+                    self.share_fetches()
                     self.settle()
             except Exception:  # the loop must outlive any one bad tick
                 log.exception("controller loop iteration failed")
@@ -286,6 +328,8 @@ class Controller:
                 "handovers": handovers,
             }
         )
+        if self.options.sets_before_state:
+            self.store.save_sets(self.reconciler.source_sets())
         self._commit(state, audit=audit)
         self.metrics.moves.labels(cause="discovery").inc(plan.counts.moved)
         self._publish(targets=targets)
@@ -299,12 +343,16 @@ class Controller:
                 audit=audit,
                 fence=self._fence(),
             )
+        except (StoreConflict, FencedOut):
+            self.metrics.store_errors.inc()
+            self._resync()
+            raise
         except StoreError:
             self.metrics.store_errors.inc()
             raise
 
-    def _publish(self, *, targets: Mapping[str, Target]) -> None:
-        state = self.state
+    def _publish(self, *, targets: Mapping[str, Target], state: ControllerState | None = None) -> None:
+        state = state or self.state
         assignment = state.assignment
         if assignment is None:
             return
@@ -434,7 +482,8 @@ class Controller:
     def _fetched(self, shard: str) -> float | None:
         if self.spec.children.target_discovery != "http_sd":
             return self._wall()  # file_sd: the files are written now; nothing to wait for
-        return self.sd_fetched.get(shard)
+        seen = [t for t in (self.sd_fetched.get(shard), self.remote_fetched.get(shard)) if t is not None]
+        return max(seen) if seen else None  # fetches other replicas served count too
 
     def child_url(self, child: str) -> str | None:
         url = self.options.child_urls.get(child)
@@ -553,8 +602,7 @@ class Controller:
             planned = self._plans.get(version)
             if planned is None:
                 raise NotFound(f"no plan with version {version!r} (plans are kept in memory; plan again)")
-            if not self._can_write():
-                raise Unavailable("this replica is not the leader")
+            self.check_writable()
             targets = self._known_targets()
             if planned.result is not None and planned.assignment_version == state.assignment_version:
                 assignment = planned.result  # nothing changed since the plan: it is still exact
@@ -575,19 +623,23 @@ class Controller:
                 moved=plan.counts.moved,
                 detail={"version": version, "change": change, "counts": plan.counts.model_dump(mode="json")},
             )
-            self._commit(
-                state.model_copy(
-                    update={
-                        "desired": planned.desired,
-                        "desired_revision": state.desired_revision + 1,
-                        "assignment": assignment,
-                        "assignment_version": state.assignment_version + 1,
-                        "last_plan": version,
-                        "handovers": handovers,
-                    }
-                ),
-                audit=audit,
-            )
+            update = {
+                "desired": planned.desired,
+                "desired_revision": state.desired_revision + 1,
+                "assignment": assignment,
+                "assignment_version": state.assignment_version + 1,
+                "last_plan": version,
+                "handovers": handovers,
+            }
+            try:
+                self._commit(state.model_copy(update=update), audit=audit)
+            except StoreConflict as exc:
+                raise Conflict(
+                    f"another writer changed the state meanwhile ({exc}); plan again",
+                    current_version=self.current_version(),
+                ) from exc
+            except FencedOut as exc:
+                raise Unavailable(f"this replica lost the leadership ({exc})", leader=self._leader()) from exc
             self.reconciler.adopt(assignment)
             self.metrics.rebalances.labels(result="applied").inc()
             self.metrics.moves.labels(cause="rebalance").inc(plan.counts.moved)

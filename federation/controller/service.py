@@ -1,12 +1,18 @@
 """Wiring for ``gpufed serve``: settings in, a running controller and its ASGI app out.
 
 Kept apart from the CLI so tests (and ``gpufed demo``) build the same service in-process.
+The store is SQLite in the data directory unless ``store_url`` names Consul
+(``consul://HOST:PORT[/prefix]``), which several replicas share; ``election="consul"``
+then makes one of them the leader (``consul_lock``), the others followers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +25,10 @@ from prometheus_client import CollectorRegistry
 from alertmanager.amtool import Amtool
 from federation.controller import api
 from federation.controller.auth import Authenticator, load_tokens
+from federation.controller.consul_lock import ConsulLock
+from federation.controller.consul_store import ConsulStore
 from federation.controller.core import Controller, ControllerOptions
+from federation.controller.leader import AlwaysLeader, LeaderElector
 from federation.controller.load import LoadOptions, LoadTracker
 from federation.controller.load_reader import PrometheusLoadReader
 from federation.controller.load_weights import LoadReader
@@ -31,7 +40,7 @@ from federation.controller.store import StateStore
 from federation.spec import GpufedSpec
 from federation.watching import WatchOptions, build_sources
 from sharder.promtool import Promtool
-from sharder.sources.consul import ConsulConfig
+from sharder.sources.consul import ConsulConfig, make_client
 from sharder.sources.kubernetes import KubernetesConfig
 
 log = logging.getLogger(__name__)
@@ -51,6 +60,64 @@ class ServeSettings:
     load: LoadOptions | None = None
     """Measured load (``--load-url``); None: read it only from full-Prometheus children, if any are known."""
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    store_url: str | None = None
+    """None: SQLite in ``data_dir``; ``consul://HOST:PORT[/prefix]``: Consul KV, shared."""
+    election: str = "none"
+    """``none`` (one replica) or ``consul`` (a session lock next to the Consul store)."""
+    advertise_url: str | None = None
+    """This replica's URL as followers report it to callers (the lock's value)."""
+    lock_ttl_s: int = 15
+    lock_delay_s: int = 1
+
+
+class SettingsError(ValueError):
+    """A setting that cannot work; the message names the flag."""
+
+
+def parse_store_url(url: str) -> tuple[str, str]:
+    """``consul://HOST:PORT[/prefix]`` -> (``HOST:PORT``, prefix, default ``gpufed``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("consul", "consul+https"):
+        raise SettingsError(f"--store: expected consul://HOST:PORT[/prefix], got {url!r}")
+    address, _, prefix = rest.partition("/")
+    prefix = prefix.strip("/") or "gpufed"
+    _host, colon, port = address.rpartition(":")
+    if not address or (colon and not port.isdigit()) or not re.fullmatch(r"[A-Za-z0-9,._/-]+", prefix):
+        raise SettingsError(f"--store: expected consul://HOST:PORT[/prefix], got {url!r}")
+    return ("https://" if scheme == "consul+https" else "") + address, prefix
+
+
+def build_store(settings: ServeSettings) -> StateStore:
+    if settings.store_url is None:
+        return SqliteStore(settings.data_dir / "state.db")
+    address, prefix = parse_store_url(settings.store_url)
+    client = make_client(ConsulConfig(address=address, timeout_s=5.0))
+    return ConsulStore(client, prefix=prefix, where=settings.store_url)
+
+
+def build_elector(settings: ServeSettings) -> LeaderElector:
+    if settings.election == "none":
+        return AlwaysLeader(address=settings.advertise_url)
+    if settings.election != "consul":
+        raise SettingsError(f"--leader-election: expected consul or none, got {settings.election!r}")
+    if settings.store_url is None:
+        raise SettingsError(
+            "--leader-election consul needs a shared store: --store consul://HOST:PORT[/prefix]"
+        )
+    if not settings.advertise_url:
+        raise SettingsError("--leader-election consul needs --advertise-url (how clients reach this replica)")
+    address, prefix = parse_store_url(settings.store_url)
+    client = make_client(ConsulConfig(address=address, timeout_s=5.0))
+    try:
+        return ConsulLock(
+            client,
+            key=f"{prefix}/leader",
+            address=settings.advertise_url,
+            ttl_s=settings.lock_ttl_s,
+            lock_delay_s=settings.lock_delay_s,
+        )
+    except ValueError as exc:
+        raise SettingsError(f"--lock-ttl/--lock-delay: {exc}") from exc
 
 
 @dataclass
@@ -61,13 +128,23 @@ class Service:
     store: StateStore
     http: httpx.Client
     sources: list[Any]
+    elector: LeaderElector = field(default_factory=AlwaysLeader)
+    _election_stop: threading.Event = field(default_factory=threading.Event)
+    _election: threading.Thread | None = None
 
     def start(self) -> None:
         self.controller.restore()
+        self._election = threading.Thread(
+            target=self.elector.run, args=(self._election_stop,), daemon=True, name="leader-election"
+        )
+        self._election.start()
         self.controller.start(self.sources)
 
     def stop(self) -> None:
-        self.controller.stop()
+        self.controller.stop()  # no more writes, then give the lock up (resign)
+        self._election_stop.set()
+        if self._election is not None:
+            self._election.join(timeout=10)
         self.http.close()
         self.store.close()
 
@@ -86,7 +163,13 @@ def build_service(
     auth = Authenticator(tokens, dev=settings.dev)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(settings.data_dir, 0o700)
-    store = store or SqliteStore(settings.data_dir / "state.db")
+    elector = build_elector(settings)
+    store = store or build_store(settings)
+    options = settings.options
+    if settings.store_url is not None:  # followers and the next leader read targets from the sets
+        options = dataclasses.replace(
+            options, persist_interval_s=min(options.persist_interval_s, 1.0), sets_before_state=True
+        )
     metrics = ControllerMetrics(registry=CollectorRegistry())
     http = httpx.Client(timeout=httpx.Timeout(2.0))
     publisher = Publisher(
@@ -100,17 +183,22 @@ def build_service(
         spec=settings.spec,
         store=store,
         metrics=metrics,
-        options=settings.options,
+        options=options,
         probe=ChildProbe(http),
         publisher=publisher,
         load=_load_tracker(
             settings, load_reader or PrometheusLoadReader(http, jobs=[job.name for job in settings.spec.jobs])
         ),
+        can_write=elector.is_leader,
+        fence=elector.fence,
+        leader=elector.leader_address,
     )
     watch = WatchOptions(consul=settings.consul, kubernetes=settings.kubernetes, file=settings.inventory)
     sources = build_sources(watch, sink=controller.reconciler, spec=settings.spec)
     app = api.create_app(controller, auth=auth)
-    return Service(controller=controller, app=app, auth=auth, store=store, http=http, sources=sources)
+    return Service(
+        controller=controller, app=app, auth=auth, store=store, http=http, sources=sources, elector=elector
+    )
 
 
 def _load_tracker(settings: ServeSettings, reader: LoadReader) -> LoadTracker | None:

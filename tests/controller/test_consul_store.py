@@ -1,0 +1,301 @@
+"""ConsulStore over the Consul stand-in through py-consul: CAS, conflicts, fencing, chunking."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from federation.controller import kvblob
+from federation.controller.consul_store import ConsulStore
+from federation.controller.state import AuditEntry, ControllerState, Desired
+from federation.controller.store import FencedOut, StoreConflict, StoreError
+from federation.testing.consul_standin import FakeConsulAgent
+from tests.controller.ha_helpers import client, state, store
+from tests.controller.harness import fleet
+
+
+@pytest.fixture
+def agent() -> Iterator[FakeConsulAgent]:
+    with FakeConsulAgent() as running:
+        yield running
+
+
+def keys(agent: FakeConsulAgent, prefix: str) -> list[str]:
+    _, found = client(agent).kv.get(prefix, keys=True)
+    return found or []
+
+
+def audit(action: str, **detail: Any) -> AuditEntry:
+    return AuditEntry(at=1.0, actor="ops", action=action, detail=detail)
+
+
+def test_an_empty_store_holds_nothing(agent: FakeConsulAgent) -> None:
+    s = store(agent)
+    assert s.load() is None
+    assert s.audit_log() == []
+    assert s.load_sets() == {}
+
+
+def test_save_is_check_and_set_on_the_revision(agent: FakeConsulAgent) -> None:
+    s = store(agent)
+    first = s.save(state(), expected_revision=None)
+    assert first.revision == 1
+    second = s.save(first.model_copy(update={"assignment_version": 2}), expected_revision=1)
+    assert second.revision == 2
+    with pytest.raises(StoreConflict) as lost:
+        s.save(first.model_copy(update={"assignment_version": 9}), expected_revision=1)
+    assert (lost.value.expected, lost.value.found) == (1, 2)
+    with pytest.raises(StoreConflict):
+        s.save(state(), expected_revision=None)  # "nothing stored yet" is stale too
+    loaded = store(agent).load()  # a second replica sees the committed state, not the losers
+    assert loaded == second
+
+
+class Paused(ConsulStore):
+    """A store whose save stops after reading the head (between its read and its CAS)."""
+
+    def __init__(self, *args: Any, gate: threading.Event, reached: threading.Event, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.gate, self.reached = gate, reached
+
+    def _write_blob(self, area: str, blob: kvblob.Blob, *, generation: int) -> dict[str, object]:
+        if area == "state-chunks":
+            self.reached.set()
+            assert self.gate.wait(10)
+        return super()._write_blob(area, blob, generation=generation)
+
+
+def paused_store(agent: FakeConsulAgent) -> tuple[Paused, threading.Event, threading.Event]:
+    gate, reached = threading.Event(), threading.Event()
+    return Paused(client(agent), gate=gate, reached=reached), gate, reached
+
+
+def test_two_writers_racing_on_one_revision_one_wins_the_other_conflicts(agent: FakeConsulAgent) -> None:
+    base = store(agent).save(state(), expected_revision=None)
+    slow, gate, reached = paused_store(agent)
+    outcome: dict[str, Any] = {}
+
+    def late() -> None:
+        try:
+            outcome["late"] = slow.save(base.model_copy(update={"last_plan": "late"}), expected_revision=1)
+        except StoreConflict as exc:
+            outcome["late"] = exc
+
+    thread = threading.Thread(target=late)
+    thread.start()
+    assert reached.wait(10)  # the slow writer has read revision 1 and is about to write
+    winner = store(agent).save(base.model_copy(update={"last_plan": "early"}), expected_revision=1)
+    gate.set()
+    thread.join(10)
+    assert isinstance(outcome["late"], StoreConflict)
+    assert outcome["late"].found == 2
+    assert store(agent).load() == winner
+    assert winner.last_plan == "early"
+
+
+def test_concurrent_writers_that_retry_lose_no_update(agent: FakeConsulAgent) -> None:
+    store(agent).save(ControllerState(), expected_revision=None)
+    per_writer, writers = 8, 3
+    conflicts = []
+
+    def writer(name: str) -> None:
+        s = store(agent)
+        done = 0
+        while done < per_writer:
+            current = s.load()
+            assert current is not None
+            weights = {**current.desired.weights, f"{name}-{done}": 1}
+            try:
+                s.save(
+                    current.model_copy(update={"desired": Desired(weights=weights)}),
+                    expected_revision=current.revision,
+                )
+            except StoreConflict:
+                conflicts.append(name)
+                continue
+            done += 1
+
+    threads = [threading.Thread(target=writer, args=(f"w{i}",)) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    final = store(agent).load()
+    assert final is not None
+    assert sorted(final.desired.weights) == sorted(
+        f"w{i}-{n}" for i in range(writers) for n in range(per_writer)
+    )
+    assert final.revision == 1 + writers * per_writer
+
+
+def test_a_write_with_an_older_fence_is_refused(agent: FakeConsulAgent) -> None:
+    s = store(agent)
+    saved = s.save(state(), expected_revision=None, fence=10)
+    saved = s.save(saved, expected_revision=saved.revision, fence=12)
+    with pytest.raises(FencedOut, match="token 10 is older than 12"):
+        s.save(saved, expected_revision=saved.revision, fence=10)
+    head = json.loads(client(agent).kv.get("gpufed/state")[1]["Value"])
+    assert head["fence"] == 12 and head["revision"] == saved.revision == 2
+
+
+def test_a_deposed_leaders_write_in_flight_fails_once_the_new_leader_wrote(agent: FakeConsulAgent) -> None:
+    base = store(agent).save(state(), expected_revision=None, fence=5)
+    old, gate, reached = paused_store(agent)
+    outcome: dict[str, Any] = {}
+
+    def deposed() -> None:
+        try:
+            outcome["old"] = old.save(
+                base.model_copy(update={"last_plan": "stale"}), expected_revision=1, fence=5
+            )
+        except StoreError as exc:
+            outcome["old"] = exc
+
+    thread = threading.Thread(target=deposed)
+    thread.start()
+    assert reached.wait(10)  # it checked the fence (5 >= 5) and paused, as under SIGSTOP
+    store(agent).save(base, expected_revision=1, fence=9)  # the new leader records its token
+    gate.set()
+    thread.join(10)
+    assert isinstance(outcome["old"], FencedOut)
+    loaded = store(agent).load()
+    assert loaded is not None and loaded.last_plan is None and loaded.revision == 2
+
+
+def test_a_state_over_512_kib_is_compressed_and_chunked(agent: FakeConsulAgent) -> None:
+    big = state(40_000)
+    raw = big.model_copy(update={"revision": 1}).model_dump_json().encode()
+    assert len(raw) > 512 * 1024
+    s = store(agent, chunk_bytes=64 * 1024)
+    s.save(big, expected_revision=None)
+    head = json.loads(client(agent).kv.get("gpufed/state")[1]["Value"])
+    assert head["chunks"] > 1 and head["size"] == len(raw) and head["compressed"] < len(raw) / 3
+    chunk_keys = keys(agent, "gpufed/state-chunks/")
+    assert len(chunk_keys) == head["chunks"]
+    for key in chunk_keys:
+        assert len(client(agent).kv.get(key)[1]["Value"]) <= 64 * 1024
+    fresh = store(agent)  # no cache: reads every chunk
+    assert fresh.load() == big.model_copy(update={"revision": 1})
+
+
+def test_a_state_whose_chunks_exceed_consuls_limit_is_refused_by_consul_not_truncated(
+    agent: FakeConsulAgent,
+) -> None:
+    s = store(agent, chunk_bytes=600 * 1024)
+    noisy = state(2).model_copy(update={"last_plan": os.urandom(700 * 1024).hex()})  # incompressible
+    with pytest.raises(StoreError, match=r"413|too large"):
+        s.save(noisy, expected_revision=None)
+    assert store(agent).load() is None
+
+
+def test_old_chunk_sets_are_collected_keeping_the_previous_one(agent: FakeConsulAgent) -> None:
+    s = store(agent)
+    saved = s.save(state(), expected_revision=None)
+    for n in range(2, 7):
+        saved = s.save(saved.model_copy(update={"assignment_version": n}), expected_revision=saved.revision)
+    folders = client(agent).kv.get("gpufed/state-chunks/", keys=True, separator="/")[1]
+    assert [kvblob.generation_of(f) for f in folders] == [5, 6]
+
+
+def test_a_reader_that_meets_collected_chunks_reads_the_head_again(agent: FakeConsulAgent) -> None:
+    writer = store(agent)
+    saved = writer.save(state(), expected_revision=None)
+    reached, gate = threading.Event(), threading.Event()
+
+    class SlowReader(ConsulStore):
+        first = True
+
+        def _read_blob(self, area: str, head: Any) -> bytes:
+            if self.first:
+                self.first = False
+                reached.set()
+                assert gate.wait(10)
+            return super()._read_blob(area, head)
+
+    reader = SlowReader(client(agent))
+    result: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: result.setdefault("state", reader.load()))
+    thread.start()
+    assert reached.wait(10)  # it holds head revision 1
+    for n in range(2, 5):  # revision 1's chunks are collected meanwhile
+        saved = writer.save(
+            saved.model_copy(update={"assignment_version": n}), expected_revision=saved.revision
+        )
+    gate.set()
+    thread.join(10)
+    assert result["state"] == saved
+
+
+def test_a_corrupt_chunk_is_an_error_never_a_wrong_state(agent: FakeConsulAgent) -> None:
+    store(agent).save(state(), expected_revision=None)
+    (chunk,) = keys(agent, "gpufed/state-chunks/")
+    client(agent).kv.put(chunk, b"\x78\x9c garbage")
+    with pytest.raises(StoreError, match="kept changing"):
+        store(agent).load()
+
+
+def test_audit_entries_commit_with_their_state_and_page_newest_first(agent: FakeConsulAgent) -> None:
+    s = store(agent)
+    saved = s.save(state(), expected_revision=None, audit=audit("first"))
+    saved = s.save(saved, expected_revision=1)  # a discovery write: no entry
+    saved = s.save(saved, expected_revision=2, audit=audit("third", moved=3))
+    with pytest.raises(StoreConflict):
+        s.save(saved, expected_revision=1, audit=audit("lost"))
+    entries = store(agent).audit_log()
+    assert [(e.id, e.action) for e in entries] == [(3, "third"), (1, "first")]
+    assert entries[0].detail == {"moved": 3}
+    assert [e.id for e in s.audit_log(before_id=3)] == [1]
+    assert [e.id for e in s.audit_log(limit=1)] == [3]
+    assert sorted(keys(agent, "gpufed/audit/")) == ["gpufed/audit/000000000001", "gpufed/audit/000000000003"]
+
+
+def test_the_audit_log_is_bounded(agent: FakeConsulAgent) -> None:
+    s = store(agent, audit_keep=5)
+    saved = s.save(state(), expected_revision=None, audit=audit("n0"))
+    for n in range(1, 60):
+        saved = s.save(saved, expected_revision=saved.revision, audit=audit(f"n{n}"))
+    assert len(keys(agent, "gpufed/audit/")) <= 5 + 50
+    assert [e.action for e in s.audit_log(limit=5)] == [f"n{n}" for n in range(59, 54, -1)]
+
+
+def test_a_huge_audit_detail_keeps_its_summary_only(agent: FakeConsulAgent) -> None:
+    s = store(agent)
+    pins = {f"node-{i}:9400": "r1-0" for i in range(5000)}
+    s.save(state(), expected_revision=None, audit=audit("rebalance", pins=pins, version="1-abc"))
+    (entry,) = s.audit_log()
+    assert entry.detail["truncated"] is True and entry.detail["keys"] == ["pins", "version"]
+
+
+def test_last_known_sets_round_trip_and_an_unchanged_set_is_not_rewritten(agent: FakeConsulAgent) -> None:
+    s = store(agent)
+    sets = {"file": fleet(30), "registry": fleet(5, region="r2", start=100)}
+    s.save_sets(sets)
+    by_identity = {name: sorted(targets, key=lambda t: t.identity) for name, targets in sets.items()}
+    assert store(agent).load_sets() == by_identity  # stored in identity order: the same bytes each time
+    index = client(agent).kv.get("gpufed/sets")[1]["ModifyIndex"]
+    s.save_sets({name: list(reversed(targets)) for name, targets in sets.items()})
+    assert client(agent).kv.get("gpufed/sets")[1]["ModifyIndex"] == index
+    s.save_sets({"file": fleet(3)})
+    assert store(agent).load_sets() == {"file": fleet(3)}
+
+
+def test_prefixes_keep_two_controllers_apart(agent: FakeConsulAgent) -> None:
+    store(agent, prefix="prod/gpufed").save(state(), expected_revision=None)
+    assert store(agent, prefix="staging/gpufed").load() is None
+    assert store(agent, prefix="prod/gpufed").load() is not None
+
+
+def test_consul_unreachable_is_a_store_error_naming_the_store(agent: FakeConsulAgent) -> None:
+    s = store(agent)
+    s.client.http.connections_timeout = 2
+    agent.kill()
+    try:
+        with pytest.raises(StoreError, match=f"consul://{agent.address}"):
+            s.load()
+    finally:
+        agent.revive()
