@@ -15,11 +15,11 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v amtool >/dev/null 2>&1 
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null
 fi
 
-# compose/README.md's REST steps are run as written (tests/deploy/test_compose_procedures.py).
-if ! command -v curl >/dev/null 2>&1 || ! command -v jq >/dev/null 2>&1; then
-  echo "bootstrap: installing Debian packages curl jq" >&2
+# compose/README.md's REST steps run as written (curl, jq); the chart's pod scripts run with wget.
+if ! command -v curl >/dev/null 2>&1 || ! command -v jq >/dev/null 2>&1 || ! command -v wget >/dev/null 2>&1; then
+  echo "bootstrap: installing Debian packages curl jq wget" >&2
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq curl jq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq curl jq wget >/dev/null
 fi
 
 # The web page's browser test drives Debian's chromium (playwright's own download cannot work here).

@@ -55,6 +55,9 @@ def serve_command(
     kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig file")] = None,
     in_cluster: Annotated[bool, typer.Option(help="use the pod's service account")] = False,
     namespace: Annotated[str, typer.Option(help="namespace of the exporters")] = "monitoring",
+    k8s_service: Annotated[
+        str, typer.Option("--k8s-service", help="Service whose EndpointSlices are the exporters")
+    ] = "gpufed-exporter",
     tokens: Annotated[Path | None, typer.Option("--tokens", help="tokens file (name, token, scopes)")] = None,
     dev: Annotated[
         bool, typer.Option("--dev", help="allow running without a token (local trials only)")
@@ -96,19 +99,40 @@ def serve_command(
     store: Annotated[
         str | None,
         typer.Option(
-            "--store", help="shared state: consul://HOST:PORT/PREFIX, prefix optional (default: SQLite in --data-dir)"
+            "--store",
+            help="shared state: consul://HOST:PORT/PREFIX, prefix optional (default: SQLite in --data-dir)",
         ),
     ] = None,
     leader_election: Annotated[
-        str, typer.Option("--leader-election", help="consul (replicas share --store) or none")
+        str,
+        typer.Option(
+            "--leader-election",
+            help="kubernetes (a Lease) or consul (a session lock), replicas sharing --store; or none",
+        ),
     ] = "none",
+    lease_name: Annotated[
+        str, typer.Option("--lease-name", help="the Lease for --leader-election kubernetes")
+    ] = "gpufed-controller",
+    lease_namespace: Annotated[
+        str | None,
+        typer.Option("--lease-namespace", help="the Lease's namespace (default: POD_NAMESPACE, this pod's)"),
+    ] = None,
+    lease_kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            "--lease-kubeconfig",
+            help="kubeconfig for the Lease (default: --kubeconfig, else the service account)",
+        ),
+    ] = None,
     advertise_url: Annotated[
         str | None,
         typer.Option("--advertise-url", help="URL clients reach this replica at (default http://LISTEN)"),
     ] = None,
     lock_ttl: Annotated[
         int,
-        typer.Option("--lock-ttl", min=10, max=86400, help="leader session TTL, seconds (Consul: 10-86400)"),
+        typer.Option(
+            "--lock-ttl", min=10, max=86400, help="leader session TTL or Lease duration, seconds (10-86400)"
+        ),
     ] = 15,
     lock_delay: Annotated[
         int,
@@ -130,7 +154,9 @@ def serve_command(
         consul_config = ConsulConfig(services=tuple(service or ["gpufed-exporter"]), address=consul)
     k8s_config = None
     if kubeconfig or in_cluster:
-        k8s_config = KubernetesConfig(namespace=namespace, kubeconfig=str(kubeconfig) if kubeconfig else None)
+        k8s_config = KubernetesConfig(
+            namespace=namespace, service=k8s_service, kubeconfig=str(kubeconfig) if kubeconfig else None
+        )
     options = ControllerOptions(
         debounce_s=debounce,
         grace_s=grace,
@@ -174,6 +200,9 @@ def serve_command(
         advertise_url=advertise_url,
         lock_ttl_s=lock_ttl,
         lock_delay_s=lock_delay,
+        lease_name=lease_name,
+        lease_namespace=lease_namespace,
+        kubeconfig=next((str(p) for p in (lease_kubeconfig, kubeconfig) if p is not None), None),
         load=load,
     )
     try:

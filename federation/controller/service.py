@@ -3,7 +3,8 @@
 Kept apart from the CLI so tests (and ``gpufed demo``) build the same service in-process.
 The store is SQLite in the data directory unless ``store_url`` names Consul
 (``consul://HOST:PORT[/prefix]``), which several replicas share; ``election="consul"``
-then makes one of them the leader (``consul_lock``), the others followers.
+(a session lock, ``consul_lock``) or ``election="kubernetes"`` (a ``coordination.k8s.io``
+Lease, ``lease``) then makes one of them the leader, the others followers.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import dataclasses
 import logging
 import os
 import re
+import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -63,11 +65,18 @@ class ServeSettings:
     store_url: str | None = None
     """None: SQLite in ``data_dir``; ``consul://HOST:PORT[/prefix]``: Consul KV, shared."""
     election: str = "none"
-    """``none`` (one replica) or ``consul`` (a session lock next to the Consul store)."""
+    """``none`` (one replica), ``consul`` (a session lock next to the Consul store) or
+    ``kubernetes`` (a Lease; the state still needs ``store_url``)."""
     advertise_url: str | None = None
     """This replica's URL as followers report it to callers (the lock's value)."""
     lock_ttl_s: int = 15
+    """Consul session TTL, or the Lease's ``leaseDurationSeconds``."""
     lock_delay_s: int = 1
+    lease_name: str = "gpufed-controller"
+    lease_namespace: str | None = None
+    """Default: ``POD_NAMESPACE`` (downward API), else the service account's namespace."""
+    kubeconfig: str | None = None
+    """Where the Lease is: a kubeconfig file; None: the pod's service account."""
 
 
 class SettingsError(ValueError):
@@ -95,17 +104,28 @@ def build_store(settings: ServeSettings) -> StateStore:
     return ConsulStore(client, prefix=prefix, where=settings.store_url)
 
 
+ELECTIONS = ("kubernetes", "consul", "none")
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
 def build_elector(settings: ServeSettings) -> LeaderElector:
     if settings.election == "none":
         return AlwaysLeader(address=settings.advertise_url)
-    if settings.election != "consul":
-        raise SettingsError(f"--leader-election: expected consul or none, got {settings.election!r}")
-    if settings.store_url is None:
+    if settings.election not in ELECTIONS:
         raise SettingsError(
-            "--leader-election consul needs a shared store: --store consul://HOST:PORT[/prefix]"
+            f"--leader-election: expected kubernetes, consul or none, got {settings.election!r}"
+        )
+    if settings.store_url is None:  # an elected leader is only useful over state the others read
+        raise SettingsError(
+            f"--leader-election {settings.election} needs a shared store: --store consul://HOST:PORT[/prefix]"
         )
     if not settings.advertise_url:
-        raise SettingsError("--leader-election consul needs --advertise-url (how clients reach this replica)")
+        raise SettingsError(
+            f"--leader-election {settings.election} needs --advertise-url (how clients reach this replica)"
+        )
+    if settings.election == "kubernetes":
+        return lease_elector(settings)
     address, prefix = parse_store_url(settings.store_url)
     client = make_client(ConsulConfig(address=address, timeout_s=5.0))
     try:
@@ -118,6 +138,44 @@ def build_elector(settings: ServeSettings) -> LeaderElector:
         )
     except ValueError as exc:
         raise SettingsError(f"--lock-ttl/--lock-delay: {exc}") from exc
+
+
+def lease_elector(settings: ServeSettings) -> LeaderElector:
+    """A Lease named ``lease_name`` in this pod's namespace, held as this pod (its name).
+
+    Identity and namespace come from the downward API (``POD_NAME``, ``POD_NAMESPACE``);
+    a pod's host name is its name, so that is the fallback identity.
+    """
+    from federation.controller.lease import LeaseConfig, LeaseElector  # imports kubernetes
+
+    if not _K8S_NAME.match(settings.lease_name):
+        raise SettingsError(f"--lease-name: not a Kubernetes object name: {settings.lease_name!r}")
+    namespace = settings.lease_namespace or settings.env.get("POD_NAMESPACE")
+    if not namespace and SERVICE_ACCOUNT_NAMESPACE.is_file():
+        namespace = SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip()
+    if not namespace or not _K8S_NAME.match(namespace):
+        raise SettingsError(
+            f"--lease-namespace: give the Lease's namespace (or POD_NAMESPACE from the downward API), "
+            f"got {namespace!r}"
+        )
+    identity = settings.env.get("POD_NAME") or socket.gethostname()
+    try:
+        config = LeaseConfig(
+            identity=identity,
+            address=settings.advertise_url,
+            name=settings.lease_name,
+            namespace=namespace,
+            lease_duration_s=settings.lock_ttl_s,
+        )
+    except ValueError as exc:
+        raise SettingsError(f"--lock-ttl: {exc}") from exc
+    try:
+        return LeaseElector.from_cluster(config, kubeconfig=settings.kubeconfig)
+    except Exception as exc:  # the client's ConfigException, or an unreadable kubeconfig
+        where = f"--kubeconfig {settings.kubeconfig}" if settings.kubeconfig else "the pod's service account"
+        raise SettingsError(
+            f"--leader-election kubernetes: no cluster credentials from {where} ({exc})"
+        ) from exc
 
 
 @dataclass

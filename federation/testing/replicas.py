@@ -152,6 +152,7 @@ class ReplicaSet:
     prefix: str = "gpufed"
     ttl_s: int = 15
     lock_delay_s: int = 1
+    election: str = "consul"
     extra_args: tuple[str, ...] = ()
     replicas: list[Replica] = field(default_factory=list)
     http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=2.0))
@@ -169,13 +170,14 @@ class ReplicaSet:
             sys.executable, "-m", "federation.cli", "serve",
             "--spec", str(self.spec), "--inventory", str(self.inventory),
             "--data-dir", str(self.workdir / name), "--listen", f"127.0.0.1:{port}",
-            "--store", f"consul://{self.consul}/{self.prefix}", "--leader-election", "consul",
+            "--store", f"consul://{self.consul}/{self.prefix}", "--leader-election", self.election,
             "--lock-ttl", str(self.ttl_s), "--lock-delay", str(self.lock_delay_s),
             "--no-check", "--debounce", "0.2", "--log-level", "warning", *self.extra_args,
         ]  # fmt: skip
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "GPUFED_TOKEN": TOKEN}
+                args, stdout=out, stderr=subprocess.STDOUT,
+                env={**os.environ, "GPUFED_TOKEN": TOKEN, "POD_NAME": name},  # a Lease holder's identity
             )
         replica = Replica(name=name, port=port, proc=proc, log=log)
         self.replicas.append(replica)

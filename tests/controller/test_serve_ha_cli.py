@@ -18,7 +18,10 @@ from tests.controller.harness import TOKEN, write_spec
         (["--lock-delay", "61"], "--lock-delay"),
         (["--leader-election", "consul"], "--leader-election consul needs a shared store"),
         (["--store", "etcd://127.0.0.1:2379"], "--store: expected consul://HOST:PORT[/prefix]"),
-        (["--leader-election", "raft", "--store", "consul://127.0.0.1:1"], "expected consul or none"),
+        (
+            ["--leader-election", "raft", "--store", "consul://127.0.0.1:1"],
+            "expected kubernetes, consul or none",
+        ),
         (
             ["--store", "consul://127.0.0.1:1", "--leader-election", "consul", "--listen", "0.0.0.0:8080"],
             "--advertise-url",

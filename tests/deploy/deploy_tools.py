@@ -55,3 +55,12 @@ def serve_params(argv: list[str]) -> dict[str, object]:
     command = group.get_command(None, "serve")  # type: ignore[attr-defined]
     with command.make_context("serve", list(argv[2:])) as ctx:
         return dict(ctx.params)
+
+
+def schema_errors(message: str) -> set[str]:
+    """The distinct innermost ``- at '...'`` lines of a Helm schema error (``allOf`` wrappers dropped)."""
+    lines = [line for line in message.splitlines() if line.lstrip().startswith("- at ")]
+    depth = [len(line) - len(line.lstrip()) for line in lines]
+    return {
+        line.strip() for i, line in enumerate(lines) if i + 1 == len(lines) or depth[i + 1] <= depth[i]
+    }

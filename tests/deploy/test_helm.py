@@ -20,7 +20,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from conftest import ROOT
-from deploy_tools import exporter_settings_from, serve_params
+from deploy_tools import exporter_settings_from, schema_errors, serve_params
 
 from federation.dashboards import dashboard_files
 from federation.spec import load_gpufed_spec
@@ -106,14 +106,6 @@ def test_schema_rejects_bad_values_with_a_clear_message(chart: helm.Chart, bad_f
     assert len(schema_errors(str(caught.value))) == 1, str(caught.value)
 
 
-def schema_errors(message: str) -> set[str]:
-    """The distinct innermost ``- at '...'`` lines of a Helm schema error (``allOf`` wrappers dropped)."""
-    lines = [line for line in message.splitlines() if line.lstrip().startswith("- at ")]
-    depth = [len(line) - len(line.lstrip()) for line in lines]
-    return {
-        line.strip() for i, line in enumerate(lines) if i + 1 == len(lines) or depth[i + 1] <= depth[i]
-    }
-
 
 def test_strict_validation_is_not_a_no_op(chart: helm.Chart) -> None:
     objects = render(chart, values(CHART / "ci" / "default-values.yaml"))
@@ -159,7 +151,7 @@ def test_components_are_wired(chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
 
     hook = next(o for o in objects if o["kind"] == "Pod")
     assert hook["metadata"]["annotations"]["helm.sh/hook"] == "test"
-    assert "/v1/sd/cn-beijing-0-r0 " in hook["spec"]["containers"][0]["command"][-1]
+    assert "/v1/sd/cn-beijing-0-r0\"" in hook["spec"]["containers"][0]["command"][-1]
 
 
 def controller_parts(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -181,7 +173,8 @@ def test_two_controller_replicas_elect_a_leader_on_a_lease(chart: helm.Chart) ->
     assert params["leader_election"] == "kubernetes"
     assert params["advertise_url"] == "http://$(POD_IP):8080" and params["lock_ttl"] == 15
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
-    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "POD_IP": "status.podIP"}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace",
+                   "POD_IP": "status.podIP"}
     # the Lease serve takes is the one the Role grants, in the release namespace
     lease = params["lease_name"]
     role = find(objects, "Role", "-controller-lease")
@@ -250,8 +243,10 @@ def test_controller_knows_every_child_pod(chart: helm.Chart, values_file: Path, 
 
 
 def chart_regions(objects: list[dict[str, Any]]) -> list[str]:
-    return sorted({o["metadata"]["labels"]["gpufed.io/region"] for o in objects
-                   if o["kind"] == "StatefulSet" and "-child-" in o["metadata"]["name"]}, key=len, reverse=True)
+    """Longest first, so a region that is a prefix of another is not matched by mistake."""
+    regions = {o["metadata"]["labels"]["gpufed.io/region"] for o in objects
+               if o["kind"] == "StatefulSet" and "-child-" in o["metadata"]["name"]}
+    return sorted(regions, key=len, reverse=True)
 
 
 def test_hashring_checksum_follows_the_receive_set(chart: helm.Chart) -> None:

@@ -27,7 +27,7 @@ from tests.controller.serve_process import ServeProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 CLUSTER_CONTROLLER = "http://gpufed-controller.monitoring.svc:8080"
-POD = "gpufed-child-cn-beijing-0"  # ordinal 0 of region cn-beijing: child cn-beijing-0, the one helm test asks
+POD = "gpufed-child-cn-beijing-0"  # region cn-beijing, ordinal 0: child cn-beijing-0, which helm test asks
 
 
 def inventory(path: Path, count: int) -> Path:
