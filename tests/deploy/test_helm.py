@@ -159,7 +159,12 @@ def controller_parts(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dic
     deployment = find(objects, "Deployment", "-controller")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["gpufed"]
-    return deployment, container, serve_params(["gpufed", *container["args"]])
+    params = serve_params(["gpufed", *container["args"]])
+    # serve chmods its data dir to 0700: a directory it creates under the volume, not the
+    # volume's root, which belongs to root (the pod runs as 65534)
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "data"]
+    assert Path(params["data_dir"]).parent == Path(mount["mountPath"])  # type: ignore[arg-type]
+    return deployment, container, params
 
 
 def test_two_controller_replicas_elect_a_leader_on_a_lease(chart: helm.Chart) -> None:
