@@ -99,8 +99,7 @@ def serve_command(
     store: Annotated[
         str | None,
         typer.Option(
-            "--store",
-            help="shared state: consul://HOST:PORT/PREFIX, prefix optional (default: SQLite in --data-dir)",
+            "--store", help="shared state: consul://HOST:PORT/PREFIX, prefix optional (default: SQLite)"
         ),
     ] = None,
     leader_election: Annotated[

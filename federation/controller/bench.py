@@ -167,20 +167,7 @@ async def _load(
     await asyncio.gather(
         *(worker(i, True) for i in range(pollers)), *(worker(pollers + i, False) for i in range(clients))
     )
-    latencies.sort()
-
-    def q(p: float) -> float:
-        return (
-            round(latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000, 2) if latencies else 0.0
-        )
-
-    return {
-        "requests": len(latencies),
-        "errors": errors,
-        "p50_ms": q(0.50),
-        "p99_ms": q(0.99),
-        "rps": round(len(latencies) / duration_s),
-    }
+    return {"latencies": latencies, "errors": errors}
 
 
 def _wait_port(port: int, timeout: float = 60.0) -> None:
@@ -193,59 +180,78 @@ def _wait_port(port: int, timeout: float = 60.0) -> None:
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
 
 
+def _summary(runs: list[dict[str, Any]], *, duration_s: float) -> dict[str, Any]:
+    latencies = sorted(x for run in runs for x in run["latencies"])
+
+    def q(p: float) -> float:
+        return (
+            round(latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000, 2) if latencies else 0.0
+        )
+
+    return {
+        "requests": len(latencies),
+        "errors": sum(run["errors"] for run in runs),
+        "p50_ms": q(0.50),
+        "p99_ms": q(0.99),
+        "rps": round(len(latencies) / duration_s),
+    }
+
+
 def run_sd_bench(
-    *, targets: int, shards: int, pollers: int = 100, clients: int = 200, duration_s: float = 10.0
+    *,
+    targets: int,
+    shards: int,
+    pollers: int = 100,
+    clients: int = 200,
+    duration_s: float = 10.0,
+    rounds: int = 4,
 ) -> dict[str, Any]:
+    """Both servers run at once and take turns under the same load, ``rounds`` times each, so a
+    neighbour's burst on this machine lands on both rather than on whichever ran second."""
     ctx = multiprocessing.get_context("spawn")
     children = [f"r1-{i}" for i in range(shards)]
-    results: dict[str, Any] = {}
+    runs: dict[str, list[dict[str, Any]]] = {"controller": [], "floor": []}
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-sd-") as tmp:
         ready: Any = ctx.Queue()
-        port = _free_port()
+        port, floor_port = _free_port(), _free_port()
         server = ctx.Process(target=_serve_controller, args=(tmp, targets, shards, port, ready), daemon=True)
         server.start()
+        floor = None
         try:
             size = ready.get(timeout=300)
-            _wait_port(port)
-            results["controller"] = asyncio.run(
-                _load(
-                    port,
-                    children,
-                    pollers=pollers,
-                    clients=clients,
-                    duration_s=duration_s,
-                    poll_interval_s=1.0,
-                )
-            )
-        finally:
-            server.kill()
-            server.join()
-        floor_port = _free_port()
-        floor = ctx.Process(target=_serve_floor, args=(size, floor_port, ready), daemon=True)
-        floor.start()
-        try:
+            floor = ctx.Process(target=_serve_floor, args=(size, floor_port, ready), daemon=True)
+            floor.start()
             ready.get(timeout=60)
+            _wait_port(port)
             _wait_port(floor_port)
-            results["floor"] = asyncio.run(
-                _load(
-                    floor_port,
-                    children,
-                    pollers=pollers,
-                    clients=clients,
-                    duration_s=duration_s,
-                    poll_interval_s=1.0,
-                )
-            )
+            for _ in range(rounds):
+                for name, target_port in (("controller", port), ("floor", floor_port)):
+                    runs[name].append(
+                        asyncio.run(
+                            _load(
+                                target_port,
+                                children,
+                                pollers=pollers,
+                                clients=clients,
+                                duration_s=duration_s / rounds,
+                                poll_interval_s=1.0,
+                            )
+                        )
+                    )
         finally:
-            floor.kill()
-            floor.join()
-    ours, base = results["controller"], results["floor"]
+            for process in (server, floor):
+                if process is not None:
+                    process.kill()
+                    process.join()
+    ours = _summary(runs["controller"], duration_s=duration_s)
+    base = _summary(runs["floor"], duration_s=duration_s)
     return {
         "targets": targets,
         "shards": shards,
         "pollers": pollers,
         "clients": clients,
         "duration_s": duration_s,
+        "rounds": rounds,
         "answer_bytes_mean": size,
         "p50_ms": ours["p50_ms"],
         "p99_ms": ours["p99_ms"],
@@ -258,7 +264,9 @@ def run_sd_bench(
         "floor_errors": base["errors"],
         "floor_rps": base["rps"],
         "p99_over_floor": round(ours["p99_ms"] / base["p99_ms"], 3) if base["p99_ms"] else None,
+        "p50_over_floor": round(ours["p50_ms"] / base["p50_ms"], 3) if base["p50_ms"] else None,
         "cpus": os.cpu_count(),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
     }
 
 
