@@ -26,6 +26,7 @@ def _register() -> None:
         bench_balance,
         bench_controller,
         bench_discovery,
+        bench_live,
         demo,
         render,
         serve,
@@ -39,6 +40,7 @@ def _register() -> None:
     bench_discovery.register(bench_app)
     bench_controller.register(bench_app)
     bench_balance.register(bench_app)
+    bench_live.register(bench_app)
     demo.register(app)
 
 
