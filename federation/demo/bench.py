@@ -10,7 +10,10 @@ max gap <= 1 interval; the immediate move is expected at >= 1 interval plus stal
 ``first-sample``: nodes registered one by one with ``PUT /v1/registry/targets/{identity}``
 while the fleet runs; for each, the time to its first sample at the master, both as the
 sample's own timestamp (when the child scraped it) and as the moment the master answered
-with it (after remote_write). Anchor: scrape interval + HTTP SD refresh interval + 2 s.
+with it (after remote_write); ``assigned`` is when the controller first listed it (its
+child's HTTP SD serves it from then on), which splits the control plane's share from
+Prometheus' (SD refresh, its 5 s discovery throttle, the scrape offset). Anchor: scrape
+interval + HTTP SD refresh interval + 2 s.
 The late nodes are served by the fleet's existing endpoints under new names, so no new
 process starts and the timing is the control plane's alone.
 """
@@ -109,6 +112,7 @@ def run_first_sample_bench(*, layout: plan.Layout, late: int, spacing_s: float, 
         names = [f"late-{i:03d}" for i in range(late)]
         registered: dict[str, float] = {}
         seen: dict[str, float] = {}
+        assigned: dict[str, float] = {}
         first: dict[str, float] = {}
         selector = f'up{{job="{plan.JOB}", node=~"late-.*"}}'
         headers = rebalance.auth(stack)
@@ -126,6 +130,9 @@ def run_first_sample_bench(*, layout: plan.Layout, late: int, spacing_s: float, 
                 registered[name] = time.time()
                 next_put += spacing_s
             if registered:
+                rows = stack.http.get(f"{stack.controller_url}/v1/targets", params={"q": "late-"}).json()
+                for row in rows["targets"]:
+                    assigned.setdefault(row["node"], time.time())  # in its child's HTTP SD from now on
                 start, now = min(registered.values()) - 1.0, time.time()
                 matrix = gaps.raw_matrix(stack.http, stack.master_url, selector, start=start, end=now)
                 for row in matrix:
@@ -137,6 +144,7 @@ def run_first_sample_bench(*, layout: plan.Layout, late: int, spacing_s: float, 
             time.sleep(0.2)
         scraped = sorted(round(first[n] - registered[n], 2) for n in first)
         visible = sorted(round(seen[n] - registered[n], 2) for n in seen)
+        in_sd = sorted(round(assigned[n] - registered[n], 2) for n in assigned if n in registered)
         result |= {
             "scrape_interval_s": interval,
             "sd_refresh_interval_s": refresh,
@@ -147,9 +155,12 @@ def run_first_sample_bench(*, layout: plan.Layout, late: int, spacing_s: float, 
             "first_sample_max_s": max(scraped) if scraped else None,
             "visible_at_master_p50_s": round(statistics.median(visible), 2) if visible else None,
             "visible_at_master_max_s": max(visible) if visible else None,
+            "assigned_p50_s": round(statistics.median(in_sd), 2) if in_sd else None,
+            "assigned_max_s": max(in_sd) if in_sd else None,
             "first_sample_within_bound": sum(1 for s in scraped if s <= bound),
             "visible_within_bound": sum(1 for s in visible if s <= bound),
-            "per_node": {n: {"first_sample_s": round(first[n] - registered[n], 2) if n in first else None,
+            "per_node": {n: {"assigned_s": round(assigned[n] - registered[n], 2) if n in assigned else None,
+                             "first_sample_s": round(first[n] - registered[n], 2) if n in first else None,
                              "visible_s": round(seen[n] - registered[n], 2) if n in seen else None}
                          for n in names if n in registered},
         }
