@@ -52,6 +52,7 @@ def _mode_detail(run: rebalance.RebalanceRun) -> dict[str, Any]:
         "copies_seen": sorted({g["copies"] for per in run.gaps.values() for g in per.values()}),
         "overlap_by_node_s": dict(sorted(run.overlap_s.items())),
         "min_overlap_s": min(run.overlap_s.values(), default=None),
+        "in_handover_after_rebalance": run.in_handover,
         "handovers_done_s": run.handovers_done_s,
         "settled_s": run.settled_s,
         "scraped_by_new_children_only": run.scraped_by == run.expected_children,

@@ -42,6 +42,9 @@ class RebalanceRun:
     """identity -> {node, from_shard, to_shard}."""
     scrape_interval_s: float
     window: tuple[float, float] = (0.0, 0.0)
+    in_handover: int = 0
+    """Moved targets the controller listed in ``/v1/handovers`` right after the rebalance:
+    all of them with make-before-break, none with ``--no-handover``."""
     handovers_done_s: float = 0.0
     """From the rebalance to no hand-over of a moved target left in flight."""
     settled_s: float = 0.0
@@ -154,6 +157,9 @@ def add_shard(stack: DemoStack, *, region: str, mode: str, timeout: float = 180.
                        scrape_interval_s=interval)
     if not moved:
         raise DemoError(f"adding a shard to {region} moved nothing; use more nodes")
+
+    flying = stack.http.get(f"{api}/v1/handovers").json()["handovers"]
+    run.in_handover = sum(1 for h in flying if h["identity"] in moved)
 
     def handed_over() -> bool:
         flying = stack.http.get(f"{api}/v1/handovers").json()["handovers"]

@@ -21,10 +21,12 @@ back raw at the master over the whole window and deduplicated as a dashboard rea
 (``max without (shard, replica)``: the union of the copies' samples,
 ``federation.demo.gaps``). Asserted: make-before-break leaves no gap longer than one
 scrape interval (plus 1 s for scheduling jitter on a loaded 2-core machine; one missed
-scrape would show as two intervals) and really overlaps (the old shard's last sample of
-each moved target comes after the new shard's first), and in both modes each moved
-target ends up scraped by exactly its new shard's children (their own
-``/api/v1/targets``). The
+scrape would show as two intervals), and in both modes each moved target ends up
+scraped by exactly its new shard's children (their own ``/api/v1/targets``). How much
+the old and the new child overlapped (old shard's last sample minus new shard's first,
+per target) is printed for both modes: with make-before-break the protocol guarantees
+no gap, not a positive overlap, and an immediate move may overlap by luck (the old
+child lets go only at its next SD refresh), so neither is asserted. The
 immediate move's gap is printed and recorded, not asserted: it depends on where the
 SD refreshes and scrape offsets fall.
 """
@@ -142,10 +144,9 @@ def test_rebalance_make_before_break_has_no_gap_and_immediate_move_is_recorded(
     assert handover.scraped_by == handover.expected_children  # only the new shard's child now
     assert all(children == ["region-0-1"] for children in handover.scraped_by.values())
     assert set(handover.gaps) == {m["node"] for m in handover.moved.values()}
-    # Make-before-break itself: the old child was still scraping each moved target when the
-    # new child's first sample of it landed (an immediate move leaves a hole instead).
-    assert set(handover.overlap_s) == set(handover.gaps)
-    assert all(overlap > 0 for overlap in handover.overlap_s.values()), handover.overlap_s
+    # Make-before-break was what ran: every moved target was in hand-over right after the
+    # rebalance (kept on its old shard), and none is with --no-handover below.
+    assert handover.in_handover == len(handover.moved)
 
     restart = rebalance.restart_controller(stack, handover=False)
     assert restart["same_assignment"], restart
@@ -153,7 +154,7 @@ def test_rebalance_make_before_break_has_no_gap_and_immediate_move_is_recorded(
 
     immediate = rebalance.add_shard(stack, region="region-1", mode="immediate")
     assert immediate.added_shards == ["region-1-1"]
-    assert immediate.moved
+    assert immediate.moved and immediate.in_handover == 0
     assert immediate.scraped_by == immediate.expected_children
     assert all(children == ["region-1-1"] for children in immediate.scraped_by.values())
     assert set(immediate.gaps) == {m["node"] for m in immediate.moved.values()}
