@@ -27,6 +27,7 @@ def _register() -> None:
         bench_controller,
         bench_discovery,
         bench_failover,
+        bench_live,
         demo,
         render,
         serve,
@@ -41,6 +42,7 @@ def _register() -> None:
     bench_controller.register(bench_app)
     bench_failover.register(bench_app)
     bench_balance.register(bench_app)
+    bench_live.register(bench_app)
     demo.register(app)
 
 

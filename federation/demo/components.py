@@ -50,6 +50,7 @@ def controller(
     child_urls: Mapping[str, str],
     child_url_template: str,
     consul: str | None,
+    extra_args: Sequence[str] = (),
 ) -> Launch:
     args = [
         "serve",
@@ -61,6 +62,7 @@ def controller(
     ]
     if consul:
         args.append(f"--consul={consul}")
+    args.extend(extra_args)
     # The token goes through the environment: a flag would show in `ps` to every user.
     return Launch(
         name="controller",

@@ -43,7 +43,7 @@ import httpx
 from alertmanager import ha
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
 from federation import master as mastering
-from federation.demo import components, plan, procstat, report
+from federation.demo import childsd, components, plan, procstat, report
 from federation.demo.components import Launch
 from federation.demo.router import ChildRouter
 from federation.demo.sink import DingTalkSink, Message, Robot, as_group_sees_it
@@ -71,6 +71,12 @@ class DemoOptions:
     register_interval: float = 30.0
     follow_interval: float = 2.0
     first_samples_timeout: float = 180.0
+    # For the end-to-end proofs and benchmarks (tests/e2e/test_live_*.py, `gpufed bench gap`):
+    controller_args: tuple[str, ...] = ()
+    """Extra ``gpufed serve`` flags, e.g. ``--no-handover``."""
+    edit_spec: Callable[[dict[str, Any]], None] | None = None
+    """Edits the spec document (after the run's ports and paths are filled in, before it is
+    validated and written): an extra job, a rule file with shorter ``for`` clauses."""
 
 
 def free_port() -> int:
@@ -95,6 +101,7 @@ class DemoStack:
         self.spec: GpufedSpec | None = None
         self.child_ports: dict[str, int] = {}
         self.started_children: set[str] = set()
+        self.child_places: dict[str, childsd.ChildPlace] = {}
         self.started_at = time.monotonic()
         self.startup_s = 0.0
         self._stop = threading.Event()
@@ -178,6 +185,7 @@ class DemoStack:
             spec=self.data / "spec.yaml", data_dir=self.data / "controller", port=self.ports.controller,
             token=self.token, child_urls={c: plan.url(p) for c, p in self.child_ports.items()},
             child_url_template=self.router.template(), consul=self.options.consul,
+            extra_args=self.options.controller_args,
         )
         fleet = components.fleet(
             layout=self.layout, port=self.ports.fleet, consul=self.options.consul,
@@ -242,6 +250,8 @@ class DemoStack:
             plan.load_default_spec(), layout=self.layout, ports=self.ports,
             master_data=str(self.data / "master-data"),
         )
+        if self.options.edit_spec is not None:
+            self.options.edit_spec(doc)
         spec = parse_model(GpufedSpec, doc, source="demo spec")
         (self.data / "spec.yaml").write_bytes(dump_yaml(doc))
         return spec
@@ -253,6 +263,11 @@ class DemoStack:
             **render_alerting_bundle(spec.alerting, cluster=spec.cluster, regions=spec.region_names()),
             **mastering.render_master_bundle(spec, rule_pack=mastering.load_rule_pack()),
         }
+        # The master also scrapes the children (PrometheusChildDown, the health dashboard).
+        master_config = mastering.render_master_config(spec)
+        master_config["scrape_configs"].append(childsd.scrape_job(self._child_sd_file))
+        bundle[mastering.MASTER_FILE] = dump_yaml(master_config)
+        childsd.write(self._child_sd_file, [])
         for relative, content in bundle.items():
             path = self.data / "config" / relative
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -315,7 +330,19 @@ class DemoStack:
     def _wanted_children(self) -> dict[str, str]:
         """child -> shard, from /v1/shards."""
         rows = self.http.get(self.controller_url + "/v1/shards").json()["shards"]
+        for row in rows:
+            for c in row["children"]:
+                self.child_places[c["child"]] = childsd.ChildPlace(
+                    shard=row["shard"], region=row["region"], replica=int(c["replica"]))
         return {c["child"]: row["shard"] for row in rows for c in row["children"]}
+
+    @property
+    def _child_sd_file(self) -> Path:
+        return self.data / "master-sd" / "children.json"
+
+    def _write_child_sd(self) -> None:
+        places = {c: p for c, p in self.child_places.items() if c in self.started_children}
+        childsd.write(self._child_sd_file, childsd.target_groups(places, self.child_ports))
 
     def _launch_child(self, child: str) -> None:
         port = self.child_ports.get(child) or free_port()
@@ -336,6 +363,7 @@ class DemoStack:
         )
         self._launch(launch)
         self.started_children.add(child)
+        self._write_child_sd()
         assert self.router is not None
         self.router.set(child, port)
 
@@ -388,6 +416,8 @@ class DemoStack:
                 self.supervisor.stop(f"child/{child}")
                 assert self.router is not None
                 self.router.remove(child)
+                self.child_places.pop(child, None)
+                self._write_child_sd()
                 self.say(f"  - child/{child} stopped: its shard is gone and handed over")
 
     def running_children(self) -> list[str]:

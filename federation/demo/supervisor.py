@@ -24,7 +24,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from federation.demo import procstat
@@ -138,11 +138,17 @@ class Supervisor:
         running = self.get(name)
         _signal_group(running.pid, sig)
 
-    def restart(self, name: str, *, wait: bool = True) -> Running:
-        """Stop (if running) and start again with the same command line (the same ports)."""
+    def restart(self, name: str, *, wait: bool = True, argv: Sequence[str] | None = None) -> Running:
+        """Stop (if running) and start again with the same command line (the same ports).
+
+        ``argv`` replaces the command line from then on (a controller restarted with
+        ``--no-handover``, say); keep its ports the same or the others lose it.
+        """
         spec = self._specs.get(name)
         if spec is None:
             raise KeyError(f"no component {name!r}")
+        if argv is not None:
+            spec = replace(spec, argv=tuple(argv))
         self.stop(name)
         running = self.start(spec)
         if wait:

@@ -69,6 +69,20 @@ def test_kill_is_reported_and_restart_reuses_the_command_line(tmp_path: Path) ->
     assert sup.leftovers() == []
 
 
+def test_restart_with_a_new_command_line_keeps_it_for_later_restarts(tmp_path: Path) -> None:
+    sup = supervisor(tmp_path)
+    other = (*SLEEPER[:-1], "import time; time.sleep(119)")
+    try:
+        sup.start(ProcessSpec(name="controller", argv=SLEEPER))
+        sup.stop("controller")  # stopped a while (the controller-down fault), then back with new flags
+        assert sup.restart("controller", argv=other).spec.argv == other
+        assert sup.restart("controller").spec.argv == other
+        assert procstat.read(sup.get("controller").pid) is not None
+    finally:
+        sup.stop_all()
+    assert sup.leftovers() == []
+
+
 def test_a_process_that_exits_fails_its_readiness_with_the_log_tail(tmp_path: Path) -> None:
     sup = supervisor(tmp_path)
     argv = (sys.executable, "-c", "import sys; print('bad flag --x'); sys.exit(3)")
