@@ -290,7 +290,7 @@ def test_store_and_election_settings_are_checked_naming_the_flag(tmp_path: Path)
         build_service(ServeSettings(**base, election="consul", advertise_url="http://a:1"))
     with pytest.raises(SettingsError, match="--advertise-url"):
         build_service(ServeSettings(**base, election="consul", store_url="consul://127.0.0.1:1"))
-    with pytest.raises(SettingsError, match="--leader-election: expected consul or none"):
+    with pytest.raises(SettingsError, match="--leader-election: expected kubernetes, consul or none"):
         build_service(ServeSettings(**base, election="zookeeper"))
 
 
