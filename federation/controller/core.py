@@ -312,6 +312,20 @@ class Controller(Replication):
         """A new assignment from the reconcile loop (lock held by ``_loop``)."""
         targets = self._known_targets()
         handovers = self._handovers(self.state.assignment, assignment, targets)
+        if assignment == self.state.assignment and handovers == self.state.handovers:
+            served = self.sd
+            candidate = sdcache.build(
+                version=served.version,
+                jobs=self.jobs,
+                assignment=assignment,
+                targets=targets,
+                handovers=handovers,
+                previous=served,
+            )
+            if candidate.shards.keys() == served.shards.keys() and all(
+                candidate.shards[s] is served.shards[s] for s in candidate.shards
+            ):
+                return  # e.g. a restart re-listed exactly what is served: no new version to write
         audit = None
         if plan.counts.shards_added or plan.counts.shards_removed:
             audit = AuditEntry(
