@@ -22,7 +22,7 @@ import copy
 import itertools
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import kmock as kmock_lib
 import kubernetes
@@ -30,25 +30,11 @@ import pytest
 from kubernetes.client import CoordinationV1Api
 from kubernetes.client.exceptions import ApiException
 
+from federation.controller.leader import LeaderElector
 from federation.controller.lease import ADDRESS_ANNOTATION, LeaseConfig, LeaseElector
 
 LEASES = kmock_lib.resource("coordination.k8s.io", "v1", "leases")
 NS, NAME = "monitoring", "gpufed-controller"
-
-
-@runtime_checkable
-class LeaderElector(Protocol):
-    """Local copy of ``federation.controller.leader.LeaderElector`` (branch ``ha``) until it lands."""
-
-    def is_leader(self) -> bool: ...
-
-    def fence(self) -> int | None: ...
-
-    def leader_address(self) -> str | None: ...
-
-    def run(self, stop: threading.Event) -> None: ...
-
-    def resign(self) -> None: ...
 
 
 class Clock:
