@@ -90,7 +90,11 @@ def load_tokens(path: Path | None, *, env: Mapping[str, str]) -> list[Token]:
             ):
                 raise TokenError(f"{where}: needs a 'name' and a 'token' (strings)")
             scopes = entry.get("scopes", ["read"])
-            if not isinstance(scopes, list) or not set(scopes) <= SCOPES or not scopes:
+            if (
+                not isinstance(scopes, list)
+                or not scopes
+                or not all(isinstance(x, str) and x in SCOPES for x in scopes)
+            ):
                 raise TokenError(f"{where}: scopes are a list of {sorted(SCOPES)}")
             check_secret(entry["token"], where=f"{where} ({entry['name']})")
             tokens.append(Token(name=entry["name"], secret=entry["token"], scopes=frozenset(scopes)))

@@ -312,20 +312,6 @@ class Controller(Replication):
         """A new assignment from the reconcile loop (lock held by ``_loop``)."""
         targets = self._known_targets()
         handovers = self._handovers(self.state.assignment, assignment, targets)
-        if assignment == self.state.assignment and handovers == self.state.handovers:
-            served = self.sd
-            candidate = sdcache.build(
-                version=served.version,
-                jobs=self.jobs,
-                assignment=assignment,
-                targets=targets,
-                handovers=handovers,
-                previous=served,
-            )
-            if candidate.shards.keys() == served.shards.keys() and all(
-                candidate.shards[s] is served.shards[s] for s in candidate.shards
-            ):
-                return  # e.g. a restart re-listed exactly what is served: no new version to write
         audit = None
         if plan.counts.shards_added or plan.counts.shards_removed:
             audit = AuditEntry(
@@ -469,7 +455,14 @@ class Controller(Replication):
         )
 
     def settle(self) -> int:
-        """Finish hand-overs whose new children scrape the target (or whose window passed)."""
+        """Finish hand-overs whose new children scrape the target (or whose window passed).
+
+        The children are asked once each per pass, before the state lock is taken: a slow
+        child must not hold up plans and discovery, and a hundred targets moving to one
+        child cost one request to it, not a hundred."""
+        if not self.state.handovers:
+            return 0
+        answers = self._child_answers({h.to_shard for h in self.state.handovers})
         with self._lock:
             if not self.state.handovers:
                 return 0
@@ -477,7 +470,7 @@ class Controller(Replication):
             pending, done = handing.settle(
                 self.state.handovers,
                 now=self._wall(),
-                scraped=lambda h: self._scraped(h, targets),
+                scraped=lambda h: self._scraped(h, targets, answers),
                 fetched=self._fetched,
                 window_s=self.window_s,
             )
@@ -488,6 +481,18 @@ class Controller(Replication):
                 self.metrics.handovers.labels(result=result).inc()
             self._publish(targets=targets)
             return len(done)
+
+    def _child_answers(self, shards: set[str]) -> dict[str, dict[TargetKey, ScrapeState] | None]:
+        """child -> its active targets (None: unreachable or no URL), for the children of ``shards``."""
+        assignment = self.state.assignment
+        if assignment is None or self.probe is None:
+            return {}
+        answers: dict[str, dict[TargetKey, ScrapeState] | None] = {}
+        for shard in shards & assignment.shards.keys():
+            for child, _replica in assignment.children(shard):
+                url = self.child_url(child)
+                answers[child] = self.probe.active_targets(url) if url is not None else None
+        return answers
 
     def note_fetch(self, shard: str) -> None:
         """A child of ``shard`` fetched its HTTP SD (called by the SD route; one dict write)."""
@@ -505,29 +510,24 @@ class Controller(Replication):
             url = self.options.child_url_template.format(child=child)
         return url
 
-    def _scraped(self, h: Handover, targets: Mapping[str, Target]) -> bool:
-        """Every child of the new shard we can ask has scraped the target since the hand-over began."""
+    def _scraped(
+        self,
+        h: Handover,
+        targets: Mapping[str, Target],
+        answers: Mapping[str, dict[TargetKey, ScrapeState] | None],
+    ) -> bool:
+        """Every child of the new shard has scraped the target since the hand-over began."""
         target = targets.get(h.identity)
         assignment = self.state.assignment
-        if target is None or assignment is None or self.probe is None or h.to_shard not in assignment.shards:
+        if target is None or assignment is None or h.to_shard not in assignment.shards:
             return False
         key = (target.job, target.instance, target.node)
-        seen = False
-        for child, _replica in assignment.children(h.to_shard):
-            url = self.child_url(child)
-            if url is None:
-                return False
-            scrapes = self.probe.active_targets(url)
-            if scrapes is None:
-                return False
-            state = scrapes.get(key)
+        children = [child for child, _replica in assignment.children(h.to_shard)]
+        for child in children:
+            state = (answers.get(child) or {}).get(key)
             if state is None or state.health != "up" or state.last_scrape < h.started_at:
-                log.debug(
-                    "hand-over %s not proven on %s: %s (keys %s)", h.identity, child, state, list(scrapes)[:3]
-                )
                 return False
-            seen = True
-        return seen
+        return bool(children)
 
     def _health_loop(self, stop: threading.Event) -> None:
         while not stop.wait(self.options.health_interval_s):

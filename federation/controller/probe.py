@@ -41,8 +41,25 @@ def parse_time(value: Any) -> float:
         text = f"{head}.{digits[:6]}{zone}"
     try:
         return datetime.fromisoformat(text).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError, OSError):
         return 0.0
+
+
+def parse_active_targets(body: Any) -> dict[TargetKey, ScrapeState]:
+    """``/api/v1/targets`` JSON -> (job, instance, node) -> state; whatever does not have the
+    documented shape is skipped (a child's answer is evidence, never a reason to fail)."""
+    data = body.get("data") if isinstance(body, dict) else None
+    active = data.get("activeTargets") if isinstance(data, dict) else None
+    out: dict[TargetKey, ScrapeState] = {}
+    for target in active if isinstance(active, list) else []:
+        labels = target.get("labels") if isinstance(target, dict) else None
+        if not isinstance(labels, dict):
+            continue
+        key = (str(labels.get("job", "")), str(labels.get("instance", "")), str(labels.get("node", "")))
+        out[key] = ScrapeState(
+            health=str(target.get("health", "unknown")), last_scrape=parse_time(target.get("lastScrape"))
+        )
+    return out
 
 
 class ChildProbe:
@@ -57,14 +74,7 @@ class ChildProbe:
         except (httpx.HTTPError, ValueError) as exc:
             log.debug("child unreachable url=%s error=%s", url, exc)
             return None
-        out: dict[TargetKey, ScrapeState] = {}
-        for target in body.get("data", {}).get("activeTargets", []) if isinstance(body, dict) else []:
-            labels = target.get("labels", {}) if isinstance(target, dict) else {}
-            key = (str(labels.get("job", "")), str(labels.get("instance", "")), str(labels.get("node", "")))
-            out[key] = ScrapeState(
-                health=str(target.get("health", "unknown")), last_scrape=parse_time(target.get("lastScrape"))
-            )
-        return out
+        return parse_active_targets(body)
 
     def reload(self, url: str) -> bool:
         """POST ``/-/reload`` (children run with ``--web.enable-lifecycle``)."""
