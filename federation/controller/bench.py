@@ -19,7 +19,6 @@ import asyncio
 import multiprocessing
 import os
 import random
-import socket
 import statistics
 import tempfile
 import threading
@@ -29,13 +28,9 @@ from typing import Any
 
 import yaml
 
+from federation.testing.loopback import free_port, wait_port
+
 MAX_TARGETS = 200_000
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _spec_file(directory: Path, *, shards: int, port: int) -> Path:
@@ -170,16 +165,6 @@ async def _load(
     return {"latencies": latencies, "errors": errors}
 
 
-def _wait_port(port: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
-
-
 def _summary(runs: list[dict[str, Any]], *, duration_s: float) -> dict[str, Any]:
     latencies = sorted(x for run in runs for x in run["latencies"])
 
@@ -213,7 +198,7 @@ def run_sd_bench(
     runs: dict[str, list[dict[str, Any]]] = {"controller": [], "floor": []}
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-sd-") as tmp:
         ready: Any = ctx.Queue()
-        port, floor_port = _free_port(), _free_port()
+        port, floor_port = free_port(), free_port()
         server = ctx.Process(target=_serve_controller, args=(tmp, targets, shards, port, ready), daemon=True)
         server.start()
         floor = None
@@ -222,8 +207,8 @@ def run_sd_bench(
             floor = ctx.Process(target=_serve_floor, args=(size, floor_port, ready), daemon=True)
             floor.start()
             ready.get(timeout=60)
-            _wait_port(port)
-            _wait_port(floor_port)
+            wait_port(port)
+            wait_port(floor_port)
             for _ in range(rounds):
                 for name, target_port in (("controller", port), ("floor", floor_port)):
                     runs[name].append(
@@ -277,14 +262,14 @@ def run_rebalance_bench(*, targets: int, shards: int) -> dict[str, Any]:
     from federation.controller.changes import ChangeRequest
 
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-rebalance-") as tmp:
-        port = _free_port()
+        port = free_port()
         service = _build(Path(tmp), targets=targets, shards=shards, port=port)
         controller = service.controller
         server = uvicorn.Server(uvicorn.Config(service.app, host="127.0.0.1", port=port, log_level="error"))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         try:
-            _wait_port(port)
+            wait_port(port)
             new_child = f"r1-{shards}"
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
                 started = time.perf_counter()

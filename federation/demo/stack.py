@@ -30,7 +30,6 @@ import os
 import resource
 import secrets
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -49,6 +48,7 @@ from federation.demo.router import ChildRouter
 from federation.demo.sink import DingTalkSink, Message, Robot, as_group_sees_it
 from federation.demo.supervisor import ComponentFailed, ProcessSpec, Supervisor, reap_previous
 from federation.spec import GpufedSpec
+from federation.testing.loopback import free_port
 from sharder.assign import assign
 from sharder.loading import parse_model, parse_target
 from sharder.output import Bundle, dump_yaml
@@ -77,12 +77,6 @@ class DemoOptions:
     edit_spec: Callable[[dict[str, Any]], None] | None = None
     """Edits the spec document (after the run's ports and paths are filled in, before it is
     validated and written): an extra job, a rule file with shorter ``for`` clauses."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class DemoStack:

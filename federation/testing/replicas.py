@@ -12,11 +12,9 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,31 +22,10 @@ from typing import Any, TypeVar
 import httpx
 import yaml
 
+from federation.testing.loopback import free_port, wait_until
+
 TOKEN = "failover-bench-token-0123456789abcdef"
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_until(check: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.05) -> T:
-    """Poll ``check`` until it returns something truthy (HTTP errors count as "not yet")."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = check()
-        except httpx.HTTPError as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}; last: {last!r}")
-        time.sleep(interval)
 
 
 def write_fleet(directory: Path, *, nodes: int, regions: dict[str, int]) -> tuple[Path, Path]:
@@ -176,7 +153,9 @@ class ReplicaSet:
         ]  # fmt: skip
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT,
+                args,
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 env={**os.environ, "GPUFED_TOKEN": TOKEN, "POD_NAME": name},  # a Lease holder's identity
             )
         replica = Replica(name=name, port=port, proc=proc, log=log)
