@@ -40,6 +40,8 @@ from typing import Any
 import httpx
 
 from alertmanager import ha
+from alertmanager.amtool import Amtool
+from alertmanager.errors import AmtoolError
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
 from federation import master as mastering
 from federation.demo import childsd, components, plan, procstat, report
@@ -50,8 +52,10 @@ from federation.demo.supervisor import ComponentFailed, ProcessSpec, Supervisor,
 from federation.spec import GpufedSpec
 from federation.testing.loopback import free_port
 from sharder.assign import assign
+from sharder.errors import ConfigCheckError
 from sharder.loading import parse_model, parse_target
 from sharder.output import Bundle, dump_yaml
+from sharder.promtool import Promtool
 
 log = logging.getLogger(__name__)
 MARKER = ".gpufed-demo"
@@ -262,10 +266,16 @@ class DemoStack:
         master_config["scrape_configs"].append(childsd.scrape_job(self._child_sd_file))
         bundle[mastering.MASTER_FILE] = dump_yaml(master_config)
         childsd.write(self._child_sd_file, [])
+        root = self.data / "config"
         for relative, content in bundle.items():
-            path = self.data / "config" / relative
+            path = root / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(content)
+        try:  # the same checks gpufed render runs, before any process reads these files
+            Promtool().check(root, mastering.MASTER_FILE)
+            Amtool().check_config(root / ALERTMANAGER_FILE)
+        except (ConfigCheckError, AmtoolError) as exc:
+            raise DemoError(f"a rendered config was refused: {exc}") from exc
 
     def _initial_children(self, spec: GpufedSpec, entries: list[dict[str, Any]]) -> list[str]:
         """The children the controller's first assignment will have (shard counts are fixed)."""
