@@ -55,6 +55,8 @@ class BuiltinRegistry:
         self._entries: dict[str, Entry] = {}
         self._lock = threading.Lock()
         self._push_lock = threading.Lock()  # keeps pushes in the order of their snapshots
+        self._dirty = threading.Event()
+        self._running = False
 
     def seed(self, targets: Iterable[Target]) -> None:
         """Entries persisted before a restart, each with a fresh TTL (their exporters re-PUT)."""
@@ -115,10 +117,34 @@ class BuiltinRegistry:
         return self.expire()
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.wait(1.0):
-            self.expire()
+        """Push changes as they come, coalesced, and expire entries every second.
+
+        A push hands the sink the whole set (as every source does), so a fleet of N nodes
+        registering at once would cost N pushes of up to N targets if each PUT pushed; here
+        the PUTs that arrive during one push ride on the next."""
+        self._running = True
+        next_expiry = self._clock() + 1.0
+        try:
+            while not stop.is_set():
+                if self._dirty.wait(timeout=max(0.0, min(1.0, next_expiry - self._clock()))):
+                    self._dirty.clear()
+                    self._send()
+                if self._clock() >= next_expiry:
+                    next_expiry = self._clock() + 1.0
+                    self.expire()
+        finally:
+            self._running = False
+            if self._dirty.is_set():
+                self._send()
 
     def _push(self) -> None:
+        """The set changed: push now, or let the running loop push it (coalescing a burst)."""
+        if self._running:
+            self._dirty.set()
+        else:
+            self._send()
+
+    def _send(self) -> None:
         with self._push_lock:
             with self._lock:
                 targets = [e.target for e in self._entries.values()]
