@@ -1,47 +1,62 @@
 #!/usr/bin/env bash
 # Installs what gpufed needs on a fresh Debian machine: Prometheus/Alertmanager from
 # Debian (promtool, amtool and the real processes the end-to-end tests start) and a
-# virtualenv in .venv with gpufed and its dev tools. Idempotent; sourced by the
-# other scripts.
+# virtualenv with gpufed and its dev tools, installed from the committed lock
+# (requirements/dev.txt, exact versions with hashes). Idempotent.
+#
+# The virtualenv is $GPUFED_VENV (default .venv). It is reinstalled whenever the lock or
+# pyproject.toml changes, so a stale environment never stands in for the locked one.
+# GPUFED_UNLOCKED=1 installs the newest versions pyproject.toml allows instead (the drift
+# check: scripts/test.sh --upgrade).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+venv="${GPUFED_VENV:-.venv}"
 
 SUDO=""
 if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+apt_install() {
+  echo "bootstrap: installing Debian packages $*" >&2
+  if [ -z "${GPUFED_APT_UPDATED:-}" ]; then $SUDO apt-get update -qq; GPUFED_APT_UPDATED=1; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+}
 if ! command -v promtool >/dev/null 2>&1 || ! command -v amtool >/dev/null 2>&1 \
    || ! command -v prometheus-alertmanager >/dev/null 2>&1; then
-  echo "bootstrap: installing Debian packages prometheus prometheus-alertmanager" >&2
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null
+  apt_install prometheus prometheus-alertmanager
 fi
-
 # compose/README.md's REST steps run as written (curl, jq); the chart's pod scripts run with wget.
 if ! command -v curl >/dev/null 2>&1 || ! command -v jq >/dev/null 2>&1 || ! command -v wget >/dev/null 2>&1; then
-  echo "bootstrap: installing Debian packages curl jq wget" >&2
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq curl jq wget >/dev/null
+  apt_install curl jq wget
 fi
-
 # The web page's browser test drives Debian's chromium (playwright's own download cannot work here).
 if [ ! -x /usr/bin/chromium ]; then
-  echo "bootstrap: installing Debian package chromium" >&2
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+  apt_install chromium
 fi
 
-if [ ! -x .venv/bin/python ]; then
-  echo "bootstrap: creating .venv" >&2
-  python3 -m venv .venv
+if [ "${GPUFED_UNLOCKED:-}" = "1" ]; then
+  want="unlocked $(date +%s)"  # never matches: the drift check always resolves afresh
+else
+  want="locked $(cat requirements/dev.txt pyproject.toml | sha256sum | cut -d' ' -f1)"
 fi
-stamp=.venv/.gpufed-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "bootstrap: installing gpufed and dev tools into .venv" >&2
-  log=.venv/install.log
-  if ! { .venv/bin/python -m pip install --upgrade pip \
-         && .venv/bin/python -m pip install -e '.[dev]'; } >"$log" 2>&1; then
-    tail -n 40 "$log" >&2
-    echo "bootstrap: pip install failed; full log in $log" >&2
-    exit 1
-  fi
-  touch "$stamp"
+stamp="$venv/.gpufed-installed"
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
 fi
+echo "bootstrap: creating $venv (${want%% *})" >&2
+rm -rf "$venv"
+python3 -m venv "$venv"
+log="$venv/install.log"
+if [ "${GPUFED_UNLOCKED:-}" = "1" ]; then
+  install() { "$venv/bin/python" -m pip install --upgrade --upgrade-strategy eager -e '.[dev]'; }
+else
+  install() {
+    "$venv/bin/python" -m pip install --require-hashes --no-deps -r requirements/dev.txt \
+      && "$venv/bin/python" -m pip install --no-deps --no-build-isolation -e .
+  }
+fi
+if ! install >"$log" 2>&1; then
+  tail -n 40 "$log" >&2
+  echo "bootstrap: pip install failed; full log in $log" >&2
+  exit 1
+fi
+"$venv/bin/python" -m pip check >>"$log" 2>&1 || { tail -n 20 "$log" >&2; echo "bootstrap: pip check failed" >&2; exit 1; }
+echo "$want" >"$stamp"

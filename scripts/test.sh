@@ -1,9 +1,24 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, layer contracts, types, then pytest (end-to-end tests included).
+#   bash scripts/test.sh [pytest args]   in the locked virtualenv ($GPUFED_VENV, default .venv)
+#   bash scripts/test.sh --upgrade       the drift check: the newest versions pyproject.toml
+#                                        allows, in a throwaway virtualenv
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--upgrade" ]; then
+  shift
+  scratch=$(mktemp -d)
+  trap 'rm -rf "$scratch"' EXIT
+  export GPUFED_VENV="$scratch/venv" GPUFED_UNLOCKED=1
+fi
+venv="${GPUFED_VENV:-.venv}"
 bash scripts/bootstrap.sh
-export PATH="$PWD/.venv/bin:$PATH"
+venv=$(cd "$venv" && pwd)
+export PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv"
+if [ -n "${GPUFED_UNLOCKED:-}" ]; then
+  echo "test: drift check on the newest allowed versions:" >&2
+  python -m pip freeze --exclude-editable | diff <(grep -E '^[A-Za-z0-9_.-]+==' requirements/dev.txt | sed 's/ .*//' | sort -f) <(sort -f -) | grep -E '^[<>]' >&2 || echo "  (same as the lock)" >&2
+fi
 ruff check .
 lint-imports --config .importlinter
 mypy sharder federation alertmanager exporter thanos
