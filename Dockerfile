@@ -7,12 +7,14 @@ RUN apt-get update && apt-get install -y --no-install-recommends prometheus prom
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY requirements requirements
 COPY exporter exporter
 COPY sharder sharder
 COPY federation federation
 COPY thanos thanos
 COPY alertmanager alertmanager
-RUN pip install --no-cache-dir . && rm -rf /src \
+RUN pip install --no-cache-dir --require-hashes --no-deps -r requirements/runtime.txt \
+    && pip install --no-cache-dir --no-deps --no-build-isolation . && rm -rf /src \
     && mkdir -p /var/lib/gpufed && chown 65534:65534 /var/lib/gpufed
 WORKDIR /
 USER 65534:65534

@@ -98,6 +98,10 @@ def parse_yaml(
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        if "nesting depth" in (exc.problem or ""):
+            # libyaml from PyYAML 6.0.4 on scans ahead and stops at its own depth limit (1000)
+            # before our builder sees the 65th level: one message whichever release runs.
+            raise DocumentError(f"nested deeper than {max_depth} levels{where}") from None
         what = "; ".join(_one_line_text(p) for p in (exc.context, exc.problem) if p)
         raise DocumentError(f"malformed YAML: {what or 'unreadable'}{where}") from None
     except yaml.YAMLError as exc:
