@@ -17,7 +17,11 @@ venv=$(cd "$venv" && pwd)
 export PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv"
 if [ -n "${GPUFED_UNLOCKED:-}" ]; then
   echo "test: drift check on the newest allowed versions:" >&2
-  python -m pip freeze --exclude-editable | diff <(grep -E '^[A-Za-z0-9_.-]+==' requirements/dev.txt | sed 's/ .*//' | sort -f) <(sort -f -) | grep -E '^[<>]' >&2 || echo "  (same as the lock)" >&2
+  # PEP 503 names, so PyYAML is pyyaml and pydantic_core is pydantic-core on both sides
+  canonical() { awk -F'==' '{n = tolower($1); gsub(/[-_.]+/, "-", n); print n "==" $2}' | sort; }
+  diff <(grep -E '^[A-Za-z0-9_.-]+==' requirements/dev.txt | sed 's/ .*//' | canonical) \
+       <(python -m pip freeze --all --exclude-editable | grep -v "^pip==" | grep -E '^[A-Za-z0-9_.-]+==' | canonical) \
+    | grep -E '^[<>]' | sed 's/^</  lock:  /; s/^>/  newest:/' >&2 || echo "  (same as the lock)" >&2
 fi
 ruff check .
 lint-imports --config .importlinter
