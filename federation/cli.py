@@ -28,6 +28,7 @@ def _register() -> None:
         bench_demo,
         bench_discovery,
         bench_failover,
+        bench_live,
         demo,
         render,
         serve,
@@ -43,6 +44,7 @@ def _register() -> None:
     bench_failover.register(bench_app)
     bench_balance.register(bench_app)
     bench_demo.register(bench_app)
+    bench_live.register(bench_app)
     demo.register(app)
 
 

@@ -1,0 +1,45 @@
+"""``gpufed bench live``: a thin command over ``federation.testing.bench_live`` (the names of
+its options and JSON keys are fixed: scripts read them)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+VIA = ("file", "registry")
+
+
+def live(
+    targets: Annotated[int, typer.Option(min=2, max=1_000_000, help="targets the controller follows")]
+    = 20_000,
+    changes: Annotated[int, typer.Option(min=1, max=10_000, help="registrations timed")] = 30,
+    rate: Annotated[float, typer.Option(min=0.01, max=1000, help="registrations per second")] = 1.0,
+    via: Annotated[str, typer.Option(help="file (an inventory) or registry (pre-registered)")] = "file",
+    debounce: Annotated[float, typer.Option(min=0, max=60, help="--debounce of gpufed serve")] = 1.0,
+    batch: Annotated[int, typer.Option(min=0, max=62_500, help="entries in the timed batch POST; 0 skips")]
+    = 20_000,
+    change_timeout: Annotated[float, typer.Option(min=1, max=600, help="seconds a change may take")] = 60.0,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """A real `gpufed serve`: registration -> its child's SD answer, CPU, RSS, ready, batch rate."""
+    if via not in VIA:
+        raise typer.BadParameter(f"expected one of {', '.join(VIA)}, got {via!r}", param_hint="--via")
+    from federation.testing.bench_live import LiveBenchError, run_live_bench
+
+    try:
+        result = run_live_bench(targets=targets, changes=changes, rate=rate, via=via, debounce_s=debounce,
+                                batch=batch, change_timeout_s=change_timeout)  # fmt: skip
+    except (LiveBenchError, TimeoutError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    if as_json:
+        typer.echo(json.dumps(result, sort_keys=True))
+    else:
+        Console().print(result)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("live")(live)
