@@ -4,6 +4,7 @@ its options and JSON keys are fixed: scripts read them)."""
 from __future__ import annotations
 
 import json
+import signal
 from typing import Annotated
 
 import typer
@@ -29,6 +30,8 @@ def live(
         raise typer.BadParameter(f"expected one of {', '.join(VIA)}, got {via!r}", param_hint="--via")
     from federation.testing.bench_live import LiveBenchError, run_live_bench
 
+    # SIGTERM (a CI timeout) unwinds like Ctrl-C, so the serve process and the temp dir go too.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         result = run_live_bench(targets=targets, changes=changes, rate=rate, via=via, debounce_s=debounce,
                                 batch=batch, change_timeout_s=change_timeout)  # fmt: skip
@@ -39,6 +42,10 @@ def live(
         typer.echo(json.dumps(result, sort_keys=True))
     else:
         Console().print(result)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def register(app: typer.Typer) -> None:
