@@ -45,6 +45,17 @@ def test_bench_live_prints_the_named_keys_with_sane_values() -> None:
         assert figures["registry_batch_per_s"] > 0
 
 
+@pytest.mark.e2e
+def test_bench_live_via_the_registry_preregisters_every_target() -> None:
+    result = CliRunner().invoke(_app(), ["live", "--targets", "200", "--changes", "2", "--rate", "5",
+                                         "--via", "registry", "--debounce", "0.2", "--batch", "0", "--json"])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output.splitlines()[-1])
+    assert figures["via"] == "registry" and figures["preregistered_with"] in ("batch", "put")
+    assert figures["targets"] == 200 and figures["changes_missed"] == 0 and figures["ready_s"] > 0
+    assert figures["registry_batch_per_s"] is None and "skipped" in figures["registry_batch_error"]
+
+
 def test_bench_live_refuses_an_unknown_via() -> None:
     result = CliRunner().invoke(_app(), ["live", "--via", "consul", "--json"])
     assert result.exit_code == 2 and "--via" in result.output and "consul" in result.output
