@@ -184,7 +184,7 @@ def bench(
     """Single-process figures (no sub-command); `bench fleet` loads a fleet like Prometheus does."""
     if ctx.invoked_subcommand is not None:
         return
-    from exporter.bench import bench_fleet, bench_serve
+    from exporter.testing.bench import bench_fleet, bench_serve
 
     settings = build_settings(backend=backend, families_include=families)  # validates the flags
     try:
@@ -215,7 +215,7 @@ def bench_fleet_load(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """`gpufed-exporter fleet` in its own process under N concurrent scrapers (loopback)."""
-    from exporter.loadgen import run_fleet_load
+    from exporter.testing.loadgen import run_fleet_load
 
     try:
         result = run_fleet_load(nodes=nodes, concurrency=concurrency, scrapes=scrapes, gpus=gpus, gzip=gzip,

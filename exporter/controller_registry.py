@@ -3,12 +3,17 @@
 For fleets without Consul or Kubernetes, `gpufed serve` keeps a registry of targets:
 
     PUT    /v1/registry/targets/{identity}   one entry; 200/201 {"identity", "expires_in_s"}
+    POST   /v1/registry/batch                {"put": [{identity, ...entry}], "delete": [identity]};
+                                             200 {"put", "created", "deleted", "expires_in_s"}
     DELETE /v1/registry/targets/{identity}   204, or 404 when already gone
     GET    /v1/registry/targets              {"targets": [{identity, ...fields, expires_in_s}]}
 
 every call with `Authorization: Bearer <token>`. Entries are leases: the controller drops
 one `ttl` seconds after its last PUT, so `expires_entries` is True and the registrar
-re-PUTs every entry each interval. Answers map onto the exporter's errors here:
+re-PUTs every entry each interval. Many entries (a fleet, a node with several exporters)
+go through the batch route in bodies of `BATCH_CHUNK`; a controller without it (404/405,
+an older one) is told once in the log and then gets one PUT per entry. Answers map onto
+the exporter's errors here:
 
     network error, timeout, 5xx (503: a follower, naming the leader)  RegistryError (retry)
     401, 403 (token), 422 (entry refused, problem+json)               RegistryRefused (fix)
@@ -20,6 +25,7 @@ the transport; `controller_client` builds the one the CLI uses.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -31,6 +37,8 @@ from exporter.target_entry import TargetEntry
 log = logging.getLogger(__name__)
 
 TARGETS = "/v1/registry/targets"
+BATCH = "/v1/registry/batch"
+BATCH_CHUNK = 1000  # entries per POST: well under the controller's 1 MiB body limit
 TOKEN_HINT = "--register-token, GPUFED_EXPORTER_REGISTER_TOKEN or GPUFED_TOKEN"
 
 
@@ -66,6 +74,7 @@ class ControllerRegistry:
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._refresh_interval = refresh_interval
         self._warned_lease = False
+        self.batch_supported: bool | None = None  # unknown until the first batch answer
 
     def close(self) -> None:
         """Close the client's connection pool; for whoever built this registry and its client."""
@@ -80,12 +89,54 @@ class ControllerRegistry:
         expires = body.get("expires_in_s") if isinstance(body, dict) else None
         if not isinstance(expires, int | float):
             raise RegistryError(f"{what}: answer lacks expires_in_s: {_excerpt(response)}")
+        self._check_lease(expires)
+
+    def _check_lease(self, expires: float) -> None:
         interval = self._refresh_interval
         if interval is not None and expires <= interval and not self._warned_lease:
             self._warned_lease = True
             log.warning("controller lease shorter than the refresh interval expires_in_s=%g "
                         "register_interval=%g: targets will expire between refreshes; lower "
                         "GPUFED_EXPORTER_REGISTER_INTERVAL", expires, interval)
+
+    def register_many(self, services: Sequence[TargetEntry]) -> bool:
+        """Register `services` through the batch route; False when the controller lacks it
+        (then the caller registers them one by one)."""
+        for first in range(0, len(services), BATCH_CHUNK):
+            part = services[first : first + BATCH_CHUNK]
+            body = {"put": [{**s.body(), "identity": s.identity} for s in part], "delete": []}
+            expires = self._batch(body, f"register {len(part)} targets")
+            if expires is None:
+                return False
+            self._check_lease(expires)
+        return True
+
+    def deregister_many(self, service_ids: Sequence[str]) -> bool:
+        """Deregister through the batch route (unknown identities are fine); False without it."""
+        for first in range(0, len(service_ids), BATCH_CHUNK):
+            part = list(service_ids[first : first + BATCH_CHUNK])
+            if self._batch({"put": [], "delete": part}, f"deregister {len(part)} targets") is None:
+                return False
+        return True
+
+    def _batch(self, body: dict[str, Any], what: str) -> float | None:
+        """One batch POST: the lease it grants, or None when the route is missing."""
+        if self.batch_supported is False:
+            return None
+        response = self._send("POST", BATCH, json=body)
+        if response.status_code in (404, 405):
+            self.batch_supported = False
+            log.warning("controller has no batch registry route status=%d: registering one target per "
+                        "PUT (an older controller; upgrade it for fewer requests)", response.status_code)
+            return None
+        if response.status_code != 200:
+            raise self._error(response, what)
+        self.batch_supported = True
+        answer = _json(response, what)
+        expires = answer.get("expires_in_s") if isinstance(answer, dict) else None
+        if not isinstance(expires, int | float):
+            raise RegistryError(f"{what}: answer lacks expires_in_s: {_excerpt(response)}")
+        return float(expires)
 
     def deregister(self, service_id: str) -> None:
         """Idempotent: 404 means the controller already forgot the entry, which is fine."""

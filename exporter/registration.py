@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeAlias, TypeVar
+from typing import Generic, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from exporter.errors import RegistryError, RegistryRefused
 
@@ -92,6 +92,19 @@ class Registry(Protocol[E_contra]):
 
 
 ServiceRegistry: TypeAlias = Registry[ServiceDefinition]
+
+
+@runtime_checkable
+class BatchRegistry(Protocol[E_contra]):
+    """A registry that takes many entries per request (the controller's batch route).
+
+    Each returns False when this registry turns out not to support it (an older server);
+    the registrar then goes one entry at a time.
+    """
+
+    def register_many(self, services: Sequence[E_contra]) -> bool: ...
+
+    def deregister_many(self, service_ids: Sequence[str]) -> bool: ...
 
 
 def clean_meta(meta: Mapping[str, object]) -> dict[str, str]:
@@ -173,9 +186,10 @@ class Registrar(Generic[E]):
                 missing = [s for s in self._services if s.registration_id not in known]
             else:
                 missing = self._services
-            error = self._each(self._registry.register, missing, until=self._stop)
-            if error is not None:
-                raise error
+            if not self._register_batch(missing):
+                error = self._each(self._registry.register, missing, until=self._stop)
+                if error is not None:
+                    raise error
         except RegistryError as exc:
             self.failures += 1
             self._failing = True
@@ -193,6 +207,11 @@ class Registrar(Generic[E]):
             log.debug("refreshed services count=%d seconds=%.3f", len(missing), self.last_sync_seconds)
         self._synced_once, self._failing = True, False
         return True
+
+    def _register_batch(self, items: Sequence[E]) -> bool:
+        """True when ``items`` (two or more) went through the registry's batch form."""
+        batch = self._registry if isinstance(self._registry, BatchRegistry) else None
+        return batch is not None and len(items) > 1 and batch.register_many(items)
 
     def _each(
         self, action: Callable[[E], None], items: Sequence[E], *, until: threading.Event | None = None
@@ -239,6 +258,15 @@ class Registrar(Generic[E]):
             self._thread.join(timeout=10)
         if not deregister:
             return
+        ids = [service.registration_id for service in self._services]
+        batch = self._registry if isinstance(self._registry, BatchRegistry) else None
+        if batch is not None and len(ids) > 1:
+            try:
+                if batch.deregister_many(ids):
+                    return
+            except RegistryError as exc:
+                log.warning("deregistration failed left=%d error=%r", len(ids), str(exc))
+                return
         done: list[str] = []
 
         def deregister_one(service: E) -> None:

@@ -25,6 +25,7 @@ def _register() -> None:
         bench,
         bench_balance,
         bench_controller,
+        bench_demo,
         bench_discovery,
         bench_failover,
         bench_live,
@@ -42,6 +43,7 @@ def _register() -> None:
     bench_controller.register(bench_app)
     bench_failover.register(bench_app)
     bench_balance.register(bench_app)
+    bench_demo.register(bench_app)
     bench_live.register(bench_app)
     demo.register(app)
 

@@ -1,7 +1,7 @@
 """Live discovery for ``gpufed watch``: sources -> reconcile loop -> a view or JSON lines.
 
-:func:`build_sources` turns the CLI's choices into source adapters pushing into one
-``sharder.reconcile.Reconciler``; :class:`Watcher` owns the threads and the recent
+:func:`sharder.sources.build.build_sources` turns the CLI's choices into source adapters
+pushing into one ``sharder.reconcile.Reconciler``; :class:`Watcher` owns the threads and the recent
 history; :func:`assignment_record` (one JSON object per new assignment) and
 :func:`render_view` (regions -> shards -> load, recent changes, registry health) are
 pure functions of that state, so the CLI stays a few lines and tests need no terminal.
@@ -14,7 +14,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -26,36 +25,8 @@ from sharder.discovery_metrics import DiscoveryMetrics
 from sharder.lastknown import LastKnownFile
 from sharder.plan import Plan
 from sharder.reconcile import Reconciler
-from sharder.sizing import Hysteresis
-from sharder.sources.base import Source
-from sharder.sources.consul import ConsulConfig, ConsulSource
-from sharder.sources.file import FileSource
-from sharder.sources.kubernetes import KubernetesConfig, KubernetesSource
+from sharder.sources.build import WatchOptions, build_sources
 from sharder.spec import FederationSpec
-
-
-@dataclass(frozen=True)
-class WatchOptions:
-    consul: ConsulConfig | None = None
-    kubernetes: KubernetesConfig | None = None
-    file: Path | None = None
-    state: Path | None = None
-    debounce_s: float = 1.0
-    grace_s: float = 120.0
-    hysteresis: Hysteresis = field(default_factory=Hysteresis)
-    precedence: tuple[str, ...] = ("file", "consul", "kubernetes")
-
-
-def build_sources(options: WatchOptions, *, sink: Reconciler, spec: FederationSpec) -> list[Source]:
-    jobs = {job.name: job for job in spec.jobs}  # job weights apply to discovered targets too
-    sources: list[Source] = []
-    if options.file is not None:
-        sources.append(FileSource(options.file, sink=sink, jobs=jobs))
-    if options.consul is not None:
-        sources.append(ConsulSource(options.consul, sink=sink, jobs=jobs))
-    if options.kubernetes is not None:
-        sources.append(KubernetesSource(options.kubernetes, sink=sink, jobs=jobs))
-    return sources
 
 
 @dataclass

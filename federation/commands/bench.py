@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from sharder.assign import ALGORITHM, STRATEGIES
-from sharder.bench import MAX_TARGETS, run_sharding_bench
-from sharder.bench_inventory import MAX_NODES, run_inventory_bench
-from sharder.bench_render import run_render_bench
+from sharder.testing.bench_inventory import MAX_NODES, run_inventory_bench
+from sharder.testing.bench_render import run_render_bench
+from sharder.testing.bench_sharding import MAX_TARGETS, run_sharding_bench
 from thanos.bench import MAX_SERIES, run_thanos_bench
 
 

@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from federation.bench_balance import run_balance_bench
 from federation.commands.bench import _table
+from federation.testing.bench_balance import run_balance_bench
 
 
 def balance(

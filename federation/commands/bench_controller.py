@@ -1,4 +1,5 @@
-"""``gpufed bench sd`` and ``gpufed bench rebalance``: thin commands over ``federation.controller.bench``."""
+"""``gpufed bench sd`` and ``gpufed bench rebalance``: thin commands over the controller benches
+(``federation.testing.bench_controller``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from federation.controller.bench import MAX_TARGETS, run_rebalance_bench, run_sd_bench
+from federation.testing.bench_controller import MAX_TARGETS, run_rebalance_bench, run_sd_bench
 
 
 def sd(

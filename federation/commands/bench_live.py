@@ -1,90 +1,52 @@
-"""``gpufed bench gap`` and ``gpufed bench first-sample``: benchmarks over a live demo stack.
-
-Thin commands over ``federation.demo.bench``. Each starts the whole demo (real children,
-master, Alertmanagers) in a fresh data directory, measures, stops everything and prints
-one JSON object (``--json``) or a short summary. Progress goes to stderr.
-"""
+"""``gpufed bench live``: a thin command over ``federation.testing.bench_live`` (the names of
+its options and JSON keys are fixed: scripts read them)."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import sys
-import tempfile
-from collections.abc import Callable
-from pathlib import Path
-from typing import Annotated, Any
+import signal
+from typing import Annotated
 
 import typer
+from rich.console import Console
 
-from federation.demo.bench import run_first_sample_bench, run_gap_bench
-from federation.demo.plan import NODES_PER_CHILD, Layout
-from federation.demo.stack import ComponentFailed, DemoError
-
-AsJson = Annotated[bool, typer.Option("--json", help="print one JSON object")]
-DataDir = Annotated[
-    Path | None, typer.Option("--data-dir", help="where the demo writes (default: a temporary directory)")
-]
+VIA = ("file", "registry")
 
 
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+def live(
+    targets: Annotated[int, typer.Option(min=2, max=1_000_000, help="targets the controller follows")]
+    = 20_000,
+    changes: Annotated[int, typer.Option(min=1, max=10_000, help="registrations timed")] = 30,
+    rate: Annotated[float, typer.Option(min=0.01, max=1000, help="registrations per second")] = 1.0,
+    via: Annotated[str, typer.Option(help="file (an inventory) or registry (pre-registered)")] = "file",
+    debounce: Annotated[float, typer.Option(min=0, max=60, help="--debounce of gpufed serve")] = 1.0,
+    batch: Annotated[int, typer.Option(min=0, max=62_500, help="entries in the timed batch POST; 0 skips")]
+    = 20_000,
+    change_timeout: Annotated[float, typer.Option(min=1, max=600, help="seconds a change may take")] = 60.0,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """A real `gpufed serve`: registration -> its child's SD answer, CPU, RSS, ready, batch rate."""
+    if via not in VIA:
+        raise typer.BadParameter(f"expected one of {', '.join(VIA)}, got {via!r}", param_hint="--via")
+    from federation.testing.bench_live import LiveBenchError, run_live_bench
 
-
-def _run(data_dir: Path | None, bench: Callable[[Path], dict[str, Any]], as_json: bool) -> None:
-    scratch = data_dir is None
-    where = Path(tempfile.mkdtemp(prefix="gpufed-bench-")) if data_dir is None else data_dir
+    # SIGTERM (a CI timeout) unwinds like Ctrl-C, so the serve process and the temp dir go too.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        result = bench(where / "demo" if scratch else where)
-    except (DemoError, ComponentFailed, ValueError) as exc:
+        result = run_live_bench(targets=targets, changes=changes, rate=rate, via=via, debounce_s=debounce,
+                                batch=batch, change_timeout_s=change_timeout)  # fmt: skip
+    except (LiveBenchError, TimeoutError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
-    finally:
-        if scratch:
-            shutil.rmtree(where, ignore_errors=True)
     if as_json:
         typer.echo(json.dumps(result, sort_keys=True))
     else:
-        for key in sorted(k for k, v in result.items() if not isinstance(v, dict)):
-            typer.echo(f"{key:32} {result[key]}")
-    if result.get("leftover_processes"):
-        raise typer.Exit(1)
+        Console().print(result)
 
 
-def _layout(**kwargs: int) -> Layout:
-    try:
-        return Layout(**kwargs)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-
-
-def gap(
-    nodes: Annotated[int, typer.Option(min=2, max=100_000, help="simulated GPU nodes")] = 60,
-    regions: Annotated[int, typer.Option(min=1, max=50)] = 3,
-    replication_factor: Annotated[int, typer.Option(min=1, max=3, help="children per shard")] = 1,
-    nodes_per_child: Annotated[int, typer.Option(min=1)] = NODES_PER_CHILD,
-    data_dir: DataDir = None,
-    as_json: AsJson = False,
-) -> None:
-    """Largest gap per moved target at the master: make-before-break vs --no-handover, one run."""
-    layout = _layout(nodes=nodes, regions=regions, replication_factor=replication_factor,
-                     nodes_per_child=nodes_per_child)
-    _run(data_dir, lambda where: run_gap_bench(layout=layout, data_dir=where, say=_say), as_json)
-
-
-def first_sample(
-    nodes: Annotated[int, typer.Option(min=1, max=100_000, help="simulated GPU nodes running already")] = 30,
-    late: Annotated[int, typer.Option(min=1, max=500, help="nodes registered while it runs")] = 8,
-    spacing: Annotated[float, typer.Option(min=0.1, help="seconds between two registrations")] = 1.7,
-    data_dir: DataDir = None,
-    as_json: AsJson = False,
-) -> None:
-    """Time from a node's registration (PUT to the registry) to its first sample at the master."""
-    layout = _layout(nodes=nodes)
-    _run(data_dir, lambda where: run_first_sample_bench(layout=layout, late=late, spacing_s=spacing,
-                                                       data_dir=where, say=_say), as_json)
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def register(app: typer.Typer) -> None:
-    app.command("gap")(gap)
-    app.command("first-sample")(first_sample)
+    app.command("live")(live)

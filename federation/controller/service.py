@@ -40,8 +40,8 @@ from federation.controller.publisher import Publisher
 from federation.controller.sqlite_store import SqliteStore
 from federation.controller.store import StateStore
 from federation.spec import GpufedSpec
-from federation.watching import WatchOptions, build_sources
 from sharder.promtool import Promtool
+from sharder.sources.build import WatchOptions, build_sources
 from sharder.sources.consul import ConsulConfig, make_client
 from sharder.sources.kubernetes import KubernetesConfig
 

@@ -174,7 +174,7 @@ def run_failover_bench(
         **summary,
         "per_round": results,
         "setup": (
-            "Consul stand-in (federation.testing.consul_standin, its own process; sessions reaped at 2x TTL "
+            "Consul stand-in (sharder.testing.consul_standin, its own process; sessions reaped at 2x TTL "
             "as Consul's servers do, TTL checks critical at 1x) and N `gpufed serve --store consul://... "
             "--leader-election consul` processes on 127.0.0.1 following one inventory; the leader is killed "
             "with SIGKILL; SD errors count only surviving replicas (the killed one is counted apart)."

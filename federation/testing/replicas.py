@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import httpx
 import yaml
 
-from federation.testing.loopback import free_port, wait_until
+from federation.loopback import free_port, wait_until
 
 TOKEN = "failover-bench-token-0123456789abcdef"
 T = TypeVar("T")
@@ -84,7 +84,7 @@ class Standin:
             [
                 sys.executable,
                 "-m",
-                "federation.testing.consul_standin",
+                "sharder.testing.consul_standin",
                 "--ttl-multiplier",
                 str(ttl_multiplier),
             ],

@@ -14,7 +14,7 @@ from federation.controller import kvblob
 from federation.controller.consul_store import ConsulStore
 from federation.controller.state import AuditEntry, ControllerState, Desired
 from federation.controller.store import FencedOut, StoreConflict, StoreError
-from federation.testing.consul_standin import FakeConsulAgent
+from sharder.testing.consul_standin import FakeConsulAgent
 from tests.controller.ha_helpers import client, state, store
 from tests.controller.harness import fleet
 

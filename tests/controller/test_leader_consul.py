@@ -12,7 +12,7 @@ import pytest
 
 from federation.controller.consul_lock import ConsulLock
 from federation.controller.leader import AlwaysLeader, LeaderElector, LocalLease
-from federation.testing.consul_standin import FakeConsulAgent
+from sharder.testing.consul_standin import FakeConsulAgent
 from tests.conftest import wait_for
 from tests.controller.ha_helpers import client
 

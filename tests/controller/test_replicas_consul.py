@@ -26,7 +26,7 @@ from federation.controller.service import (
     parse_store_url,
 )
 from federation.controller.store import FencedOut, StoreConflict
-from federation.testing.consul_standin import FakeConsulAgent
+from sharder.testing.consul_standin import FakeConsulAgent
 from tests.conftest import wait_for
 from tests.controller.ha_helpers import store
 from tests.controller.harness import TOKEN, fleet, write_spec

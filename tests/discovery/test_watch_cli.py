@@ -11,8 +11,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from federation.commands import watch
-from federation.watching import Watcher, WatchOptions, render_view
+from federation.watching import Watcher, render_view
 from sharder.loading import load_spec
+from sharder.sources.build import WatchOptions
 from sharder.sources.consul import ConsulConfig
 
 SPEC = """\

@@ -8,12 +8,12 @@ from collections.abc import Iterable
 
 from typer.testing import CliRunner
 
-from exporter import bench
 from exporter.catalogue import select_families
 from exporter.cli import cli
 from exporter.collection import Collection
 from exporter.models import Reading
 from exporter.simulated import SimulatedBackend
+from exporter.testing import bench
 
 BURN_S = 0.03
 

@@ -198,7 +198,22 @@ def test_serve_registers_gpu_and_node_exporter_targets(controller: FakeControlle
     finally:
         app.stop()
     assert controller.targets == {}
+    # one process, two exporters: both go in one batch request each time, never one PUT each
+    assert {method for method, _ in controller.requests} == {"POST"}
+    assert controller.requests[-1] == ("POST", "/v1/registry/batch")  # the deregistration
+
+
+def test_serve_on_an_older_controller_puts_and_deletes_each(controller: FakeControllerRegistry) -> None:
+    controller.batch = False
+    app = ExporterApp(_settings(controller.url, node_exporter_port=9100))
+    app.start()
+    try:
+        wait_for(lambda: len(controller.targets) == 2)
+    finally:
+        app.stop()
+    assert controller.targets == {}
     assert ("DELETE", f"/v1/registry/targets/127.0.0.1%3A{app.http.port}") in controller.requests
+    assert [method for method, _ in controller.requests].count("POST") == 1  # asked once, then PUTs
 
 
 def test_refresh_keeps_the_entry_past_its_ttl(controller: FakeControllerRegistry, clock: Clock) -> None:
@@ -285,7 +300,11 @@ def test_bad_token_is_a_clear_error_line_and_serving_goes_on(
 
 # -- fleet -------------------------------------------------------------------------------
 
-def test_fleet_registers_every_node(controller: FakeControllerRegistry) -> None:
+@pytest.mark.parametrize("batch", [True, False], ids=["batch-route", "older-controller"])
+def test_fleet_registers_every_node(
+    controller: FakeControllerRegistry, batch: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    controller.batch = batch
     settings = ExporterSettings(backend="simulated", gpus=4, listen="127.0.0.1:0",
                                 register_url=controller.url, register_token=TOKEN, register_interval=0.05,
                                 collect_interval=1)
@@ -306,6 +325,24 @@ def test_fleet_registers_every_node(controller: FakeControllerRegistry) -> None:
     finally:
         app.stop()
     assert controller.targets == {}
+    methods = [method for method, _ in controller.requests]
+    if batch:  # one POST per pass (30 < BATCH_CHUNK) and one for the deregistration; never a PUT
+        assert "PUT" not in methods and "DELETE" not in methods and methods.count("POST") >= 2
+        assert not [r for r in caplog.records if "no batch registry route" in r.getMessage()]
+    else:  # asked once, then one PUT (and one DELETE) per target, said once in the log
+        assert methods.count("POST") == 1 and methods.count("PUT") >= 30 and methods.count("DELETE") == 30
+        assert len([r for r in caplog.records if "no batch registry route" in r.getMessage()]) == 1
+
+
+def test_batch_refusal_names_the_entry(controller: FakeControllerRegistry, client: httpx.Client) -> None:
+    registry = ControllerRegistry(client, token=TOKEN)
+    good, bad = _entry(port=9400), _entry(port=9401, labels={"__bad": "x"})
+    with pytest.raises(RegistryRefused, match="answered 422") as refused:
+        registry.register_many([good, bad])
+    assert "\"index\":1" in str(refused.value).replace(" ", "") and "labels" in str(refused.value)
+    assert controller.targets == {}  # nothing of a refused batch is applied
+    assert registry.register_many([good, _entry(port=9402)]) and len(controller.targets) == 2
+    assert registry.deregister_many([good.identity, "10.9.9.9:1"]) and len(controller.targets) == 1
 
 
 # -- flags -------------------------------------------------------------------------------

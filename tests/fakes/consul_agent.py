@@ -1,7 +1,7 @@
-"""The Consul stand-in lives in ``federation.testing.consul_standin`` (benchmarks start it
+"""The Consul stand-in lives in ``sharder.testing.consul_standin`` (benchmarks start it
 from an installed package); tests keep importing it from here."""
 
-from federation.testing.consul_standin import (
+from sharder.testing.consul_standin import (
     DATACENTER,
     NODE,
     NODE_ADDRESS,

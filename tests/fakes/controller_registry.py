@@ -10,6 +10,10 @@ against a real server rather than patched calls:
     DELETE /v1/registry/targets/{identity}   write token; 204, or 404 when unknown
     GET    /v1/registry/targets              read or write token;
            {"targets": [{identity, ...entry fields..., expires_in_s}, ...]} by identity
+    POST   /v1/registry/batch                write token; {"put": [{identity, ...entry}], "delete":
+           [identity]}: every entry checked first, then all applied; 200 {"put", "created",
+           "deleted", "expires_in_s"}, or 422 with `errors` [{index, identity, field, value,
+           message}] and nothing applied. `batch = False` answers 404 (an older controller).
 
 Without `Authorization: Bearer <token>` (or with a wrong one) every call answers 401; the
 read-only token answers 403 on writes. An entry expires `ttl` seconds after its last PUT
@@ -36,6 +40,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 PREFIX = "/v1/registry/targets"
+BATCH = "/v1/registry/batch"
 REQUIRED = {"address": str, "port": int, "job": str, "node": str, "region": str}
 OPTIONAL = {"rack": str, "team": str, "gpus": int, "metrics_path": str, "labels": dict, "identity": str,
             "weight": int}
@@ -127,6 +132,7 @@ class FakeControllerRegistry:
         self.latency = latency
         self.mode = "ok"  # "follower": 503 naming the leader; "drop": close without answering
         self.leader = "http://gpufed-0.gpufed:8080"
+        self.batch = True  # False: no batch route, as before the controller had one
         self._entries: dict[str, tuple[dict[str, Any], float]] = {}  # identity -> (entry, last PUT)
         self.requests: list[tuple[str, str]] = []
         self._lock = threading.Lock()
@@ -184,6 +190,43 @@ class FakeControllerRegistry:
             self._entries[identity] = (entry, self.clock())
         return status, {"identity": identity, "expires_in_s": float(self.ttl)}
 
+    def apply_batch(self, body: Any) -> tuple[int, dict[str, Any]]:
+        """The batch contract: all entries valid, or 422 naming each bad one and nothing applied."""
+        if not isinstance(body, dict) or set(body) - {"put", "delete"}:
+            return 422, {"detail": "expected {put: [...], delete: [...]}", "errors": []}
+        puts, deletes = body.get("put", []), body.get("delete", [])
+        errors: list[dict[str, Any]] = []
+        valid: list[tuple[str, dict[str, Any]]] = []
+        for index, raw in enumerate(puts if isinstance(puts, list) else []):
+            identity = raw.get("identity") if isinstance(raw, dict) else None
+            try:
+                if not isinstance(identity, str) or not identity:
+                    raise Unprocessable("identity", "field required")
+                entry = validate(raw)
+                if identity_of(entry) != identity:
+                    raise Unprocessable("identity", f"does not match the entry's {identity_of(entry)!r}")
+            except Unprocessable as exc:
+                value = raw.get(exc.field) if isinstance(raw, dict) else raw
+                errors.append({"index": index, "identity": identity, "field": exc.field, "value": value,
+                               "message": exc.message})
+                continue
+            if identity_of({**entry, "identity": None}) == identity:
+                del entry["identity"]  # the default identity (host:port): stored as a PUT without one
+            valid.append((identity, entry))
+        if not isinstance(deletes, list) or not all(isinstance(d, str) for d in deletes):
+            errors.append({"index": None, "identity": None, "field": "delete", "value": deletes,
+                           "message": "expected a list of identities"})
+        if errors:
+            return 422, {"detail": f"{len(errors)} entries refused", "errors": errors}
+        with self._lock:
+            self._expire()
+            created = sum(identity not in self._entries for identity, _ in valid)
+            for identity, entry in valid:
+                self._entries[identity] = (entry, self.clock())
+            deleted = sum(self._entries.pop(identity, None) is not None for identity in deletes)
+        answer = {"put": len(valid), "created": created, "deleted": deleted, "expires_in_s": float(self.ttl)}
+        return 200, answer
+
     def delete(self, identity: str) -> bool:
         with self._lock:
             self._expire()
@@ -236,7 +279,17 @@ class FakeControllerRegistry:
                 path = urlsplit(self.path).path
                 if method == "GET" and path == PREFIX:
                     return self._reply(200, fake.listing())
-                if not path.startswith(PREFIX + "/") or "/" in path[len(PREFIX) + 1:]:
+                if method == "POST" and path == BATCH and fake.batch:
+                    if token != fake.token:
+                        return self._problem(403, "Forbidden", "this token may only read")
+                    try:
+                        status, answer = fake.apply_batch(json.loads(raw or b"null"))
+                    except json.JSONDecodeError as exc:
+                        return self._problem(422, "Unprocessable Entity", f"body is not JSON: {exc}")
+                    if status != 200:
+                        return self._problem(status, "Unprocessable Entity", answer.pop("detail"), **answer)
+                    return self._reply(200, answer)
+                if method == "POST" or not path.startswith(PREFIX + "/") or "/" in path[len(PREFIX) + 1:]:
                     return self._problem(404, "Not Found", f"no route {method} {path}")
                 if token != fake.token:
                     return self._problem(403, "Forbidden", "this token may only read")
@@ -261,6 +314,9 @@ class FakeControllerRegistry:
 
             def do_DELETE(self) -> None:
                 self._route("DELETE")
+
+            def do_POST(self) -> None:
+                self._route("POST")
 
             def log_message(self, format: str, *args: object) -> None:
                 pass

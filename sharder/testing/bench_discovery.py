@@ -1,7 +1,7 @@
 """``gpufed bench discovery``: registry change -> new assignment, through Consul over HTTP.
 
-Runs from a source checkout: the registry is the Consul stand-in
-``tests/fakes/consul_agent.py``, started as its own process with ``--targets`` exporter
+The registry is the Consul stand-in :mod:`sharder.testing.consul_standin` (shipped in
+the package, so this runs from an install), started as its own process with ``--services`` exporter
 services, so this process's CPU and RSS are gpufed's alone (py-consul client, the Consul
 source, the reconcile loop and the assignment). Each change is a real HTTP registration
 at the agent (half new exporters, half re-registrations with a changed rack); its latency
@@ -33,7 +33,7 @@ from sharder.reconcile import Reconciler
 from sharder.sources.consul import ConsulConfig, ConsulSource
 from sharder.spec import FederationSpec
 
-AGENT = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "consul_agent.py"
+AGENT_MODULE = "sharder.testing.consul_standin"
 CONSUL_SD_REFRESH_S = 30.0  # Prometheus' default refresh_interval for consul_sd_configs
 HTTP_SD_REFRESH_S = 60.0  # ... and for http_sd_configs
 
@@ -75,7 +75,7 @@ class _Agent:
 
     def __init__(self, services: int) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(AGENT), "--services", str(services), "--regions", "2"],
+            [sys.executable, "-m", AGENT_MODULE, "--services", str(services), "--regions", "2"],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -193,7 +193,7 @@ def run_discovery_bench(
         if churn_minutes > 0:
             result.update(_churn(agent, targets=targets, churn=churn, minutes=churn_minutes, rng=rng,
                                  first=targets + changes))
-        result["note"] = ("registry is tests/fakes/consul_agent.py in its own process (a stand-in, not "
+        result["note"] = ("registry is sharder.testing.consul_standin in its own process (a stand-in, not "
                           "Consul); cpu/rss are this process only: py-consul, Consul source, reconcile, "
                           "assignment")
         return result

@@ -1,0 +1,96 @@
+"""``gpufed bench live`` at a tiny size against a real ``gpufed serve``: the keys scripts read,
+sane values, and the batch route's absence reported, not raised."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from federation.commands import bench_live
+from federation.testing.bench_live import percentile, post_batch, registration
+
+KEYS = {
+    "change_to_served_p50_s", "change_to_served_p99_s", "controller_cpu_share", "rss_mib", "ready_s",
+    "registry_batch_per_s", "engine_incremental_change_s", "engine_full_assign_s", "debounce_s",
+    "load_average",
+}  # fmt: skip
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    bench_live.register(app)
+    app.command("noop", hidden=True)(lambda: None)
+    return app
+
+
+@pytest.mark.e2e
+def test_bench_live_prints_the_named_keys_with_sane_values() -> None:
+    result = CliRunner().invoke(_app(), ["live", "--targets", "500", "--changes", "5", "--rate", "5",
+                                         "--debounce", "0.2", "--batch", "200", "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output.splitlines()[-1])
+    assert figures.keys() >= KEYS
+    assert figures["targets"] == 500 and figures["changes_missed"] == 0 and figures["debounce_s"] == 0.2
+    assert 0 < figures["change_to_served_p50_s"] <= figures["change_to_served_p99_s"] < 30
+    assert figures["controller_cpu_share"] >= 0 and figures["rss_mib"] > 10 and figures["ready_s"] > 0
+    assert figures["engine_incremental_change_s"] > 0 and figures["engine_full_assign_s"] > 0
+    if figures["registry_batch_per_s"] is None:  # a controller without the batch route says why
+        assert "/v1/registry/batch" in figures["registry_batch_error"]
+    else:
+        assert figures["registry_batch_per_s"] > 0
+
+
+@pytest.mark.e2e
+def test_bench_live_via_the_registry_preregisters_every_target() -> None:
+    result = CliRunner().invoke(_app(), ["live", "--targets", "200", "--changes", "2", "--rate", "5",
+                                         "--via", "registry", "--debounce", "0.2", "--batch", "0", "--json"])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output.splitlines()[-1])
+    assert figures["via"] == "registry" and figures["preregistered_with"] in ("batch", "put")
+    assert figures["targets"] == 200 and figures["changes_missed"] == 0 and figures["ready_s"] > 0
+    assert figures["registry_batch_per_s"] is None and "skipped" in figures["registry_batch_error"]
+
+
+def test_bench_live_refuses_an_unknown_via() -> None:
+    result = CliRunner().invoke(_app(), ["live", "--via", "consul", "--json"])
+    assert result.exit_code == 2 and "--via" in result.output and "consul" in result.output
+
+
+def _client(status: int, seen: list[dict[str, Any]]) -> httpx.Client:
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        if status == 200:
+            return httpx.Response(200, json={"put": 1, "created": 1, "deleted": 0, "expires_in_s": 90})
+        return httpx.Response(status, json={"title": "Not Found"})
+
+    return httpx.Client(transport=httpx.MockTransport(handler), base_url="http://controller")
+
+
+@pytest.mark.parametrize("status", [404, 405])
+def test_post_batch_reports_an_older_controller_instead_of_raising(status: int) -> None:
+    seen: list[dict[str, Any]] = []
+    entries = [registration(i, prefix="10.240", node="b") for i in range(3)]
+    seconds, error = post_batch(_client(status, seen), entries)
+    assert seconds is None and error is not None and f"answered {status}" in error and "older" in error
+    assert len(seen) == 1  # stops at the first refusal
+
+
+def test_post_batch_sends_the_contract_in_chunks() -> None:
+    seen: list[dict[str, Any]] = []
+    entries = [registration(i, prefix="10.240", node="b") for i in range(5)]
+    seconds, error = post_batch(_client(200, seen), entries, chunk=2)
+    assert error is None and seconds is not None and seconds >= 0
+    assert [len(body["put"]) for body in seen] == [2, 2, 1] and all(body["delete"] == [] for body in seen)
+    first = seen[0]["put"][0]
+    assert first == {"identity": "10.240.0.1:9400", "address": "10.240.0.1", "port": 9400, "job": "gpu",
+                     "node": "b-00000", "region": "region-a", "gpus": 8}  # fmt: skip
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50 and percentile(values, 99) == 99 and percentile([3.0], 99) == 3
