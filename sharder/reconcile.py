@@ -165,6 +165,35 @@ class Reconciler:
                     self._missing_since.setdefault(identity, now)
             self._mark_dirty()
 
+    def on_delta(self, source: str, *, upserted: Sequence[Target], removed: Sequence[str]) -> None:
+        """What changed in ``source``'s set (the built-in registry knows): the cost of the
+        change, not of the set. Targets in unknown regions are skipped as ``on_change`` does."""
+        kept = [t for t in upserted if t.region in self._regions]
+        if len(kept) != len(upserted):
+            count = len(upserted) - len(kept)
+            log.warning("discovery source=%s skipped targets reason=unknown_region count=%d", source, count)
+            if self._observer is not None:
+                self._observer.error(source, reason="unknown_region", count=count)
+        with self._wake:
+            members = self._sets.setdefault(source, {})
+            changed = False
+            now = self._clock()
+            for identity in removed:
+                if members.pop(identity, None) is not None:
+                    changed = True
+                    if identity in self._applied and not any(identity in s for s in self._sets.values()):
+                        self._missing_since.setdefault(identity, now)
+            for target in kept:
+                identity = target.identity
+                if members.get(identity) != target:
+                    members[identity] = target
+                    changed = True
+            size = len(members)
+            if changed:
+                self._mark_dirty()
+        if self._observer is not None:
+            self._observer.success(source, targets=size)
+
     def on_error(self, source: str, reason: str) -> None:
         """A failed poll or watch: the source's last set stays; only the count moves."""
         if self._observer is not None:

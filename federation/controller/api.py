@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import unquote
@@ -26,13 +26,15 @@ from federation.controller import core
 from federation.controller.auth import Authenticator, Caller
 from federation.controller.changes import ChangeRequest
 from federation.controller.redact import redact_file
-from federation.controller.registry import IdentityMismatch
 from sharder.errors import SharderError
+from sharder.sources.registry import BatchInvalid, IdentityMismatch
 
 log = logging.getLogger(__name__)
 PROBLEM = "application/problem+json"
 VERSION_HEADER = "X-Gpufed-Assignment-Version"
 MAX_BODY = 1 << 20
+MAX_BATCH_BODY = 16 << 20
+"""``POST /v1/registry/batch`` only: about 50,000 registrations per request."""
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 WEB_MEDIA = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
 # The page's scripts and styles come only from /web/ (no inline code): with API strings
@@ -57,6 +59,14 @@ class RebalanceRequest(BaseModel):
     version: str = Field(min_length=1, max_length=100, description="the version POST /v1/plan answered")
 
 
+class RegistryBatch(BaseModel):
+    """Entries are validated one by one by the registry (``parse_target``), so they stay raw here."""
+
+    model_config = ConfigDict(extra="forbid")
+    put: list[Any] = Field(default_factory=list)
+    delete: list[Any] = Field(default_factory=list)
+
+
 class PinRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     identity: str = Field(min_length=1, max_length=1000)
@@ -72,16 +82,17 @@ def problem(status: int, title: str, detail: str, **extra: Any) -> JSONResponse:
 class BodyLimit:
     """Refuse request bodies over ``limit`` bytes with 413, declared or streamed."""
 
-    def __init__(self, app: ASGIApp, *, limit: int) -> None:
-        self.app, self.limit = app, limit
+    def __init__(self, app: ASGIApp, *, limit: int, larger: Mapping[str, int] | None = None) -> None:
+        self.app, self.default, self.larger = app, limit, dict(larger or {})
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD"):
             await self.app(scope, receive, send)
             return
+        limit = self.larger.get(scope.get("path", ""), self.default)
         for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
-                await problem(413, "Body too large", f"request bodies are limited to {self.limit} bytes")(
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                await problem(413, "Body too large", f"request bodies are limited to {limit} bytes")(
                     scope, receive, send
                 )
                 return
@@ -92,14 +103,14 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
+                if seen > limit:
                     raise _TooLarge
             return message
 
         try:
             await self.app(scope, limited, send)
         except _TooLarge:
-            await problem(413, "Body too large", f"request bodies are limited to {self.limit} bytes")(
+            await problem(413, "Body too large", f"request bodies are limited to {limit} bytes")(
                 scope, receive, send
             )
 
@@ -342,6 +353,22 @@ def create_app(
             status_code=201 if created else 200,
         )
 
+    @app.post("/v1/registry/batch", tags=["registry"], status_code=200)
+    def register_batch(body: RegistryBatch, caller: Registrar) -> JSONResponse:
+        """Many registrations in one request, all or nothing (``gpufed-exporter fleet``)."""
+        try:
+            result = controller.registry.batch(body.put, body.delete)
+        except BatchInvalid as exc:
+            return problem(422, "Invalid batch", str(exc), errors=exc.errors, invalid=exc.total)
+        return JSONResponse(
+            {
+                "put": result.put,
+                "created": result.created,
+                "deleted": result.deleted,
+                "expires_in_s": controller.registry.ttl_s,
+            }
+        )
+
     @app.delete("/v1/registry/targets/{identity:path}", tags=["registry"], status_code=204)
     def deregister(identity: str, caller: Registrar) -> Response:
         if not controller.registry.delete(unquote(identity)):
@@ -395,7 +422,11 @@ def create_app(
             raise core.NotFound(f"no web asset {name!r}")
         return Response(path.read_bytes(), media_type=media, headers=WEB_HEADERS)
 
-    app.add_middleware(BodyLimit, limit=MAX_BODY)  # type: ignore[arg-type]
+    app.add_middleware(
+        BodyLimit,  # type: ignore[arg-type]
+        limit=MAX_BODY,
+        larger={"/v1/registry/batch": MAX_BATCH_BODY},
+    )
     return app
 
 

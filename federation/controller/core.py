@@ -32,7 +32,6 @@ from federation.controller import sdcache
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.probe import ChildProbe, ScrapeState, TargetKey
 from federation.controller.publisher import Publisher
-from federation.controller.registry import BuiltinRegistry
 from federation.controller.replica import Replication
 from federation.controller.shed import shed
 from federation.controller.state import AuditEntry, ControllerState, Desired, Handover
@@ -46,6 +45,7 @@ from sharder.errors import AssignmentError
 from sharder.inventory import Target
 from sharder.reconcile import Reconciler
 from sharder.sizing import Hysteresis
+from sharder.sources.registry import BuiltinRegistry
 from sharder.spec import parse_duration
 
 log = logging.getLogger(__name__)

@@ -34,12 +34,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from federation.controller.metrics import ControllerMetrics
-from federation.controller.registry import BuiltinRegistry
 from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.store import StateStore, StoreError
 from sharder.assignment import Assignment
 from sharder.inventory import Target
 from sharder.reconcile import Reconciler, merge_sets
+from sharder.sources.registry import BuiltinRegistry
 
 if TYPE_CHECKING:
     from federation.controller.core import ControllerOptions
