@@ -86,6 +86,50 @@ class IncrementalAssigner:
         first = self._full(list(targets), previous=previous, allow_algorithm_change=allow_algorithm_change)
         self._reset(list(targets), first)
 
+    @classmethod
+    def adopting(
+        cls,
+        spec: FederationSpec,
+        targets: Sequence[Target],
+        assignment: Assignment,
+        *,
+        shard_counts: Mapping[str, int] | None = None,
+        pins: Mapping[str, str] | None = None,
+        drained: Collection[str] | None = None,
+        weight_overrides: Mapping[str, int] | None = None,
+        fallback_fraction: float = 0.125,
+    ) -> IncrementalAssigner:
+        """The engine over an assignment made earlier with these overrides (the stored one
+        at a restart, an applied plan), without placing again: a million stored targets
+        cost one pass to index, not a placement. ``AssignmentError`` when it does not fit."""
+        self = cls.__new__(cls)
+        self.spec = spec
+        self.fallback_fraction = fallback_fraction
+        self._overrides = overriding.build(
+            spec, shard_counts=shard_counts, pins=pins, drained=drained, weight_overrides=weight_overrides
+        )
+        self.fallbacks = 0
+        if assignment.algorithm != spec.sharding.algorithm:
+            raise AssignmentError(f"the assignment was made by {assignment.algorithm!r}")
+        live = {name for name in assignment.shards if name not in set(assignment.drained)}
+        if set(assignment.drained) != set(self._overrides.drained):
+            raise AssignmentError("the assignment's drained shards differ from the overrides'")
+        listed = list(targets)
+        for target in listed:
+            shard = assignment.targets.get(target.identity)
+            if shard not in live or assignment.shards[shard].region != target.region:
+                raise AssignmentError(f"target {target.identity!r} has no live shard of its region")
+            weight = self._overrides.weights.get(target.identity, target.weight)
+            if assignment.weights.get(target.identity) != weight:
+                raise AssignmentError(f"target {target.identity!r} was placed with another weight")
+            pinned = self._overrides.pins.get(target.identity)
+            if pinned is not None and pinned != shard:
+                raise AssignmentError(f"target {target.identity!r} is not on the shard it is pinned to")
+        if len(listed) != len(assignment.targets):
+            raise AssignmentError("the assignment places targets that are not listed")
+        self._reset(listed, assignment)
+        return self
+
     @property
     def assignment(self) -> Assignment:
         return self._assignment

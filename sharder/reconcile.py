@@ -25,8 +25,12 @@ target never changes shard. A source that fails keeps its last set: errors go to
 
 **Incremental.** With the default ``assign_fn`` the loop keeps a
 ``sharder.incremental.IncrementalAssigner``: a change costs time in proportion to the
-change, and the result equals ``assign(spec, targets, previous=<last>)``. A change of
-shard counts (or a custom ``assign_fn``, e.g. the controller's overrides) runs in full.
+change, and the result equals ``assign(spec, targets, previous=<last>, <overrides>)``.
+The operator's overrides (pins, drains, weights, shard counts) are data the loop holds
+(:meth:`Reconciler.set_overrides`), not a reason to re-assign: only a change of shard
+counts (hysteresis or operator), of the overrides themselves, or a custom ``assign_fn``
+runs a full placement. :meth:`Reconciler.adopt` takes an assignment made elsewhere (an
+applied plan, the stored one at a restart) as the engine's base without placing again.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
+from sharder import overrides as overriding
 from sharder import plan as plan_mod
 from sharder import sizing
 from sharder.assign import assign
@@ -132,6 +137,39 @@ class Reconciler:
         self._applied: dict[str, Target] = {}
         self.assignments = 0
         self._incremental: IncrementalAssigner | None = None
+        self._overrides = overriding.Overrides()
+        self._full_due = False
+        """The overrides changed since the last placement: the next one runs in full."""
+        self.generation = 0
+        """Counts the changes sources pushed: a loop that waits compares it (no lost wake-up)."""
+
+    # ---- the operator's overrides ----------------------------------------------------------
+    def set_overrides(
+        self,
+        *,
+        shard_counts: Mapping[str, int] | None = None,
+        pins: Mapping[str, str] | None = None,
+        drained: Iterable[str] | None = None,
+        weights: Mapping[str, int] | None = None,
+    ) -> None:
+        """The overrides every later placement honours (checked here: ``AssignmentError``).
+        Unchanged ones keep the engine; changed ones make the next placement a full one."""
+        checked = overriding.build(
+            self.spec,
+            shard_counts=shard_counts,
+            pins=pins,
+            drained=frozenset(drained or ()),
+            weight_overrides=weights,
+        )
+        with self._lock:
+            if checked != self._overrides:
+                self._overrides = checked
+                self._incremental = None
+                self._full_due = True
+
+    @property
+    def overrides(self) -> overriding.Overrides:
+        return self._overrides
 
     # ---- input from sources (any thread) -------------------------------------------------
     def on_change(self, source: str, targets: Iterable[Target], *, version: str | None = None) -> None:
@@ -243,10 +281,10 @@ class Reconciler:
         return new
 
     def _place(self, targets: dict[str, Target], counts: dict[str, int]) -> Assignment:
-        """The new assignment. A custom ``assign_fn`` (the controller's) sees every change.
-        With the default one: unchanged when only labels changed, incremental (the cost of
-        the change, equal to a full sticky assignment) while the shard counts stay, else
-        a full sticky assignment."""
+        """The new assignment. A custom ``assign_fn`` sees every change. With the default
+        one: unchanged when only labels changed, incremental (the cost of the change, equal
+        to a full sticky assignment with the same overrides) while the shard counts and
+        overrides stay, else a full sticky assignment that becomes the engine's new base."""
         previous = self._assignment
         if self._assign_fn is not sticky_assign:
             ordered = sort_targets(targets.values())
@@ -255,11 +293,45 @@ class Reconciler:
             added, removed = placement_delta(self._applied, targets)
             if not added and not removed:
                 return previous  # labels only: placement cannot change
+            if self._incremental is None and not self._full_due:
+                self._incremental = self._engine_from(previous, self._applied, counts)
             if self._incremental is not None and self._incremental.assignment is previous:
                 return self._incremental.apply(added=added, removed=removed)
         ordered = sort_targets(targets.values())
-        self._incremental = IncrementalAssigner(self.spec, ordered, previous=previous, shard_counts=counts)
+        o = self._overrides
+        self._full_due = False
+        self._incremental = IncrementalAssigner(
+            self.spec,
+            ordered,
+            previous=previous,
+            shard_counts={**counts, **o.shard_counts},
+            pins=o.pins,
+            drained=o.drained,
+            weight_overrides=o.weights,
+        )
         return self._incremental.assignment
+
+    def _engine_from(
+        self, assignment: Assignment, targets: Mapping[str, Target], counts: Mapping[str, int]
+    ) -> IncrementalAssigner | None:
+        """The engine over ``assignment`` as it stands (no placement), or None when the
+        assignment does not cover exactly ``targets`` (then the next change places in full)."""
+        if assignment.targets.keys() != targets.keys():
+            return None
+        o = self._overrides
+        try:
+            return IncrementalAssigner.adopting(
+                self.spec,
+                list(targets.values()),
+                assignment,
+                shard_counts={**counts, **o.shard_counts},
+                pins=o.pins,
+                drained=o.drained,
+                weight_overrides=o.weights,
+            )
+        except SharderError as exc:
+            log.warning("the stored assignment cannot seed the engine, placing in full: %s", exc)
+            return None
 
     def _persist(self, now: float) -> None:
         """Save the per-source sets, at most every ``persist_interval_s`` (a write costs O(fleet))."""
@@ -295,6 +367,18 @@ class Reconciler:
                     self._wake.wait(timeout=idle_s if due is None else min(due, idle_s))
             self.tick()
 
+    def wait_for_change(self, seen: int, timeout: float) -> bool:
+        """Block until a source pushes a change after ``generation`` was ``seen``, or
+        ``timeout`` passes; True on a change. What a driving loop sleeps on (no polling)."""
+        with self._wake:
+            return self._wake.wait_for(lambda: self.generation != seen, timeout=max(0.0, timeout))
+
+    def interrupt(self) -> None:
+        """Wake every waiter now (a stopping loop)."""
+        with self._wake:
+            self.generation += 1
+            self._wake.notify_all()
+
     def adopt(self, assignment: Assignment) -> None:
         """Make ``assignment`` (an operator's applied plan) the base of the next change.
 
@@ -303,7 +387,8 @@ class Reconciler:
         """
         with self._lock:
             self._assignment = assignment
-            self._incremental = None
+            self._incremental = None  # rebuilt from ``assignment`` at the next change, not placed
+            self._full_due = False
 
     def reset(
         self, *, previous: Assignment | None, targets: Mapping[str, Target] | None = None, dirty: bool = False
@@ -320,6 +405,7 @@ class Reconciler:
         with self._lock:
             self._assignment = previous
             self._incremental = None
+            self._full_due = False
             self._sizer = sizing.ShardSizer(self.spec, self._sizer.rules, previous=previous)
             if targets is not None:
                 self._applied = dict(targets)
@@ -365,6 +451,7 @@ class Reconciler:
     def _mark_dirty(self) -> None:
         if self._first_dirty is None:
             self._first_dirty = self._clock()
+        self.generation += 1
         self._wake.notify_all()
 
     def _due(self, now: float) -> bool:

@@ -34,7 +34,7 @@ from federation.controller.probe import ChildProbe, ScrapeState, TargetKey
 from federation.controller.publisher import Publisher
 from federation.controller.replica import Replication
 from federation.controller.shed import shed
-from federation.controller.state import AuditEntry, ControllerState, Desired, Handover
+from federation.controller.state import AuditEntry, ControllerState, Desired, Handover, overrides_of
 from federation.controller.store import FencedOut, LastKnownView, StateStore, StoreConflict, StoreError
 from federation.spec import GpufedSpec
 from sharder import plan as planning
@@ -184,12 +184,12 @@ class Controller(Replication):
             grace_s=options.grace_s,
             hysteresis=options.hysteresis,
             precedence=options.precedence,
-            assign_fn=self._assign_for_loop,
             on_assignment=self._on_discovery,
             observer=self.discovery,
             store=LastKnownView(store),
             persist_interval_s=options.persist_interval_s,
         )
+        self.reconciler.set_overrides(**overrides_of(self.state.desired))
         self.registry = BuiltinRegistry(sink=self.reconciler, jobs=self.jobs, ttl_s=options.registry_ttl_s)
         self.sources: list[Any] = [self.registry]
         self.health: dict[str, ChildHealth] = {}
@@ -248,15 +248,23 @@ class Controller(Replication):
 
     def stop(self) -> None:
         self._stop.set()
+        self.reconciler.interrupt()
         for thread in self._threads:
             thread.join(timeout=5)
 
     # ---- the loop ------------------------------------------------------------------------
     def _loop(self, stop: threading.Event) -> None:
+        """Sleep until a source pushes a change, the reconciler has work due (debounce,
+        grace, hysteresis) or a settle/refresh pass is due; never a fixed polling rate."""
         settle_at = refresh_at = 0.0
         while not stop.is_set():
+            seen = self.reconciler.generation
             due = self.reconciler.next_due()
-            stop.wait(0.1 if due is None else min(max(due, 0.0), 0.1))
+            if due is None or due > 0:
+                periodic = min(settle_at, refresh_at) - time.monotonic()
+                self.reconciler.wait_for_change(seen, periodic if due is None else min(due, periodic))
+            if stop.is_set():
+                break
             try:
                 if not self._can_write():  # a follower: serve what the leader stored
                     if self._leading:
@@ -267,6 +275,7 @@ class Controller(Replication):
                         self.refresh_from_store()
                         self.share_fetches()
                     continue
+                refresh_at = time.monotonic() + self.options.refresh_interval_s
                 if not self._leading:
                     self.take_over()
                     self._leading = True
@@ -278,16 +287,6 @@ class Controller(Replication):
                     self.settle()
             except Exception:  # the loop must outlive any one bad tick
                 log.exception("controller loop iteration failed")
-
-    def _assign_for_loop(
-        self,
-        spec: Any,
-        targets: Sequence[Target],
-        *,
-        previous: Assignment | None,
-        shard_counts: Mapping[str, int],
-    ) -> Assignment:
-        return self._assign(self.state.desired, targets, previous=previous, hysteresis_counts=shard_counts)
 
     def _assign(
         self,
@@ -654,6 +653,7 @@ class Controller(Replication):
                 ) from exc
             except FencedOut as exc:
                 raise Unavailable(f"this replica lost the leadership ({exc})", leader=self._leader()) from exc
+            self.reconciler.set_overrides(**overrides_of(planned.desired))
             self.reconciler.adopt(assignment)
             self.metrics.rebalances.labels(result="applied").inc()
             self.metrics.moves.labels(cause="rebalance").inc(plan.counts.moved)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from federation.controller.metrics import ControllerMetrics
-from federation.controller.state import AuditEntry, ControllerState
+from federation.controller.state import AuditEntry, ControllerState, overrides_of
 from federation.controller.store import StateStore, StoreError
 from sharder.assignment import Assignment
 from sharder.inventory import Target
@@ -103,6 +103,7 @@ class Replication:
     def _adopt(self, state: ControllerState) -> None:
         """Make a stored state this replica's: the loop builds on it, SD serves it (lock held)."""
         targets = self._targets_of(state.assignment, self.reconciler.source_sets())
+        self.reconciler.set_overrides(**overrides_of(state.desired))
         self.reconciler.reset(previous=state.assignment, targets=targets, dirty=True)
         self._refreshed_at = time.monotonic()
         if state.assignment is not None:
@@ -168,6 +169,7 @@ class Replication:
                 self._withheld += 1
                 return False
             self._withheld, self._sd_incomplete = 0, missing
+            self.reconciler.set_overrides(**overrides_of(new.desired))
             self.reconciler.reset(previous=new.assignment, targets=targets)
             self._publish(targets=targets, state=new)  # SD first: never "ready" without its answers
             self.state = new

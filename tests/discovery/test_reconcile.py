@@ -237,3 +237,74 @@ def test_a_custom_assign_fn_sees_every_change_even_label_only() -> None:
     clock.advance(1)
     rec.tick()
     assert calls == [10, 10]
+
+
+def test_overrides_are_data_the_engine_keeps_across_changes() -> None:
+    """Pins, drains and weights no longer force a full placement per change: one full
+    placement when they change, then every change is incremental and equal to assign()."""
+    clock = FakeClock()
+    spec = make_spec(fixed=3)
+    rec, _seen = make(clock, spec=spec, debounce_s=0.0)
+    targets = fleet(60)
+    rec.on_change("file", targets)
+    first = rec.tick()
+    assert first is not None
+    pinned = targets[0].identity
+    region = targets[0].region
+    shard = next(s for s, i in first.shards.items() if i.region == region and s != first.targets[pinned])
+    overrides = {
+        "pins": {pinned: shard},
+        "drained": [f"{targets[1].region}-2"],
+        "weights": {targets[2].identity: 9},
+    }
+    rec.set_overrides(**overrides)  # type: ignore[arg-type]
+    expected = assign(spec, targets, previous=first, pins=overrides["pins"],  # type: ignore[arg-type]
+                      drained=overrides["drained"], weight_overrides=overrides["weights"])  # type: ignore[arg-type]
+    rec.on_change("file", [*targets, target(500, region="r1")])
+    second = rec.tick()
+    engine = rec._incremental
+    assert engine is not None and second is not None
+    assert second.targets[pinned] == shard and f"{targets[1].region}-2" in second.drained
+    current = [*targets, target(500, region="r1")]
+    assert second == assign(spec, current, previous=expected, pins=overrides["pins"],  # type: ignore[arg-type]
+                            drained=overrides["drained"], weight_overrides=overrides["weights"])  # type: ignore[arg-type]
+    for i in range(501, 506):
+        current = [*current[1:], target(i, region="r2")]
+        rec.on_delta("registry", upserted=[target(i, region="r2")], removed=[])
+        rec.on_change("file", current[:-1 - (i - 501)])
+        last = rec.assignment
+        result = rec.tick()
+        assert result is not None and rec._incremental is engine  # the same engine: no full placement
+        everything = sorted(rec.target_map.values(), key=lambda t: t.identity)
+        assert result == assign(spec, everything, previous=last, pins=overrides["pins"],  # type: ignore[arg-type]
+                                drained=overrides["drained"], weight_overrides=overrides["weights"])  # type: ignore[arg-type]
+    rec.set_overrides(**overrides)  # type: ignore[arg-type]
+    assert rec._incremental is engine  # the same overrides again change nothing
+
+
+def test_an_adopted_assignment_seeds_the_engine_without_placing_again() -> None:
+    clock = FakeClock()
+    spec = make_spec(fixed=2)
+    targets = fleet(40)
+    stored = assign(spec, targets)
+    rec, _ = make(clock, spec=spec, debounce_s=0.0, previous=stored)
+    rec.reset(previous=stored, targets={t.identity: t for t in targets})
+    rec.on_change("file", [*targets, target(900, region="r1")])
+    result = rec.tick()
+    assert result is not None and rec._incremental is not None
+    assert rec._incremental.fallbacks == 0
+    assert result == assign(spec, [*targets, target(900, region="r1")], previous=stored)
+
+
+def test_a_waiting_loop_wakes_on_a_push_not_on_a_timer() -> None:
+    import threading
+
+    rec, _ = make(FakeClock())
+    seen = rec.generation
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(rec.wait_for_change(seen, 30.0)))
+    waiter.start()
+    rec.on_delta("registry", upserted=[target(1)], removed=[])
+    waiter.join(timeout=5)
+    assert woke == [True]
+    assert rec.wait_for_change(rec.generation, 0.01) is False

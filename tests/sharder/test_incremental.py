@@ -262,3 +262,39 @@ def test_a_target_for_a_fully_drained_region_is_refused_and_changes_nothing() ->
     with pytest.raises(AssignmentError, match="every shard of region 'r-a' is drained"):
         engine.apply(added=[target(9, region="r-a", gpus=4)])
     assert engine.assignment == before and len(engine.targets()) == 5
+
+
+@given(history=histories())
+@FAST
+def test_an_adopted_assignment_continues_exactly_as_the_engine_that_made_it(history: tuple[Any, ...]) -> None:
+    """A restart (or an applied plan) hands the engine an assignment instead of placing again."""
+    spec, first, overrides, changes = history
+    made = assign(spec, first, **overrides)
+    kwargs = {**overrides}
+    engine = IncrementalAssigner.adopting(spec, first, made, fallback_fraction=NEVER, **kwargs)
+    assert engine.assignment is made
+    fleet = Fleet(spec, first, **overrides)
+    for added, removals, _updates, rnd in changes:
+        present = sorted(fleet.targets)
+        removed = set(rnd.sample(present, min(removals, len(present))))
+        last = engine.assignment
+        result = engine.apply(added=added, removed=removed)
+        fleet.change(added, removed)
+        assert result == fleet.expected(last)
+    assert engine.fallbacks == 0
+
+
+def test_an_assignment_that_does_not_fit_is_refused_for_adoption() -> None:
+    spec = make_spec({"r-a": 3})
+    fleet = [target(n, region="r-a", gpus=8) for n in range(30)]
+    made = assign(spec, fleet)
+    with pytest.raises(AssignmentError, match="not listed"):
+        IncrementalAssigner.adopting(spec, fleet[:-1], made)
+    with pytest.raises(AssignmentError, match="drained"):
+        IncrementalAssigner.adopting(spec, fleet, made, drained=["r-a-0"])
+    with pytest.raises(AssignmentError, match="weight"):
+        IncrementalAssigner.adopting(spec, fleet, made, weight_overrides={fleet[0].identity: 3})
+    elsewhere = fleet[0].identity
+    wrong = next(s for s in made.shards if s != made.targets[elsewhere])
+    with pytest.raises(AssignmentError, match="pinned"):
+        IncrementalAssigner.adopting(spec, fleet, made, pins={elsewhere: wrong})
