@@ -105,6 +105,10 @@ class ControllerOptions:
     """How often a follower re-reads the shared state (what ``state_age_s`` is bounded by)."""
     persist_interval_s: float = 5.0
     """Least seconds between two saves of the discovery sets."""
+    config_refresh_s: float = 300.0
+    """With HTTP SD a child's config depends on the children set, not on its targets: the
+    bundle is rendered again when that set changes, else at most this often (its
+    assignment.json and manifest counts), not on every registration."""
     sets_before_state: bool = False
     """A shared store: followers and the next leader read each target from the stored sets,
     so the sets are saved before every state that places a new target."""
@@ -203,6 +207,8 @@ class Controller(Replication):
         self._config_lock = threading.Lock()
         self._config_wake = threading.Event()
         self._config_due: tuple[int, Assignment, list[Target]] | None = None
+        self._config_key: object = None
+        self._config_at = float("-inf")
 
     # ---- start / stop ----------------------------------------------------------------
     def restore(self) -> None:
@@ -374,9 +380,14 @@ class Controller(Replication):
         self.metrics.handovers_in_flight.set(len(state.handovers))
         self.metrics.ready.set(1)
         if self.publisher is not None:
-            with self._config_lock:
-                self._config_due = (state.assignment_version, assignment, list(targets.values()))
-            self._config_wake.set()
+            key = config_key(self.spec, assignment)
+            now = time.monotonic()
+            stale = now >= self._config_at + self.options.config_refresh_s
+            if key is None or key != self._config_key or stale:
+                self._config_key, self._config_at = key, now
+                with self._config_lock:
+                    self._config_due = (state.assignment_version, assignment, list(targets.values()))
+                self._config_wake.set()
 
     def publish_configs(self) -> bool:
         """Render and check the bundle of the newest assignment (outside the state lock: promtool
@@ -919,6 +930,14 @@ class Controller(Replication):
                 }
             )
         return rows
+
+
+def config_key(spec: GpufedSpec, assignment: Assignment) -> object:
+    """What the children's configs depend on; None when it is every target (file_sd lists)."""
+    if spec.children.target_discovery == "file_sd":
+        return None
+    shards = tuple(sorted((name, info.region) for name, info in assignment.shards.items()))
+    return (shards, assignment.replication_factor, tuple(sorted(assignment.drained)))
 
 
 def changed_children(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> list[str]:
