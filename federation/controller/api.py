@@ -1,4 +1,4 @@
-"""The controller's HTTP API: thin FastAPI routes over :class:`~federation.controller.core.Controller`.
+"""The controller's HTTP API: thin FastAPI routes over :class:`~federation.controller.Controller`.
 
 Errors are ``application/problem+json`` (RFC 9457 style) naming the field: 422 for a bad
 body, 404 for an unknown child/shard/target, 409 for a stale plan, 401/403 for tokens,
@@ -22,9 +22,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from federation.controller import core
+from federation.controller import errors, plans
 from federation.controller.auth import Authenticator, Caller
 from federation.controller.changes import ChangeRequest
+from federation.controller.controller import Controller
 from federation.controller.redact import redact_file
 from sharder.errors import SharderError
 from sharder.sources.registry import BatchInvalid, IdentityMismatch
@@ -123,7 +124,7 @@ def _caller(request: Request, authorization: str | None, scope: str) -> Caller:
     auth: Authenticator = request.app.state.auth
     caller = auth.caller(authorization)
     if caller is None:
-        raise core.ControllerError("401")
+        raise errors.ControllerError("401")
     if scope not in caller.scopes and not (scope == "register" and "write" in caller.scopes):
         raise _Forbidden(f"token {caller.name!r} lacks the {scope!r} scope")
     request.app.state.controller.check_writable()  # a follower answers 503 with the leader
@@ -143,7 +144,7 @@ Registrar = Annotated[Caller, Depends(registrar)]
 
 
 def create_app(
-    controller: core.Controller, *, auth: Authenticator, leader: Callable[[], str | None] | None = None
+    controller: Controller, *, auth: Authenticator, leader: Callable[[], str | None] | None = None
 ) -> FastAPI:
     app = FastAPI(
         title="gpufed controller",
@@ -172,15 +173,15 @@ def create_app(
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return problem(exc.status_code, str(exc.detail), str(exc.detail))
 
-    @app.exception_handler(core.ControllerError)
-    async def _domain(request: Request, exc: core.ControllerError) -> JSONResponse:
-        if isinstance(exc, core.Conflict):
+    @app.exception_handler(errors.ControllerError)
+    async def _domain(request: Request, exc: errors.ControllerError) -> JSONResponse:
+        if isinstance(exc, errors.Conflict):
             return problem(409, "Conflict", str(exc), current_version=exc.current_version)
-        if isinstance(exc, core.NotFound):
+        if isinstance(exc, errors.NotFound):
             return problem(404, "Not found", str(exc))
-        if isinstance(exc, core.Invalid):
+        if isinstance(exc, errors.Invalid):
             return problem(422, "Invalid change", str(exc), field=exc.field)
-        if isinstance(exc, core.Unavailable):
+        if isinstance(exc, errors.Unavailable):
             return problem(503, "Not the leader", str(exc), leader=exc.leader)
         if isinstance(exc, _Forbidden):
             return problem(403, "Forbidden", str(exc))
@@ -298,7 +299,7 @@ def create_app(
     # ---- changes: plan first ------------------------------------------------------------------
     @app.post("/v1/plan", tags=["changes"], summary="What a change would move; nothing is applied")
     def plan(change: ChangeRequest, caller: Writer) -> dict[str, Any]:
-        return core.dump_plan(controller.plan(change))
+        return plans.dump_plan(controller.plan(change))
 
     @app.post("/v1/rebalance", tags=["changes"], summary="Apply a plan by its version")
     def rebalance(body: RebalanceRequest, caller: Writer) -> dict[str, Any]:
@@ -317,21 +318,21 @@ def create_app(
 
     @app.post("/v1/shards/{shard}/drain", tags=["changes"], summary="Plan to empty a shard")
     def drain(shard: str, caller: Writer) -> dict[str, Any]:
-        return core.dump_plan(controller.plan(ChangeRequest(drain=[shard])))
+        return plans.dump_plan(controller.plan(ChangeRequest(drain=[shard])))
 
     @app.post("/v1/shards/{shard}/undrain", tags=["changes"], summary="Plan to use a drained shard again")
     def undrain(shard: str, caller: Writer) -> dict[str, Any]:
-        return core.dump_plan(controller.plan(ChangeRequest(undrain=[shard])))
+        return plans.dump_plan(controller.plan(ChangeRequest(undrain=[shard])))
 
     @app.post("/v1/pins", tags=["changes"], summary="Plan to pin a target to a shard")
     def pin(body: PinRequest, caller: Writer) -> dict[str, Any]:
-        return core.dump_plan(
+        return plans.dump_plan(
             controller.plan(ChangeRequest(pin={body.identity: body.shard}, reason=body.reason))
         )
 
     @app.delete("/v1/pins/{identity:path}", tags=["changes"], summary="Plan to unpin a target")
     def unpin(identity: str, caller: Writer) -> dict[str, Any]:
-        return core.dump_plan(controller.plan(ChangeRequest(unpin=[unquote(identity)])))
+        return plans.dump_plan(controller.plan(ChangeRequest(unpin=[unquote(identity)])))
 
     @app.get("/v1/audit", tags=["changes"])
     def audit(
@@ -372,7 +373,7 @@ def create_app(
     @app.delete("/v1/registry/targets/{identity:path}", tags=["registry"], status_code=204)
     def deregister(identity: str, caller: Registrar) -> Response:
         if not controller.registry.delete(unquote(identity)):
-            raise core.NotFound(f"no registered target {unquote(identity)!r}")
+            raise errors.NotFound(f"no registered target {unquote(identity)!r}")
         return Response(status_code=204)
 
     @app.get("/v1/registry/targets", tags=["registry"])
@@ -401,7 +402,7 @@ def create_app(
     def config_file(path: str) -> Response:
         files = controller.publisher.files if controller.publisher is not None else {}
         if path not in files:
-            raise core.NotFound(f"no published file {path!r}")
+            raise errors.NotFound(f"no published file {path!r}")
         media = "application/json" if path.endswith(".json") else "application/yaml"
         return Response(redact_file(path, files[path]), media_type=media)
 
@@ -419,7 +420,7 @@ def create_app(
         media = WEB_MEDIA.get(Path(name).suffix)
         path = WEB_DIR / name
         if media is None or path.parent != WEB_DIR or not path.is_file():
-            raise core.NotFound(f"no web asset {name!r}")
+            raise errors.NotFound(f"no web asset {name!r}")
         return Response(path.read_bytes(), media_type=media, headers=WEB_HEADERS)
 
     app.add_middleware(
@@ -430,5 +431,5 @@ def create_app(
     return app
 
 
-class _Forbidden(core.ControllerError):
+class _Forbidden(errors.ControllerError):
     pass

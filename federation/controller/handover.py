@@ -22,7 +22,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from federation.controller.state import Handover
+from federation.spec import GpufedSpec
 from sharder.assignment import Assignment
+from sharder.spec import parse_duration
+
+DISCOVERY_THROTTLE_S = 5.0
+"""Prometheus' discovery-to-scrape update throttle (``discovery.Manager``)."""
 
 Scraped = Callable[[Handover], bool]
 Fetched = Callable[[str], float | None]
@@ -118,3 +123,17 @@ def outgoing(handovers: Iterable[Handover]) -> dict[str, set[str]]:
     for h in handovers:
         out.setdefault(h.from_shard, set()).add(h.identity)
     return out
+
+
+def default_window_s(spec: GpufedSpec, job: str) -> float:
+    """How long the old child keeps a moved target once the new child has fetched it, when no
+    proof comes: the SD refresh, Prometheus' discovery-to-scrape update throttle and two
+    scrape intervals of the target's job."""
+    spec_job = next((j for j in spec.jobs if j.name == job), None)
+    interval = parse_duration(spec_job.scrape_interval if spec_job else spec.children.scrape_interval)
+    refresh = (
+        parse_duration(spec.children.http_sd_refresh_interval)
+        if spec.children.target_discovery == "http_sd"
+        else 60.0
+    )
+    return refresh + DISCOVERY_THROTTLE_S + 2 * interval

@@ -29,12 +29,13 @@ from federation.controller import api
 from federation.controller.auth import Authenticator, load_tokens
 from federation.controller.consul_lock import ConsulLock
 from federation.controller.consul_store import ConsulStore
-from federation.controller.core import Controller, ControllerOptions
+from federation.controller.controller import Controller
 from federation.controller.leader import AlwaysLeader, LeaderElector
 from federation.controller.load import LoadOptions, LoadTracker
 from federation.controller.load_reader import PrometheusLoadReader
 from federation.controller.load_weights import LoadReader
 from federation.controller.metrics import ControllerMetrics
+from federation.controller.options import ControllerOptions
 from federation.controller.probe import ChildProbe
 from federation.controller.publisher import Publisher
 from federation.controller.sqlite_store import SqliteStore
