@@ -83,6 +83,8 @@ class IncrementalAssigner:
         )
         self.fallbacks = 0
         """How many changes took the full path (for metrics and tests)."""
+        self.touched: set[str] | None = None
+        """Identities whose placement the last change may have altered (None: a full run)."""
         first = self._full(list(targets), previous=previous, allow_algorithm_change=allow_algorithm_change)
         self._reset(list(targets), first)
 
@@ -104,6 +106,7 @@ class IncrementalAssigner:
         cost one pass to index, not a placement. ``AssignmentError`` when it does not fit."""
         self = cls.__new__(cls)
         self.spec = spec
+        self.touched = None
         self.fallback_fraction = fallback_fraction
         self._overrides = overriding.build(
             spec, shard_counts=shard_counts, pins=pins, drained=drained, weight_overrides=weight_overrides
@@ -180,8 +183,10 @@ class IncrementalAssigner:
                 )
             fresh[identity] = target
         if not gone and not fresh:
+            self.touched = set()
             return self._assignment
         if self._needs_full(gone, fresh):
+            self.touched = None
             return self._fall_back(gone, fresh)
         self._check_pins(fresh.values())
         self._apply(gone, fresh)
@@ -332,8 +337,12 @@ class IncrementalAssigner:
                 targets[identity] = was
             else:
                 unplaced.setdefault(target.region, []).append((member, weight))
+        moved: set[str] = set(gone) | fresh.keys()
         for region in touched:
-            self._settle(self._regions[region], unplaced.get(region, []), targets=targets, weights=weights)
+            state = self._regions[region]
+            placed = self._settle(state, unplaced.get(region, []), targets=targets, weights=weights)
+            moved.update(member[1] for member, _ in placed)
+        self.touched = moved
         self._assignment = Assignment.model_construct(
             algorithm=previous.algorithm,
             algorithm_version=previous.algorithm_version,
@@ -351,11 +360,12 @@ class IncrementalAssigner:
         *,
         targets: dict[str, str],
         weights: Mapping[str, int],
-    ) -> None:
-        """Keep stage over the changed loads, then first choice and walk for the rest."""
+    ) -> list[tuple[Member, int]]:
+        """Keep stage over the changed loads, then first choice and walk for the rest; what
+        was placed (new and shed members)."""
         total, shards = state.total + sum(w for _, w in unplaced), len(state.names)
         if not shards:
-            return
+            return []
         load_factor = self.spec.sharding.load_factor
         heaviest = max((w for w, n in state.weights.items() if n > 0), default=0)
         limit = keep_limit(total, shards=shards, heaviest=heaviest, load_factor=load_factor)
@@ -363,7 +373,7 @@ class IncrementalAssigner:
             if members and state.pinned_load[s] + state.member_load[s] > limit:
                 unplaced.extend(_shed(state, s, limit=limit, weights=weights))
         if not unplaced:
-            return
+            return []
         unplaced.sort()
         loads = [p + m for p, m in zip(state.pinned_load, state.member_load, strict=True)]
         fill = Fill(
@@ -379,6 +389,7 @@ class IncrementalAssigner:
             bisect.insort(state.members[shard], member)
             state.member_load[shard] += weight
             targets[member[1]] = state.names[shard]
+        return unplaced
 
 
 def _forget(state: _Region, *, weight: int, node: str) -> None:

@@ -140,6 +140,10 @@ class Reconciler:
         self._overrides = overriding.Overrides()
         self._full_due = False
         """The overrides changed since the last placement: the next one runs in full."""
+        self.touched: set[str] | None = None
+        """Identities the last placement may have moved (None: unknown, a full placement)."""
+        self.touched_base: Assignment | None = None
+        """The assignment ``touched`` is relative to."""
         self.generation = 0
         """Counts the changes sources pushed: a loop that waits compares it (no lost wake-up)."""
 
@@ -268,7 +272,7 @@ class Reconciler:
             if self._observer is not None:
                 self._observer.error("reconcile", reason="assignment_failed")
             return None
-        plan = plan_mod.diff(self._assignment, new)
+        plan = plan_mod.diff(self._assignment, new, only=self.touched)
         with self._lock:
             self._assignment, self._applied = new, targets
             self._sizer.applied = counts
@@ -286,17 +290,21 @@ class Reconciler:
         to a full sticky assignment with the same overrides) while the shard counts and
         overrides stay, else a full sticky assignment that becomes the engine's new base."""
         previous = self._assignment
+        self.touched, self.touched_base = None, previous
         if self._assign_fn is not sticky_assign:
             ordered = sort_targets(targets.values())
             return self._assign_fn(self.spec, ordered, previous=previous, shard_counts=counts)
         if previous is not None and counts == self._sizer.applied:
             added, removed = placement_delta(self._applied, targets)
             if not added and not removed:
+                self.touched = set()
                 return previous  # labels only: placement cannot change
             if self._incremental is None and not self._full_due:
                 self._incremental = self._engine_from(previous, self._applied, counts)
             if self._incremental is not None and self._incremental.assignment is previous:
-                return self._incremental.apply(added=added, removed=removed)
+                result = self._incremental.apply(added=added, removed=removed)
+                self.touched = self._incremental.touched
+                return result
         ordered = sort_targets(targets.values())
         o = self._overrides
         self._full_due = False

@@ -44,7 +44,14 @@ from federation.controller.publication import Publication
 from federation.controller.publisher import Publisher
 from federation.controller.replica import Replication
 from federation.controller.state import AuditEntry, ControllerState, Handover, overrides_of
-from federation.controller.store import FencedOut, LastKnownView, StateStore, StoreConflict, StoreError
+from federation.controller.store import (
+    Changed,
+    FencedOut,
+    LastKnownView,
+    StateStore,
+    StoreConflict,
+    StoreError,
+)
 from federation.controller.views import ReadViews
 from federation.spec import GpufedSpec
 from sharder import plan as planning
@@ -244,18 +251,24 @@ class Controller(Replication):
         )
         if self.options.sets_before_state:
             self.store.save_sets(self.reconciler.source_sets())
-        self._commit(state, audit=audit)
+        base, touched = self.state.assignment, self.reconciler.touched
+        known = base is not None and touched is not None and self.reconciler.touched_base is base
+        changed = (base, touched) if base is not None and touched is not None and known else None
+        self._commit(state, audit=audit, changed=changed)
         self.metrics.moves.labels(cause="discovery").inc(plan.counts.moved)
         self._publish(targets=targets)
 
     # ---- state writes ---------------------------------------------------------------------
-    def _commit(self, state: ControllerState, *, audit: AuditEntry | None) -> None:
+    def _commit(
+        self, state: ControllerState, *, audit: AuditEntry | None, changed: Changed | None = None
+    ) -> None:
         try:
             self.state = self.store.save(
                 state,
                 expected_revision=self.state.revision if self.state.revision else None,
                 audit=audit,
                 fence=self._fence(),
+                changed=changed,
             )
         except (StoreConflict, FencedOut):
             self.metrics.store_errors.inc()
@@ -315,13 +328,17 @@ class Controller(Replication):
     ) -> list[Handover]:
         if not self.options.handover:
             return []
+        rec = self.reconciler
+        only = rec.touched if rec.touched_base is previous and rec.assignment is current else None
+        candidates = targets.keys() if only is None else [i for i in only if i in targets]
         return handing.reconcile(
             previous,
             current,
             self.state.handovers,
             now=self._wall(),
-            job_of={i: t.job for i, t in targets.items()},
+            job_of={i: targets[i].job for i in candidates},
             max_wait_s=self.options.handover_max_wait_s,
+            only=only,
         )
 
     def settle(self) -> int:

@@ -19,7 +19,7 @@ Pure: time is passed in; :func:`reconcile` is called on every new assignment and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from federation.controller.state import Handover
 from federation.spec import GpufedSpec
@@ -43,12 +43,14 @@ def reconcile(
     now: float,
     job_of: Mapping[str, str],
     max_wait_s: float,
+    only: Collection[str] | None = None,
 ) -> list[Handover]:
     """The hand-overs after ``previous`` -> ``current``.
 
     A target that moves starts one (from its old shard); one already in flight keeps its
     original ``from_shard`` (that child is still scraping) and follows a second move; a
-    target back on its ``from_shard``, or gone, ends its hand-over.
+    target back on its ``from_shard``, or gone, ends its hand-over. ``only``: the
+    identities that may have moved (the engine knows them), so a change costs its size.
     """
     kept: dict[str, Handover] = {}
     settled: set[str] = set()  # back on a shard that never stopped scraping it: no new overlap
@@ -68,8 +70,10 @@ def reconcile(
             )
         kept[h.identity] = h
     if previous is not None:
-        before = previous.targets
-        for identity, owner in current.targets.items():
+        before, after = previous.targets, current.targets
+        candidates = after if only is None else (i for i in only if i in after)
+        for identity in candidates:
+            owner = after[identity]
             old = before.get(identity)
             if old is None or old == owner or identity in kept or identity in settled:
                 continue

@@ -21,11 +21,12 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from federation.controller.state import AuditEntry, ControllerState
-from federation.controller.store import FencedOut, StoreConflict, StoreError
+from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError
 from sharder.assignment import Assignment
 from sharder.inventory import Target
 from sharder.lastknown import parse_entries, target_document
@@ -41,7 +42,14 @@ CREATE TABLE IF NOT EXISTS members (source TEXT NOT NULL, identity TEXT NOT NULL
                                     PRIMARY KEY (source, identity));
 CREATE TABLE IF NOT EXISTS layout (id INTEGER PRIMARY KEY CHECK (id = 1), rows INTEGER NOT NULL);
 """
-Placement = tuple[str, int]  # (shard, weight)
+
+
+class Placed(NamedTuple):
+    """What ``placements`` holds: identity -> shard and identity -> weight (the saved
+    assignment's own dicts, never changed in place: an assignment is frozen)."""
+
+    shards: Mapping[str, str]
+    weights: Mapping[str, int]
 
 
 class SqliteStore:
@@ -55,7 +63,7 @@ class SqliteStore:
         self._connections: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
         self._write = threading.Lock()  # one writer at a time keeps the caches equal to the rows
-        self._placed: dict[str, Placement] | None = None
+        self._placed: Placed | None = None
         """What ``placements`` holds (None: not read yet)."""
         self._members: dict[str, dict[str, Target]] | None = None
         with self._connect() as db:
@@ -90,17 +98,10 @@ class SqliteStore:
             placed = self._read_placements(db)
             self._placed = placed
         assignment = state.assignment
-        for identity, (shard, _) in placed.items():
-            if shard not in assignment.shards:
-                raise StoreError(
-                    f"state in {self.path}: target {identity!r} is placed on unknown shard {shard!r}"
-                )
-        full = assignment.model_copy(
-            update={
-                "targets": {i: shard for i, (shard, _) in placed.items()},
-                "weights": {i: weight for i, (_, weight) in placed.items()},
-            }
-        )
+        unknown = set(placed.shards.values()) - assignment.shards.keys()
+        if unknown:
+            raise StoreError(f"state in {self.path}: targets are placed on unknown shard {min(unknown)!r}")
+        full = assignment.model_copy(update={"targets": placed.shards, "weights": placed.weights})
         return state.model_copy(update={"assignment": full})
 
     def save(
@@ -110,6 +111,7 @@ class SqliteStore:
         expected_revision: int | None,
         audit: AuditEntry | None = None,
         fence: int | None = None,
+        changed: Changed | None = None,
     ) -> ControllerState:
         db = self._connect()
         with self._write:
@@ -123,7 +125,7 @@ class SqliteStore:
                     if fence is not None and row is not None and row[1] is not None and fence < row[1]:
                         raise FencedOut(f"write fenced out: token {fence} is older than {row[1]}")
                     stored = state.model_copy(update={"revision": (found or 0) + 1})
-                    placed = self._write_placements(db, stored.assignment)
+                    placed = self._write_placements(db, stored.assignment, changed)
                     db.execute(
                         "INSERT INTO state (id, revision, fence, body) VALUES (1, ?, ?, ?) "
                         "ON CONFLICT (id) DO UPDATE SET revision = excluded.revision, "
@@ -148,35 +150,60 @@ class SqliteStore:
         row = db.execute("SELECT rows FROM layout WHERE id = 1").fetchone()
         return row is not None and bool(row[0])
 
-    def _read_placements(self, db: sqlite3.Connection) -> dict[str, Placement]:
-        if not self._in_rows(db):
-            return {}
-        return {
-            i: (shard, weight)
-            for i, shard, weight in db.execute("SELECT identity, shard, weight FROM placements")
-        }
+    def _write_some(
+        self, db: sqlite3.Connection, before: Placed, after: Placed, touched: Collection[str]
+    ) -> Placed:
+        shards, weights = after
+        gone = [(i,) for i in touched if i in before.shards and i not in shards]
+        rows = [
+            (i, shards[i], weights.get(i, 1))
+            for i in touched
+            if i in shards
+            and (before.shards.get(i) != shards[i] or before.weights.get(i, 1) != weights.get(i, 1))
+        ]
+        self._apply_rows(db, gone, rows)
+        return after
 
-    def _write_placements(
-        self, db: sqlite3.Connection, assignment: Assignment | None
-    ) -> dict[str, Placement]:
-        """Write the rows that differ from what is stored (transaction open); the new rows."""
-        before = self._placed if self._placed is not None else self._read_placements(db)
-        if assignment is None:
-            after: dict[str, Placement] = {}
-        else:
-            weights = assignment.weights
-            after = {i: (shard, weights.get(i, 1)) for i, shard in assignment.targets.items()}
-        gone = [(i,) for i in before.keys() - after.keys()]
-        changed = [(i, p[0], p[1]) for i, p in after.items() if before.get(i) != p]
+    def _apply_rows(
+        self, db: sqlite3.Connection, gone: list[tuple[str]], rows: list[tuple[str, str, int]]
+    ) -> None:
         if gone:
             db.executemany("DELETE FROM placements WHERE identity = ?", gone)
-        if changed:
+        if rows:
             db.executemany(
                 "INSERT INTO placements (identity, shard, weight) VALUES (?, ?, ?) ON CONFLICT (identity) "
                 "DO UPDATE SET shard = excluded.shard, weight = excluded.weight",
-                changed,
+                rows,
             )
         db.execute("INSERT INTO layout (id, rows) VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET rows = 1")
+
+    def _read_placements(self, db: sqlite3.Connection) -> Placed:
+        shards: dict[str, str] = {}
+        weights: dict[str, int] = {}
+        if self._in_rows(db):
+            for identity, shard, weight in db.execute("SELECT identity, shard, weight FROM placements"):
+                shards[identity] = shard
+                weights[identity] = weight
+        return Placed(shards, weights)
+
+    def _write_placements(
+        self, db: sqlite3.Connection, assignment: Assignment | None, changed: Changed | None
+    ) -> Placed:
+        """Write the rows that differ from what is stored (transaction open); the new rows.
+        With ``changed`` whose base is what the rows hold, only its identities are compared."""
+        before = self._placed if self._placed is not None else self._read_placements(db)
+        if assignment is not None and changed is not None and changed[0].targets is before.shards:
+            return self._write_some(db, before, Placed(assignment.targets, assignment.weights), changed[1])
+        after = Placed({}, {}) if assignment is None else Placed(assignment.targets, assignment.weights)
+        old_shards, old_weights = before.shards, before.weights
+        new_shards, new_weights = after.shards, after.weights
+        gone = [(i,) for i in old_shards.keys() - new_shards.keys()]
+        rows = [
+            (i, shard, new_weights.get(i, 1))
+            for i, shard in new_shards.items()
+            if old_shards.get(i) != shard or old_weights.get(i, 1) != new_weights.get(i, 1)
+        ]
+        self._apply_rows(db, gone, rows)
         return after
 
     def audit_log(self, *, limit: int = 100, before_id: int | None = None) -> list[AuditEntry]:

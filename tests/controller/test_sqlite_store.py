@@ -104,3 +104,21 @@ def test_sets_are_rows_and_a_save_writes_what_changed(tmp_path: Path) -> None:
     assert sorted(back) == ["file", "registry"]
     assert {t.identity: t.gpus for t in back["file"]}[changed.identity] == 4
     assert len(back["file"]) == 300 and len(back["registry"]) == 1
+
+
+def test_a_change_hint_from_the_stored_base_writes_only_its_identities(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "state.db")
+    targets = fleet(200)
+    first = assign(SPEC, targets)
+    saved = store.save(ControllerState(assignment=first), expected_revision=None)
+    grown = assign(SPEC, [*targets, *fleet(1, start=900)], previous=first)
+    touched = {i for i in grown.targets if first.targets.get(i) != grown.targets[i]}
+    stale_base = assign(SPEC, targets)  # equal, but not the object the rows were written from
+    hint = (stale_base, set[str]())
+    store.save(saved.model_copy(update={"assignment": grown}), expected_revision=1, changed=hint)
+    assert SqliteStore(tmp_path / "state.db").load().assignment == grown  # type: ignore[union-attr]
+    again = assign(SPEC, [*targets, *fleet(2, start=900)], previous=grown)
+    more = {i for i in again.targets if grown.targets.get(i) != again.targets[i]}
+    store.save(saved.model_copy(update={"assignment": again, "revision": 2}), expected_revision=2,
+               changed=(grown, more))
+    assert touched and SqliteStore(tmp_path / "state.db").load().assignment == again  # type: ignore[union-attr]

@@ -15,6 +15,7 @@ from sharder.assignment import Assignment
 from sharder.errors import AssignmentError
 from sharder.incremental import IncrementalAssigner
 from sharder.inventory import Target
+from sharder.plan import diff
 from sharder.spec import FederationSpec
 
 FAST = settings(max_examples=40, deadline=None)
@@ -58,6 +59,14 @@ class Fleet:
 
     def expected(self, last: Assignment) -> Assignment:
         return assign(self.spec, list(self.targets.values()), previous=last, **self.overrides)
+
+
+def _recount(assignment: Assignment) -> dict[str, int]:
+    """Load per shard counted from scratch (the derived totals must equal it)."""
+    totals: dict[str, int] = {}
+    for identity, shard in assignment.targets.items():
+        totals[shard] = totals.get(shard, 0) + assignment.weights.get(identity, 1)
+    return totals
 
 
 GPUS = st.sampled_from([0, 1, 4, 8])
@@ -113,6 +122,11 @@ def play(spec: FederationSpec, first: list[Target], overrides: dict[str, Any], c
         result = engine.apply(added=added + updated, removed=removed | {t.identity for t in updated})
         fleet.change(added + updated, removed)
         assert result == fleet.expected(last)
+        last.load()  # the previous totals are known, so the new ones are derived from the change
+        touched = engine.touched
+        assert touched is not None
+        assert diff(last, result, only=touched) == diff(last, result)  # the plan in the time of the change
+        assert result.load() == {s: 0 for s in result.shards} | _recount(result)
         moves += sum(1 for i, s in result.targets.items() if i in last.targets and last.targets[i] != s)
     assert engine.fallbacks == 0
     return moves
