@@ -144,6 +144,8 @@ class Reconciler:
         """Identities the last placement may have moved (None: unknown, a full placement)."""
         self.touched_base: Assignment | None = None
         """The assignment ``touched`` is relative to."""
+        self.changed: set[str] | None = None
+        """``touched`` plus the targets whose fields changed (labels): what SD must rebuild."""
         self.generation = 0
         """Counts the changes sources pushed: a loop that waits compares it (no lost wake-up)."""
 
@@ -290,7 +292,7 @@ class Reconciler:
         to a full sticky assignment with the same overrides) while the shard counts and
         overrides stay, else a full sticky assignment that becomes the engine's new base."""
         previous = self._assignment
-        self.touched, self.touched_base = None, previous
+        self.touched, self.touched_base, self.changed = None, previous, None
         if self._assign_fn is not sticky_assign:
             ordered = sort_targets(targets.values())
             return self._assign_fn(self.spec, ordered, previous=previous, shard_counts=counts)
@@ -298,12 +300,15 @@ class Reconciler:
             added, removed = placement_delta(self._applied, targets)
             if not added and not removed:
                 self.touched = set()
+                self.changed = _relabelled(self._applied, targets)
                 return previous  # labels only: placement cannot change
             if self._incremental is None and not self._full_due:
                 self._incremental = self._engine_from(previous, self._applied, counts)
             if self._incremental is not None and self._incremental.assignment is previous:
                 result = self._incremental.apply(added=added, removed=removed)
                 self.touched = self._incremental.touched
+                if self.touched is not None:
+                    self.changed = self.touched | _relabelled(self._applied, targets)
                 return result
         ordered = sort_targets(targets.values())
         o = self._overrides
@@ -490,6 +495,11 @@ class Reconciler:
             else:
                 del self._missing_since[identity]
         return merged
+
+
+def _relabelled(old: Mapping[str, Target], new: Mapping[str, Target]) -> set[str]:
+    """Identities whose target object changed (an unchanged target keeps its object)."""
+    return {i for i, t in new.items() if (was := old.get(i)) is not None and was is not t and was != t}
 
 
 def merge_sets(sets: Mapping[str, Mapping[str, Target]], precedence: Sequence[str]) -> dict[str, Target]:

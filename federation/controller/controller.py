@@ -256,7 +256,9 @@ class Controller(Replication):
         changed = (base, touched) if base is not None and touched is not None and known else None
         self._commit(state, audit=audit, changed=changed)
         self.metrics.moves.labels(cause="discovery").inc(plan.counts.moved)
-        self._publish(targets=targets)
+        fields = self.reconciler.changed
+        sd_changed = (base, fields) if known and base is not None and fields is not None else None
+        self.publication.publish(self.state, targets, changed=sd_changed)
 
     # ---- state writes ---------------------------------------------------------------------
     def _commit(

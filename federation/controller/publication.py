@@ -25,6 +25,7 @@ from federation.controller.metrics import ControllerMetrics
 from federation.controller.options import ControllerOptions
 from federation.controller.publisher import Publisher
 from federation.controller.state import ControllerState
+from federation.controller.store import Changed
 from federation.spec import GpufedSpec
 from sharder.assignment import Assignment
 from sharder.inventory import Target
@@ -55,8 +56,11 @@ class Publication:
         self._config_key: object = None
         self._config_at = float("-inf")
 
-    def publish(self, state: ControllerState, targets: Mapping[str, Target]) -> None:
-        """Serve ``state`` (already committed): SD first, then metrics, then the bundle."""
+    def publish(
+        self, state: ControllerState, targets: Mapping[str, Target], *, changed: Changed | None = None
+    ) -> None:
+        """Serve ``state`` (already committed): SD first, then metrics, then the bundle.
+        ``changed``: what may differ from the assignment served now (``sdcache.build``)."""
         assignment = state.assignment
         if assignment is None:
             return
@@ -67,11 +71,9 @@ class Publication:
             targets=targets,
             handovers=state.handovers,
             previous=self.sd,
+            changed=changed,
         )
-        load = assignment.load()
-        sizes: dict[str, int] = dict.fromkeys(assignment.shards, 0)
-        for shard in assignment.targets.values():
-            sizes[shard] += 1
+        load, sizes = assignment.load(), assignment.sizes()
         self.metrics.publish_shards(
             [(info.region, shard, sizes[shard], load[shard]) for shard, info in assignment.shards.items()]
         )
