@@ -297,10 +297,9 @@ class Reconciler:
             ordered = sort_targets(targets.values())
             return self._assign_fn(self.spec, ordered, previous=previous, shard_counts=counts)
         if previous is not None and counts == self._sizer.applied:
-            added, removed = placement_delta(self._applied, targets)
+            added, removed, relabelled = _delta(self._applied, targets)
             if not added and not removed:
-                self.touched = set()
-                self.changed = _relabelled(self._applied, targets)
+                self.touched, self.changed = set(), relabelled
                 return previous  # labels only: placement cannot change
             if self._incremental is None and not self._full_due:
                 self._incremental = self._engine_from(previous, self._applied, counts)
@@ -308,7 +307,7 @@ class Reconciler:
                 result = self._incremental.apply(added=added, removed=removed)
                 self.touched = self._incremental.touched
                 if self.touched is not None:
-                    self.changed = self.touched | _relabelled(self._applied, targets)
+                    self.changed = self.touched | relabelled
                 return result
         ordered = sort_targets(targets.values())
         o = self._overrides
@@ -497,11 +496,6 @@ class Reconciler:
         return merged
 
 
-def _relabelled(old: Mapping[str, Target], new: Mapping[str, Target]) -> set[str]:
-    """Identities whose target object changed (an unchanged target keeps its object)."""
-    return {i for i, t in new.items() if (was := old.get(i)) is not None and was is not t and was != t}
-
-
 def merge_sets(sets: Mapping[str, Mapping[str, Target]], precedence: Sequence[str]) -> dict[str, Target]:
     """identity -> target over every source's set; on a clash the source earlier in
     ``precedence`` wins, then the others by name ("consul/svc@dc2" ranks as "consul": one
@@ -523,15 +517,25 @@ def placement_delta(
     incremental assigner keeps its shard when it can); one whose other fields changed
     (labels, rack, team, metrics path) needs no placement at all.
     """
+    added, removed, _ = _delta(old, new)
+    return added, removed
+
+
+def _delta(old: Mapping[str, Target], new: Mapping[str, Target]) -> tuple[list[Target], list[str], set[str]]:
+    """:func:`placement_delta` plus the identities whose other fields changed, in one pass
+    (an unchanged target keeps its object, so most of the pass is an identity check)."""
     removed = [identity for identity in old if identity not in new]
     added: list[Target] = []
+    relabelled: set[str] = set()
     for identity, target in new.items():
         before = old.get(identity)
+        if before is target:
+            continue
         if before is None:
             added.append(target)
-        elif before is not target and (
-            before.region != target.region or before.weight != target.weight or before.node != target.node
-        ):
+        elif before.region != target.region or before.weight != target.weight or before.node != target.node:
             removed.append(identity)
             added.append(target)
-    return added, removed
+        elif before != target:
+            relabelled.add(identity)
+    return added, removed, relabelled
