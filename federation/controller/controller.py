@@ -159,7 +159,7 @@ class Controller(Replication):
             self.registry.seed(sets.pop("registry", []))
             live = self.reconciler.source_sets()
             self.reconciler.seed({name: targets for name, targets in sets.items() if name not in live})
-            registered = [t for t, _ in self.registry.entries()]
+            registered = self.registry.targets()
             if registered:
                 self.reconciler.on_change("registry", registered, version="persisted")
             self._adopt(state)

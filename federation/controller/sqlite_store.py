@@ -25,6 +25,8 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from pydantic import TypeAdapter
+
 from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError
 from sharder.assignment import Assignment
@@ -255,15 +257,22 @@ class SqliteStore:
         return {name: list(found.values()) for name, found in members.items()}
 
     def _read_members(self, db: sqlite3.Connection) -> dict[str, dict[str, Target]]:
-        docs: dict[str, list[object]] = {}
+        """The stored sets. Rows were validated targets when written: each source's rows are
+        validated again in one pass of pydantic-core over their JSON (a million targets in
+        seconds); a source with a row that does not validate goes entry by entry, skipping it."""
+        bodies: dict[str, list[str]] = {}
         for name, body in db.execute("SELECT source, body FROM members ORDER BY source, identity"):
-            docs.setdefault(name, []).append(json.loads(body))
-        for name, body in db.execute("SELECT source, body FROM sets"):  # an older gpufed's blobs
-            docs.setdefault(name, []).extend(json.loads(body))
+            bodies.setdefault(name, []).append(body)
         out: dict[str, dict[str, Target]] = {}
-        for name, entries in docs.items():
-            good, _bad = parse_entries(entries, source=f"{self.path}:{name}")
-            out[name] = {t.identity: t for t in good}
+        for name, rows in bodies.items():
+            try:
+                found = _TARGETS.validate_json("[" + ",".join(rows) + "]")
+            except ValueError:
+                found, _bad = parse_entries([json.loads(r) for r in rows], source=f"{self.path}:{name}")
+            out[name] = {t.identity: t for t in found}
+        for name, body in db.execute("SELECT source, body FROM sets"):  # an older gpufed's blobs
+            good, _bad = parse_entries(json.loads(body), source=f"{self.path}:{name}")
+            out.setdefault(name, {}).update((t.identity, t) for t in good)
         return out
 
     def close(self) -> None:
@@ -272,6 +281,9 @@ class SqliteStore:
                 db.close()
             self._connections.clear()
         self._local = threading.local()
+
+
+_TARGETS = TypeAdapter(list[Target])
 
 
 def _without_placements(state: ControllerState) -> ControllerState:

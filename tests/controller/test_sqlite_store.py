@@ -122,3 +122,12 @@ def test_a_change_hint_from_the_stored_base_writes_only_its_identities(tmp_path:
     store.save(saved.model_copy(update={"assignment": again, "revision": 2}), expected_revision=2,
                changed=(grown, more))
     assert touched and SqliteStore(tmp_path / "state.db").load().assignment == again  # type: ignore[union-attr]
+
+
+def test_a_stored_row_that_does_not_validate_is_skipped_not_fatal(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "state.db")
+    store.save_sets({"file": fleet(3)})
+    store._connect().execute("INSERT INTO members VALUES ('file', 'bad', '{\"port\": 70000}')")
+    store.close()
+    back = SqliteStore(tmp_path / "state.db").load_sets()
+    assert sorted(t.identity for t in back["file"]) == sorted(t.identity for t in fleet(3))
