@@ -38,8 +38,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from sharder import overrides as overriding
 from sharder import plan as plan_mod
@@ -144,6 +145,8 @@ class Reconciler:
         """Identities the last placement may have moved (None: unknown, a full placement)."""
         self.touched_base: Assignment | None = None
         """The assignment ``touched`` is relative to."""
+        self._nodes: dict[str, Counter[str]] | None = None
+        """region -> node -> targets, of what is placed (None: count at the next tick)."""
         self.changed: set[str] | None = None
         """``touched`` plus the targets whose fields changed (labels): what SD must rebuild."""
         self.generation = 0
@@ -264,11 +267,14 @@ class Reconciler:
         with self._lock:
             self._first_dirty = None
             targets = self._effective(now)
-        counts = self._sizer.counts(targets, now=now)
-        if targets == self._applied and counts == self._sizer.applied and self._assignment is not None:
+        delta = _delta(self._applied, targets)
+        nodes = self._nodes_after(delta)
+        counts = self._sizer.counts_of(nodes.counts, now=now)
+        same = not (delta[0] or delta[1] or delta[2])
+        if same and counts == self._sizer.applied and self._assignment is not None:
             return None
         try:
-            new = self._place(targets, counts)
+            new = self._place(targets, counts, delta)
         except SharderError as exc:  # keep serving the old assignment
             log.error("assignment failed, keeping the previous one: %s", exc)
             if self._observer is not None:
@@ -277,6 +283,7 @@ class Reconciler:
         plan = plan_mod.diff(self._assignment, new, only=self.touched)
         with self._lock:
             self._assignment, self._applied = new, targets
+            self._nodes = nodes.nodes
             self._sizer.applied = counts
             self.assignments += 1
         if self._on_assignment is not None:
@@ -286,7 +293,7 @@ class Reconciler:
             self._persist(now)
         return new
 
-    def _place(self, targets: dict[str, Target], counts: dict[str, int]) -> Assignment:
+    def _place(self, targets: dict[str, Target], counts: dict[str, int], delta: Delta) -> Assignment:
         """The new assignment. A custom ``assign_fn`` sees every change. With the default
         one: unchanged when only labels changed, incremental (the cost of the change, equal
         to a full sticky assignment with the same overrides) while the shard counts and
@@ -297,7 +304,7 @@ class Reconciler:
             ordered = sort_targets(targets.values())
             return self._assign_fn(self.spec, ordered, previous=previous, shard_counts=counts)
         if previous is not None and counts == self._sizer.applied:
-            added, removed, relabelled = _delta(self._applied, targets)
+            added, removed, relabelled = delta
             if not added and not removed:
                 self.touched, self.changed = set(), relabelled
                 return previous  # labels only: placement cannot change
@@ -322,6 +329,29 @@ class Reconciler:
             weight_overrides=o.weights,
         )
         return self._incremental.assignment
+
+    def _nodes_after(self, delta: Delta) -> _Nodes:
+        """Distinct nodes per region once ``delta`` applies to what is placed now, in the
+        time of the change (the counters are built once, then follow each change)."""
+        if self._nodes is None:
+            self._nodes = _count_nodes(self._applied.values())
+        added, removed, _ = delta
+        step: dict[tuple[str, str], int] = {}
+        for identity in removed:
+            was = self._applied[identity]
+            step[(was.region, was.node)] = step.get((was.region, was.node), 0) - 1
+        for target in added:
+            step[(target.region, target.node)] = step.get((target.region, target.node), 0) + 1
+        step = {key: n for key, n in step.items() if n}
+        if not step:
+            return _Nodes(self._nodes, {r: len(c) for r, c in self._nodes.items()})
+        after = {region: Counter(found) for region, found in self._nodes.items()}
+        for (region, node), n in step.items():
+            bucket = after.setdefault(region, Counter())
+            bucket[node] += n
+            if bucket[node] <= 0:
+                del bucket[node]
+        return _Nodes(after, {r: len(c) for r, c in after.items()})
 
     def _engine_from(
         self, assignment: Assignment, targets: Mapping[str, Target], counts: Mapping[str, int]
@@ -421,6 +451,7 @@ class Reconciler:
             self._sizer = sizing.ShardSizer(self.spec, self._sizer.rules, previous=previous)
             if targets is not None:
                 self._applied = dict(targets)
+                self._nodes = None
                 self._missing_since = {i: t for i, t in self._missing_since.items() if i in self._applied}
             if dirty:
                 self._mark_dirty()
@@ -494,6 +525,22 @@ class Reconciler:
             else:
                 del self._missing_since[identity]
         return merged
+
+
+Delta = tuple[list[Target], list[str], set[str]]
+"""(targets to place, identities to remove, identities whose other fields changed)."""
+
+
+class _Nodes(NamedTuple):
+    nodes: dict[str, Counter[str]]
+    counts: dict[str, int]
+
+
+def _count_nodes(targets: Iterable[Target]) -> dict[str, Counter[str]]:
+    nodes: dict[str, Counter[str]] = {}
+    for target in targets:
+        nodes.setdefault(target.region, Counter())[target.node] += 1
+    return nodes
 
 
 def merge_sets(sets: Mapping[str, Mapping[str, Target]], precedence: Sequence[str]) -> dict[str, Target]:

@@ -308,3 +308,26 @@ def test_a_waiting_loop_wakes_on_a_push_not_on_a_timer() -> None:
     waiter.join(timeout=5)
     assert woke == [True]
     assert rec.wait_for_change(rec.generation, 0.01) is False
+
+
+def test_node_counts_follow_each_change_as_a_recount_would() -> None:
+    """Sizing by targets_per_shard counts distinct nodes; the loop keeps the counts per change."""
+    from sharder.reconcile import _count_nodes
+
+    clock = FakeClock()
+    rec, seen = make(clock, spec=make_spec(targets_per_shard=4), debounce_s=0.0, grace_s=0.0)
+    current = fleet(40)
+    for step in range(6):
+        current = current[3:] + [target(100 + 10 * step + k, region="r1") for k in range(5)]
+        moved = current[0].model_copy(update={"node": f"moved-{step}"})
+        current = [moved, *current[1:]]
+        rec.on_change("file", current)
+        rec.tick()
+        recount = _count_nodes(rec.target_map.values())
+        assert {r: sorted(c.items()) for r, c in (rec._nodes or {}).items() if c} == {
+            r: sorted(c.items()) for r, c in recount.items()
+        }
+        previous = seen[-2][0] if len(seen) > 1 else None
+        ordered = sorted(current, key=lambda t: t.identity)
+        spec = make_spec(targets_per_shard=4)
+        assert seen[-1][0] == assign(spec, ordered, previous=previous, shard_counts=rec._sizer.applied)
