@@ -40,7 +40,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from sharder import overrides as overriding
 from sharder import plan as plan_mod
@@ -51,6 +51,7 @@ from sharder.errors import SharderError
 from sharder.incremental import IncrementalAssigner
 from sharder.inventory import Target, sort_targets
 from sharder.spec import FederationSpec
+from sharder.targetsets import Delta, NodeCounts, count_nodes, merge_sets, target_delta
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +268,7 @@ class Reconciler:
         with self._lock:
             self._first_dirty = None
             targets = self._effective(now)
-        delta = _delta(self._applied, targets)
+        delta = target_delta(self._applied, targets)
         nodes = self._nodes_after(delta)
         counts = self._sizer.counts_of(nodes.counts, now=now)
         same = not (delta[0] or delta[1] or delta[2])
@@ -330,11 +331,11 @@ class Reconciler:
         )
         return self._incremental.assignment
 
-    def _nodes_after(self, delta: Delta) -> _Nodes:
+    def _nodes_after(self, delta: Delta) -> NodeCounts:
         """Distinct nodes per region once ``delta`` applies to what is placed now, in the
         time of the change (the counters are built once, then follow each change)."""
         if self._nodes is None:
-            self._nodes = _count_nodes(self._applied.values())
+            self._nodes = count_nodes(self._applied.values())
         added, removed, _ = delta
         step: dict[tuple[str, str], int] = {}
         for identity in removed:
@@ -344,14 +345,14 @@ class Reconciler:
             step[(target.region, target.node)] = step.get((target.region, target.node), 0) + 1
         step = {key: n for key, n in step.items() if n}
         if not step:
-            return _Nodes(self._nodes, {r: len(c) for r, c in self._nodes.items()})
+            return NodeCounts(self._nodes, {r: len(c) for r, c in self._nodes.items()})
         after = {region: Counter(found) for region, found in self._nodes.items()}
         for (region, node), n in step.items():
             bucket = after.setdefault(region, Counter())
             bucket[node] += n
             if bucket[node] <= 0:
                 del bucket[node]
-        return _Nodes(after, {r: len(c) for r, c in after.items()})
+        return NodeCounts(after, {r: len(c) for r, c in after.items()})
 
     def _engine_from(
         self, assignment: Assignment, targets: Mapping[str, Target], counts: Mapping[str, int]
@@ -525,64 +526,3 @@ class Reconciler:
             else:
                 del self._missing_since[identity]
         return merged
-
-
-Delta = tuple[list[Target], list[str], set[str]]
-"""(targets to place, identities to remove, identities whose other fields changed)."""
-
-
-class _Nodes(NamedTuple):
-    nodes: dict[str, Counter[str]]
-    counts: dict[str, int]
-
-
-def _count_nodes(targets: Iterable[Target]) -> dict[str, Counter[str]]:
-    nodes: dict[str, Counter[str]] = {}
-    for target in targets:
-        nodes.setdefault(target.region, Counter())[target.node] += 1
-    return nodes
-
-
-def merge_sets(sets: Mapping[str, Mapping[str, Target]], precedence: Sequence[str]) -> dict[str, Target]:
-    """identity -> target over every source's set; on a clash the source earlier in
-    ``precedence`` wins, then the others by name ("consul/svc@dc2" ranks as "consul": one
-    source may push several named sets)."""
-    rank = {name: i for i, name in enumerate(precedence)}
-    order = sorted(sets, key=lambda name: (rank.get(name.split("/")[0], len(rank)), name))
-    merged: dict[str, Target] = {}
-    for name in reversed(order):  # the first in precedence is written last and wins
-        merged.update(sets[name])
-    return merged
-
-
-def placement_delta(
-    old: Mapping[str, Target], new: Mapping[str, Target]
-) -> tuple[list[Target], list[str]]:
-    """What placement must consider: (targets to place, identities to remove).
-
-    A target whose region, weight or node changed is removed and placed again (the
-    incremental assigner keeps its shard when it can); one whose other fields changed
-    (labels, rack, team, metrics path) needs no placement at all.
-    """
-    added, removed, _ = _delta(old, new)
-    return added, removed
-
-
-def _delta(old: Mapping[str, Target], new: Mapping[str, Target]) -> tuple[list[Target], list[str], set[str]]:
-    """:func:`placement_delta` plus the identities whose other fields changed, in one pass
-    (an unchanged target keeps its object, so most of the pass is an identity check)."""
-    removed = [identity for identity in old if identity not in new]
-    added: list[Target] = []
-    relabelled: set[str] = set()
-    for identity, target in new.items():
-        before = old.get(identity)
-        if before is target:
-            continue
-        if before is None:
-            added.append(target)
-        elif before.region != target.region or before.weight != target.weight or before.node != target.node:
-            removed.append(identity)
-            added.append(target)
-        elif before != target:
-            relabelled.add(identity)
-    return added, removed, relabelled

@@ -40,8 +40,9 @@ from federation.controller.state import AuditEntry, ControllerState, overrides_o
 from federation.controller.store import StateStore, StoreError
 from sharder.assignment import Assignment
 from sharder.inventory import Target
-from sharder.reconcile import Reconciler, merge_sets
+from sharder.reconcile import Reconciler
 from sharder.sources.registry import BuiltinRegistry
+from sharder.targetsets import merge_sets
 
 log = logging.getLogger(__name__)
 WITHHOLD_REFRESHES = 3

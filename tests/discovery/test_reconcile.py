@@ -11,8 +11,9 @@ from sharder.assignment import Assignment
 from sharder.discovery_metrics import DiscoveryMetrics
 from sharder.lastknown import LastKnownFile
 from sharder.plan import Plan
-from sharder.reconcile import Reconciler, placement_delta
+from sharder.reconcile import Reconciler
 from sharder.sizing import Hysteresis
+from sharder.targetsets import placement_delta
 
 
 def make(clock: FakeClock, **kw: object) -> tuple[Reconciler, list[tuple[Assignment, Plan]]]:
@@ -312,7 +313,7 @@ def test_a_waiting_loop_wakes_on_a_push_not_on_a_timer() -> None:
 
 def test_node_counts_follow_each_change_as_a_recount_would() -> None:
     """Sizing by targets_per_shard counts distinct nodes; the loop keeps the counts per change."""
-    from sharder.reconcile import _count_nodes
+    from sharder.targetsets import count_nodes
 
     clock = FakeClock()
     rec, seen = make(clock, spec=make_spec(targets_per_shard=4), debounce_s=0.0, grace_s=0.0)
@@ -323,7 +324,7 @@ def test_node_counts_follow_each_change_as_a_recount_would() -> None:
         current = [moved, *current[1:]]
         rec.on_change("file", current)
         rec.tick()
-        recount = _count_nodes(rec.target_map.values())
+        recount = count_nodes(rec.target_map.values())
         assert {r: sorted(c.items()) for r, c in (rec._nodes or {}).items() if c} == {
             r: sorted(c.items()) for r, c in recount.items()
         }
