@@ -142,6 +142,7 @@ class Reconciler:
         self._overrides = overriding.Overrides()
         self._full_due = False
         """The overrides changed since the last placement: the next one runs in full."""
+        self._prepared: Assignment | None = None
         self.touched: set[str] | None = None
         """Identities the last placement may have moved (None: unknown, a full placement)."""
         self.touched_base: Assignment | None = None
@@ -409,6 +410,22 @@ class Reconciler:
                 with self._wake:
                     self._wake.wait(timeout=idle_s if due is None else min(due, idle_s))
             self.tick()
+
+    def prepare(self) -> bool:
+        """Index the current assignment for the engine now, if not yet (an idle loop calls
+        it after a restart), so the first change does not pay for it; True when it did work.
+        Not concurrently with :meth:`tick` (the controller holds one lock over both)."""
+        previous = self._assignment
+        if previous is None or self._prepared is previous:
+            return False
+        self._prepared = previous  # once per assignment, whether or not it can be indexed
+        if self._incremental is not None and self._nodes is not None:
+            return False
+        if self._nodes is None:
+            self._nodes = count_nodes(self._applied.values())
+        if self._incremental is None and not self._full_due:
+            self._incremental = self._engine_from(previous, self._applied, self._sizer.applied)
+        return True
 
     def wait_for_change(self, seen: int, timeout: float) -> bool:
         """Block until a source pushes a change after ``generation`` was ``seen``, or

@@ -221,7 +221,8 @@ class Controller(Replication):
                     self.take_over()
                     self._leading = True
                 with self._lock:
-                    self.reconciler.tick()
+                    if self.reconciler.tick() is None and due is None:
+                        self.reconciler.prepare()  # idle after a restart: index for the first change
                 if time.monotonic() >= settle_at:
                     settle_at = time.monotonic() + self.options.settle_interval_s
                     self.share_fetches()

@@ -332,3 +332,17 @@ def test_node_counts_follow_each_change_as_a_recount_would() -> None:
         ordered = sorted(current, key=lambda t: t.identity)
         spec = make_spec(targets_per_shard=4)
         assert seen[-1][0] == assign(spec, ordered, previous=previous, shard_counts=rec._sizer.applied)
+
+
+def test_an_idle_loop_prepares_the_engine_once_so_the_first_change_is_incremental() -> None:
+    clock = FakeClock()
+    spec = make_spec(fixed=2)
+    targets = fleet(30)
+    stored = assign(spec, targets)
+    rec, _ = make(clock, spec=spec, debounce_s=0.0, previous=stored)
+    rec.reset(previous=stored, targets={t.identity: t for t in targets})
+    assert rec.prepare() is True and rec._incremental is not None
+    engine = rec._incremental
+    assert rec.prepare() is False  # once per assignment
+    rec.on_change("file", [*targets, target(900, region="r1")])
+    assert rec.tick() is not None and rec._incremental is engine and engine.fallbacks == 0
