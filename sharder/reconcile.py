@@ -40,7 +40,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from sharder import overrides as overriding
 from sharder import plan as plan_mod
@@ -81,6 +81,14 @@ class LastKnownStore(Protocol):
     """Where the merged per-source sets survive a restart (``sharder.lastknown``)."""
 
     def save(self, sets: Mapping[str, Sequence[Target]]) -> None: ...
+
+
+@runtime_checkable
+class LastKnownChanges(Protocol):
+    """A store that can take only what changed: source -> identity -> target (None: gone).
+    ``save_changes`` returns False when it cannot, and the loop saves the whole sets."""
+
+    def save_changes(self, changes: Mapping[str, Mapping[str, Target | None]]) -> bool: ...
 
 
 def sticky_assign(
@@ -143,6 +151,8 @@ class Reconciler:
         self._full_due = False
         """The overrides changed since the last placement: the next one runs in full."""
         self._prepared: Assignment | None = None
+        self._unsaved: dict[str, set[str]] = {}
+        """source -> identities changed since the last persist (what a delta store writes)."""
         self.touched: set[str] | None = None
         """Identities the last placement may have moved (None: unknown, a full placement)."""
         self.touched_base: Assignment | None = None
@@ -208,6 +218,9 @@ class Reconciler:
             if before == kept:
                 return
             self._sets[source] = kept
+            if version != "persisted":  # a seed from the store is saved already
+                changed = {i for i in before.keys() | kept.keys() if before.get(i) != kept.get(i)}
+                self._unsaved.setdefault(source, set()).update(changed)
             now = self._clock()
             for identity in before.keys() - kept.keys():  # the grace period starts now
                 if identity in self._applied and not any(identity in s for s in self._sets.values()):
@@ -227,9 +240,11 @@ class Reconciler:
             members = self._sets.setdefault(source, {})
             changed = False
             now = self._clock()
+            unsaved = self._unsaved.setdefault(source, set())
             for identity in removed:
                 if members.pop(identity, None) is not None:
                     changed = True
+                    unsaved.add(identity)
                     if identity in self._applied and not any(identity in s for s in self._sets.values()):
                         self._missing_since.setdefault(identity, now)
             for target in kept:
@@ -237,6 +252,7 @@ class Reconciler:
                 if members.get(identity) != target:
                     members[identity] = target
                     changed = True
+                    unsaved.add(identity)
             size = len(members)
             if changed:
                 self._mark_dirty()
@@ -378,12 +394,24 @@ class Reconciler:
             return None
 
     def _persist(self, now: float) -> None:
-        """Save the per-source sets, at most every ``persist_interval_s`` (a write costs O(fleet))."""
+        """Save what changed in the per-source sets (a delta store) or the whole sets, at most
+        every ``persist_interval_s``."""
         if self._store is None:
             return
         with self._lock:
-            sets = {name: list(members.values()) for name, members in self._sets.items()}
+            unsaved, self._unsaved = self._unsaved, {}
+            changes = {
+                name: {i: self._sets.get(name, {}).get(i) for i in identities}
+                for name, identities in unsaved.items()
+                if identities
+            }
             self._persisted_at, self._persist_due = now, False
+        if not changes:
+            return  # the store holds these sets already
+        if isinstance(self._store, LastKnownChanges) and self._store.save_changes(changes):
+            return
+        with self._lock:
+            sets = {name: list(members.values()) for name, members in self._sets.items()}
         self._store.save(sets)
 
     def next_due(self) -> float | None:

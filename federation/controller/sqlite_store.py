@@ -250,6 +250,33 @@ class SqliteStore:
                 raise StoreError(f"state store {self.path}: {exc}") from exc
             self._members = after
 
+    def save_set_changes(self, changes: Mapping[str, Mapping[str, Target | None]]) -> None:
+        """Write the rows of what changed (identity -> target, None: gone): the cost of the change."""
+        db = self._connect()
+        gone = [(name, i) for name, found in changes.items() for i, t in found.items() if t is None]
+        rows = [
+            (name, i, json.dumps(target_document(t), separators=(",", ":")))
+            for name, found in changes.items()
+            for i, t in found.items()
+            if t is not None
+        ]
+        with self._write:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                db.executemany("DELETE FROM members WHERE source = ? AND identity = ?", gone)
+                db.executemany(
+                    "INSERT INTO members (source, identity, body) VALUES (?, ?, ?) "
+                    "ON CONFLICT (source, identity) DO UPDATE SET body = excluded.body",
+                    rows,
+                )
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise StoreError(f"state store {self.path}: {exc}") from exc
+            finally:
+                self._members = None  # the whole-set cache no longer matches: re-read if needed
+
     def load_sets(self) -> dict[str, list[Target]]:
         with self._write:
             members = self._read_members(self._connect())

@@ -83,3 +83,11 @@ class LastKnownView:
 
     def load(self) -> dict[str, list[Target]]:
         return self._store.load_sets()
+
+    def save_changes(self, changes: Mapping[str, Mapping[str, Target | None]]) -> bool:
+        """Only what changed, where the store can (SQLite rows); False: save the whole sets."""
+        save = getattr(self._store, "save_set_changes", None)
+        if save is None:
+            return False
+        save(changes)
+        return True

@@ -131,3 +131,15 @@ def test_a_stored_row_that_does_not_validate_is_skipped_not_fatal(tmp_path: Path
     store.close()
     back = SqliteStore(tmp_path / "state.db").load_sets()
     assert sorted(t.identity for t in back["file"]) == sorted(t.identity for t in fleet(3))
+
+
+def test_set_changes_are_written_as_rows(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "state.db")
+    store.save_sets({"file": fleet(5)})
+    gone, kept = fleet(5)[0], fleet(5)[1:]
+    new = fleet(1, start=50)[0]
+    store.save_set_changes({"file": {gone.identity: None}, "registry": {new.identity: new}})
+    store.close()
+    back = SqliteStore(tmp_path / "state.db").load_sets()
+    assert sorted(t.identity for t in back["file"]) == sorted(t.identity for t in kept)
+    assert [t.identity for t in back["registry"]] == [fleet(1, start=50)[0].identity]

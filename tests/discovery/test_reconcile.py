@@ -346,3 +346,36 @@ def test_an_idle_loop_prepares_the_engine_once_so_the_first_change_is_incrementa
     assert rec.prepare() is False  # once per assignment
     rec.on_change("file", [*targets, target(900, region="r1")])
     assert rec.tick() is not None and rec._incremental is engine and engine.fallbacks == 0
+
+
+class DeltaStore:
+    def __init__(self) -> None:
+        self.changes: list[dict[str, dict[str, object]]] = []
+        self.whole = 0
+
+    def save(self, sets: object) -> None:
+        self.whole += 1
+
+    def save_changes(self, changes: dict[str, dict[str, object]]) -> bool:
+        self.changes.append(
+            {n: {i: getattr(t, "identity", None) for i, t in c.items()} for n, c in changes.items()}
+        )
+        return True
+
+
+def test_a_delta_store_is_given_only_what_changed_since_the_last_save() -> None:
+    clock = FakeClock()
+    store = DeltaStore()
+    rec, _ = make(clock, debounce_s=0.0, grace_s=0.0, store=store, persist_interval_s=0.0)
+    rec.seed({"file": fleet(10)})  # from the store itself: nothing to write back
+    rec.tick()
+    rec.on_change("file", fleet(11))
+    rec.on_delta("registry", upserted=[target(500)], removed=[])
+    clock.advance(1)
+    rec.tick()
+    rec.on_delta("registry", upserted=[], removed=[target(500).identity])
+    clock.advance(1)
+    rec.tick()
+    assert store.whole == 0
+    new, reg = fleet(11)[10].identity, target(500).identity
+    assert store.changes == [{"file": {new: new}, "registry": {reg: reg}}, {"registry": {reg: None}}]
