@@ -3,7 +3,7 @@
 Pipeline: load spec + inventory -> lock the output -> read the previous
 ``assignment.json`` (sticky; ``sharder.previous``) -> ``sharder.assign`` -> refuse a mass
 removal -> bundle (relative path -> bytes, composed from ``BUNDLE_PARTS``) -> write into a
-staging dir -> ``promtool check config`` every child there -> swap -> unlock.
+staging dir -> :func:`check_bundle` (promtool/amtool, the one check) -> swap -> unlock.
 A failed check or bad input leaves the existing output tree untouched.
 
 More bundles (Alertmanager, master, Thanos) join by adding a ``BundlePart`` to the tuple or by
@@ -198,32 +198,74 @@ def _render_locked(
         previous, assignment, max_share=spec.sharding.max_removal_share, allow=allow_mass_removal
     )
     bundle = build_bundle(spec, targets, assignment, parts=parts)
-    configs = output.prometheus_configs(bundle)
-    checked = 0
-    alerting_checked = master_checked = False
+    checks: list[BundleCheck] = []
 
     def validate(root: Path) -> None:
-        nonlocal checked, alerting_checked, master_checked
-        if checker is not None:
-            checked = check_all(checker, root, configs, agent=spec.children.agent_mode, workers=workers)
-            if mastering.MASTER_FILE in bundle:
-                checker.check(root, mastering.MASTER_FILE)
-                master_checked = True
-        if alert_checker is not None and ALERTMANAGER_FILE in bundle:
-            alert_checker.check_config(root / ALERTMANAGER_FILE)
-            alerting_checked = True
+        checks.append(
+            check_bundle(
+                root,
+                bundle,
+                checker=checker,
+                alert_checker=alert_checker,
+                agent=spec.children.agent_mode,
+                workers=workers,
+            )
+        )
 
     written = output.write_tree(out, bundle, validate=validate)
+    done = checks[0]
     manifest = json.loads(bundle[output.MANIFEST_FILE])
     return RenderResult(
         out=written,
         assignment=assignment,
         previous=previous,
         manifest=manifest,
-        checked=checked,
-        alerting_checked=alerting_checked,
-        master_checked=master_checked,
+        checked=done.configs,
+        alerting_checked=done.alerting,
+        master_checked=done.master,
     )
+
+
+@dataclass(frozen=True)
+class BundleCheck:
+    """What :func:`check_bundle` had checked (and accepted)."""
+
+    configs: int
+    """Child Prometheus configs promtool accepted."""
+    master: bool = False
+    alerting: bool = False
+
+
+def check_bundle(
+    root: Path,
+    bundle: output.Bundle,
+    *,
+    checker: ConfigChecker | None,
+    alert_checker: ConfigTool | None,
+    agent: bool,
+    previous: output.Bundle | None = None,
+    workers: int = 8,
+) -> BundleCheck:
+    """The one check of a bundle staged at ``root``, used by ``gpufed render``, the
+    controller's publisher and the demo: promtool on every child config and the master's,
+    amtool on Alertmanager's. With ``previous`` (the bundle served now) only files whose
+    bytes changed are checked: target lists and the assignment need no promtool at all.
+    Raises ``ConfigCheckError`` (or the checker's error) on the first refusal."""
+
+    def changed(path: str) -> bool:
+        return previous is None or previous.get(path) != bundle[path]
+
+    configs = [p for p in output.prometheus_configs(bundle) if changed(p)]
+    checked, master, alerting = 0, False, False
+    if checker is not None:
+        checked = check_all(checker, root, configs, agent=agent, workers=workers)
+        if mastering.MASTER_FILE in bundle and changed(mastering.MASTER_FILE):
+            checker.check(root, mastering.MASTER_FILE)
+            master = True
+    if alert_checker is not None and ALERTMANAGER_FILE in bundle and changed(ALERTMANAGER_FILE):
+        alert_checker.check_config(root / ALERTMANAGER_FILE)
+        alerting = True
+    return BundleCheck(configs=checked, master=master, alerting=alerting)
 
 
 def _quiet(message: str) -> None:

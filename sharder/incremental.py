@@ -83,8 +83,55 @@ class IncrementalAssigner:
         )
         self.fallbacks = 0
         """How many changes took the full path (for metrics and tests)."""
+        self.touched: set[str] | None = None
+        """Identities whose placement the last change may have altered (None: a full run)."""
         first = self._full(list(targets), previous=previous, allow_algorithm_change=allow_algorithm_change)
         self._reset(list(targets), first)
+
+    @classmethod
+    def adopting(
+        cls,
+        spec: FederationSpec,
+        targets: Sequence[Target],
+        assignment: Assignment,
+        *,
+        shard_counts: Mapping[str, int] | None = None,
+        pins: Mapping[str, str] | None = None,
+        drained: Collection[str] | None = None,
+        weight_overrides: Mapping[str, int] | None = None,
+        fallback_fraction: float = 0.125,
+    ) -> IncrementalAssigner:
+        """The engine over an assignment made earlier with these overrides (the stored one
+        at a restart, an applied plan), without placing again: a million stored targets
+        cost one pass to index, not a placement. ``AssignmentError`` when it does not fit."""
+        self = cls.__new__(cls)
+        self.spec = spec
+        self.touched = None
+        self.fallback_fraction = fallback_fraction
+        self._overrides = overriding.build(
+            spec, shard_counts=shard_counts, pins=pins, drained=drained, weight_overrides=weight_overrides
+        )
+        self.fallbacks = 0
+        if assignment.algorithm != spec.sharding.algorithm:
+            raise AssignmentError(f"the assignment was made by {assignment.algorithm!r}")
+        live = {name for name in assignment.shards if name not in set(assignment.drained)}
+        if set(assignment.drained) != set(self._overrides.drained):
+            raise AssignmentError("the assignment's drained shards differ from the overrides'")
+        listed = list(targets)
+        for target in listed:
+            shard = assignment.targets.get(target.identity)
+            if shard not in live or assignment.shards[shard].region != target.region:
+                raise AssignmentError(f"target {target.identity!r} has no live shard of its region")
+            weight = self._overrides.weights.get(target.identity, target.weight)
+            if assignment.weights.get(target.identity) != weight:
+                raise AssignmentError(f"target {target.identity!r} was placed with another weight")
+            pinned = self._overrides.pins.get(target.identity)
+            if pinned is not None and pinned != shard:
+                raise AssignmentError(f"target {target.identity!r} is not on the shard it is pinned to")
+        if len(listed) != len(assignment.targets):
+            raise AssignmentError("the assignment places targets that are not listed")
+        self._reset(listed, assignment)
+        return self
 
     @property
     def assignment(self) -> Assignment:
@@ -136,8 +183,10 @@ class IncrementalAssigner:
                 )
             fresh[identity] = target
         if not gone and not fresh:
+            self.touched = set()
             return self._assignment
         if self._needs_full(gone, fresh):
+            self.touched = None
             return self._fall_back(gone, fresh)
         self._check_pins(fresh.values())
         self._apply(gone, fresh)
@@ -288,8 +337,12 @@ class IncrementalAssigner:
                 targets[identity] = was
             else:
                 unplaced.setdefault(target.region, []).append((member, weight))
+        moved: set[str] = set(gone) | fresh.keys()
         for region in touched:
-            self._settle(self._regions[region], unplaced.get(region, []), targets=targets, weights=weights)
+            state = self._regions[region]
+            placed = self._settle(state, unplaced.get(region, []), targets=targets, weights=weights)
+            moved.update(member[1] for member, _ in placed)
+        self.touched = moved
         self._assignment = Assignment.model_construct(
             algorithm=previous.algorithm,
             algorithm_version=previous.algorithm_version,
@@ -307,11 +360,12 @@ class IncrementalAssigner:
         *,
         targets: dict[str, str],
         weights: Mapping[str, int],
-    ) -> None:
-        """Keep stage over the changed loads, then first choice and walk for the rest."""
+    ) -> list[tuple[Member, int]]:
+        """Keep stage over the changed loads, then first choice and walk for the rest; what
+        was placed (new and shed members)."""
         total, shards = state.total + sum(w for _, w in unplaced), len(state.names)
         if not shards:
-            return
+            return []
         load_factor = self.spec.sharding.load_factor
         heaviest = max((w for w, n in state.weights.items() if n > 0), default=0)
         limit = keep_limit(total, shards=shards, heaviest=heaviest, load_factor=load_factor)
@@ -319,7 +373,7 @@ class IncrementalAssigner:
             if members and state.pinned_load[s] + state.member_load[s] > limit:
                 unplaced.extend(_shed(state, s, limit=limit, weights=weights))
         if not unplaced:
-            return
+            return []
         unplaced.sort()
         loads = [p + m for p, m in zip(state.pinned_load, state.member_load, strict=True)]
         fill = Fill(
@@ -335,6 +389,7 @@ class IncrementalAssigner:
             bisect.insort(state.members[shard], member)
             state.member_load[shard] += weight
             targets[member[1]] = state.names[shard]
+        return unplaced
 
 
 def _forget(state: _Region, *, weight: int, node: str) -> None:

@@ -73,21 +73,27 @@ def _shard_order(infos: Mapping[str, ShardInfo]) -> list[str]:
     return sorted(infos, key=lambda name: (infos[name].region, infos[name].index, name))
 
 
-def diff(old: Assignment | None, new: Assignment) -> Plan:
-    """Moves, additions, removals and per-shard load from ``old`` (None: nothing yet) to ``new``."""
+def diff(old: Assignment | None, new: Assignment, *, only: set[str] | None = None) -> Plan:
+    """Moves, additions, removals and per-shard load from ``old`` (None: nothing yet) to ``new``.
+
+    ``only``: the identities that may differ (the incremental engine knows them); the plan
+    is the same, found in the time of the change instead of a pass over the fleet."""
     before = old.targets if old is not None else {}
     after = new.targets
-    # Filter, then sort only what changed: a re-plan of 800k unchanged targets sorts nothing.
-    moves = [
-        Move(identity=identity, from_shard=before[identity], to_shard=shard)
-        for identity, shard in sorted((i, s) for i, s in after.items() if i in before and before[i] != s)
-    ]
-    added = [
-        Placement(identity=i, shard=s) for i, s in sorted((i, s) for i, s in after.items() if i not in before)
-    ]
-    removed = [
-        Placement(identity=i, shard=s) for i, s in sorted((i, s) for i, s in before.items() if i not in after)
-    ]
+    if only is not None and old is not None:
+        new.derive_totals(old, only)
+        looked = sorted(only)
+        moved = [(i, after[i]) for i in looked if i in after and i in before and before[i] != after[i]]
+        fresh = [(i, after[i]) for i in looked if i in after and i not in before]
+        gone = [(i, before[i]) for i in looked if i in before and i not in after]
+    else:
+        # Filter, then sort only what changed: a re-plan of 800k unchanged targets sorts nothing.
+        moved = sorted((i, s) for i, s in after.items() if i in before and before[i] != s)
+        fresh = sorted((i, s) for i, s in after.items() if i not in before)
+        gone = sorted((i, s) for i, s in before.items() if i not in after)
+    moves = [Move(identity=i, from_shard=before[i], to_shard=shard) for i, shard in moved]
+    added = [Placement(identity=i, shard=s) for i, s in fresh]
+    removed = [Placement(identity=i, shard=s) for i, s in gone]
     old_shards = set(old.shards) if old is not None else set()
     ordered = _shard_order({**(old.shards if old is not None else {}), **new.shards})
     old_load = old.load() if old is not None else {}

@@ -25,8 +25,12 @@ target never changes shard. A source that fails keeps its last set: errors go to
 
 **Incremental.** With the default ``assign_fn`` the loop keeps a
 ``sharder.incremental.IncrementalAssigner``: a change costs time in proportion to the
-change, and the result equals ``assign(spec, targets, previous=<last>)``. A change of
-shard counts (or a custom ``assign_fn``, e.g. the controller's overrides) runs in full.
+change, and the result equals ``assign(spec, targets, previous=<last>, <overrides>)``.
+The operator's overrides (pins, drains, weights, shard counts) are data the loop holds
+(:meth:`Reconciler.set_overrides`), not a reason to re-assign: only a change of shard
+counts (hysteresis or operator), of the overrides themselves, or a custom ``assign_fn``
+runs a full placement. :meth:`Reconciler.adopt` takes an assignment made elsewhere (an
+applied plan, the stored one at a restart) as the engine's base without placing again.
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
+from sharder import overrides as overriding
 from sharder import plan as plan_mod
 from sharder import sizing
 from sharder.assign import assign
@@ -45,6 +51,7 @@ from sharder.errors import SharderError
 from sharder.incremental import IncrementalAssigner
 from sharder.inventory import Target, sort_targets
 from sharder.spec import FederationSpec
+from sharder.targetsets import Delta, NodeCounts, count_nodes, merge_sets, target_delta
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +81,14 @@ class LastKnownStore(Protocol):
     """Where the merged per-source sets survive a restart (``sharder.lastknown``)."""
 
     def save(self, sets: Mapping[str, Sequence[Target]]) -> None: ...
+
+
+@runtime_checkable
+class LastKnownChanges(Protocol):
+    """A store that can take only what changed: source -> identity -> target (None: gone).
+    ``save_changes`` returns False when it cannot, and the loop saves the whole sets."""
+
+    def save_changes(self, changes: Mapping[str, Mapping[str, Target | None]]) -> bool: ...
 
 
 def sticky_assign(
@@ -132,6 +147,50 @@ class Reconciler:
         self._applied: dict[str, Target] = {}
         self.assignments = 0
         self._incremental: IncrementalAssigner | None = None
+        self._overrides = overriding.Overrides()
+        self._full_due = False
+        """The overrides changed since the last placement: the next one runs in full."""
+        self._prepared: Assignment | None = None
+        self._unsaved: dict[str, set[str]] = {}
+        """source -> identities changed since the last persist (what a delta store writes)."""
+        self.touched: set[str] | None = None
+        """Identities the last placement may have moved (None: unknown, a full placement)."""
+        self.touched_base: Assignment | None = None
+        """The assignment ``touched`` is relative to."""
+        self._nodes: dict[str, Counter[str]] | None = None
+        """region -> node -> targets, of what is placed (None: count at the next tick)."""
+        self.changed: set[str] | None = None
+        """``touched`` plus the targets whose fields changed (labels): what SD must rebuild."""
+        self.generation = 0
+        """Counts the changes sources pushed: a loop that waits compares it (no lost wake-up)."""
+
+    # ---- the operator's overrides ----------------------------------------------------------
+    def set_overrides(
+        self,
+        *,
+        shard_counts: Mapping[str, int] | None = None,
+        pins: Mapping[str, str] | None = None,
+        drained: Iterable[str] | None = None,
+        weights: Mapping[str, int] | None = None,
+    ) -> None:
+        """The overrides every later placement honours (checked here: ``AssignmentError``).
+        Unchanged ones keep the engine; changed ones make the next placement a full one."""
+        checked = overriding.build(
+            self.spec,
+            shard_counts=shard_counts,
+            pins=pins,
+            drained=frozenset(drained or ()),
+            weight_overrides=weights,
+        )
+        with self._lock:
+            if checked != self._overrides:
+                self._overrides = checked
+                self._incremental = None
+                self._full_due = True
+
+    @property
+    def overrides(self) -> overriding.Overrides:
+        return self._overrides
 
     # ---- input from sources (any thread) -------------------------------------------------
     def on_change(self, source: str, targets: Iterable[Target], *, version: str | None = None) -> None:
@@ -159,11 +218,46 @@ class Reconciler:
             if before == kept:
                 return
             self._sets[source] = kept
+            if version != "persisted":  # a seed from the store is saved already
+                changed = {i for i in before.keys() | kept.keys() if before.get(i) != kept.get(i)}
+                self._unsaved.setdefault(source, set()).update(changed)
             now = self._clock()
             for identity in before.keys() - kept.keys():  # the grace period starts now
                 if identity in self._applied and not any(identity in s for s in self._sets.values()):
                     self._missing_since.setdefault(identity, now)
             self._mark_dirty()
+
+    def on_delta(self, source: str, *, upserted: Sequence[Target], removed: Sequence[str]) -> None:
+        """What changed in ``source``'s set (the built-in registry knows): the cost of the
+        change, not of the set. Targets in unknown regions are skipped as ``on_change`` does."""
+        kept = [t for t in upserted if t.region in self._regions]
+        if len(kept) != len(upserted):
+            count = len(upserted) - len(kept)
+            log.warning("discovery source=%s skipped targets reason=unknown_region count=%d", source, count)
+            if self._observer is not None:
+                self._observer.error(source, reason="unknown_region", count=count)
+        with self._wake:
+            members = self._sets.setdefault(source, {})
+            changed = False
+            now = self._clock()
+            unsaved = self._unsaved.setdefault(source, set())
+            for identity in removed:
+                if members.pop(identity, None) is not None:
+                    changed = True
+                    unsaved.add(identity)
+                    if identity in self._applied and not any(identity in s for s in self._sets.values()):
+                        self._missing_since.setdefault(identity, now)
+            for target in kept:
+                identity = target.identity
+                if members.get(identity) != target:
+                    members[identity] = target
+                    changed = True
+                    unsaved.add(identity)
+            size = len(members)
+            if changed:
+                self._mark_dirty()
+        if self._observer is not None:
+            self._observer.success(source, targets=size)
 
     def on_error(self, source: str, reason: str) -> None:
         """A failed poll or watch: the source's last set stays; only the count moves."""
@@ -191,19 +285,23 @@ class Reconciler:
         with self._lock:
             self._first_dirty = None
             targets = self._effective(now)
-        counts = self._sizer.counts(targets, now=now)
-        if targets == self._applied and counts == self._sizer.applied and self._assignment is not None:
+        delta = target_delta(self._applied, targets)
+        nodes = self._nodes_after(delta)
+        counts = self._sizer.counts_of(nodes.counts, now=now)
+        same = not (delta[0] or delta[1] or delta[2])
+        if same and counts == self._sizer.applied and self._assignment is not None:
             return None
         try:
-            new = self._place(targets, counts)
+            new = self._place(targets, counts, delta)
         except SharderError as exc:  # keep serving the old assignment
             log.error("assignment failed, keeping the previous one: %s", exc)
             if self._observer is not None:
                 self._observer.error("reconcile", reason="assignment_failed")
             return None
-        plan = plan_mod.diff(self._assignment, new)
+        plan = plan_mod.diff(self._assignment, new, only=self.touched)
         with self._lock:
             self._assignment, self._applied = new, targets
+            self._nodes = nodes.nodes
             self._sizer.applied = counts
             self.assignments += 1
         if self._on_assignment is not None:
@@ -213,32 +311,107 @@ class Reconciler:
             self._persist(now)
         return new
 
-    def _place(self, targets: dict[str, Target], counts: dict[str, int]) -> Assignment:
-        """The new assignment. A custom ``assign_fn`` (the controller's) sees every change.
-        With the default one: unchanged when only labels changed, incremental (the cost of
-        the change, equal to a full sticky assignment) while the shard counts stay, else
-        a full sticky assignment."""
+    def _place(self, targets: dict[str, Target], counts: dict[str, int], delta: Delta) -> Assignment:
+        """The new assignment. A custom ``assign_fn`` sees every change. With the default
+        one: unchanged when only labels changed, incremental (the cost of the change, equal
+        to a full sticky assignment with the same overrides) while the shard counts and
+        overrides stay, else a full sticky assignment that becomes the engine's new base."""
         previous = self._assignment
+        self.touched, self.touched_base, self.changed = None, previous, None
         if self._assign_fn is not sticky_assign:
             ordered = sort_targets(targets.values())
             return self._assign_fn(self.spec, ordered, previous=previous, shard_counts=counts)
         if previous is not None and counts == self._sizer.applied:
-            added, removed = placement_delta(self._applied, targets)
+            added, removed, relabelled = delta
             if not added and not removed:
+                self.touched, self.changed = set(), relabelled
                 return previous  # labels only: placement cannot change
+            if self._incremental is None and not self._full_due:
+                self._incremental = self._engine_from(previous, self._applied, counts)
             if self._incremental is not None and self._incremental.assignment is previous:
-                return self._incremental.apply(added=added, removed=removed)
+                result = self._incremental.apply(added=added, removed=removed)
+                self.touched = self._incremental.touched
+                if self.touched is not None:
+                    self.changed = self.touched | relabelled
+                return result
         ordered = sort_targets(targets.values())
-        self._incremental = IncrementalAssigner(self.spec, ordered, previous=previous, shard_counts=counts)
+        o = self._overrides
+        self._full_due = False
+        self._incremental = IncrementalAssigner(
+            self.spec,
+            ordered,
+            previous=previous,
+            shard_counts={**counts, **o.shard_counts},
+            pins=o.pins,
+            drained=o.drained,
+            weight_overrides=o.weights,
+        )
         return self._incremental.assignment
 
+    def _nodes_after(self, delta: Delta) -> NodeCounts:
+        """Distinct nodes per region once ``delta`` applies to what is placed now, in the
+        time of the change (the counters are built once, then follow each change)."""
+        if self._nodes is None:
+            self._nodes = count_nodes(self._applied.values())
+        added, removed, _ = delta
+        step: dict[tuple[str, str], int] = {}
+        for identity in removed:
+            was = self._applied[identity]
+            step[(was.region, was.node)] = step.get((was.region, was.node), 0) - 1
+        for target in added:
+            step[(target.region, target.node)] = step.get((target.region, target.node), 0) + 1
+        step = {key: n for key, n in step.items() if n}
+        if not step:
+            return NodeCounts(self._nodes, {r: len(c) for r, c in self._nodes.items()})
+        after = {region: Counter(found) for region, found in self._nodes.items()}
+        for (region, node), n in step.items():
+            bucket = after.setdefault(region, Counter())
+            bucket[node] += n
+            if bucket[node] <= 0:
+                del bucket[node]
+        return NodeCounts(after, {r: len(c) for r, c in after.items()})
+
+    def _engine_from(
+        self, assignment: Assignment, targets: Mapping[str, Target], counts: Mapping[str, int]
+    ) -> IncrementalAssigner | None:
+        """The engine over ``assignment`` as it stands (no placement), or None when the
+        assignment does not cover exactly ``targets`` (then the next change places in full)."""
+        if assignment.targets.keys() != targets.keys():
+            return None
+        o = self._overrides
+        try:
+            return IncrementalAssigner.adopting(
+                self.spec,
+                list(targets.values()),
+                assignment,
+                shard_counts={**counts, **o.shard_counts},
+                pins=o.pins,
+                drained=o.drained,
+                weight_overrides=o.weights,
+            )
+        except SharderError as exc:
+            log.warning("the stored assignment cannot seed the engine, placing in full: %s", exc)
+            return None
+
     def _persist(self, now: float) -> None:
-        """Save the per-source sets, at most every ``persist_interval_s`` (a write costs O(fleet))."""
+        """Save what changed in the per-source sets (a delta store) or the whole sets, at most
+        every ``persist_interval_s``."""
         if self._store is None:
             return
         with self._lock:
-            sets = {name: list(members.values()) for name, members in self._sets.items()}
+            unsaved, self._unsaved = self._unsaved, {}
+            changes = {
+                name: {i: self._sets.get(name, {}).get(i) for i in identities}
+                for name, identities in unsaved.items()
+                if identities
+            }
             self._persisted_at, self._persist_due = now, False
+        if not changes:
+            return  # the store holds these sets already
+        if isinstance(self._store, LastKnownChanges) and self._store.save_changes(changes):
+            return
+        with self._lock:
+            sets = {name: list(members.values()) for name, members in self._sets.items()}
         self._store.save(sets)
 
     def next_due(self) -> float | None:
@@ -266,6 +439,34 @@ class Reconciler:
                     self._wake.wait(timeout=idle_s if due is None else min(due, idle_s))
             self.tick()
 
+    def prepare(self) -> bool:
+        """Index the current assignment for the engine now, if not yet (an idle loop calls
+        it after a restart), so the first change does not pay for it; True when it did work.
+        Not concurrently with :meth:`tick` (the controller holds one lock over both)."""
+        previous = self._assignment
+        if previous is None or self._prepared is previous:
+            return False
+        self._prepared = previous  # once per assignment, whether or not it can be indexed
+        if self._incremental is not None and self._nodes is not None:
+            return False
+        if self._nodes is None:
+            self._nodes = count_nodes(self._applied.values())
+        if self._incremental is None and not self._full_due:
+            self._incremental = self._engine_from(previous, self._applied, self._sizer.applied)
+        return True
+
+    def wait_for_change(self, seen: int, timeout: float) -> bool:
+        """Block until a source pushes a change after ``generation`` was ``seen``, or
+        ``timeout`` passes; True on a change. What a driving loop sleeps on (no polling)."""
+        with self._wake:
+            return self._wake.wait_for(lambda: self.generation != seen, timeout=max(0.0, timeout))
+
+    def interrupt(self) -> None:
+        """Wake every waiter now (a stopping loop)."""
+        with self._wake:
+            self.generation += 1
+            self._wake.notify_all()
+
     def adopt(self, assignment: Assignment) -> None:
         """Make ``assignment`` (an operator's applied plan) the base of the next change.
 
@@ -274,7 +475,8 @@ class Reconciler:
         """
         with self._lock:
             self._assignment = assignment
-            self._incremental = None
+            self._incremental = None  # rebuilt from ``assignment`` at the next change, not placed
+            self._full_due = False
 
     def reset(
         self, *, previous: Assignment | None, targets: Mapping[str, Target] | None = None, dirty: bool = False
@@ -291,9 +493,11 @@ class Reconciler:
         with self._lock:
             self._assignment = previous
             self._incremental = None
+            self._full_due = False
             self._sizer = sizing.ShardSizer(self.spec, self._sizer.rules, previous=previous)
             if targets is not None:
                 self._applied = dict(targets)
+                self._nodes = None
                 self._missing_since = {i: t for i, t in self._missing_since.items() if i in self._applied}
             if dirty:
                 self._mark_dirty()
@@ -336,6 +540,7 @@ class Reconciler:
     def _mark_dirty(self) -> None:
         if self._first_dirty is None:
             self._first_dirty = self._clock()
+        self.generation += 1
         self._wake.notify_all()
 
     def _due(self, now: float) -> bool:
@@ -366,38 +571,3 @@ class Reconciler:
             else:
                 del self._missing_since[identity]
         return merged
-
-
-def merge_sets(sets: Mapping[str, Mapping[str, Target]], precedence: Sequence[str]) -> dict[str, Target]:
-    """identity -> target over every source's set; on a clash the source earlier in
-    ``precedence`` wins, then the others by name ("consul/svc@dc2" ranks as "consul": one
-    source may push several named sets)."""
-    rank = {name: i for i, name in enumerate(precedence)}
-    order = sorted(sets, key=lambda name: (rank.get(name.split("/")[0], len(rank)), name))
-    merged: dict[str, Target] = {}
-    for name in reversed(order):  # the first in precedence is written last and wins
-        merged.update(sets[name])
-    return merged
-
-
-def placement_delta(
-    old: Mapping[str, Target], new: Mapping[str, Target]
-) -> tuple[list[Target], list[str]]:
-    """What placement must consider: (targets to place, identities to remove).
-
-    A target whose region, weight or node changed is removed and placed again (the
-    incremental assigner keeps its shard when it can); one whose other fields changed
-    (labels, rack, team, metrics path) needs no placement at all.
-    """
-    removed = [identity for identity in old if identity not in new]
-    added: list[Target] = []
-    for identity, target in new.items():
-        before = old.get(identity)
-        if before is None:
-            added.append(target)
-        elif before is not target and (
-            before.region != target.region or before.weight != target.weight or before.node != target.node
-        ):
-            removed.append(identity)
-            added.append(target)
-    return added, removed

@@ -62,7 +62,11 @@ class ShardSizer:
             bucket = nodes.get(target.region)
             if bucket is not None:
                 bucket.add(target.node)
-        return {region: self._count(region, len(members), now=now) for region, members in nodes.items()}
+        return self.counts_of({region: len(members) for region, members in nodes.items()}, now=now)
+
+    def counts_of(self, nodes: Mapping[str, int], *, now: float) -> dict[str, int]:
+        """The same from distinct-node counts per region (a caller that keeps them up to date)."""
+        return {region: self._count(region, nodes.get(region, 0), now=now) for region in self.sized}
 
     def _count(self, region: str, n: int, *, now: float) -> int:
         t = self.per_shard

@@ -15,8 +15,8 @@ import typer
 
 from federation.commands.render import SpecOpt, user_errors
 from federation.controller.auth import TokenError
-from federation.controller.core import ControllerOptions
 from federation.controller.load import LoadOptions
+from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, SettingsError, build_service
 from federation.controller.store import StoreError
 from federation.spec import load_gpufed_spec

@@ -1,4 +1,4 @@
-"""The controller's HTTP API: thin FastAPI routes over :class:`~federation.controller.core.Controller`.
+"""The controller's HTTP API: thin FastAPI routes over :class:`~federation.controller.Controller`.
 
 Errors are ``application/problem+json`` (RFC 9457 style) naming the field: 422 for a bad
 body, 404 for an unknown child/shard/target, 409 for a stale plan, 401/403 for tokens,
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import unquote
@@ -22,17 +22,20 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from federation.controller import core
+from federation.controller import errors, plans
 from federation.controller.auth import Authenticator, Caller
 from federation.controller.changes import ChangeRequest
+from federation.controller.controller import Controller
 from federation.controller.redact import redact_file
-from federation.controller.registry import IdentityMismatch
 from sharder.errors import SharderError
+from sharder.sources.registry import BatchInvalid, IdentityMismatch
 
 log = logging.getLogger(__name__)
 PROBLEM = "application/problem+json"
 VERSION_HEADER = "X-Gpufed-Assignment-Version"
 MAX_BODY = 1 << 20
+MAX_BATCH_BODY = 16 << 20
+"""``POST /v1/registry/batch`` only: about 50,000 registrations per request."""
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 WEB_MEDIA = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
 # The page's scripts and styles come only from /web/ (no inline code): with API strings
@@ -57,6 +60,14 @@ class RebalanceRequest(BaseModel):
     version: str = Field(min_length=1, max_length=100, description="the version POST /v1/plan answered")
 
 
+class RegistryBatch(BaseModel):
+    """Entries are validated one by one by the registry (``parse_target``), so they stay raw here."""
+
+    model_config = ConfigDict(extra="forbid")
+    put: list[Any] = Field(default_factory=list)
+    delete: list[Any] = Field(default_factory=list)
+
+
 class PinRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     identity: str = Field(min_length=1, max_length=1000)
@@ -72,16 +83,17 @@ def problem(status: int, title: str, detail: str, **extra: Any) -> JSONResponse:
 class BodyLimit:
     """Refuse request bodies over ``limit`` bytes with 413, declared or streamed."""
 
-    def __init__(self, app: ASGIApp, *, limit: int) -> None:
-        self.app, self.limit = app, limit
+    def __init__(self, app: ASGIApp, *, limit: int, larger: Mapping[str, int] | None = None) -> None:
+        self.app, self.default, self.larger = app, limit, dict(larger or {})
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD"):
             await self.app(scope, receive, send)
             return
+        limit = self.larger.get(scope.get("path", ""), self.default)
         for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
-                await problem(413, "Body too large", f"request bodies are limited to {self.limit} bytes")(
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                await problem(413, "Body too large", f"request bodies are limited to {limit} bytes")(
                     scope, receive, send
                 )
                 return
@@ -92,14 +104,14 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
+                if seen > limit:
                     raise _TooLarge
             return message
 
         try:
             await self.app(scope, limited, send)
         except _TooLarge:
-            await problem(413, "Body too large", f"request bodies are limited to {self.limit} bytes")(
+            await problem(413, "Body too large", f"request bodies are limited to {limit} bytes")(
                 scope, receive, send
             )
 
@@ -112,7 +124,7 @@ def _caller(request: Request, authorization: str | None, scope: str) -> Caller:
     auth: Authenticator = request.app.state.auth
     caller = auth.caller(authorization)
     if caller is None:
-        raise core.ControllerError("401")
+        raise errors.ControllerError("401")
     if scope not in caller.scopes and not (scope == "register" and "write" in caller.scopes):
         raise _Forbidden(f"token {caller.name!r} lacks the {scope!r} scope")
     request.app.state.controller.check_writable()  # a follower answers 503 with the leader
@@ -132,7 +144,7 @@ Registrar = Annotated[Caller, Depends(registrar)]
 
 
 def create_app(
-    controller: core.Controller, *, auth: Authenticator, leader: Callable[[], str | None] | None = None
+    controller: Controller, *, auth: Authenticator, leader: Callable[[], str | None] | None = None
 ) -> FastAPI:
     app = FastAPI(
         title="gpufed controller",
@@ -161,15 +173,15 @@ def create_app(
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return problem(exc.status_code, str(exc.detail), str(exc.detail))
 
-    @app.exception_handler(core.ControllerError)
-    async def _domain(request: Request, exc: core.ControllerError) -> JSONResponse:
-        if isinstance(exc, core.Conflict):
+    @app.exception_handler(errors.ControllerError)
+    async def _domain(request: Request, exc: errors.ControllerError) -> JSONResponse:
+        if isinstance(exc, errors.Conflict):
             return problem(409, "Conflict", str(exc), current_version=exc.current_version)
-        if isinstance(exc, core.NotFound):
+        if isinstance(exc, errors.NotFound):
             return problem(404, "Not found", str(exc))
-        if isinstance(exc, core.Invalid):
+        if isinstance(exc, errors.Invalid):
             return problem(422, "Invalid change", str(exc), field=exc.field)
-        if isinstance(exc, core.Unavailable):
+        if isinstance(exc, errors.Unavailable):
             return problem(503, "Not the leader", str(exc), leader=exc.leader)
         if isinstance(exc, _Forbidden):
             return problem(403, "Forbidden", str(exc))
@@ -287,7 +299,7 @@ def create_app(
     # ---- changes: plan first ------------------------------------------------------------------
     @app.post("/v1/plan", tags=["changes"], summary="What a change would move; nothing is applied")
     def plan(change: ChangeRequest, caller: Writer) -> dict[str, Any]:
-        return core.dump_plan(controller.plan(change))
+        return plans.dump_plan(controller.plan(change))
 
     @app.post("/v1/rebalance", tags=["changes"], summary="Apply a plan by its version")
     def rebalance(body: RebalanceRequest, caller: Writer) -> dict[str, Any]:
@@ -306,21 +318,21 @@ def create_app(
 
     @app.post("/v1/shards/{shard}/drain", tags=["changes"], summary="Plan to empty a shard")
     def drain(shard: str, caller: Writer) -> dict[str, Any]:
-        return core.dump_plan(controller.plan(ChangeRequest(drain=[shard])))
+        return plans.dump_plan(controller.plan(ChangeRequest(drain=[shard])))
 
     @app.post("/v1/shards/{shard}/undrain", tags=["changes"], summary="Plan to use a drained shard again")
     def undrain(shard: str, caller: Writer) -> dict[str, Any]:
-        return core.dump_plan(controller.plan(ChangeRequest(undrain=[shard])))
+        return plans.dump_plan(controller.plan(ChangeRequest(undrain=[shard])))
 
     @app.post("/v1/pins", tags=["changes"], summary="Plan to pin a target to a shard")
     def pin(body: PinRequest, caller: Writer) -> dict[str, Any]:
-        return core.dump_plan(
+        return plans.dump_plan(
             controller.plan(ChangeRequest(pin={body.identity: body.shard}, reason=body.reason))
         )
 
     @app.delete("/v1/pins/{identity:path}", tags=["changes"], summary="Plan to unpin a target")
     def unpin(identity: str, caller: Writer) -> dict[str, Any]:
-        return core.dump_plan(controller.plan(ChangeRequest(unpin=[unquote(identity)])))
+        return plans.dump_plan(controller.plan(ChangeRequest(unpin=[unquote(identity)])))
 
     @app.get("/v1/audit", tags=["changes"])
     def audit(
@@ -342,10 +354,26 @@ def create_app(
             status_code=201 if created else 200,
         )
 
+    @app.post("/v1/registry/batch", tags=["registry"], status_code=200)
+    def register_batch(body: RegistryBatch, caller: Registrar) -> JSONResponse:
+        """Many registrations in one request, all or nothing (``gpufed-exporter fleet``)."""
+        try:
+            result = controller.registry.batch(body.put, body.delete)
+        except BatchInvalid as exc:
+            return problem(422, "Invalid batch", str(exc), errors=exc.errors, invalid=exc.total)
+        return JSONResponse(
+            {
+                "put": result.put,
+                "created": result.created,
+                "deleted": result.deleted,
+                "expires_in_s": controller.registry.ttl_s,
+            }
+        )
+
     @app.delete("/v1/registry/targets/{identity:path}", tags=["registry"], status_code=204)
     def deregister(identity: str, caller: Registrar) -> Response:
         if not controller.registry.delete(unquote(identity)):
-            raise core.NotFound(f"no registered target {unquote(identity)!r}")
+            raise errors.NotFound(f"no registered target {unquote(identity)!r}")
         return Response(status_code=204)
 
     @app.get("/v1/registry/targets", tags=["registry"])
@@ -374,7 +402,7 @@ def create_app(
     def config_file(path: str) -> Response:
         files = controller.publisher.files if controller.publisher is not None else {}
         if path not in files:
-            raise core.NotFound(f"no published file {path!r}")
+            raise errors.NotFound(f"no published file {path!r}")
         media = "application/json" if path.endswith(".json") else "application/yaml"
         return Response(redact_file(path, files[path]), media_type=media)
 
@@ -392,12 +420,16 @@ def create_app(
         media = WEB_MEDIA.get(Path(name).suffix)
         path = WEB_DIR / name
         if media is None or path.parent != WEB_DIR or not path.is_file():
-            raise core.NotFound(f"no web asset {name!r}")
+            raise errors.NotFound(f"no web asset {name!r}")
         return Response(path.read_bytes(), media_type=media, headers=WEB_HEADERS)
 
-    app.add_middleware(BodyLimit, limit=MAX_BODY)  # type: ignore[arg-type]
+    app.add_middleware(
+        BodyLimit,  # type: ignore[arg-type]
+        limit=MAX_BODY,
+        larger={"/v1/registry/batch": MAX_BATCH_BODY},
+    )
     return app
 
 
-class _Forbidden(core.ControllerError):
+class _Forbidden(errors.ControllerError):
     pass

@@ -55,7 +55,7 @@ import requests
 
 from federation.controller import kvblob
 from federation.controller.state import AuditEntry, ControllerState
-from federation.controller.store import FencedOut, StoreConflict, StoreError
+from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError
 from sharder.inventory import Target
 from sharder.lastknown import parse_entries, target_document
 
@@ -213,7 +213,9 @@ class ConsulStore:
         expected_revision: int | None,
         audit: AuditEntry | None = None,
         fence: int | None = None,
+        changed: Changed | None = None,
     ) -> ControllerState:
+        del changed  # the state is one compressed document: nothing to gain from the hint
         with self._lock:
             head = self._head(self.state_key)
             found = head.int("revision") if head is not None else None

@@ -19,10 +19,15 @@ Pure: time is passed in; :func:`reconcile` is called on every new assignment and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from federation.controller.state import Handover
+from federation.spec import GpufedSpec
 from sharder.assignment import Assignment
+from sharder.spec import parse_duration
+
+DISCOVERY_THROTTLE_S = 5.0
+"""Prometheus' discovery-to-scrape update throttle (``discovery.Manager``)."""
 
 Scraped = Callable[[Handover], bool]
 Fetched = Callable[[str], float | None]
@@ -38,12 +43,14 @@ def reconcile(
     now: float,
     job_of: Mapping[str, str],
     max_wait_s: float,
+    only: Collection[str] | None = None,
 ) -> list[Handover]:
     """The hand-overs after ``previous`` -> ``current``.
 
     A target that moves starts one (from its old shard); one already in flight keeps its
     original ``from_shard`` (that child is still scraping) and follows a second move; a
-    target back on its ``from_shard``, or gone, ends its hand-over.
+    target back on its ``from_shard``, or gone, ends its hand-over. ``only``: the
+    identities that may have moved (the engine knows them), so a change costs its size.
     """
     kept: dict[str, Handover] = {}
     settled: set[str] = set()  # back on a shard that never stopped scraping it: no new overlap
@@ -63,8 +70,10 @@ def reconcile(
             )
         kept[h.identity] = h
     if previous is not None:
-        before = previous.targets
-        for identity, owner in current.targets.items():
+        before, after = previous.targets, current.targets
+        candidates = after if only is None else (i for i in only if i in after)
+        for identity in candidates:
+            owner = after[identity]
             old = before.get(identity)
             if old is None or old == owner or identity in kept or identity in settled:
                 continue
@@ -118,3 +127,17 @@ def outgoing(handovers: Iterable[Handover]) -> dict[str, set[str]]:
     for h in handovers:
         out.setdefault(h.from_shard, set()).add(h.identity)
     return out
+
+
+def default_window_s(spec: GpufedSpec, job: str) -> float:
+    """How long the old child keeps a moved target once the new child has fetched it, when no
+    proof comes: the SD refresh, Prometheus' discovery-to-scrape update throttle and two
+    scrape intervals of the target's job."""
+    spec_job = next((j for j in spec.jobs if j.name == job), None)
+    interval = parse_duration(spec_job.scrape_interval if spec_job else spec.children.scrape_interval)
+    refresh = (
+        parse_duration(spec.children.http_sd_refresh_interval)
+        if spec.children.target_discovery == "http_sd"
+        else 60.0
+    )
+    return refresh + DISCOVERY_THROTTLE_S + 2 * interval

@@ -3,7 +3,7 @@
 Several replicas share one state store (Consul KV); exactly one of them, the leader,
 runs the reconcile loop's writes, applies plans and settles hand-overs. The others
 (followers) serve HTTP SD and reads from the shared state and answer mutating calls with
-503 and the leader's address. The :class:`~federation.controller.core.Controller` only
+503 and the leader's address. The :class:`~federation.controller.controller.Controller` only
 sees two callables taken from an elector: ``can_write`` (:meth:`LeaderElector.is_leader`)
 and ``fence`` (:meth:`LeaderElector.fence`).
 

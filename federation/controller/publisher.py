@@ -3,7 +3,8 @@
 The same bundle ``gpufed render`` writes (``federation.pipeline.build_bundle``), staged
 in ``<data-dir>/rendered`` through ``sharder.output.write_tree``: every Prometheus config
 whose bytes changed since the last good bundle is checked by promtool, the Alertmanager
-config by amtool, and only then is the tree swapped and the new bytes served by
+config by amtool (``federation.pipeline.check_bundle``, the check ``gpufed render``
+runs), and only then is the tree swapped and the new bytes served by
 ``GET /v1/configs/...``. A failed check keeps the previous bundle served and on disk;
 the error is kept for ``GET /v1/configs`` and counted.
 """
@@ -18,10 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from alertmanager.amtool import ConfigTool
-from alertmanager.render import ALERTMANAGER_FILE
-from federation import master as mastering
+from federation import pipeline
 from sharder import output
-from sharder.promtool import ConfigChecker, check_all
+from sharder.promtool import ConfigChecker
 
 log = logging.getLogger(__name__)
 
@@ -56,23 +56,21 @@ class Publisher:
             if bundle == self.files:
                 self.status.version = version
                 return True
-            changed = [p for p in output.prometheus_configs(bundle) if self.files.get(p) != bundle[p]]
-            checked = 0
+            checks: list[pipeline.BundleCheck] = []
 
             def validate(root: Path) -> None:
-                nonlocal checked
-                if self.checker is not None:
-                    checked = check_all(self.checker, root, changed, agent=self.agent, workers=4)
-                    master = mastering.MASTER_FILE
-                    if master in bundle and self.files.get(master) != bundle[master]:
-                        self.checker.check(root, master)
-                alert = ALERTMANAGER_FILE
-                if (
-                    self.alert_checker is not None
-                    and alert in bundle
-                    and self.files.get(alert) != bundle[alert]
-                ):
-                    self.alert_checker.check_config(root / alert)
+                previous = self.files
+                checks.append(
+                    pipeline.check_bundle(
+                        root,
+                        bundle,
+                        checker=self.checker,
+                        alert_checker=self.alert_checker,
+                        agent=self.agent,
+                        previous=previous,
+                        workers=4,
+                    )
+                )
 
             try:
                 output.write_tree(self.out, bundle, validate=validate)
@@ -83,7 +81,7 @@ class Publisher:
                 return False
             self.files = bundle
             self.status = PublishStatus(
-                version=version, ok=True, checked_configs=checked, published_at=time.time()
+                version=version, ok=True, checked_configs=checks[0].configs, published_at=time.time()
             )
             self.on_result("ok")
             return True

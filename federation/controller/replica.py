@@ -31,18 +31,18 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from federation.controller.children import Children
 from federation.controller.metrics import ControllerMetrics
-from federation.controller.registry import BuiltinRegistry
-from federation.controller.state import AuditEntry, ControllerState
+from federation.controller.options import ControllerOptions
+from federation.controller.state import AuditEntry, ControllerState, overrides_of
 from federation.controller.store import StateStore, StoreError
 from sharder.assignment import Assignment
 from sharder.inventory import Target
-from sharder.reconcile import Reconciler, merge_sets
-
-if TYPE_CHECKING:
-    from federation.controller.core import ControllerOptions
+from sharder.reconcile import Reconciler
+from sharder.sources.registry import BuiltinRegistry
+from sharder.targetsets import merge_sets
 
 log = logging.getLogger(__name__)
 WITHHOLD_REFRESHES = 3
@@ -86,8 +86,7 @@ class Replication:
     _refreshed_at: float | None
     _sd_incomplete: bool
     _withheld: int
-    sd_fetched: dict[str, float]
-    remote_fetched: dict[str, float]
+    children: Children
     _fetches_shared: dict[str, float]
     replica_id: str
 
@@ -103,6 +102,7 @@ class Replication:
     def _adopt(self, state: ControllerState) -> None:
         """Make a stored state this replica's: the loop builds on it, SD serves it (lock held)."""
         targets = self._targets_of(state.assignment, self.reconciler.source_sets())
+        self.reconciler.set_overrides(**overrides_of(state.desired))
         self.reconciler.reset(previous=state.assignment, targets=targets, dirty=True)
         self._refreshed_at = time.monotonic()
         if state.assignment is not None:
@@ -168,6 +168,7 @@ class Replication:
                 self._withheld += 1
                 return False
             self._withheld, self._sd_incomplete = 0, missing
+            self.reconciler.set_overrides(**overrides_of(new.desired))
             self.reconciler.reset(previous=new.assignment, targets=targets)
             self._publish(targets=targets, state=new)  # SD first: never "ready" without its answers
             self.state = new
@@ -202,12 +203,12 @@ class Replication:
         if not isinstance(self.store, FetchLog):
             return
         try:
-            mine = dict(self.sd_fetched)
+            mine = dict(self.children.sd_fetched)
             shared = self._fetches_shared
             if any(at >= shared.get(shard, float("-inf")) + FETCH_STEP_S for shard, at in mine.items()):
                 self.store.note_fetches(self.replica_id, mine)
                 self._fetches_shared = mine
             if self._can_write():
-                self.remote_fetched = self.store.fetches()
+                self.children.remote_fetched = self.store.fetches()
         except StoreError as exc:
             log.warning("sharing SD fetch times failed: %s", exc)

@@ -10,7 +10,7 @@ the previous build, so a new version after one registration costs one shard's JS
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from federation.controller import handover as handing
@@ -41,6 +41,9 @@ class SdSnapshot:
     shards: dict[str, ShardAnswers] = field(default_factory=dict)
     child_shard: dict[str, str] = field(default_factory=dict)
     """child id (and shard id) -> shard."""
+    assignment: Assignment | None = None
+    """What it was built from (the base the next build's ``changed`` is relative to)."""
+    handovers: tuple[Handover, ...] = ()
 
     def answer(self, child: str, job: str | None = None) -> bytes | None:
         """The bytes for a child (or shard) and optional job; None when unknown."""
@@ -65,16 +68,25 @@ def build(
     targets: Mapping[str, Target],
     handovers: Iterable[Handover] = (),
     previous: SdSnapshot | None = None,
+    changed: tuple[Assignment, Collection[str]] | None = None,
 ) -> SdSnapshot:
+    """The snapshot for ``assignment``. ``changed``: the assignment ``previous`` was built
+    from and the identities that may differ since (placement or fields); then only the
+    shards they touch are looked at, so one registration costs one shard, not the fleet."""
     jobs = sorted(jobs)
-    members: dict[str, dict[str, Target]] = {shard: {} for shard in assignment.shards}
-    for identity, shard in assignment.targets.items():
-        target = targets.get(identity)
-        if target is not None:
-            members[shard][identity] = target
-    for shard, identities in handing.outgoing(handovers).items():
-        bucket = members.setdefault(shard, {})
-        bucket.update((i, targets[i]) for i in sorted(identities) if i in targets)
+    handing_over = tuple(handovers)
+    members = None
+    if changed is not None and previous is not None and previous.assignment is changed[0]:
+        members = _members_after(previous, assignment, targets, handing_over, set(changed[1]))
+    if members is None:
+        members = {shard: {} for shard in assignment.shards}
+        for identity, shard in assignment.targets.items():
+            target = targets.get(identity)
+            if target is not None:
+                members[shard][identity] = target
+        for shard, identities in handing.outgoing(handing_over).items():
+            bucket = members.setdefault(shard, {})
+            bucket.update((i, targets[i]) for i in sorted(identities) if i in targets)
     shards: dict[str, ShardAnswers] = {}
     child_shard: dict[str, str] = {}
     for shard, key in members.items():
@@ -100,4 +112,44 @@ def build(
         else:  # a removed shard still handing over: its children keep their old names
             for k in range(assignment.replication_factor):
                 child_shard[f"{shard}-r{k}" if assignment.replication_factor > 1 else shard] = shard
-    return SdSnapshot(version=version, shards=shards, child_shard=child_shard)
+    return SdSnapshot(
+        version=version,
+        shards=shards,
+        child_shard=child_shard,
+        assignment=assignment,
+        handovers=handing_over,
+    )
+
+
+def _members_after(
+    previous: SdSnapshot,
+    assignment: Assignment,
+    targets: Mapping[str, Target],
+    handovers: tuple[Handover, ...],
+    changed: set[str],
+) -> dict[str, dict[str, Target]] | None:
+    """Members per shard from ``previous``'s, rebuilding only the shards ``changed`` touches;
+    None when the shard set changed (then everything is rebuilt)."""
+    base = previous.assignment
+    if base is None or not base.shards.keys() == assignment.shards.keys() == previous.shards.keys():
+        return None
+    was_out, now_out = handing.outgoing(previous.handovers), handing.outgoing(handovers)
+    if any(shard not in assignment.shards for shard in now_out):
+        return None  # a removed shard still hands over
+    affected = {s for i in changed for s in (base.targets.get(i), assignment.targets.get(i)) if s is not None}
+    affected.update(h.from_shard for h in (*previous.handovers, *handovers) if h.identity in changed)
+    if previous.handovers != handovers:
+        affected.update(was_out.keys() | now_out.keys())
+    members: dict[str, dict[str, Target]] = {}
+    for shard, answers in previous.shards.items():
+        if shard not in affected:
+            members[shard] = answers.members
+            continue
+        leaving = was_out.get(shard, set())
+        bucket = {i: t for i, t in answers.members.items() if i not in changed and i not in leaving}
+        for identity in changed:
+            if assignment.targets.get(identity) == shard and identity in targets:
+                bucket[identity] = targets[identity]
+        bucket.update((i, targets[i]) for i in sorted(now_out.get(shard, ())) if i in targets)
+        members[shard] = bucket
+    return members

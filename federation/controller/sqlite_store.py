@@ -2,7 +2,14 @@
 
 Each ``save`` is a single ``BEGIN IMMEDIATE`` transaction that checks the revision,
 writes the state row and the audit entry, and commits; SQLite's journal makes a
-``kill -9`` at any point leave either the old or the new state. The file and its WAL are
+``kill -9`` at any point leave either the old or the new state.
+
+Writes are in proportion to the change, not the fleet: the state row holds the state
+without its placements, and ``placements`` holds one row per target (identity -> shard,
+weight); ``save`` writes only the rows that differ from the last saved assignment
+(kept in memory). The discovery sets are rows per (source, target) the same way. A file
+written by an older gpufed (the whole state in one row, sets as one blob per source)
+loads as before and is rewritten in rows by the next save. The file and its WAL are
 created with mode 0600 (the state names targets and tokens' names, never secrets, but
 operators expect private files). Connections are per thread: FastAPI's worker threads
 and the reconcile loop each get their own.
@@ -14,11 +21,15 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
+
+from pydantic import TypeAdapter
 
 from federation.controller.state import AuditEntry, ControllerState
-from federation.controller.store import FencedOut, StoreConflict, StoreError
+from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError
+from sharder.assignment import Assignment
 from sharder.inventory import Target
 from sharder.lastknown import parse_entries, target_document
 
@@ -27,7 +38,20 @@ CREATE TABLE IF NOT EXISTS state (id INTEGER PRIMARY KEY CHECK (id = 1), revisio
                                   fence INTEGER, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS audit (id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sets (source TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS placements (identity TEXT PRIMARY KEY, shard TEXT NOT NULL,
+                                       weight INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS members (source TEXT NOT NULL, identity TEXT NOT NULL, body TEXT NOT NULL,
+                                    PRIMARY KEY (source, identity));
+CREATE TABLE IF NOT EXISTS layout (id INTEGER PRIMARY KEY CHECK (id = 1), rows INTEGER NOT NULL);
 """
+
+
+class Placed(NamedTuple):
+    """What ``placements`` holds: identity -> shard and identity -> weight (the saved
+    assignment's own dicts, never changed in place: an assignment is frozen)."""
+
+    shards: Mapping[str, str]
+    weights: Mapping[str, int]
 
 
 class SqliteStore:
@@ -40,6 +64,10 @@ class SqliteStore:
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
+        self._write = threading.Lock()  # one writer at a time keeps the caches equal to the rows
+        self._placed: Placed | None = None
+        """What ``placements`` holds (None: not read yet)."""
+        self._members: dict[str, dict[str, Target]] | None = None
         with self._connect() as db:
             db.executescript(SCHEMA)
 
@@ -58,13 +86,25 @@ class SqliteStore:
         return db
 
     def load(self) -> ControllerState | None:
-        row = self._connect().execute("SELECT body FROM state WHERE id = 1").fetchone()
+        db = self._connect()
+        row = db.execute("SELECT body FROM state WHERE id = 1").fetchone()
         if row is None:
             return None
         try:
-            return ControllerState.model_validate_json(row[0])
+            state = ControllerState.model_validate_json(row[0])
         except ValueError as exc:
             raise StoreError(f"state in {self.path} does not validate: {str(exc)[:300]}") from exc
+        if state.assignment is None or not self._in_rows(db):
+            return state
+        with self._write:
+            placed = self._read_placements(db)
+            self._placed = placed
+        assignment = state.assignment
+        unknown = set(placed.shards.values()) - assignment.shards.keys()
+        if unknown:
+            raise StoreError(f"state in {self.path}: targets are placed on unknown shard {min(unknown)!r}")
+        full = assignment.model_copy(update={"targets": placed.shards, "weights": placed.weights})
+        return state.model_copy(update={"assignment": full})
 
     def save(
         self,
@@ -73,35 +113,100 @@ class SqliteStore:
         expected_revision: int | None,
         audit: AuditEntry | None = None,
         fence: int | None = None,
+        changed: Changed | None = None,
     ) -> ControllerState:
         db = self._connect()
-        try:
-            db.execute("BEGIN IMMEDIATE")
+        with self._write:
             try:
-                row = db.execute("SELECT revision, fence FROM state WHERE id = 1").fetchone()
-                found = row[0] if row is not None else None
-                if found != expected_revision:
-                    raise StoreConflict(expected=expected_revision, found=-1 if found is None else found)
-                if fence is not None and row is not None and row[1] is not None and fence < row[1]:
-                    raise FencedOut(f"write fenced out: token {fence} is older than {row[1]}")
-                stored = state.model_copy(update={"revision": (found or 0) + 1})
-                db.execute(
-                    "INSERT INTO state (id, revision, fence, body) VALUES (1, ?, ?, ?) "
-                    "ON CONFLICT (id) DO UPDATE SET revision = excluded.revision, "
-                    "fence = COALESCE(excluded.fence, state.fence), body = excluded.body",
-                    (stored.revision, fence, stored.model_dump_json()),
-                )
-                if audit is not None:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    row = db.execute("SELECT revision, fence FROM state WHERE id = 1").fetchone()
+                    found = row[0] if row is not None else None
+                    if found != expected_revision:
+                        raise StoreConflict(expected=expected_revision, found=-1 if found is None else found)
+                    if fence is not None and row is not None and row[1] is not None and fence < row[1]:
+                        raise FencedOut(f"write fenced out: token {fence} is older than {row[1]}")
+                    stored = state.model_copy(update={"revision": (found or 0) + 1})
+                    placed = self._write_placements(db, stored.assignment, changed)
                     db.execute(
-                        "INSERT INTO audit (body) VALUES (?)", (audit.model_dump_json(exclude={"id"}),)
+                        "INSERT INTO state (id, revision, fence, body) VALUES (1, ?, ?, ?) "
+                        "ON CONFLICT (id) DO UPDATE SET revision = excluded.revision, "
+                        "fence = COALESCE(excluded.fence, state.fence), body = excluded.body",
+                        (stored.revision, fence, _without_placements(stored).model_dump_json()),
                     )
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise StoreError(f"state store {self.path}: {exc}") from exc
+                    if audit is not None:
+                        db.execute(
+                            "INSERT INTO audit (body) VALUES (?)", (audit.model_dump_json(exclude={"id"}),)
+                        )
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    self._placed = None  # the rows may differ from the cache now: read them again
+                    raise
+            except sqlite3.Error as exc:
+                raise StoreError(f"state store {self.path}: {exc}") from exc
+            self._placed = placed
         return stored
+
+    def _in_rows(self, db: sqlite3.Connection) -> bool:
+        row = db.execute("SELECT rows FROM layout WHERE id = 1").fetchone()
+        return row is not None and bool(row[0])
+
+    def _write_some(
+        self, db: sqlite3.Connection, before: Placed, after: Placed, touched: Collection[str]
+    ) -> Placed:
+        shards, weights = after
+        gone = [(i,) for i in touched if i in before.shards and i not in shards]
+        rows = [
+            (i, shards[i], weights.get(i, 1))
+            for i in touched
+            if i in shards
+            and (before.shards.get(i) != shards[i] or before.weights.get(i, 1) != weights.get(i, 1))
+        ]
+        self._apply_rows(db, gone, rows)
+        return after
+
+    def _apply_rows(
+        self, db: sqlite3.Connection, gone: list[tuple[str]], rows: list[tuple[str, str, int]]
+    ) -> None:
+        if gone:
+            db.executemany("DELETE FROM placements WHERE identity = ?", gone)
+        if rows:
+            db.executemany(
+                "INSERT INTO placements (identity, shard, weight) VALUES (?, ?, ?) ON CONFLICT (identity) "
+                "DO UPDATE SET shard = excluded.shard, weight = excluded.weight",
+                rows,
+            )
+        db.execute("INSERT INTO layout (id, rows) VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET rows = 1")
+
+    def _read_placements(self, db: sqlite3.Connection) -> Placed:
+        shards: dict[str, str] = {}
+        weights: dict[str, int] = {}
+        if self._in_rows(db):
+            for identity, shard, weight in db.execute("SELECT identity, shard, weight FROM placements"):
+                shards[identity] = shard
+                weights[identity] = weight
+        return Placed(shards, weights)
+
+    def _write_placements(
+        self, db: sqlite3.Connection, assignment: Assignment | None, changed: Changed | None
+    ) -> Placed:
+        """Write the rows that differ from what is stored (transaction open); the new rows.
+        With ``changed`` whose base is what the rows hold, only its identities are compared."""
+        before = self._placed if self._placed is not None else self._read_placements(db)
+        if assignment is not None and changed is not None and changed[0].targets is before.shards:
+            return self._write_some(db, before, Placed(assignment.targets, assignment.weights), changed[1])
+        after = Placed({}, {}) if assignment is None else Placed(assignment.targets, assignment.weights)
+        old_shards, old_weights = before.shards, before.weights
+        new_shards, new_weights = after.shards, after.weights
+        gone = [(i,) for i in old_shards.keys() - new_shards.keys()]
+        rows = [
+            (i, shard, new_weights.get(i, 1))
+            for i, shard in new_shards.items()
+            if old_shards.get(i) != shard or old_weights.get(i, 1) != new_weights.get(i, 1)
+        ]
+        self._apply_rows(db, gone, rows)
+        return after
 
     def audit_log(self, *, limit: int = 100, before_id: int | None = None) -> list[AuditEntry]:
         query = "SELECT id, body FROM audit"
@@ -113,26 +218,88 @@ class SqliteStore:
         return [AuditEntry.model_validate({**json.loads(body), "id": rid}) for rid, body in rows]
 
     def save_sets(self, sets: Mapping[str, Sequence[Target]]) -> None:
+        """Write the (source, target) rows that changed since the last save."""
         db = self._connect()
+        with self._write:
+            before = self._members if self._members is not None else self._read_members(db)
+            after = {name: {t.identity: t for t in targets} for name, targets in sets.items()}
+            gone: list[tuple[str, str]] = []
+            changed: list[tuple[str, str, str]] = []
+            for name in before.keys() | after.keys():
+                old, new = before.get(name, {}), after.get(name, {})
+                gone.extend((name, i) for i in old.keys() - new.keys())
+                changed.extend(
+                    (name, i, json.dumps(target_document(t), separators=(",", ":")))
+                    for i, t in new.items()
+                    if (was := old.get(i)) is not t and was != t
+                )
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                db.execute("DELETE FROM sets")  # the blobs of an older gpufed
+                db.executemany("DELETE FROM members WHERE source = ? AND identity = ?", gone)
+                db.executemany(
+                    "INSERT INTO members (source, identity, body) VALUES (?, ?, ?) "
+                    "ON CONFLICT (source, identity) DO UPDATE SET body = excluded.body",
+                    changed,
+                )
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                self._members = None
+                raise StoreError(f"state store {self.path}: {exc}") from exc
+            self._members = after
+
+    def save_set_changes(self, changes: Mapping[str, Mapping[str, Target | None]]) -> None:
+        """Write the rows of what changed (identity -> target, None: gone): the cost of the change."""
+        db = self._connect()
+        gone = [(name, i) for name, found in changes.items() for i, t in found.items() if t is None]
         rows = [
-            (name, json.dumps([target_document(t) for t in targets], separators=(",", ":")))
-            for name, targets in sorted(sets.items())
+            (name, i, json.dumps(target_document(t), separators=(",", ":")))
+            for name, found in changes.items()
+            for i, t in found.items()
+            if t is not None
         ]
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            db.execute("DELETE FROM sets")
-            db.executemany("INSERT INTO sets (source, body) VALUES (?, ?)", rows)
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise StoreError(f"state store {self.path}: {exc}") from exc
+        with self._write:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                db.executemany("DELETE FROM members WHERE source = ? AND identity = ?", gone)
+                db.executemany(
+                    "INSERT INTO members (source, identity, body) VALUES (?, ?, ?) "
+                    "ON CONFLICT (source, identity) DO UPDATE SET body = excluded.body",
+                    rows,
+                )
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise StoreError(f"state store {self.path}: {exc}") from exc
+            finally:
+                self._members = None  # the whole-set cache no longer matches: re-read if needed
 
     def load_sets(self) -> dict[str, list[Target]]:
-        out: dict[str, list[Target]] = {}
-        for name, body in self._connect().execute("SELECT source, body FROM sets").fetchall():
+        with self._write:
+            members = self._read_members(self._connect())
+            self._members = members
+        return {name: list(found.values()) for name, found in members.items()}
+
+    def _read_members(self, db: sqlite3.Connection) -> dict[str, dict[str, Target]]:
+        """The stored sets. Rows were validated targets when written: each source's rows are
+        validated again in one pass of pydantic-core over their JSON (a million targets in
+        seconds); a source with a row that does not validate goes entry by entry, skipping it."""
+        bodies: dict[str, list[str]] = {}
+        for name, body in db.execute("SELECT source, body FROM members ORDER BY source, identity"):
+            bodies.setdefault(name, []).append(body)
+        out: dict[str, dict[str, Target]] = {}
+        for name, rows in bodies.items():
+            try:
+                found = _TARGETS.validate_json("[" + ",".join(rows) + "]")
+            except ValueError:
+                found, _bad = parse_entries([json.loads(r) for r in rows], source=f"{self.path}:{name}")
+            out[name] = {t.identity: t for t in found}
+        for name, body in db.execute("SELECT source, body FROM sets"):  # an older gpufed's blobs
             good, _bad = parse_entries(json.loads(body), source=f"{self.path}:{name}")
-            out[name] = good
+            out.setdefault(name, {}).update((t.identity, t) for t in good)
         return out
 
     def close(self) -> None:
@@ -141,3 +308,15 @@ class SqliteStore:
                 db.close()
             self._connections.clear()
         self._local = threading.local()
+
+
+_TARGETS = TypeAdapter(list[Target])
+
+
+def _without_placements(state: ControllerState) -> ControllerState:
+    """The state row's part: the placements live in their own rows."""
+    if state.assignment is None:
+        return state
+    return state.model_copy(
+        update={"assignment": state.assignment.model_copy(update={"targets": {}, "weights": {}})}
+    )

@@ -70,3 +70,13 @@ class AuditEntry(StateModel):
     action: str
     detail: dict[str, Any] = Field(default_factory=dict)
     moved: int = 0
+
+
+def overrides_of(desired: Desired) -> dict[str, Any]:
+    """The operator's overrides as the reconcile loop's engine takes them."""
+    return {
+        "shard_counts": desired.shard_counts,
+        "pins": desired.pins,
+        "drained": desired.drained,
+        "weights": desired.weights,
+    }

@@ -14,11 +14,15 @@ that knows a newer token refuses the write with :class:`FencedOut`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
 from federation.controller.state import AuditEntry, ControllerState
+from sharder.assignment import Assignment
 from sharder.inventory import Target
+
+Changed = tuple[Assignment, Collection[str]]
+"""(the assignment a new one was made from, the identities that may differ from it)."""
 
 
 class StoreError(Exception):
@@ -47,9 +51,12 @@ class StateStore(Protocol):
         expected_revision: int | None,
         audit: AuditEntry | None = None,
         fence: int | None = None,
+        changed: Changed | None = None,
     ) -> ControllerState:
         """Write ``state`` (and ``audit``) at once if the stored revision is
-        ``expected_revision`` (None: nothing stored yet); returns it with ``revision`` bumped."""
+        ``expected_revision`` (None: nothing stored yet); returns it with ``revision`` bumped.
+        ``changed`` (a hint a store may ignore): the assignment this one was made from and
+        the identities whose placement may differ, so a store can write only those."""
         ...
 
     def audit_log(self, *, limit: int = 100, before_id: int | None = None) -> list[AuditEntry]:
@@ -76,3 +83,11 @@ class LastKnownView:
 
     def load(self) -> dict[str, list[Target]]:
         return self._store.load_sets()
+
+    def save_changes(self, changes: Mapping[str, Mapping[str, Target | None]]) -> bool:
+        """Only what changed, where the store can (SQLite rows); False: save the whole sets."""
+        save = getattr(self._store, "save_set_changes", None)
+        if save is None:
+            return False
+        save(changes)
+        return True

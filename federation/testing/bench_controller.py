@@ -71,7 +71,7 @@ def _targets(count: int) -> list[Any]:
 
 
 def _build(directory: Path, *, targets: int, shards: int, port: int) -> Any:
-    from federation.controller.core import ControllerOptions
+    from federation.controller.options import ControllerOptions
     from federation.controller.service import ServeSettings, build_service
     from federation.spec import load_gpufed_spec
 

@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 import yaml
 
-from federation.controller.core import Controller, ControllerOptions
+from federation.controller.controller import Controller
+from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, Service, build_service
 from federation.spec import GpufedSpec, load_gpufed_spec
 from sharder.inventory import Target

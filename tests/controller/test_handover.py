@@ -6,7 +6,7 @@ from pathlib import Path
 
 from federation.controller import handover
 from federation.controller.changes import ChangeRequest
-from federation.controller.core import ControllerOptions
+from federation.controller.options import ControllerOptions
 from federation.controller.state import Handover
 from sharder.assignment import Assignment, ShardInfo
 from tests.controller.harness import build, fleet
@@ -79,7 +79,7 @@ def test_settle_ends_by_proof_or_by_window() -> None:
 def test_old_shard_keeps_serving_a_moved_target_until_the_handover_ends(tmp_path: Path) -> None:
     clock = [1000.0]
     h = build(tmp_path, options=ControllerOptions(debounce_s=0.0, grace_s=0.0, handover_window_s=60.0))
-    h.controller._wall = lambda: clock[0]
+    h.controller._wall = h.controller.children._wall = lambda: clock[0]
     h.feed(fleet(8))
     ctl = h.controller
     planned = ctl.plan(
@@ -128,7 +128,7 @@ def test_prometheus_scrape_times_parse_with_nanoseconds_and_zones() -> None:
 
 
 def test_only_children_whose_config_changed_are_reloaded() -> None:
-    from federation.controller.core import changed_children
+    from federation.controller.publication import changed_children
 
     before = {"children/a/prometheus.yml": b"1", "children/b/prometheus.yml": b"1", "manifest.json": b"x"}
     after = {

@@ -19,9 +19,9 @@ import yaml
 from typer.testing import CliRunner
 
 from federation.commands import serve
-from federation.controller.core import ControllerOptions
 from federation.controller.load import LoadOptions
 from federation.controller.load_weights import Observation, TargetKey, max_over_mean
+from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, Service, build_service
 from federation.spec import load_gpufed_spec
 from sharder.inventory import Target

@@ -28,9 +28,10 @@ from e2e.prom_process import PrometheusProcess
 from exporter.app import ExporterApp
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.settings import ExporterSettings
-from federation.controller.core import Controller, ControllerOptions
+from federation.controller.controller import Controller
 from federation.controller.load import LoadOptions
 from federation.controller.load_weights import max_over_mean
+from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, Service, build_service
 from federation.spec import load_gpufed_spec
 from sharder.inventory import Target

@@ -1,4 +1,4 @@
-"""The built-in registry: a burst of registrations reaches the loop as few whole sets, the last complete."""
+"""The built-in registry: a burst of registrations reaches the loop as few deltas, together complete."""
 
 from __future__ import annotations
 
@@ -6,17 +6,25 @@ import threading
 import time
 from collections.abc import Iterable
 
-from federation.controller.registry import BuiltinRegistry
 from sharder.inventory import Target
+from sharder.sources.registry import BuiltinRegistry
 from sharder.spec import JobSpec
 
 
 class CountingSink:
+    """Follows the registry's set from its deltas; ``pushes`` is its size after each push."""
+
     def __init__(self) -> None:
         self.pushes: list[int] = []
+        self.members: set[str] = set()
 
     def on_change(self, source: str, targets: Iterable[Target], *, version: str | None = None) -> None:
-        self.pushes.append(len(list(targets)))
+        raise AssertionError("the registry pushes deltas, never its whole set")
+
+    def on_delta(self, source: str, *, upserted: list[Target], removed: list[str]) -> None:
+        self.members.difference_update(removed)
+        self.members.update(t.identity for t in upserted)
+        self.pushes.append(len(self.members))
         time.sleep(0.002)  # a sink that takes a moment, as the reconcile loop's merge does
 
     def on_error(self, source: str, reason: str) -> None:
@@ -49,7 +57,7 @@ def test_a_burst_of_registrations_is_pushed_coalesced_and_complete() -> None:
     stop.set()
     loop.join()
     assert sink.pushes[-1] == 500
-    assert len(sink.pushes) < 500  # one push per PUT would be 500 whole-set pushes
+    assert len(sink.pushes) < 500  # coalesced: not one push per PUT
 
 
 def test_without_the_loop_a_put_pushes_at_once() -> None:
@@ -57,3 +65,30 @@ def test_without_the_loop_a_put_pushes_at_once() -> None:
     registry = BuiltinRegistry(sink=sink, jobs={"gpu": JobSpec(name="gpu")})
     registry.put("10.0.0.1:9400", entry(0))
     assert sink.pushes == [1]
+
+
+class DeltaSink(CountingSink):
+    def __init__(self) -> None:
+        super().__init__()
+        self.deltas: list[tuple[list[str], list[str]]] = []
+
+    def on_delta(self, source: str, *, upserted: list[Target], removed: list[str]) -> None:
+        self.deltas.append((sorted(t.identity for t in upserted), sorted(removed)))
+
+
+def test_changes_are_pushed_as_deltas_and_an_unchanged_put_only_refreshes() -> None:
+    now = [0.0]
+    sink = DeltaSink()
+    registry = BuiltinRegistry(sink=sink, jobs={"gpu": JobSpec(name="gpu")}, ttl_s=10, clock=lambda: now[0])
+    registry.put("10.0.0.1:9400", entry(0))
+    registry.put("10.0.0.2:9400", entry(1))
+    now[0] = 8.0
+    registry.put("10.0.0.1:9400", entry(0))  # the same entry: a refresh, no push
+    assert sink.deltas == [(["10.0.0.1:9400"], []), (["10.0.0.2:9400"], [])]
+    now[0] = 12.0
+    assert registry.expire() == 1  # the refreshed one lives on
+    assert sink.deltas[-1] == ([], ["10.0.0.2:9400"])
+    registry.put("10.0.0.1:9400", {**entry(0), "gpus": 4})
+    assert sink.deltas[-1] == (["10.0.0.1:9400"], [])
+    assert registry.delete("10.0.0.1:9400")
+    assert sink.deltas[-1] == ([], ["10.0.0.1:9400"])

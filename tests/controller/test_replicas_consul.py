@@ -16,8 +16,9 @@ import yaml
 from fastapi import FastAPI
 
 from federation.controller.changes import ChangeRequest
-from federation.controller.core import Controller, ControllerOptions
+from federation.controller.controller import Controller
 from federation.controller.metrics import ControllerMetrics
+from federation.controller.options import ControllerOptions
 from federation.controller.service import (
     ServeSettings,
     Service,
@@ -168,10 +169,10 @@ def test_a_follower_serves_the_leaders_state_and_refuses_writes_naming_the_leade
 def test_sd_fetches_served_by_a_follower_reach_the_leader(replicas: list[Replica]) -> None:
     leader, follower = leader_and_follower(replicas)
     wait_for(lambda: same_sd(replicas, "r1-0"), timeout=30, what="both replicas serving one SD answer")
-    assert leader.service.controller._fetched("r1-1") is None
+    assert leader.service.controller.children.fetched("r1-1") is None
     assert follower.api.get("/v1/sd/r1-1").status_code == 200  # the child asked the follower
     wait_for(
-        lambda: leader.service.controller._fetched("r1-1"),
+        lambda: leader.service.controller.children.fetched("r1-1"),
         timeout=30,
         what="the leader learning of the fetch",
     )
@@ -255,7 +256,7 @@ def controller(tmp_path: Path, agent: FakeConsulAgent, elector: Elector) -> Cont
 def test_a_deposed_leader_that_still_believes_it_leads_cannot_write(
     tmp_path: Path, agent: FakeConsulAgent
 ) -> None:
-    from federation.controller import core
+    from federation.controller import errors
 
     old = controller(tmp_path / "old", agent, Elector(leading=True, fence=5))
     old.take_over()
@@ -267,7 +268,7 @@ def test_a_deposed_leader_that_still_believes_it_leads_cannot_write(
     stored = store(agent).load()
     assert stored is not None and stored.assignment == old.state.assignment
 
-    with pytest.raises(core.Unavailable, match="lost the leadership") as refused:
+    with pytest.raises(errors.Unavailable, match="lost the leadership") as refused:
         old.apply(planned.version, actor="stale")
     assert refused.value.leader == "http://new.example:8080"
     old.reconciler.on_change("file", fleet(9))

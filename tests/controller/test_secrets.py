@@ -12,7 +12,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from federation.controller.core import ControllerOptions
+from federation.controller.options import ControllerOptions
 from federation.controller.publisher import Publisher
 from federation.controller.redact import redact_file
 from federation.controller.service import ServeSettings, build_service

@@ -11,8 +11,9 @@ from sharder.assignment import Assignment
 from sharder.discovery_metrics import DiscoveryMetrics
 from sharder.lastknown import LastKnownFile
 from sharder.plan import Plan
-from sharder.reconcile import Reconciler, placement_delta
+from sharder.reconcile import Reconciler
 from sharder.sizing import Hysteresis
+from sharder.targetsets import placement_delta
 
 
 def make(clock: FakeClock, **kw: object) -> tuple[Reconciler, list[tuple[Assignment, Plan]]]:
@@ -237,3 +238,144 @@ def test_a_custom_assign_fn_sees_every_change_even_label_only() -> None:
     clock.advance(1)
     rec.tick()
     assert calls == [10, 10]
+
+
+def test_overrides_are_data_the_engine_keeps_across_changes() -> None:
+    """Pins, drains and weights no longer force a full placement per change: one full
+    placement when they change, then every change is incremental and equal to assign()."""
+    clock = FakeClock()
+    spec = make_spec(fixed=3)
+    rec, _seen = make(clock, spec=spec, debounce_s=0.0)
+    targets = fleet(60)
+    rec.on_change("file", targets)
+    first = rec.tick()
+    assert first is not None
+    pinned = targets[0].identity
+    region = targets[0].region
+    shard = next(s for s, i in first.shards.items() if i.region == region and s != first.targets[pinned])
+    overrides = {
+        "pins": {pinned: shard},
+        "drained": [f"{targets[1].region}-2"],
+        "weights": {targets[2].identity: 9},
+    }
+    rec.set_overrides(**overrides)  # type: ignore[arg-type]
+    expected = assign(spec, targets, previous=first, pins=overrides["pins"],  # type: ignore[arg-type]
+                      drained=overrides["drained"], weight_overrides=overrides["weights"])  # type: ignore[arg-type]
+    rec.on_change("file", [*targets, target(500, region="r1")])
+    second = rec.tick()
+    engine = rec._incremental
+    assert engine is not None and second is not None
+    assert second.targets[pinned] == shard and f"{targets[1].region}-2" in second.drained
+    current = [*targets, target(500, region="r1")]
+    assert second == assign(spec, current, previous=expected, pins=overrides["pins"],  # type: ignore[arg-type]
+                            drained=overrides["drained"], weight_overrides=overrides["weights"])  # type: ignore[arg-type]
+    for i in range(501, 506):
+        current = [*current[1:], target(i, region="r2")]
+        rec.on_delta("registry", upserted=[target(i, region="r2")], removed=[])
+        rec.on_change("file", current[:-1 - (i - 501)])
+        last = rec.assignment
+        result = rec.tick()
+        assert result is not None and rec._incremental is engine  # the same engine: no full placement
+        everything = sorted(rec.target_map.values(), key=lambda t: t.identity)
+        assert result == assign(spec, everything, previous=last, pins=overrides["pins"],  # type: ignore[arg-type]
+                                drained=overrides["drained"], weight_overrides=overrides["weights"])  # type: ignore[arg-type]
+    rec.set_overrides(**overrides)  # type: ignore[arg-type]
+    assert rec._incremental is engine  # the same overrides again change nothing
+
+
+def test_an_adopted_assignment_seeds_the_engine_without_placing_again() -> None:
+    clock = FakeClock()
+    spec = make_spec(fixed=2)
+    targets = fleet(40)
+    stored = assign(spec, targets)
+    rec, _ = make(clock, spec=spec, debounce_s=0.0, previous=stored)
+    rec.reset(previous=stored, targets={t.identity: t for t in targets})
+    rec.on_change("file", [*targets, target(900, region="r1")])
+    result = rec.tick()
+    assert result is not None and rec._incremental is not None
+    assert rec._incremental.fallbacks == 0
+    assert result == assign(spec, [*targets, target(900, region="r1")], previous=stored)
+
+
+def test_a_waiting_loop_wakes_on_a_push_not_on_a_timer() -> None:
+    import threading
+
+    rec, _ = make(FakeClock())
+    seen = rec.generation
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(rec.wait_for_change(seen, 30.0)))
+    waiter.start()
+    rec.on_delta("registry", upserted=[target(1)], removed=[])
+    waiter.join(timeout=5)
+    assert woke == [True]
+    assert rec.wait_for_change(rec.generation, 0.01) is False
+
+
+def test_node_counts_follow_each_change_as_a_recount_would() -> None:
+    """Sizing by targets_per_shard counts distinct nodes; the loop keeps the counts per change."""
+    from sharder.targetsets import count_nodes
+
+    clock = FakeClock()
+    rec, seen = make(clock, spec=make_spec(targets_per_shard=4), debounce_s=0.0, grace_s=0.0)
+    current = fleet(40)
+    for step in range(6):
+        current = current[3:] + [target(100 + 10 * step + k, region="r1") for k in range(5)]
+        moved = current[0].model_copy(update={"node": f"moved-{step}"})
+        current = [moved, *current[1:]]
+        rec.on_change("file", current)
+        rec.tick()
+        recount = count_nodes(rec.target_map.values())
+        assert {r: sorted(c.items()) for r, c in (rec._nodes or {}).items() if c} == {
+            r: sorted(c.items()) for r, c in recount.items()
+        }
+        previous = seen[-2][0] if len(seen) > 1 else None
+        ordered = sorted(current, key=lambda t: t.identity)
+        spec = make_spec(targets_per_shard=4)
+        assert seen[-1][0] == assign(spec, ordered, previous=previous, shard_counts=rec._sizer.applied)
+
+
+def test_an_idle_loop_prepares_the_engine_once_so_the_first_change_is_incremental() -> None:
+    clock = FakeClock()
+    spec = make_spec(fixed=2)
+    targets = fleet(30)
+    stored = assign(spec, targets)
+    rec, _ = make(clock, spec=spec, debounce_s=0.0, previous=stored)
+    rec.reset(previous=stored, targets={t.identity: t for t in targets})
+    assert rec.prepare() is True and rec._incremental is not None
+    engine = rec._incremental
+    assert rec.prepare() is False  # once per assignment
+    rec.on_change("file", [*targets, target(900, region="r1")])
+    assert rec.tick() is not None and rec._incremental is engine and engine.fallbacks == 0
+
+
+class DeltaStore:
+    def __init__(self) -> None:
+        self.changes: list[dict[str, dict[str, object]]] = []
+        self.whole = 0
+
+    def save(self, sets: object) -> None:
+        self.whole += 1
+
+    def save_changes(self, changes: dict[str, dict[str, object]]) -> bool:
+        self.changes.append(
+            {n: {i: getattr(t, "identity", None) for i, t in c.items()} for n, c in changes.items()}
+        )
+        return True
+
+
+def test_a_delta_store_is_given_only_what_changed_since_the_last_save() -> None:
+    clock = FakeClock()
+    store = DeltaStore()
+    rec, _ = make(clock, debounce_s=0.0, grace_s=0.0, store=store, persist_interval_s=0.0)
+    rec.seed({"file": fleet(10)})  # from the store itself: nothing to write back
+    rec.tick()
+    rec.on_change("file", fleet(11))
+    rec.on_delta("registry", upserted=[target(500)], removed=[])
+    clock.advance(1)
+    rec.tick()
+    rec.on_delta("registry", upserted=[], removed=[target(500).identity])
+    clock.advance(1)
+    rec.tick()
+    assert store.whole == 0
+    new, reg = fleet(11)[10].identity, target(500).identity
+    assert store.changes == [{"file": {new: new}, "registry": {reg: reg}}, {"registry": {reg: None}}]

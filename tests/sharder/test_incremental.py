@@ -15,6 +15,7 @@ from sharder.assignment import Assignment
 from sharder.errors import AssignmentError
 from sharder.incremental import IncrementalAssigner
 from sharder.inventory import Target
+from sharder.plan import diff
 from sharder.spec import FederationSpec
 
 FAST = settings(max_examples=40, deadline=None)
@@ -58,6 +59,14 @@ class Fleet:
 
     def expected(self, last: Assignment) -> Assignment:
         return assign(self.spec, list(self.targets.values()), previous=last, **self.overrides)
+
+
+def _recount(assignment: Assignment) -> dict[str, int]:
+    """Load per shard counted from scratch (the derived totals must equal it)."""
+    totals: dict[str, int] = {}
+    for identity, shard in assignment.targets.items():
+        totals[shard] = totals.get(shard, 0) + assignment.weights.get(identity, 1)
+    return totals
 
 
 GPUS = st.sampled_from([0, 1, 4, 8])
@@ -113,6 +122,11 @@ def play(spec: FederationSpec, first: list[Target], overrides: dict[str, Any], c
         result = engine.apply(added=added + updated, removed=removed | {t.identity for t in updated})
         fleet.change(added + updated, removed)
         assert result == fleet.expected(last)
+        last.load()  # the previous totals are known, so the new ones are derived from the change
+        touched = engine.touched
+        assert touched is not None
+        assert diff(last, result, only=touched) == diff(last, result)  # the plan in the time of the change
+        assert result.load() == {s: 0 for s in result.shards} | _recount(result)
         moves += sum(1 for i, s in result.targets.items() if i in last.targets and last.targets[i] != s)
     assert engine.fallbacks == 0
     return moves
@@ -262,3 +276,39 @@ def test_a_target_for_a_fully_drained_region_is_refused_and_changes_nothing() ->
     with pytest.raises(AssignmentError, match="every shard of region 'r-a' is drained"):
         engine.apply(added=[target(9, region="r-a", gpus=4)])
     assert engine.assignment == before and len(engine.targets()) == 5
+
+
+@given(history=histories())
+@FAST
+def test_an_adopted_assignment_continues_exactly_as_the_engine_that_made_it(history: tuple[Any, ...]) -> None:
+    """A restart (or an applied plan) hands the engine an assignment instead of placing again."""
+    spec, first, overrides, changes = history
+    made = assign(spec, first, **overrides)
+    kwargs = {**overrides}
+    engine = IncrementalAssigner.adopting(spec, first, made, fallback_fraction=NEVER, **kwargs)
+    assert engine.assignment is made
+    fleet = Fleet(spec, first, **overrides)
+    for added, removals, _updates, rnd in changes:
+        present = sorted(fleet.targets)
+        removed = set(rnd.sample(present, min(removals, len(present))))
+        last = engine.assignment
+        result = engine.apply(added=added, removed=removed)
+        fleet.change(added, removed)
+        assert result == fleet.expected(last)
+    assert engine.fallbacks == 0
+
+
+def test_an_assignment_that_does_not_fit_is_refused_for_adoption() -> None:
+    spec = make_spec({"r-a": 3})
+    fleet = [target(n, region="r-a", gpus=8) for n in range(30)]
+    made = assign(spec, fleet)
+    with pytest.raises(AssignmentError, match="not listed"):
+        IncrementalAssigner.adopting(spec, fleet[:-1], made)
+    with pytest.raises(AssignmentError, match="drained"):
+        IncrementalAssigner.adopting(spec, fleet, made, drained=["r-a-0"])
+    with pytest.raises(AssignmentError, match="weight"):
+        IncrementalAssigner.adopting(spec, fleet, made, weight_overrides={fleet[0].identity: 3})
+    elsewhere = fleet[0].identity
+    wrong = next(s for s in made.shards if s != made.targets[elsewhere])
+    with pytest.raises(AssignmentError, match="pinned"):
+        IncrementalAssigner.adopting(spec, fleet, made, pins={elsewhere: wrong})

@@ -25,7 +25,7 @@ import httpx
 import uvicorn
 from conftest import wait_for
 
-from federation.controller.core import ControllerOptions
+from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, Service, build_service
 from federation.spec import GpufedSpec
 

@@ -1,0 +1,42 @@
+"""How one controller behaves: timings, hand-over policy, child addresses (``gpufed serve`` flags)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sharder.sizing import Hysteresis
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    debounce_s: float = 1.0
+    grace_s: float = 120.0
+    hysteresis: Hysteresis = field(default_factory=Hysteresis)
+    handover: bool = True
+    """False: a moved target leaves its old shard at once (what Prometheus Operator and the
+    OpenTelemetry allocator do); kept for comparisons and emergencies."""
+    handover_window_s: float | None = None
+    handover_max_wait_s: float = 600.0
+    """How long an old child keeps a moved target while the new shard's child never fetches it."""
+    """None: the SD refresh interval plus two scrape intervals of the target's job."""
+    registry_ttl_s: float = 90.0
+    precedence: tuple[str, ...] = ("file", "registry", "consul", "kubernetes")
+    child_urls: Mapping[str, str] = field(default_factory=dict)
+    """child id -> base URL of its Prometheus (for hand-over proof, health and reloads)."""
+    child_url_template: str | None = None
+    """e.g. ``http://{child}:9090`` when children are reachable by name."""
+    settle_interval_s: float = 1.0
+    health_interval_s: float = 10.0
+    max_plans: int = 64
+    refresh_interval_s: float = 1.0
+    """How often a follower re-reads the shared state (what ``state_age_s`` is bounded by)."""
+    persist_interval_s: float = 5.0
+    """Least seconds between two saves of the discovery sets."""
+    config_refresh_s: float = 300.0
+    """With HTTP SD a child's config depends on the children set, not on its targets: the
+    bundle is rendered again when that set changes, else at most this often (its
+    assignment.json and manifest counts), not on every registration."""
+    sets_before_state: bool = False
+    """A shared store: followers and the next leader read each target from the stored sets,
+    so the sets are saved before every state that places a new target."""

@@ -1,0 +1,140 @@
+"""Publication: a committed state becomes what the outside sees.
+
+Three outputs, each built only from a state the store has accepted:
+
+* the HTTP SD snapshot (``sdcache``): rebuilt for the shards whose members changed and
+  swapped in one assignment, so readers never take a lock;
+* the shard metrics;
+* the config bundle (``federation.pipeline``), rendered and checked on its own thread
+  (promtool takes a while and SD must not wait for it), and only when what the children's
+  configs depend on changed (:func:`config_key`), then the children whose config changed
+  are reloaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+
+from federation import pipeline
+from federation.controller import sdcache
+from federation.controller.children import Children
+from federation.controller.metrics import ControllerMetrics
+from federation.controller.options import ControllerOptions
+from federation.controller.publisher import Publisher
+from federation.controller.state import ControllerState
+from federation.controller.store import Changed
+from federation.spec import GpufedSpec
+from sharder.assignment import Assignment
+from sharder.inventory import Target
+
+log = logging.getLogger(__name__)
+
+
+class Publication:
+    def __init__(
+        self,
+        *,
+        spec: GpufedSpec,
+        options: ControllerOptions,
+        metrics: ControllerMetrics,
+        children: Children,
+        publisher: Publisher | None,
+    ) -> None:
+        self.spec = spec
+        self.options = options
+        self.metrics = metrics
+        self.children = children
+        self.publisher = publisher
+        self.jobs = {job.name: job for job in spec.jobs}
+        self.sd = sdcache.SdSnapshot(version=0)
+        self._config_lock = threading.Lock()
+        self._config_wake = threading.Event()
+        self._config_due: tuple[int, Assignment, list[Target]] | None = None
+        self._config_key: object = None
+        self._config_at = float("-inf")
+
+    def publish(
+        self, state: ControllerState, targets: Mapping[str, Target], *, changed: Changed | None = None
+    ) -> None:
+        """Serve ``state`` (already committed): SD first, then metrics, then the bundle.
+        ``changed``: what may differ from the assignment served now (``sdcache.build``)."""
+        assignment = state.assignment
+        if assignment is None:
+            return
+        self.sd = sdcache.build(
+            version=state.assignment_version,
+            jobs=self.jobs,
+            assignment=assignment,
+            targets=targets,
+            handovers=state.handovers,
+            previous=self.sd,
+            changed=changed,
+        )
+        load, sizes = assignment.load(), assignment.sizes()
+        self.metrics.publish_shards(
+            [(info.region, shard, sizes[shard], load[shard]) for shard, info in assignment.shards.items()]
+        )
+        self.metrics.assignment_version.set(state.assignment_version)
+        self.metrics.handovers_in_flight.set(len(state.handovers))
+        self.metrics.ready.set(1)
+        if self.publisher is not None:
+            key = config_key(self.spec, assignment)
+            now = time.monotonic()
+            stale = now >= self._config_at + self.options.config_refresh_s
+            if key is None or key != self._config_key or stale:
+                self._config_key, self._config_at = key, now
+                with self._config_lock:
+                    self._config_due = (state.assignment_version, assignment, list(targets.values()))
+                self._config_wake.set()
+
+    def publish_configs(self) -> bool:
+        """Render and check the bundle of the newest assignment (outside the state lock).
+        False when nothing was due or it failed (the old bundle stays served)."""
+        with self._config_lock:
+            due, self._config_due = self._config_due, None
+        if due is None or self.publisher is None:
+            return False
+        version, assignment, targets = due
+        try:
+            bundle = pipeline.build_bundle(self.spec, targets, assignment)
+        except Exception as exc:  # a render bug must not stop SD; the old bundle stays
+            log.error("rendering the config bundle failed: %s", exc)
+            self.metrics.config_checks.labels(result="failed").inc()
+            return False
+        before = dict(self.publisher.files)
+        if not self.publisher.publish(bundle, version=version):
+            return False
+        self.children.reload(changed_children(before, self.publisher.files))
+        return True
+
+    def config_loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            if self._config_wake.wait(0.5):
+                self._config_wake.clear()
+                try:
+                    self.publish_configs()
+                except Exception:
+                    log.exception("publishing configs failed")
+
+
+def config_key(spec: GpufedSpec, assignment: Assignment) -> object:
+    """What the children's configs depend on; None when it is every target (file_sd lists)."""
+    if spec.children.target_discovery == "file_sd":
+        return None
+    shards = tuple(sorted((name, info.region) for name, info in assignment.shards.items()))
+    return (shards, assignment.replication_factor, tuple(sorted(assignment.drained)))
+
+
+def changed_children(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> list[str]:
+    """Children whose ``prometheus.yml`` existed before and changed (new children start fresh)."""
+    out = []
+    for path, content in after.items():
+        parts = path.split("/")
+        if len(parts) == 3 and parts[0] == "children" and parts[2] == "prometheus.yml":
+            old = before.get(path)
+            if old is not None and old != content:
+                out.append(parts[1])
+    return sorted(out)

@@ -1,0 +1,227 @@
+"""Read views: what the API and the web page show, computed on read from one snapshot.
+
+A view gets the committed state and the targets it was made from (both immutable once
+published) and the children's last health answers; it takes no lock and changes nothing,
+so a slow page never holds up discovery or a plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from federation.controller import load as loading
+from federation.controller.children import Children
+from federation.controller.errors import NotFound
+from federation.controller.state import ControllerState
+from federation.spec import GpufedSpec
+from sharder import plan as planning
+from sharder.assignment import Assignment
+from sharder.discovery_metrics import DiscoveryMetrics
+from sharder.inventory import Target
+
+
+class ReadViews:
+    def __init__(
+        self,
+        *,
+        spec: GpufedSpec,
+        children: Children,
+        load: loading.LoadTracker | None,
+        discovery: DiscoveryMetrics,
+    ) -> None:
+        self.spec = spec
+        self.children = children
+        self.load = load
+        self.discovery = discovery
+
+    def shard_rows(self, state: ControllerState) -> list[dict[str, Any]]:
+        assignment = state.assignment
+        if assignment is None:
+            return []
+        load = assignment.load()
+        sizes: dict[str, int] = dict.fromkeys(assignment.shards, 0)
+        for shard in assignment.targets.values():
+            sizes[shard] += 1
+        means: dict[str, float] = {}
+        for region in self.spec.region_names():
+            active = [
+                load[s]
+                for s, i in assignment.shards.items()
+                if i.region == region and s not in assignment.drained
+            ]
+            means[region] = sum(active) / len(active) if active else 0.0
+        incoming: dict[str, int] = {}
+        outgoing: dict[str, int] = {}
+        for h in state.handovers:
+            incoming[h.to_shard] = incoming.get(h.to_shard, 0) + 1
+            outgoing[h.from_shard] = outgoing.get(h.from_shard, 0) + 1
+        samples = self.load.shard_samples(assignment) if self.load is not None else {}
+        rows = []
+        for shard in planning._shard_order(assignment.shards):
+            info = assignment.shards[shard]
+            mean = means.get(info.region, 0.0)
+            children = []
+            for child, replica in assignment.children(shard):
+                health = self.children.health.get(child)
+                children.append(
+                    {
+                        "child": child,
+                        "replica": replica,
+                        "url": self.children.url(child),
+                        "reachable": None if health is None else health.reachable,
+                        "active_targets": None if health is None else health.active,
+                        "up_targets": None if health is None else health.up,
+                    }
+                )
+            rows.append(
+                {
+                    "shard": shard,
+                    "region": info.region,
+                    "index": info.index,
+                    "children": children,
+                    "targets": sizes[shard],
+                    "load": load[shard],
+                    "load_over_mean": round(load[shard] / mean, 3) if mean else 0.0,
+                    "capacity": round(mean * self.spec.sharding.load_factor, 1),
+                    "drained": shard in assignment.drained,
+                    "handovers_in": incoming.get(shard, 0),
+                    "handovers_out": outgoing.get(shard, 0),
+                    "health": _shard_health(children),
+                }
+            )
+            if samples.get(shard) is not None:
+                rows[-1]["samples_per_s"] = samples[shard]
+        return rows
+
+    def target_rows(
+        self,
+        state: ControllerState,
+        targets: Mapping[str, Target],
+        *,
+        region: str | None,
+        shard: str | None,
+        q: str | None,
+    ) -> list[dict[str, Any]]:
+        assignment = state.assignment
+        if assignment is None:
+            return []
+        rows = []
+        needle = (q or "").lower()
+        for identity, target in sorted(targets.items()):
+            owner = assignment.targets.get(identity)
+            if owner is None or (region and target.region != region) or (shard and owner != shard):
+                continue
+            if needle and needle not in identity.lower() and needle not in target.node.lower():
+                continue
+            rows.append(self._target_row(identity, target, owner, assignment))
+        return rows
+
+    def _target_row(
+        self, identity: str, target: Target, owner: str, assignment: Assignment
+    ) -> dict[str, Any]:
+        return {
+            "identity": identity,
+            "instance": target.instance,
+            "job": target.job,
+            "node": target.node,
+            "region": target.region,
+            "shard": owner,
+            "weight": assignment.weights.get(identity, 1),
+            "children": [child for child, _ in assignment.children(owner)],
+            "health": self._target_health(target, owner, assignment),
+        }
+
+    def _target_health(self, target: Target, owner: str, assignment: Assignment) -> dict[str, str]:
+        """child -> how its last health check saw this target; children not checked are left out.
+
+        ``absent``: the child answered but does not scrape the target (yet).
+        """
+        key = (target.job, target.instance, target.node)
+        out: dict[str, str] = {}
+        for child, _ in assignment.children(owner):
+            health = self.children.health.get(child)
+            if health is None or not health.reachable:
+                continue
+            scrape = health.scrapes.get(key)
+            out[child] = "absent" if scrape is None else scrape.health
+        return out
+
+    def explain(self, state: ControllerState, targets: Mapping[str, Target], identity: str) -> dict[str, Any]:
+        assignment = state.assignment
+        target = targets.get(identity)
+        if assignment is None or target is None or identity not in assignment.targets:
+            raise NotFound(f"unknown target {identity!r}")
+        owner = assignment.targets[identity]
+        row = self._target_row(identity, target, owner, assignment)
+        ring_owner = _ring_owner(assignment, identity, target.region)
+        if identity in state.desired.pins:
+            reason = "pinned"
+        elif ring_owner == owner:
+            reason = "ring owner"
+        elif ring_owner in assignment.drained:
+            reason = "drain"
+        else:
+            reason = "capacity spill"
+        handover = next((h for h in state.handovers if h.identity == identity), None)
+        row.update(
+            reason=reason,
+            ring_owner=ring_owner,
+            pinned_to=state.desired.pins.get(identity),
+            weight_override=state.desired.weights.get(identity),
+            handover=None if handover is None else handover.model_dump(mode="json"),
+            scraped_by=sorted(
+                set(row["children"])
+                | (
+                    {c for c, _ in assignment.children(handover.from_shard)}
+                    if handover is not None and handover.from_shard in assignment.shards
+                    else set()
+                )
+            ),
+            labels=target.target_labels(),
+        )
+        return row
+
+    def discovery_rows(
+        self, sets: Mapping[str, Sequence[Target]], sources: Iterable[str]
+    ) -> list[dict[str, Any]]:
+        names = sorted(set(sources) | sets.keys())
+        rows = []
+        for name in names:
+            age = self.discovery.staleness(name)
+            rows.append(
+                {
+                    "source": name,
+                    "targets": len(sets.get(name, [])),
+                    "last_success_age_s": None if age is None else round(age, 1),
+                }
+            )
+        return rows
+
+
+def _shard_health(children: list[dict[str, Any]]) -> str:
+    known = [c for c in children if c["reachable"] is not None]
+    if not known:
+        return "unknown"
+    if any(not c["reachable"] for c in known):
+        return "down"
+    if any(c["up_targets"] != c["active_targets"] for c in known):
+        return "degraded"
+    return "ok"
+
+
+def _ring_owner(assignment: Assignment, identity: str, region: str) -> str | None:
+    """The shard the ring alone would pick (no capacity bound), for ``explain``."""
+    if assignment.algorithm != "bounded-ring":
+        return None
+    from sharder.assign import VNODES
+    from sharder.hashing import Ring, key_hash
+
+    active = [
+        s
+        for s, i in sorted(assignment.shards.items(), key=lambda kv: kv[1].index)
+        if i.region == region and s not in assignment.drained
+    ]
+    if not active:
+        return None
+    return active[Ring(active, vnodes=VNODES).primary(key_hash(identity))]

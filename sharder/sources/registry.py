@@ -1,0 +1,280 @@
+"""The built-in registry: exporters register with the controller itself (no Consul, no Kubernetes).
+
+``PUT /v1/registry/targets/{identity}`` lands in :meth:`BuiltinRegistry.put` and
+``POST /v1/registry/batch`` in :meth:`BuiltinRegistry.batch`, with the same validation as
+an inventory file entry (``sharder.loading.parse_target``). An entry lives ``ttl_s`` after
+its last PUT, so an exporter that dies without deregistering goes the way a failing Consul
+check would (then the reconcile loop's grace period applies).
+
+It is one discovery source named ``registry``, but unlike the polling sources it knows
+exactly what changed: it pushes deltas (:meth:`DeltaSink.on_delta`), so one registration
+among a million costs one entry's work downstream. A PUT equal to the stored entry only
+extends its TTL and pushes nothing (the cheap refresh exporters do every ``ttl_s / 3``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sharder.errors import InventoryError, SpecError, clip, preview
+from sharder.inventory import Target
+from sharder.loading import parse_target
+from sharder.spec import JobSpec
+
+SOURCE = "registry"
+MAX_ERRORS = 100
+"""A batch names at most this many bad entries (the count says how many there were)."""
+
+
+class DeltaSink(Protocol):
+    """Where the registry pushes; ``sharder.reconcile.Reconciler`` implements it."""
+
+    def on_change(self, source: str, targets: Iterable[Target], *, version: str | None = None) -> None: ...
+
+    def on_delta(self, source: str, *, upserted: Sequence[Target], removed: Sequence[str]) -> None: ...
+
+    def on_error(self, source: str, reason: str) -> None: ...
+
+
+class IdentityMismatch(InventoryError):
+    pass
+
+
+class BatchInvalid(InventoryError):
+    """A batch with bad entries; ``errors`` names each (index, identity, field, value, message)."""
+
+    def __init__(self, errors: list[dict[str, Any]], *, total: int) -> None:
+        self.errors = errors[:MAX_ERRORS]
+        self.total = total
+        first = errors[0]
+        super().__init__(
+            f"{total} of the batch's entries are invalid; nothing was applied "
+            f"(first: {first['section']}[{first['index']}]: {first['message']})",
+            source=SOURCE,
+        )
+
+
+@dataclass(frozen=True)
+class Entry:
+    target: Target
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    put: int
+    created: int
+    deleted: int
+
+
+@dataclass
+class _Pending:
+    """Changes not yet pushed: identity -> target (put) or None (deleted)."""
+
+    changes: dict[str, Target | None] = field(default_factory=dict)
+
+
+class BuiltinRegistry:
+    name = SOURCE
+
+    def __init__(
+        self,
+        *,
+        sink: DeltaSink,
+        jobs: Mapping[str, JobSpec],
+        ttl_s: float = 90.0,
+        clock: Callable[[], float] = time.monotonic,
+        max_entries: int = 2_000_000,
+    ) -> None:
+        self._sink = sink
+        self._jobs = jobs
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self.max_entries = max_entries
+        self._entries: dict[str, Entry] = {}
+        self._lock = threading.Lock()
+        self._push_lock = threading.Lock()  # keeps pushes in the order of their changes
+        self._pending = _Pending()
+        self._dirty = threading.Event()
+        self._running = False
+
+    def seed(self, targets: Iterable[Target]) -> None:
+        """Entries persisted before a restart, each with a fresh TTL (their exporters re-PUT).
+        Nothing is pushed: the caller hands the stored sets to the loop itself."""
+        expires = self._clock() + self.ttl_s
+        with self._lock:
+            for target in targets:
+                self._entries.setdefault(target.identity, Entry(target, expires))
+
+    def put(self, identity: str, body: Any) -> tuple[Target, bool]:
+        """Validate and (re)register; (target, created). Raises ``InventoryError`` naming the field."""
+        target = parse_target(body, source=SOURCE, jobs=self._jobs)
+        if target.identity != identity:
+            raise IdentityMismatch(
+                f"the path names identity {identity!r} but the body's target is {target.identity!r} "
+                "(set 'identity' in the body, or use host:port in the path)",
+                field="identity",
+                value=identity,
+                source=SOURCE,
+            )
+        with self._lock:
+            created = identity not in self._entries
+            if created and len(self._entries) >= self.max_entries:
+                raise self._full()
+            changed = self._store(target)
+        if changed:
+            self._push()
+        return target, created
+
+    def batch(self, puts: Sequence[Any], deletes: Sequence[Any]) -> BatchResult:
+        """Validate every entry first; apply all or nothing (``BatchInvalid`` names each bad one)."""
+        targets, errors = self._validate(puts, deletes)
+        if errors:
+            raise BatchInvalid(errors, total=len(errors))
+        gone = [str(d) for d in deletes]
+        with self._lock:
+            fresh = {t.identity for t in targets} - self._entries.keys()
+            if len(self._entries) + len(fresh) > self.max_entries + sum(
+                1 for d in gone if d in self._entries
+            ):
+                raise self._full()
+            changed = sum(self._store(t) for t in targets)
+            deleted = 0
+            for identity in gone:
+                if self._entries.pop(identity, None) is not None:
+                    self._pending.changes[identity] = None
+                    deleted += 1
+        if changed or deleted:
+            self._push()
+        return BatchResult(put=len(targets), created=len(fresh), deleted=deleted)
+
+    def delete(self, identity: str) -> bool:
+        with self._lock:
+            found = self._entries.pop(identity, None) is not None
+            if found:
+                self._pending.changes[identity] = None
+        if found:
+            self._push()
+        return found
+
+    def entries(self) -> list[tuple[Target, float]]:
+        """(target, seconds until it expires), by identity."""
+        now = self._clock()
+        with self._lock:
+            return [(e.target, max(0.0, e.expires_at - now)) for _, e in sorted(self._entries.items())]
+
+    def targets(self) -> list[Target]:
+        with self._lock:
+            return [e.target for e in self._entries.values()]
+
+    def expire(self) -> int:
+        """Drop entries past their TTL; how many went."""
+        now = self._clock()
+        with self._lock:
+            gone = [i for i, e in self._entries.items() if e.expires_at <= now]
+            for identity in gone:
+                del self._entries[identity]
+                self._pending.changes[identity] = None
+        if gone:
+            self._push()
+        return len(gone)
+
+    def poll_once(self) -> int:
+        return self.expire()
+
+    def run(self, stop: threading.Event) -> None:
+        """Push changes as they come, coalesced, and expire entries every second."""
+        self._running = True
+        next_expiry = self._clock() + 1.0
+        try:
+            while not stop.is_set():
+                if self._dirty.wait(timeout=max(0.0, min(1.0, next_expiry - self._clock()))):
+                    self._dirty.clear()
+                    self._send()
+                if self._clock() >= next_expiry:
+                    next_expiry = self._clock() + 1.0
+                    self.expire()
+        finally:
+            self._running = False
+            self._send()
+
+    # ---- internals -------------------------------------------------------------------------
+    def _store(self, target: Target) -> bool:
+        """Store with a fresh TTL (lock held); True when the target itself changed."""
+        identity = target.identity
+        old = self._entries.get(identity)
+        changed = old is None or old.target != target
+        self._entries[identity] = Entry(
+            old.target if old and not changed else target, self._clock() + self.ttl_s
+        )
+        if changed:
+            self._pending.changes[identity] = target
+        return changed
+
+    def _validate(
+        self, puts: Sequence[Any], deletes: Sequence[Any]
+    ) -> tuple[list[Target], list[dict[str, Any]]]:
+        targets: list[Target] = []
+        errors: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for index, raw in enumerate(puts):
+            named = raw.get("identity") if isinstance(raw, dict) else None
+            try:
+                target = parse_target(raw, source=SOURCE, jobs=self._jobs)
+            except SpecError as exc:
+                errors.append(_error("put", index, named, exc.field or "body", exc.value, exc.reason))
+                continue
+            if target.identity in seen:
+                errors.append(
+                    _error("put", index, target.identity, "identity", target.identity, "listed twice")
+                )
+                continue
+            seen.add(target.identity)
+            targets.append(target)
+        for index, identity in enumerate(deletes):
+            if not isinstance(identity, str) or not identity:
+                errors.append(
+                    _error("delete", index, None, "delete", identity, "expected an identity string")
+                )
+            elif identity in seen:
+                errors.append(
+                    _error("delete", index, identity, "delete", identity, "both put and deleted in one batch")
+                )
+        return targets, errors
+
+    def _full(self) -> InventoryError:
+        return InventoryError(
+            f"the built-in registry holds its maximum of {self.max_entries} targets", source=SOURCE
+        )
+
+    def _push(self) -> None:
+        """Something changed: push now, or let the running loop push it (coalescing a burst)."""
+        if self._running:
+            self._dirty.set()
+        else:
+            self._send()
+
+    def _send(self) -> None:
+        with self._push_lock:
+            with self._lock:
+                changes, self._pending = self._pending.changes, _Pending()
+            if not changes:
+                return
+            upserted = [t for t in changes.values() if t is not None]
+            removed = [i for i, t in changes.items() if t is None]
+            self._sink.on_delta(SOURCE, upserted=upserted, removed=removed)
+
+
+def _error(section: str, index: int, identity: Any, field_: str, value: Any, message: str) -> dict[str, Any]:
+    return {
+        "section": section,
+        "index": index,
+        "identity": clip(identity) if isinstance(identity, str) else None,
+        "field": clip(field_),
+        "value": preview(value) if value is not None else None,
+        "message": clip(message, limit=240),
+    }

@@ -1,0 +1,74 @@
+"""Target maps compared and merged: what the reconcile loop needs to know about a change.
+
+Pure functions over ``identity -> Target`` maps: the merge of several sources' sets by
+precedence, the difference between what is placed and what is now known (what must be
+placed again, what is only relabelled), and distinct nodes per region for sizing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
+
+from sharder.inventory import Target
+
+Delta = tuple[list[Target], list[str], set[str]]
+"""(targets to place, identities to remove, identities whose other fields changed)."""
+
+
+class NodeCounts(NamedTuple):
+    nodes: dict[str, Counter[str]]
+    counts: dict[str, int]
+
+
+def count_nodes(targets: Iterable[Target]) -> dict[str, Counter[str]]:
+    nodes: dict[str, Counter[str]] = {}
+    for target in targets:
+        nodes.setdefault(target.region, Counter())[target.node] += 1
+    return nodes
+
+
+def merge_sets(sets: Mapping[str, Mapping[str, Target]], precedence: Sequence[str]) -> dict[str, Target]:
+    """identity -> target over every source's set; on a clash the source earlier in
+    ``precedence`` wins, then the others by name ("consul/svc@dc2" ranks as "consul": one
+    source may push several named sets)."""
+    rank = {name: i for i, name in enumerate(precedence)}
+    order = sorted(sets, key=lambda name: (rank.get(name.split("/")[0], len(rank)), name))
+    merged: dict[str, Target] = {}
+    for name in reversed(order):  # the first in precedence is written last and wins
+        merged.update(sets[name])
+    return merged
+
+
+def placement_delta(
+    old: Mapping[str, Target], new: Mapping[str, Target]
+) -> tuple[list[Target], list[str]]:
+    """What placement must consider: (targets to place, identities to remove).
+
+    A target whose region, weight or node changed is removed and placed again (the
+    incremental assigner keeps its shard when it can); one whose other fields changed
+    (labels, rack, team, metrics path) needs no placement at all.
+    """
+    added, removed, _ = target_delta(old, new)
+    return added, removed
+
+
+def target_delta(old: Mapping[str, Target], new: Mapping[str, Target]) -> Delta:
+    """:func:`placement_delta` plus the identities whose other fields changed, in one pass
+    (an unchanged target keeps its object, so most of the pass is an identity check)."""
+    removed = [identity for identity in old if identity not in new]
+    added: list[Target] = []
+    relabelled: set[str] = set()
+    for identity, target in new.items():
+        before = old.get(identity)
+        if before is target:
+            continue
+        if before is None:
+            added.append(target)
+        elif before.region != target.region or before.weight != target.weight or before.node != target.node:
+            removed.append(identity)
+            added.append(target)
+        elif before != target:
+            relabelled.add(identity)
+    return added, removed, relabelled

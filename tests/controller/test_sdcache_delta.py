@@ -1,0 +1,61 @@
+"""An SD snapshot built from the change (``changed=``) has the bytes of one built in full."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from federation.controller import handover as handing
+from federation.controller import sdcache
+from sharder.assign import assign
+from sharder.incremental import IncrementalAssigner
+from sharder.spec import FederationSpec
+from tests.controller.harness import fleet
+
+SPEC = FederationSpec.model_validate(
+    {
+        "cluster": "t",
+        "regions": [{"name": "r1", "shards": 5}, {"name": "r2", "shards": 2}],
+        "jobs": [{"name": "gpu"}],
+    }
+)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_delta_build_equals_a_full_build(seed: int) -> None:
+    rnd = random.Random(seed)
+    current = {t.identity: t for t in fleet(80, region="r1") + fleet(30, region="r2", start=500)}
+    engine = IncrementalAssigner(SPEC, list(current.values()), fallback_fraction=float("inf"))
+    assignment = engine.assignment
+    handovers: list[handing.Handover] = []
+    snapshot = sdcache.build(version=1, jobs=["gpu"], assignment=assignment, targets=current)
+    for step in range(8):
+        gone = set(rnd.sample(sorted(current), rnd.randint(0, 6)))
+        new = fleet(rnd.randint(0, 6), region=rnd.choice(["r1", "r2"]), start=1000 + 10 * step + 100 * seed)
+        relabel = [i for i in sorted(current) if i not in gone][: rnd.randint(0, 3)]
+        for identity in gone:
+            del current[identity]
+        for identity in relabel:
+            current[identity] = current[identity].model_copy(update={"labels": {"step": str(step)}})
+        fresh = [t for t in new if t.identity not in current]
+        current.update((t.identity, t) for t in fresh)
+        before = assignment
+        assignment = engine.apply(added=fresh, removed=gone)
+        assert engine.touched is not None
+        handovers = handing.reconcile(
+            before, assignment, handovers, now=float(step), job_of={i: "gpu" for i in current}, max_wait_s=60
+        )
+        if step % 3 == 2:
+            handovers = handovers[1:]  # one finished
+        changed = (before, engine.touched | set(relabel))
+        args = {"version": step + 2, "jobs": ["gpu"], "assignment": assignment, "targets": current,
+                "handovers": handovers}
+        delta = sdcache.build(**args, previous=snapshot, changed=changed)  # type: ignore[arg-type]
+        full = sdcache.build(**args)  # type: ignore[arg-type]
+        assert {s: (a.whole, a.by_job) for s, a in delta.shards.items()} == {
+            s: (a.whole, a.by_job) for s, a in full.shards.items()
+        }
+        assert delta.child_shard == full.child_shard
+        snapshot = delta
+    assert assign(SPEC, list(current.values()), previous=before) == assignment
