@@ -57,7 +57,7 @@ class MonitoringSpec(StrictModel):
     """
 
     enabled: bool = True
-    scrape_interval: str = "30s"
+    scrape_interval: str | None = Field(default=None, description="default: the master's scrape_interval")
     child_url: str = "http://child-{child}:9090"
     child_url_by_region: dict[str, str] = Field(default_factory=dict)
     controllers: list[str] = Field(
@@ -69,8 +69,8 @@ class MonitoringSpec(StrictModel):
 
     @field_validator("scrape_interval")
     @classmethod
-    def _interval(cls, value: str) -> str:
-        if parse_duration(value) <= 0:
+    def _interval(cls, value: str | None) -> str | None:
+        if value is not None and parse_duration(value) <= 0:
             raise ValueError(f"duration must be above zero: {value!r}")
         return value
 

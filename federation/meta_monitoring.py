@@ -87,7 +87,7 @@ def scrape_jobs(spec: GpufedSpec) -> list[dict[str, Any]]:
     monitoring: MonitoringSpec = master.monitoring
     if not monitoring.enabled:
         return [{"job_name": MASTER_JOB, "static_configs": [{"targets": master_targets(spec)}]}]
-    interval = monitoring.scrape_interval
+    interval = monitoring.scrape_interval or master.scrape_interval
     controller_url = str(spec.children.http_sd_url).rstrip("/")
     jobs = [
         {
