@@ -1,0 +1,64 @@
+"""More jobs from other Services (``gpufed serve --k8s-job``): node-exporter as job ``node``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kubernetes
+import pytest
+import typer
+
+from discovery.helpers import RecordingSink
+from discovery.k8s_objects import endpoint, endpoint_slice, node
+from discovery.test_kubernetes_kmock import NODES, SLICES
+from federation.commands import serve
+from federation.spec import GpufedSpec
+from sharder.loading import parse_model
+from sharder.sources.kubernetes import KubernetesConfig, KubernetesSource
+
+SPEC = parse_model(GpufedSpec, {
+    "cluster": "c", "regions": [{"name": "r1"}],
+    "jobs": [{"name": "gpu"}, {"name": "node"}, {"name": "hami-device-plugin"}],
+}, source="test")
+BASE = KubernetesConfig(namespace="monitoring", service="gpufed-exporter")
+
+
+def test_a_job_flag_names_its_service_port_and_namespace() -> None:
+    config = serve._k8s_job("node=gpufed-node-exporter:metrics", base=BASE, jobs=SPEC)
+    assert (config.job, config.service, config.port, config.namespace) == (
+        "node", "gpufed-node-exporter", "metrics", "monitoring")
+    hami = serve._k8s_job("hami-device-plugin=kube-system/hami-device-plugin-monitor:monitorport",
+                          base=BASE, jobs=SPEC)
+    assert (hami.namespace, hami.service, hami.port) == (
+        "kube-system", "hami-device-plugin-monitor", "monitorport")
+    assert serve._k8s_job("node=node-exporter:9100", base=BASE, jobs=SPEC).port == 9100
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("node", "expected JOB=[NAMESPACE/]SERVICE:PORT, e.g. node=gpufed-node-exporter:metrics, got 'node'"),
+    ("node=svc", "got 'node=svc'"),
+    ("dcgm=svc:metrics", "job 'dcgm' is not in the spec's jobs (gpu, node, hami-device-plugin)"),
+])
+def test_a_bad_job_flag_names_the_value(value: str, message: str) -> None:
+    with pytest.raises(typer.BadParameter) as caught:
+        serve._k8s_job(value, base=BASE, jobs=SPEC)
+    assert message in str(caught.value)
+
+
+@pytest.mark.asyncio
+async def test_node_exporter_endpoints_become_node_job_targets(kmock: Any) -> None:
+    kmock.objects[NODES, None, "gpu-0"] = node("gpu-0", region="r1", zone="za", gpus="8")
+    kmock.objects[SLICES, "monitoring", "ne-a"] = endpoint_slice(
+        "ne-a", [endpoint("10.0.0.7", "gpu-0")])
+    configuration = kubernetes.client.Configuration()
+    configuration.host = str(kmock.url).rstrip("/")
+    config = serve._k8s_job("node=gpufed-node-exporter:metrics", base=BASE, jobs=SPEC)
+    sink = RecordingSink()
+    source = KubernetesSource(config, sink=sink, name="kubernetes/node",  # type: ignore[arg-type]
+                              api_client=kubernetes.client.ApiClient(configuration))
+    assert await asyncio.to_thread(source.sync)
+    name, targets = sink.changes[-1][0], sink.changes[-1][1]
+    assert name == "kubernetes/node"
+    # NodeDown and its inhibition key on `node`: the node-exporter target carries the node's name
+    assert [(t.job, t.node, t.region) for t in targets] == [("node", "gpu-0", "r1")]
