@@ -9,6 +9,7 @@ import kubernetes
 import pytest
 import typer
 
+from alertmanager.models import DEFAULT_INHIBIT_RULES
 from discovery.helpers import RecordingSink
 from discovery.k8s_objects import endpoint, endpoint_slice, node
 from discovery.test_kubernetes_kmock import NODES, SLICES
@@ -62,3 +63,24 @@ async def test_node_exporter_endpoints_become_node_job_targets(kmock: Any) -> No
     assert name == "kubernetes/node"
     # NodeDown and its inhibition key on `node`: the node-exporter target carries the node's name
     assert [(t.job, t.node, t.region) for t in targets] == [("node", "gpu-0", "r1")]
+
+
+@pytest.mark.asyncio
+async def test_node_down_inhibits_the_gpu_alerts_of_the_same_node(kmock: Any) -> None:
+    """The shipped inhibition compares labels both jobs' targets get from the same Node."""
+    kmock.objects[NODES, None, "gpu-0"] = node("gpu-0", region="r7", zone="za", gpus="8")
+    kmock.objects[SLICES, "monitoring", "exp-a"] = endpoint_slice("exp-a", [endpoint("10.4.0.1", "gpu-0")])
+    configuration = kubernetes.client.Configuration()
+    configuration.host = str(kmock.url).rstrip("/")
+    seen = {}
+    for config in (BASE, serve._k8s_job("node=gpufed-node-exporter:metrics", base=BASE, jobs=SPEC)):
+        sink = RecordingSink()
+        source = KubernetesSource(config, sink=sink,  # type: ignore[arg-type]
+                                  api_client=kubernetes.client.ApiClient(configuration))
+        assert await asyncio.to_thread(source.sync)
+        (target,) = sink.changes[-1][1]
+        seen[target.job] = target
+    (rule,) = [r for r in DEFAULT_INHIBIT_RULES if 'alertname="NodeDown"' in r.source_matchers]
+    assert set(rule.equal) == {"cluster", "region", "node"}  # cluster: every child's external label
+    for label in set(rule.equal) - {"cluster"}:
+        assert getattr(seen["node"], label) == getattr(seen["gpu"], label) != ""
