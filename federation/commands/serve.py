@@ -35,28 +35,31 @@ def split_listen(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
+#: JOB=[NAMESPACE/]SERVICE:PORT, or JOB=[NAMESPACE/]{LABEL-SELECTOR}:PORT for pods by label.
 K8S_JOB = re.compile(
-    r"^([a-z0-9][a-z0-9-]*)=(?:([a-z0-9][a-z0-9.-]*)/)?([a-z0-9][a-z0-9.-]*):([A-Za-z0-9-]+)\Z"
+    r"^(?P<job>[a-z0-9][a-z0-9-]*)=(?:(?P<namespace>[a-z0-9][a-z0-9.-]*)/)?"
+    r"(?:(?P<service>[a-z0-9][a-z0-9.-]*)|\{(?P<selector>[^{}\s]+)\}):(?P<port>[A-Za-z0-9-]+)\Z"
 )
 
 
 def _k8s_job(value: str, *, base: KubernetesConfig, jobs: GpufedSpec) -> KubernetesConfig:
-    """``JOB=[NAMESPACE/]SERVICE:PORT`` -> the exporters' watch settings for that job and Service."""
+    """``--k8s-job`` -> the watch settings of one more job: a Service's EndpointSlices or pods by label."""
     match = K8S_JOB.match(value)
     if match is None:
         raise typer.BadParameter(
-            f"expected JOB=[NAMESPACE/]SERVICE:PORT, e.g. node=gpufed-node-exporter:metrics, got {value!r}",
+            "expected JOB=[NAMESPACE/]SERVICE:PORT or JOB=[NAMESPACE/]{LABEL-SELECTOR}:PORT, e.g."
+            f" node=gpufed-node-exporter:metrics, got {value!r}",
             param_hint="--k8s-job",
         )
-    job, namespace, service, port = match.groups()
+    job, port = match["job"], match["port"]
     if job not in {j.name for j in jobs.jobs}:
         raise typer.BadParameter(
             f"job {job!r} is not in the spec's jobs ({', '.join(j.name for j in jobs.jobs)})",
             param_hint="--k8s-job",
         )
     return dataclasses.replace(
-        base, job=job, service=service, namespace=namespace or base.namespace,
-        port=int(port) if port.isdigit() else port,
+        base, job=job, service=match["service"], pod_selector=match["selector"] or base.pod_selector,
+        namespace=match["namespace"] or base.namespace, port=int(port) if port.isdigit() else port,
     )
 
 
@@ -90,7 +93,8 @@ def serve_command(
         typer.Option(
             "--k8s-job",
             help="JOB=[NAMESPACE/]SERVICE:PORT: one more job from a Service's EndpointSlices, e.g."
-            " node=gpufed-node-exporter:metrics (repeatable; PORT is the port's name or number)",
+            " node=gpufed-node-exporter:metrics, or JOB=[NAMESPACE/]{LABEL-SELECTOR}:PORT from pods"
+            " by label (repeatable; PORT is the port's name or number)",
         ),
     ] = None,
     tokens: Annotated[Path | None, typer.Option("--tokens", help="tokens file (name, token, scopes)")] = None,

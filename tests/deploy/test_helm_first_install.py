@@ -21,9 +21,12 @@ from test_helm import CHART, KUBE_VERSIONS, RELEASE, find, render
 
 from federation import master as mastering
 from federation import meta_monitoring
-from federation.spec import load_gpufed_spec
+from federation.commands import serve
+from federation.spec import GpufedSpec, load_gpufed_spec
 from sharder.assign import assign
+from sharder.loading import parse_model
 from sharder.promtool import Promtool
+from sharder.sources.kubernetes import KubernetesConfig
 
 ONLY_A_TOKEN = {"controller": {"token": {"value": "a-token-0123456789abcdef"}}}
 
@@ -34,8 +37,14 @@ def objects() -> list[dict[str, Any]]:
 
 
 def controller_args(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """``gpufed serve``'s parameters; every ``--k8s-job`` also goes through serve's own check."""
     (container,) = find(objects, "Deployment", "-controller")["spec"]["template"]["spec"]["containers"]
-    return serve_params(["gpufed", *container["args"]])
+    params = serve_params(["gpufed", *container["args"]])
+    document = yaml.safe_load(find(objects, "ConfigMap", "-spec")["data"]["federation.yaml"])
+    spec = parse_model(GpufedSpec, document, source="chart")
+    for flag in params["k8s_job"] or []:
+        serve._k8s_job(flag, base=KubernetesConfig(namespace=params["namespace"]), jobs=spec)
+    return params
 
 
 def test_only_a_token_renders_and_validates(objects: list[dict[str, Any]]) -> None:
@@ -64,6 +73,17 @@ def test_node_exporter_is_discovered_as_job_node(objects: list[dict[str, Any]]) 
     assert service["spec"]["selector"].items() <= daemonset["metadata"]["labels"].items()
     assert service["spec"]["ports"][0]["name"] == "metrics" and daemonset["spec"]["hostNetwork"] is True
     assert f"node={service['metadata']['name']}:metrics" in controller_args(objects)["k8s_job"]
+
+
+@pytest.mark.parametrize(("existing", "flag"), [
+    ({"service": "ne", "port": "http-metrics"}, "node=ne:http-metrics"),
+    ({"namespace": "kube-system", "podSelector": "app=ne", "port": 9100}, "node=kube-system/{app=ne}:9100"),
+])
+def test_an_existing_node_exporter_is_followed_instead(existing: dict[str, Any], flag: str) -> None:
+    objects = render(helm.Chart.load(CHART), {**ONLY_A_TOKEN, "nodeExporter": {"enabled": False,
+                                                                                "existing": existing}})
+    assert not [o for o in objects if "node-exporter" in o["metadata"]["name"]]
+    assert flag in controller_args(objects)["k8s_job"]
 
 
 def test_hami_jobs_are_spec_jobs_the_controller_discovers(tmp_path: Path) -> None:

@@ -34,10 +34,15 @@ def test_a_job_flag_names_its_service_port_and_namespace() -> None:
     assert (hami.namespace, hami.service, hami.port) == (
         "kube-system", "hami-device-plugin-monitor", "monitorport")
     assert serve._k8s_job("node=node-exporter:9100", base=BASE, jobs=SPEC).port == 9100
+    selector = "node=kube-system/{app.kubernetes.io/name=node-exporter}:9100"
+    by_label = serve._k8s_job(selector, base=BASE, jobs=SPEC)
+    assert (by_label.service, by_label.pod_selector, by_label.namespace) == (
+        None, "app.kubernetes.io/name=node-exporter", "kube-system")
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    ("node", "expected JOB=[NAMESPACE/]SERVICE:PORT, e.g. node=gpufed-node-exporter:metrics, got 'node'"),
+    ("node", "expected JOB=[NAMESPACE/]SERVICE:PORT or JOB=[NAMESPACE/]{LABEL-SELECTOR}:PORT"),
+    ("node={}:metrics", "got 'node={}:metrics'"),
     ("node=svc", "got 'node=svc'"),
     ("dcgm=svc:metrics", "job 'dcgm' is not in the spec's jobs (gpu, node, hami-device-plugin)"),
 ])
