@@ -127,3 +127,30 @@ def test_the_master_config_the_controller_serves_passes_promtool(
     master = find(objects, "StatefulSet", "-master")["spec"]["template"]["spec"]["initContainers"][0]
     files = next(e["value"] for e in master["env"] if e["name"] == "FILES").split()
     assert set(files) == {p for p in bundle if p.startswith("master/") and p != mastering.FLAGS_FILE}
+
+
+def test_alerting_gets_the_charts_alertmanager_pods_and_relay(tmp_path: Path) -> None:
+    alerting = {
+        "robots": [{"name": "sre", "url": "https://oapi.dingtalk.com/robot/send?access_token=${DINGTALK_SRE}"}],
+        "receivers": [{"name": "sre", "robots": ["sre"]}],
+        "default_receiver": "sre",
+    }
+    federation = yaml.safe_load((CHART / "values.yaml").read_text())["federation"]
+    values = {**ONLY_A_TOKEN, "federation": {**federation, "alerting": alerting},
+              "alertmanager": {"enabled": True, "replicas": 2}, "dingtalk": {"enabled": True}}
+    objects = render(helm.Chart.load(CHART), values)
+    for obj in objects:
+        kubernetes_validate.validate(obj, KUBE_VERSIONS[-1], strict=True)
+    spec_file = tmp_path / "federation.yaml"
+    spec_file.write_text(find(objects, "ConfigMap", "-spec")["data"]["federation.yaml"])
+    spec = load_gpufed_spec(spec_file)
+    assert spec.alerting is not None
+    am = find(objects, "StatefulSet", "-alertmanager")
+    assert [r.host for r in spec.alerting.replicas] == [
+        f"gpufed-alertmanager-{i}.{am['spec']['serviceName']}.monitoring.svc" for i in range(2)]
+    relay = find(objects, "Service", "-dingtalk")
+    assert spec.alerting.relay_url == f"http://{relay['metadata']['name']}.monitoring.svc:8060"
+    targets = {job["job_name"]: job["static_configs"][0]["targets"]
+               for job in mastering.render_master_config(spec)["scrape_configs"] if "static_configs" in job}
+    assert targets["alertmanager"] == [f"{r.host}:9093" for r in spec.alerting.replicas]
+    assert targets["gpufed-dingtalk"] == ["gpufed-dingtalk.monitoring.svc:8060"]
