@@ -130,3 +130,12 @@ async def test_controller_serves_its_children_for_the_master(tmp_path: Path) -> 
     assert [(g["targets"], g["labels"]["shard"]) for g in groups] == [
         (["child-r1-0:9090"], "r1-0"), (["child-r1-1:9090"], "r1-1"), (["child-r2-0:9090"], "r2-0")
     ]
+    # the master config the controller publishes is gpufed render's, meta-monitoring included
+    harness.controller.publish_configs()
+    async with harness.client() as client:
+        published = await client.get("/v1/configs/master/prometheus.yml")
+    assert published.status_code == 200
+    config = yaml.safe_load(published.text)
+    assert config == mastering.render_master_config(load_gpufed_spec(path))
+    child_job = next(j for j in config["scrape_configs"] if j["job_name"] == "gpufed-child")
+    assert child_job["http_sd_configs"][0]["url"] == "http://127.0.0.1:8080/v1/sd-children"
