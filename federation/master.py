@@ -14,6 +14,9 @@ What the config wires together:
   (or of masters) produce are one alert to Alertmanager, and clears ``shard`` on alerts
   about one machine, so the copies the old and the new shard produce during a hand-over
   are one alert too (see ``SHARD_OF_MACHINE_ALERTS``);
+* ``scrape_configs`` are the meta-monitoring jobs (``federation.meta_monitoring``): the
+  children through the controller's ``/v1/sd-children``, the controllers, Alertmanagers,
+  relay, Thanos components and the master replicas;
 * with Thanos Receive, ``remote_write`` forwards everything with the tenant header: one
   tenant (the cluster) or one per region, plus the cluster tenant for series with no region.
 """
@@ -25,6 +28,7 @@ from importlib import resources
 from typing import Any
 
 from alertmanager import ha
+from federation import meta_monitoring
 from federation.master_spec import REPLICA_ENV, MasterSpec
 from federation.spec import GpufedSpec
 from sharder.output import Bundle, dump_json, dump_yaml
@@ -130,9 +134,7 @@ def render_master_config(spec: GpufedSpec) -> dict[str, Any]:
             "evaluation_interval": master.evaluation_interval,
             "external_labels": external,
         },
-        "scrape_configs": [
-            {"job_name": "gpufed-master", "static_configs": [{"targets": [f"127.0.0.1:{master.port}"]}]}
-        ],
+        "scrape_configs": meta_monitoring.scrape_jobs(spec),
     }
     rule_files = (["rules/*.yml"] if master.rule_pack else []) + list(master.extra_rule_files)
     if rule_files:

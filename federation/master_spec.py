@@ -5,6 +5,8 @@
       retention: 15d
       rule_pack: true          # federation/rules/*.yml, copied into master/rules/
       tenants: per-region      # Thanos Receive tenant per region, or one (the cluster)
+      monitoring:              # the master's scrape jobs about gpufed itself (meta-monitoring)
+        child_url: http://child-{child}:9090
 
 Checks that need the rest of the spec (Thanos mode, hashring tenants) live in
 ``federation.spec.GpufedSpec``; this module only types the section.
@@ -16,11 +18,79 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from sharder.spec import LABEL_NAME_RE, StrictModel, parse_duration
+from sharder.spec import LABEL_NAME_RE, StrictModel, check_url, parse_duration
 
 #: Env var a replica's launcher sets; Prometheus expands it in external_labels when
 #: started with --enable-feature=expand-external-labels (one config for both replicas).
 REPLICA_ENV = "GPUFED_MASTER_REPLICA"
+
+
+#: Placeholders a child URL template may use; ``ordinal`` is the child's place in its
+#: region (shard index x replication factor + replica), a StatefulSet pod's ordinal.
+CHILD_URL_FIELDS = ("child", "region", "shard", "replica", "ordinal")
+
+
+def _host_port(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return value
+
+
+def _child_url(value: str) -> str:
+    example = {name: "x" for name in CHILD_URL_FIELDS}
+    try:
+        check_url(value.format(**example))
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ValueError(
+            f"child_url {value!r} is not an http(s) URL template over {{{'}, {'.join(CHILD_URL_FIELDS)}}}"
+            f" ({exc})"
+        ) from exc
+    return value
+
+
+class MonitoringSpec(StrictModel):
+    """What the master scrapes about gpufed itself; every address is a default a deployment overrides.
+
+    Children are listed by the controller (``GET /v1/sd-children``) from the served
+    assignment, each at ``child_url`` (or its region's entry in ``child_url_by_region``).
+    """
+
+    enabled: bool = True
+    scrape_interval: str | None = Field(default=None, description="default: the master's scrape_interval")
+    child_url: str = "http://child-{child}:9090"
+    child_url_by_region: dict[str, str] = Field(default_factory=dict)
+    controllers: list[str] = Field(
+        default_factory=list, description="HOST:PORT per controller replica; empty: children.http_sd_url's"
+    )
+    masters: list[str] = Field(
+        default_factory=list, description="HOST:PORT per master replica; empty: the replica hosts at port"
+    )
+
+    @field_validator("scrape_interval")
+    @classmethod
+    def _interval(cls, value: str | None) -> str | None:
+        if value is not None and parse_duration(value) <= 0:
+            raise ValueError(f"duration must be above zero: {value!r}")
+        return value
+
+    @field_validator("child_url")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        return _child_url(value)
+
+    @field_validator("child_url_by_region")
+    @classmethod
+    def _templates(cls, values: dict[str, str]) -> dict[str, str]:
+        return {region: _child_url(value) for region, value in values.items()}
+
+    @field_validator("controllers", "masters")
+    @classmethod
+    def _addresses(cls, values: list[str]) -> list[str]:
+        return [_host_port(value) for value in values]
+
+    def child_url_of(self, region: str) -> str:
+        return self.child_url_by_region.get(region, self.child_url)
 
 
 class MasterSpec(StrictModel):
@@ -35,6 +105,7 @@ class MasterSpec(StrictModel):
     scrape_interval: str = "30s"
     evaluation_interval: str = "30s"
     external_labels: dict[str, str] = Field(default_factory=dict)
+    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
 
     @field_validator("retention", "scrape_interval", "evaluation_interval")
     @classmethod

@@ -29,6 +29,17 @@ class GpufedSpec(FederationSpec):
         return self
 
     @model_validator(mode="after")
+    def _monitoring_regions(self) -> GpufedSpec:
+        if self.master is not None:
+            unknown = sorted(set(self.master.monitoring.child_url_by_region) - set(self.region_names()))
+            if unknown:
+                raise ValueError(
+                    f"master.monitoring.child_url_by_region names regions {unknown} the spec does not have"
+                    f" (it has {self.region_names()})"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _master_and_thanos(self) -> GpufedSpec:
         if self.thanos is None:
             return self

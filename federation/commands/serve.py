@@ -6,7 +6,9 @@ settings (spec, tokens, flags) print one ``error:`` line and exit 2.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -19,7 +21,7 @@ from federation.controller.load import LoadOptions
 from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, SettingsError, build_service
 from federation.controller.store import StoreError
-from federation.spec import load_gpufed_spec
+from federation.spec import GpufedSpec, load_gpufed_spec
 from sharder.sources.consul import ConsulConfig
 from sharder.sources.kubernetes import KubernetesConfig
 
@@ -31,6 +33,34 @@ def split_listen(listen: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"expected HOST:PORT with a port from 1 to 65535, got {listen!r}")
     return host, int(port)
+
+
+#: JOB=[NAMESPACE/]SERVICE:PORT, or JOB=[NAMESPACE/]{LABEL-SELECTOR}:PORT for pods by label.
+K8S_JOB = re.compile(
+    r"^(?P<job>[a-z0-9][a-z0-9-]*)=(?:(?P<namespace>[a-z0-9][a-z0-9.-]*)/)?"
+    r"(?:(?P<service>[a-z0-9][a-z0-9.-]*)|\{(?P<selector>[^{}\s]+)\}):(?P<port>[A-Za-z0-9-]+)\Z"
+)
+
+
+def _k8s_job(value: str, *, base: KubernetesConfig, jobs: GpufedSpec) -> KubernetesConfig:
+    """``--k8s-job`` -> the watch settings of one more job: a Service's EndpointSlices or pods by label."""
+    match = K8S_JOB.match(value)
+    if match is None:
+        raise typer.BadParameter(
+            "expected JOB=[NAMESPACE/]SERVICE:PORT or JOB=[NAMESPACE/]{LABEL-SELECTOR}:PORT, e.g."
+            f" node=gpufed-node-exporter:metrics, got {value!r}",
+            param_hint="--k8s-job",
+        )
+    job, port = match["job"], match["port"]
+    if job not in {j.name for j in jobs.jobs}:
+        raise typer.BadParameter(
+            f"job {job!r} is not in the spec's jobs ({', '.join(j.name for j in jobs.jobs)})",
+            param_hint="--k8s-job",
+        )
+    return dataclasses.replace(
+        base, job=job, service=match["service"], pod_selector=match["selector"] or base.pod_selector,
+        namespace=match["namespace"] or base.namespace, port=int(port) if port.isdigit() else port,
+    )
 
 
 def _child_urls(values: list[str]) -> dict[str, str]:
@@ -58,6 +88,15 @@ def serve_command(
     k8s_service: Annotated[
         str, typer.Option("--k8s-service", help="Service whose EndpointSlices are the exporters")
     ] = "gpufed-exporter",
+    k8s_job: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--k8s-job",
+            help="JOB=[NAMESPACE/]SERVICE:PORT: one more job from a Service's EndpointSlices, e.g."
+            " node=gpufed-node-exporter:metrics, or JOB=[NAMESPACE/]{LABEL-SELECTOR}:PORT from pods"
+            " by label (repeatable; PORT is the port's name or number)",
+        ),
+    ] = None,
     tokens: Annotated[Path | None, typer.Option("--tokens", help="tokens file (name, token, scopes)")] = None,
     dev: Annotated[
         bool, typer.Option("--dev", help="allow running without a token (local trials only)")
@@ -152,10 +191,14 @@ def serve_command(
     if consul or service:
         consul_config = ConsulConfig(services=tuple(service or ["gpufed-exporter"]), address=consul)
     k8s_config = None
+    k8s_jobs: tuple[KubernetesConfig, ...] = ()
     if kubeconfig or in_cluster:
         k8s_config = KubernetesConfig(
             namespace=namespace, service=k8s_service, kubeconfig=str(kubeconfig) if kubeconfig else None
         )
+        k8s_jobs = tuple(_k8s_job(value, base=k8s_config, jobs=loaded) for value in k8s_job or [])
+    elif k8s_job:
+        raise typer.BadParameter("needs --in-cluster or --kubeconfig", param_hint="--k8s-job")
     options = ControllerOptions(
         debounce_s=debounce,
         grace_s=grace,
@@ -190,6 +233,7 @@ def serve_command(
         inventory=inventory,
         consul=consul_config,
         kubernetes=k8s_config,
+        kubernetes_jobs=k8s_jobs,
         tokens_file=tokens,
         dev=dev,
         check_configs=not no_check,

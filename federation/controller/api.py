@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from federation import meta_monitoring
 from federation.controller import errors, plans
 from federation.controller.auth import Authenticator, Caller
 from federation.controller.changes import ChangeRequest
@@ -230,6 +231,10 @@ def create_app(
     @app.get("/v1/sd/{child}/{job}", tags=["sd"], summary="HTTP SD: one job's targets of one child")
     async def sd_child_job(child: str, job: str) -> Response:
         return sd_answer(child, job)
+
+    @app.get(meta_monitoring.SD_CHILDREN_PATH, tags=["sd"], summary="HTTP SD: every child, for the master")
+    def sd_children() -> list[dict[str, Any]]:
+        return meta_monitoring.children_groups(controller.spec, controller.state.assignment)
 
     # ---- shards and targets ------------------------------------------------------------------
     @app.get("/v1/shards", tags=["shards"])

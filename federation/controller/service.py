@@ -57,6 +57,8 @@ class ServeSettings:
     inventory: Path | None = None
     consul: ConsulConfig | None = None
     kubernetes: KubernetesConfig | None = None
+    kubernetes_jobs: tuple[KubernetesConfig, ...] = ()
+    """More jobs from other Services (``--k8s-job``), e.g. node-exporter as job ``node``."""
     tokens_file: Path | None = None
     dev: bool = False
     check_configs: bool = True
@@ -258,7 +260,10 @@ def build_service(
         fence=elector.fence,
         leader=elector.leader_address,
     )
-    watch = WatchOptions(consul=settings.consul, kubernetes=settings.kubernetes, file=settings.inventory)
+    watch = WatchOptions(
+        consul=settings.consul, kubernetes=settings.kubernetes, kubernetes_jobs=settings.kubernetes_jobs,
+        file=settings.inventory,
+    )
     sources = build_sources(watch, sink=controller.reconciler, spec=settings.spec)
     app = api.create_app(controller, auth=auth)
     return Service(

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from exporter.fleet import fleet_nodes
+from federation.spec import GpufedSpec
 
 DEFAULT_SPEC = "default-spec.yaml"
 JOB = "gpu"
@@ -152,7 +153,22 @@ def demo_spec(
     ]
     spec["master"]["port"] = ports.master
     spec["master"]["data_dir"] = master_data
+    # Children listen on ports chosen as they start: the master reaches each by name
+    # through the router, as the controller does (federation.demo.router).
+    spec["master"]["monitoring"] = {"child_url": url(ports.router, "/{child}")}
     return spec
+
+
+def left_out(spec: GpufedSpec, *, consul: bool) -> list[str]:
+    """What a compose or Helm install of ``spec`` also runs that one machine does not, and why."""
+    missing = ["Grafana (import federation/dashboards/*.json into yours; the master is the data source)"]
+    if spec.thanos is not None:
+        missing.append("Thanos and MinIO (the master keeps its own retention here)")
+    else:
+        missing.append("Thanos and MinIO (opt-in; not in this spec)")
+    if not consul:
+        missing.append("Consul (the controller's built-in registry instead; --consul to use one)")
+    return missing
 
 
 def fleet_entries(layout: Layout, *, port: int, host: str = "127.0.0.1") -> list[dict[str, Any]]:

@@ -19,6 +19,10 @@ from federation.demo.plan import JOB
 UP_BY_REGION = f'count by (region) (max by (region, node) (up{{job="{JOB}"}}) == 1)'
 SAMPLES_RATE = 'sum(rate(prometheus_tsdb_head_samples_appended_total{job="gpufed-master"}[30s]))'
 FIRING = 'count by (alertname) (ALERTS{alertstate="firing"})'
+#: Every job's series of ``up`` at the master (remote-written by the children, or scraped by
+#: the master's own meta-monitoring jobs) and how many of them are 1.
+COUNT_BY_JOB = "count by (job) (up)"
+UP_BY_JOB = "sum by (job) (up)"
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class MasterFigures:
     series: int = 0
     samples_per_s: float = 0.0
     firing: dict[str, int] = field(default_factory=dict)
+    count_by_job: dict[str, int] = field(default_factory=dict)
+    up_by_job: dict[str, int] = field(default_factory=dict)
     error: str = ""
 
     @property
@@ -54,6 +60,8 @@ def master_figures(client: httpx.Client, base: str) -> MasterFigures:
         up = _by(query(client, base, UP_BY_REGION), "region")
         rate = query(client, base, SAMPLES_RATE)
         firing = _by(query(client, base, FIRING), "alertname")
+        count_by_job = _by(query(client, base, COUNT_BY_JOB), "job")
+        up_by_job = _by(query(client, base, UP_BY_JOB), "job")
         response = client.get(f"{base}/api/v1/status/tsdb")
         response.raise_for_status()
         series = int(response.json()["data"]["headStats"]["numSeries"])
@@ -61,7 +69,8 @@ def master_figures(client: httpx.Client, base: str) -> MasterFigures:
         return MasterFigures(error=f"{type(exc).__name__}: {exc}")
     samples = round(float(rate[0]["value"][1]), 1) if rate else 0.0
     return MasterFigures(
-        up_by_region=dict(sorted(up.items())), series=series, samples_per_s=samples, firing=firing
+        up_by_region=dict(sorted(up.items())), series=series, samples_per_s=samples, firing=firing,
+        count_by_job=dict(sorted(count_by_job.items())), up_by_job=dict(sorted(up_by_job.items())),
     )
 
 

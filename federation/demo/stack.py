@@ -3,8 +3,10 @@
 Start order (each waits for what it needs; independent processes start together)::
 
     data dir   clean it (or --keep), stop what a killed run left (pids.json)
-    files      spec.yaml from the embedded default; alertmanager/ and master/ rendered
-               by the pipeline's own renderers; a random token
+    files      spec.yaml from the embedded default; config/ rendered and checked by
+               ``federation.pipeline.render`` (gpufed render's pipeline: what compose
+               runs), the master, Alertmanagers and relay started on those files and
+               their rendered flags; a random token
     in-process DingTalk sink, child router
     processes  controller, relay, alertmanager-0/-1 (HA pair), master; the fleet once the
                controller answers
@@ -14,6 +16,9 @@ Start order (each waits for what it needs; independent processes start together)
                answers), read in place from its rendered tree so its reloads apply
     follower   every 2 s: /v1/shards -> start children of new shards; stop children whose
                /v1/sd answers 404 (shard removed and its hand-overs done)
+
+The master finds the children as in production: its ``gpufed-child`` job reads the
+controller's ``/v1/sd-children``, whose child URL template points at the router.
 
 ``stop`` undoes all of it; ``finish`` reads the figures first (master, sink, /proc),
 stops, then counts what is left alive. Tests drive a running stack through
@@ -39,22 +44,22 @@ from typing import Any
 
 import httpx
 
-from alertmanager import ha
 from alertmanager.amtool import Amtool
 from alertmanager.errors import AmtoolError
-from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
+from alertmanager.render import ALERTMANAGER_FILE, HA_FILE, RELAY_FILE
 from federation import master as mastering
-from federation.demo import childsd, components, plan, procstat, report
+from federation import pipeline
+from federation.demo import components, plan, procstat, report
 from federation.demo.components import Launch
 from federation.demo.router import ChildRouter
 from federation.demo.sink import DingTalkSink, Message, Robot, as_group_sees_it
 from federation.demo.supervisor import ComponentFailed, ProcessSpec, Supervisor, reap_previous
 from federation.loopback import free_port
 from federation.spec import GpufedSpec
-from sharder.assign import assign
-from sharder.errors import ConfigCheckError
+from sharder.assignment import Assignment
+from sharder.errors import SharderError
 from sharder.loading import parse_model, parse_target
-from sharder.output import Bundle, dump_yaml
+from sharder.output import dump_yaml
 from sharder.promtool import Promtool
 
 log = logging.getLogger(__name__)
@@ -99,7 +104,6 @@ class DemoStack:
         self.spec: GpufedSpec | None = None
         self.child_ports: dict[str, int] = {}
         self.started_children: set[str] = set()
-        self.child_places: dict[str, childsd.ChildPlace] = {}
         self.started_at = time.monotonic()
         self.startup_s = 0.0
         self._stop = threading.Event()
@@ -145,9 +149,9 @@ class DemoStack:
         spec = self._write_spec()
         self.spec = spec
         assert spec.alerting is not None and spec.master is not None
-        self._write_bundle(spec)
         entries = plan.fleet_entries(self.layout, port=self.ports.fleet)
-        self.child_ports = {child: free_port() for child in self._initial_children(spec, entries)}
+        rendered = self._render(spec, entries)
+        self.child_ports = {child: free_port() for child in _children(rendered.assignment)}
 
         self.sink = DingTalkSink(
             {r: Robot(name=r, token=t, secret=s) for r, (t, s) in credentials.items()},
@@ -157,13 +161,15 @@ class DemoStack:
         self.router = ChildRouter(port=self.ports.router).__enter__()
         self.say(f"gpufed demo: {self.layout.nodes} nodes x {self.layout.gpus} GPUs over "
                  f"{self.layout.regions} regions; data in {self.data}")
+        self.say("  left out (what compose or Helm would also run): "
+                 + "; ".join(plan.left_out(spec, consul=self.options.consul is not None)))
 
         env: dict[str, str] = {}
         for robot, (token, secret) in credentials.items():
             token_var, secret_var = plan.credential_env(robot)
             env |= {token_var: token, secret_var: secret}
         config = self.data / "config"
-        flags = ha.all_replica_flags(spec.alerting)
+        flags = {name: r["flags"] for name, r in _json(config / HA_FILE)["replicas"].items()}
         services = [
             components.relay(config=config / RELAY_FILE, port=self.ports.relay, credentials=env),
             *(
@@ -176,7 +182,7 @@ class DemoStack:
             ),
             components.master(
                 binary=self._binaries["prometheus"], config=config / mastering.MASTER_FILE,
-                flags=mastering.master_flags(spec)["flags"], port=spec.master.port,
+                flags=_json(config / mastering.FLAGS_FILE)["flags"], port=spec.master.port,
             ),
         ]
         controller = components.controller(
@@ -254,35 +260,20 @@ class DemoStack:
         (self.data / "spec.yaml").write_bytes(dump_yaml(doc))
         return spec
 
-    def _write_bundle(self, spec: GpufedSpec) -> None:
-        """The files Alertmanager, the relay and the master run: the pipeline's own renderers."""
-        assert spec.alerting is not None
-        bundle: Bundle = {
-            **render_alerting_bundle(spec.alerting, cluster=spec.cluster, regions=spec.region_names()),
-            **mastering.render_master_bundle(spec, rule_pack=mastering.load_rule_pack()),
-        }
-        # The master also scrapes the children (PrometheusChildDown, the health dashboard).
-        master_config = mastering.render_master_config(spec)
-        master_config["scrape_configs"].append(childsd.scrape_job(self._child_sd_file))
-        bundle[mastering.MASTER_FILE] = dump_yaml(master_config)
-        childsd.write(self._child_sd_file, [])
-        root = self.data / "config"
-        for relative, content in bundle.items():
-            path = root / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content)
-        try:  # the same checks gpufed render runs, before any process reads these files
-            Promtool().check(root, mastering.MASTER_FILE)
-            Amtool().check_config(root / ALERTMANAGER_FILE)
-        except (ConfigCheckError, AmtoolError) as exc:
-            raise DemoError(f"a rendered config was refused: {exc}") from exc
+    def _render(self, spec: GpufedSpec, entries: list[dict[str, Any]]) -> pipeline.RenderResult:
+        """``gpufed render``'s own pipeline and checks into ``config/``: what compose runs.
 
-    def _initial_children(self, spec: GpufedSpec, entries: list[dict[str, Any]]) -> list[str]:
-        """The children the controller's first assignment will have (shard counts are fixed)."""
+        The children run the controller's published configs (as in compose and Helm); the
+        master, Alertmanagers and relay run these files and the flags rendered beside them.
+        """
         jobs = {job.name: job for job in spec.jobs}
         targets = [parse_target(e, source="demo", jobs=jobs) for e in entries]
-        assignment = assign(spec, targets)
-        return [child for shard in assignment.shards for child, _ in assignment.children(shard)]
+        try:
+            return pipeline.render(
+                spec, targets, out=self.data / "config", checker=Promtool(), alert_checker=Amtool()
+            )
+        except (SharderError, AmtoolError) as exc:
+            raise DemoError(f"a rendered config was refused: {exc}") from exc
 
     # ---- processes -----------------------------------------------------------------------------------
     def _launch(self, launch: Launch) -> None:
@@ -334,19 +325,7 @@ class DemoStack:
     def _wanted_children(self) -> dict[str, str]:
         """child -> shard, from /v1/shards."""
         rows = self.http.get(self.controller_url + "/v1/shards").json()["shards"]
-        for row in rows:
-            for c in row["children"]:
-                self.child_places[c["child"]] = childsd.ChildPlace(
-                    shard=row["shard"], region=row["region"], replica=int(c["replica"]))
         return {c["child"]: row["shard"] for row in rows for c in row["children"]}
-
-    @property
-    def _child_sd_file(self) -> Path:
-        return self.data / "master-sd" / "children.json"
-
-    def _write_child_sd(self) -> None:
-        places = {c: p for c, p in self.child_places.items() if c in self.started_children}
-        childsd.write(self._child_sd_file, childsd.target_groups(places, self.child_ports))
 
     def _launch_child(self, child: str) -> None:
         port = self.child_ports.get(child) or free_port()
@@ -367,7 +346,6 @@ class DemoStack:
         )
         self._launch(launch)
         self.started_children.add(child)
-        self._write_child_sd()
         assert self.router is not None
         self.router.set(child, port)
 
@@ -420,8 +398,6 @@ class DemoStack:
                 self.supervisor.stop(f"child/{child}")
                 assert self.router is not None
                 self.router.remove(child)
-                self.child_places.pop(child, None)
-                self._write_child_sd()
                 self.say(f"  - child/{child} stopped: its shard is gone and handed over")
 
     def running_children(self) -> list[str]:
@@ -482,6 +458,8 @@ class DemoStack:
             "targets_expected": self.layout.nodes,
             "targets_up_at_master": figures.targets_up if figures else 0,
             "targets_up_by_region": figures.up_by_region if figures else {},
+            "up_count_by_job_at_master": figures.count_by_job if figures else {},
+            "up_by_job_at_master": figures.up_by_job if figures else {},
             "series_at_master": figures.series if figures else 0,
             "samples_per_s_at_master": figures.samples_per_s if figures else 0.0,
             "alerts_firing_at_master": figures.firing if figures else {},
@@ -548,6 +526,16 @@ class DemoStack:
         self.say(f"  write token           {self.data / 'token'}  (Authorization: Bearer ...)")
         self.say(f"  logs                  {self.data / 'logs'}")
         self.say("")
+
+
+def _children(assignment: Assignment) -> list[str]:
+    """The children of the first assignment (the controller's is the same: shard counts are fixed)."""
+    return [child for shard in assignment.shards for child, _ in assignment.children(shard)]
+
+
+def _json(path: Path) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return document
 
 
 def _binary(name: str) -> str:

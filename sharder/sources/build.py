@@ -25,6 +25,8 @@ class WatchOptions:
 
     consul: ConsulConfig | None = None
     kubernetes: KubernetesConfig | None = None
+    kubernetes_jobs: tuple[KubernetesConfig, ...] = ()
+    """One more source per job Service; named ``kubernetes/<job>`` (ranks as ``kubernetes``)."""
     file: Path | None = None
     state: Path | None = None
     debounce_s: float = 1.0
@@ -43,4 +45,6 @@ def build_sources(options: WatchOptions, *, sink: Reconciler, spec: FederationSp
         sources.append(ConsulSource(options.consul, sink=sink, jobs=jobs))
     if options.kubernetes is not None:
         sources.append(KubernetesSource(options.kubernetes, sink=sink, jobs=jobs))
+    for config in options.kubernetes_jobs:
+        sources.append(KubernetesSource(config, sink=sink, name=f"kubernetes/{config.job}", jobs=jobs))
     return sources

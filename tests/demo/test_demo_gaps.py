@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from federation.demo import childsd, gaps
+from federation.demo import gaps
 
 
 def row(shard: str, replica: str, times: list[float], *, node: str = "n1", value: str = "1"
@@ -58,24 +56,3 @@ def test_targets_are_kept_apart_and_a_bad_window_is_refused() -> None:
 
 def test_node_selector_escapes_regex_characters() -> None:
     assert gaps.node_selector("up", ["b.x", "a"], job="gpu") == 'up{node=~"a|b\\\\.x", job="gpu"}'
-
-
-def test_children_file_sd_lists_started_children_with_their_place(tmp_path: Path) -> None:
-    places = {
-        "r-0-0-r1": childsd.ChildPlace(shard="r-0-0", region="r-0", replica=1),
-        "r-0-0-r0": childsd.ChildPlace(shard="r-0-0", region="r-0", replica=0),
-        "r-0-1-r0": childsd.ChildPlace(shard="r-0-1", region="r-0", replica=0),  # no port yet
-    }
-    groups = childsd.target_groups(places, {"r-0-0-r0": 9001, "r-0-0-r1": 9002})
-    assert groups == [
-        {"targets": ["127.0.0.1:9001"],
-         "labels": {"child": "r-0-0-r0", "region": "r-0", "shard": "r-0-0", "replica": "0"}},
-        {"targets": ["127.0.0.1:9002"],
-         "labels": {"child": "r-0-0-r1", "region": "r-0", "shard": "r-0-0", "replica": "1"}},
-    ]
-    path = tmp_path / "sd" / "children.json"
-    childsd.write(path, groups)
-    assert json.loads(path.read_text()) == groups
-    assert childsd.scrape_job(path) == {
-        "job_name": "gpufed-child", "file_sd_configs": [{"files": [str(path)], "refresh_interval": "5s"}]
-    }

@@ -150,3 +150,29 @@ def test_fleet_entries_are_what_the_exporter_fleet_registers() -> None:
         assert registered == plan.fleet_entries(layout, port=app.http.port)
     finally:
         app.stop()
+
+
+def test_the_demo_master_watches_every_component_on_its_loopback_port() -> None:
+    p = ports()
+    spec = demo(plan.Layout(nodes=12))
+    jobs = {j["job_name"]: j for j in mastering.render_master_config(spec)["scrape_configs"]}
+    targets = {name: j.get("static_configs", [{}])[0].get("targets") for name, j in jobs.items()}
+    assert targets == {
+        "alertmanager": [f"127.0.0.1:{web}" for web, _ in p.alertmanagers],
+        "gpufed-child": None,
+        "gpufed-controller": [f"127.0.0.1:{p.controller}"],
+        "gpufed-dingtalk": [f"127.0.0.1:{p.relay}"],
+        "gpufed-master": [f"127.0.0.1:{p.master}"],
+    }
+    assert jobs["gpufed-child"]["http_sd_configs"][0]["url"] == f"http://127.0.0.1:{p.controller}/v1/sd-children"
+    assert spec.master is not None
+    assert spec.master.monitoring.child_url == f"http://127.0.0.1:{p.router}/{{child}}"
+
+
+def test_what_the_demo_leaves_out_is_named() -> None:
+    spec = demo(plan.Layout(nodes=12))
+    def first_words(consul: bool) -> list[str]:
+        return [item.split(" ")[0] for item in plan.left_out(spec, consul=consul)]
+
+    assert first_words(False) == ["Grafana", "Thanos", "Consul"]
+    assert first_words(True) == ["Grafana", "Thanos"]

@@ -278,6 +278,13 @@ def test_names_in_rendered_configs_are_services(rendered: Path, config: dict[str
     hosts |= set(re.findall(r"- (alertmanager-\d+):9093", text))
     assert {"gpufed-controller", "master-prometheus-0", "thanos-router"} <= hosts
     assert hosts <= names, sorted(hosts - names)
+    # the master's meta-monitoring: every static target is a service of this file
+    master = yaml.safe_load((rendered / "master" / "prometheus.yml").read_text())
+    scraped = {target.rsplit(":", 1)[0]: job["job_name"] for job in master["scrape_configs"]
+               for group in job.get("static_configs", []) for target in group["targets"]}
+    assert {"gpufed-child", "gpufed-controller", "gpufed-dingtalk", "alertmanager", "thanos-query"} <= {
+        job["job_name"] for job in master["scrape_configs"]}
+    assert set(scraped) <= names | {"127.0.0.1"}, sorted(set(scraped) - names)
 
 
 def test_grafana_provisions_the_source_dashboards(rendered: Path, config: dict[str, Any]) -> None:
@@ -327,6 +334,14 @@ def test_a_spec_without_master_thanos_or_alerting_still_composes(tmp_path: Path)
     services = json.loads(done.stdout)["services"]
     assert sorted(services) == ["child-cn-beijing-0", "child-cn-beijing-1", "child-cn-hangzhou-0",
                                 "child-cn-shanghai-0", "gpufed-controller", "grafana"]
+    # .env.example asks only for what this spec runs: no relay robots, object store or ports
+    # of services it does not have
+    example = (out / "compose" / ".env.example").read_text()
+    required = example.split("# Required\n")[1].split("\n# Optional")[0]
+    names = re.findall(r"^([A-Z0-9_]+)=", required, re.M)
+    assert names == ["GPUFED_SPEC", "GPUFED_TOKEN", "GRAFANA_ADMIN_PASSWORD"]
+    for absent in ("DINGTALK", "S3_", "MINIO", "ALERTMANAGER", "MASTER_PORT", "QUERY_PORT"):
+        assert absent not in example, absent
     datasources = yaml.safe_load((out / "compose/grafana/provisioning/datasources/gpufed.yml").read_text())
     assert datasources["datasources"] == []
 

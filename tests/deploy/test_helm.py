@@ -60,7 +60,8 @@ def find(objects: list[dict[str, Any]], kind: str, suffix: str) -> dict[str, Any
 
 
 def test_ci_values_files_exist() -> None:
-    assert {p.name for p in CI_FILES} >= {"default-values.yaml", "minimal-values.yaml", "full-values.yaml"}
+    assert {p.name for p in CI_FILES} >= {
+        "default-values.yaml", "minimal-values.yaml", "full-values.yaml", "ha-values.yaml"}
     assert len(BAD_FILES) >= 8
 
 
@@ -168,8 +169,8 @@ def controller_parts(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dic
 
 
 def test_two_controller_replicas_elect_a_leader_on_a_lease(chart: helm.Chart) -> None:
-    """The default: two replicas, a Kubernetes Lease, the state in Consul KV."""
-    objects = render(chart, values(CHART / "ci" / "default-values.yaml"))
+    """Two replicas, a Kubernetes Lease, the state in Consul KV (ci/ha-values.yaml)."""
+    objects = render(chart, values(CHART / "ci" / "ha-values.yaml"))
     deployment, container, params = controller_parts(objects)
     assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["strategy"] == {"type": "RollingUpdate",
@@ -255,7 +256,7 @@ def chart_regions(objects: list[dict[str, Any]]) -> list[str]:
 
 
 def test_hashring_checksum_follows_the_receive_set(chart: helm.Chart) -> None:
-    base = values(CHART / "ci" / "default-values.yaml")
+    base = values(CHART / "ci" / "ha-values.yaml")
 
     def checksum(replicas: int) -> str:
         objects = render(chart, {**base, "thanos": {**base["thanos"], "receive": {"replicas": replicas}}})

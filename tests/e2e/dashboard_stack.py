@@ -3,22 +3,28 @@
 ``running_stack`` starts, and always stops, a simulated fleet, one pod-attributed node
 with injected XIDs, a target that is down, rendered child Prometheus HA pairs writing to
 a master Prometheus that loads the rule pack, an Alertmanager and the DingTalk relay in
-front of the DingTalk stand-in. Only processes and servers it started are stopped.
+front of the DingTalk stand-in. The master runs the config ``gpufed render`` writes
+(its meta-monitoring jobs included); it finds the children through ``/v1/sd-children``,
+answered here from the product's own ``meta_monitoring.children_groups``. Only processes
+and servers it started are stopped.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
-from conftest import ROOT, free_port, require_tool, stop_process, wait_for
+from conftest import free_port, require_tool, stop_process, wait_for
 from fakes.dingtalk_api import FakeDingTalk
 from prom_process import PrometheusProcess
 from prometheus_client import CollectorRegistry
@@ -35,7 +41,9 @@ from exporter.models import GpuDevice, Reading, XidEvent
 from exporter.server import HttpServer, NodeRoutes
 from exporter.settings import ExporterSettings
 from exporter.simulated import SimulatedBackend
-from federation import pipeline
+from federation import master as mastering
+from federation import meta_monitoring, pipeline
+from federation.demo.router import ChildRouter
 from sharder.promtool import Promtool
 
 REGIONS = ("region-0", "region-1")
@@ -149,7 +157,9 @@ def inventory(fleet: FleetApp, special_port: int) -> dict[str, Any]:
     return {"targets": targets}
 
 
-def spec(master_port: int) -> dict[str, Any]:
+def spec(*, master_port: int, sd_port: int, router: ChildRouter, am: tuple[int, int], relay_port: int
+         ) -> dict[str, Any]:
+    """The federation.yaml this stack runs: the master's config is rendered from it, as shipped."""
     return {
         "cluster": "e2e",
         "regions": [{"name": name, "shards": 1} for name in REGIONS],
@@ -158,27 +168,45 @@ def spec(master_port: int) -> dict[str, Any]:
         "remote_write": [{"name": "master", "url": f"http://127.0.0.1:{master_port}/api/v1/write",
                           "queue_config": {"batch_send_deadline": "1s", "min_backoff": "100ms",
                                            "max_backoff": "1s"}}],
-        "children": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "children": {"scrape_interval": "1s", "evaluation_interval": "1s",
+                     "http_sd_url": f"http://127.0.0.1:{sd_port}"},
+        "master": {"port": master_port, "scrape_interval": "1s", "evaluation_interval": "1s",
+                   # children listen on ports chosen at start: reached by name through a router
+                   "monitoring": {"child_url": router.template()}},
+        "alerting": {
+            "relay_url": f"http://127.0.0.1:{relay_port}",
+            "replicas": [{"name": "am-0", "host": "127.0.0.1", "port": am[0], "cluster_port": am[1]}],
+            "robots": [{"name": "ops", "url": "https://oapi.dingtalk.com/robot/send?access_token=${T}"}],
+            "receivers": [{"name": "ops", "robots": ["ops"]}],
+            "default_receiver": "ops",
+            "routes": [{"region": region, "robot": "ops"} for region in REGIONS],
+        },
     }
 
 
-def master_config(*, children: dict[str, tuple[PrometheusProcess, str, str, str]], self_port: int,
-                  am_port: int, relay_port: int) -> dict[str, Any]:
-    rules = ROOT / "federation" / "rules"
-    return {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(rules / name) for name in ("gpu.yml", "hami.yml", "federation.yml")],
-        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
-        "scrape_configs": [
-            {"job_name": "gpufed-child", "static_configs": [
-                {"targets": [f"127.0.0.1:{proc.port}"],
-                 "labels": {"cluster": "e2e", "region": region, "shard": shard, "replica": replica}}
-                for proc, shard, region, replica in children.values()]},
-            {"job_name": "gpufed-master", "static_configs": [{"targets": [f"127.0.0.1:{self_port}"]}]},
-            {"job_name": "alertmanager", "static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]},
-            {"job_name": "gpufed-dingtalk", "static_configs": [{"targets": [f"127.0.0.1:{relay_port}"]}]},
-        ],
-    }
+class ChildrenSd:
+    """Answers the controller's ``GET /v1/sd-children`` for a fixed assignment (no controller here)."""
+
+    def __init__(self, body: bytes) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                found = self.path == meta_monitoring.SD_CHILDREN_PATH
+                self.send_response(200 if found else 404)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(self.server.body if found else b"[]")  # type: ignore[attr-defined]
+
+            def log_message(self, *args: Any) -> None:
+                del args
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.body = body  # type: ignore[attr-defined]
+        self.port = int(self.server.server_address[1])
+        threading.Thread(target=self.server.serve_forever, daemon=True, name="children-sd").start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def alertmanager_config(relay_port: int) -> dict[str, Any]:
@@ -206,13 +234,13 @@ def running_stack(root: Path) -> Iterator[Stack]:
         }})
         relay = stack.enter_context(RelayThread(create_app(relay_config)))
 
-        am_port = free_port()
+        am_port, am_cluster_port = free_port(), free_port()
         (root / "alertmanager.yml").write_text(yaml.safe_dump(alertmanager_config(relay.port)))
         with (root / "alertmanager.log").open("wb") as log:
             am = subprocess.Popen(
                 [alertmanager, f"--config.file={root / 'alertmanager.yml'}", f"--storage.path={root / 'am'}",
                  f"--web.listen-address=127.0.0.1:{am_port}",
-                 f"--cluster.listen-address=127.0.0.1:{free_port()}",
+                 f"--cluster.listen-address=127.0.0.1:{am_cluster_port}",
                  "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT)
         stack.callback(stop_process, am)
 
@@ -224,29 +252,35 @@ def running_stack(root: Path) -> Iterator[Stack]:
         special = AttributedNode.start()
         stack.callback(special.stop)
 
-        master = PrometheusProcess(prometheus, config=root / "master.yml", data=root / "master-data",
-                                   log=root / "master.log", client=client,
+        router = stack.enter_context(ChildRouter(port=0))
+        sd = ChildrenSd(b"[]")
+        stack.callback(sd.stop)
+        master = PrometheusProcess(prometheus, config=root / "out" / mastering.MASTER_FILE,
+                                   data=root / "master-data", log=root / "master.log", client=client,
                                    extra_args=("--web.enable-remote-write-receiver",))
-        (root / "federation.yaml").write_text(yaml.safe_dump(spec(master.port)))
+        document = spec(master_port=master.port, sd_port=sd.port, router=router,
+                        am=(am_port, am_cluster_port), relay_port=relay.port)
+        (root / "federation.yaml").write_text(yaml.safe_dump(document))
         (root / "inventory.yaml").write_text(yaml.safe_dump(inventory(fleet, special.http.port)))
         loaded, targets = pipeline.load_inputs(root / "federation.yaml", root / "inventory.yaml")
+        # gpufed render's own pipeline and promtool check, master config included
         result = pipeline.render(loaded, targets, out=root / "out", checker=Promtool(promtool))
+        assert result.master_checked
+        sd.server.body = json.dumps(  # type: ignore[attr-defined]
+            meta_monitoring.children_groups(loaded, result.assignment)).encode()
         children = {
-            entry["child"]: (PrometheusProcess(prometheus, config=root / "out" / entry["config"],
-                                               data=root / f"data-{entry['child']}",
-                                               log=root / f"{entry['child']}.log", client=client),
-                             entry["shard"], entry["region"], str(entry["replica"]))
+            entry["child"]: PrometheusProcess(prometheus, config=root / "out" / entry["config"],
+                                              data=root / f"data-{entry['child']}",
+                                              log=root / f"{entry['child']}.log", client=client)
             for entry in result.manifest["children"]
         }
-        (root / "master.yml").write_text(yaml.safe_dump(master_config(
-            children=children, self_port=master.port, am_port=am_port, relay_port=relay.port)))
-        subprocess.run([promtool, "check", "config", str(root / "master.yml")], check=True,
-                       capture_output=True)
+        for child, proc in children.items():
+            router.set(child, proc.port)
         stack.enter_context(master)
-        for proc, *_ in children.values():
+        for proc in children.values():
             stack.enter_context(proc)
         master.wait_ready()
-        for proc, *_ in children.values():
+        for proc in children.values():
             proc.wait_ready()
         wait_for(lambda: client.get(f"http://127.0.0.1:{am_port}/-/ready").status_code == 200,
                  timeout=15, what="alertmanager ready")

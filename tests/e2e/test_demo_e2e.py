@@ -56,6 +56,11 @@ def test_demo_json_summary_after_the_duration(tmp_path: Path) -> None:
     assert summary["targets_up_at_master"] == 12, stderr
     assert summary["targets_up_by_region"] == {"region-0": 4, "region-1": 4, "region-2": 4}
     assert summary["series_at_master"] > 12 * 100  # ~175 series a node, plus the master's own
+    # The master's rendered meta-monitoring: every component found and up, no job added here.
+    meta = {"alertmanager": 2, "gpufed-child": 3, "gpufed-controller": 1, "gpufed-dingtalk": 1,
+            "gpufed-master": 1}
+    assert summary["up_count_by_job_at_master"] == {**meta, "gpu": 12}, stderr
+    assert summary["up_by_job_at_master"] == {**meta, "gpu": 12}, stderr
     # The rule pack's Watchdog went master -> both Alertmanagers -> the heartbeat receiver.
     assert summary["alerts_firing_at_master"].get("Watchdog") == 1
     assert summary["heartbeats"] >= 1, stderr
@@ -67,6 +72,7 @@ def test_demo_json_summary_after_the_duration(tmp_path: Path) -> None:
     assert_gone(summary["processes"])
     assert summary["urls"]["web"].endswith("/") and summary["urls"]["api_docs"].endswith("/docs")
     assert "ready in" in stderr and "✓ master" in stderr
+    assert "left out (what compose or Helm would also run): Grafana" in stderr
 
 
 def test_a_component_failing_at_start_stops_everything_started_before(tmp_path: Path) -> None:
@@ -133,3 +139,33 @@ def test_stack_follows_shards_added_and_removed_over_rest(tmp_path: Path) -> Non
     assert any("+ child/region-0-1 started" in line for line in lines)
     assert any("- child/region-0-1 stopped" in line for line in lines)
     assert_gone(summary["processes"])
+
+
+def test_a_killed_child_fires_the_rule_packs_child_down_alert(tmp_path: Path) -> None:
+    """The shipped rule pack over the master's rendered config: no scrape job added by this test."""
+    require_tool("prometheus")
+    require_tool("prometheus-alertmanager")
+    stack = DemoStack(DemoOptions(layout=Layout(nodes=6), data_dir=tmp_path / "demo"), say=lambda _: None,
+                      show_messages=False)
+    config = (tmp_path / "demo" / "config" / "master" / "prometheus.yml")
+
+    def child_down() -> list[dict[str, Any]]:
+        alerts = stack.http.get(f"{stack.master_url}/api/v1/alerts").json()["data"]["alerts"]
+        return [a for a in alerts if a["labels"]["alertname"] == "PrometheusChildDown"]
+
+    try:
+        stack.start()
+        rendered = config.read_text()
+        assert "/v1/sd-children" in rendered and "file_sd" not in rendered
+        stack.supervisor.kill("child/region-1-0")
+        wait_for(lambda: [a["state"] for a in child_down()] == ["pending"], timeout=60, interval=1,
+                 what="the alert pending")
+        wait_for(lambda: [a["state"] for a in child_down()] == ["firing"], timeout=240, interval=2,
+                 what="PrometheusChildDown firing (for: 3m)")
+        (alert,) = child_down()
+        assert (alert["labels"]["child"], alert["labels"]["region"]) == ("region-1-0", "region-1")
+        assert alert["labels"]["job"] == "gpufed-child" and alert["labels"]["severity"] == "critical"
+        assert config.read_text() == rendered  # the demo never rewrote the master's config
+    finally:
+        summary = stack.finish(duration=None)
+    assert summary["leftover_processes"] == 0, summary

@@ -85,3 +85,69 @@ renders it (Thanos' default, hashmod, moves most series when an ingestor joins) 
 {{- end -}}
 {{- list (dict "hashring" "default" "algorithm" "ketama" "endpoints" $endpoints) | toPrettyJson -}}
 {{- end -}}
+
+{{/* A child StatefulSet's name: one per region (children.yaml and the controller agree) */}}
+{{- define "gpufed.childSet" -}}
+{{- printf "%s-child-%s" (include "gpufed.fullname" .ctx) .region | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+federation.yaml as the controller reads it: .Values.federation plus what the chart knows
+(the controller's URL, where the children write, the master and its meta-monitoring,
+HAMi's jobs, the Alertmanager pods). A key the user set in .Values.federation wins.
+*/}}
+{{- define "gpufed.spec" -}}
+{{- $fullname := include "gpufed.fullname" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- $spec := deepCopy .Values.federation -}}
+{{- $_ := set $spec "children" (merge (dict "http_sd_url" (include "gpufed.controllerURL" .)) (deepCopy $spec.children)) -}}
+{{- $masters := list -}}
+{{- range $i := until (int .Values.master.replicas) -}}
+{{- $masters = append $masters (printf "%s-master-%d.%s-master.%s.svc:9090" $fullname $i $fullname $ns) -}}
+{{- end -}}
+{{- if not (hasKey $spec "remote_write") -}}
+{{- $writes := list -}}
+{{- if .Values.thanos.enabled -}}
+{{- $writes = append $writes (dict "name" "thanos-receive" "url" (printf "http://%s-thanos-receive.%s.svc:19291/api/v1/receive" $fullname $ns)) -}}
+{{- else if .Values.master.enabled -}}
+{{- range $i, $m := $masters -}}
+{{- $writes = append $writes (dict "name" (printf "master-%d" $i) "url" (printf "http://%s/api/v1/write" $m)) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $spec "remote_write" $writes -}}
+{{- end -}}
+{{- if .Values.hami.enabled -}}
+{{- $names := list -}}
+{{- range $spec.jobs }}{{ $names = append $names .name }}{{ end -}}
+{{- $jobs := $spec.jobs -}}
+{{- range $job := list "hami-scheduler" "hami-device-plugin" -}}
+{{- if not (has $job $names) -}}
+{{- $jobs = append $jobs (dict "name" $job "scrape_interval" $.Values.hami.scrapeInterval "keep_metrics" $.Values.hami.keepMetrics) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $spec "jobs" $jobs -}}
+{{- end -}}
+{{- if .Values.master.enabled -}}
+{{- $byRegion := dict -}}
+{{- range $region, $count := .Values.children.perRegion -}}
+{{- $set := include "gpufed.childSet" (dict "ctx" $ "region" $region) -}}
+{{- $_ := set $byRegion $region (printf "http://%s-{ordinal}.%s.%s.svc:9090" $set $set $ns) -}}
+{{- end -}}
+{{- $monitoring := dict "child_url_by_region" $byRegion "masters" $masters "controllers" (list (printf "%s-controller.%s.svc:%d" $fullname $ns (int .Values.controller.port))) -}}
+{{- $defaults := dict "replicas" (int .Values.master.replicas) "retention" .Values.master.retention "data_dir" "/prometheus" "monitoring" $monitoring -}}
+{{- $_ := set $spec "master" (merge (deepCopy ($spec.master | default dict)) $defaults) -}}
+{{- end -}}
+{{- if and (hasKey $spec "alerting") .Values.alertmanager.enabled (not (hasKey $spec.alerting "replicas")) -}}
+{{- $am := printf "%s-alertmanager" $fullname -}}
+{{- $replicas := list -}}
+{{- range $i := until (int .Values.alertmanager.replicas) -}}
+{{- $replicas = append $replicas (dict "name" (printf "am-%d" $i) "host" (printf "%s-%d.%s.%s.svc" $am $i $am $ns)) -}}
+{{- end -}}
+{{- $alerting := merge (dict "replicas" $replicas) (deepCopy $spec.alerting) -}}
+{{- if and .Values.dingtalk.enabled (not (hasKey $alerting "relay_url")) -}}
+{{- $_ := set $alerting "relay_url" (printf "http://%s-dingtalk.%s.svc:%d" $fullname $ns (int .Values.dingtalk.port)) -}}
+{{- end -}}
+{{- $_ := set $spec "alerting" $alerting -}}
+{{- end -}}
+{{- toYaml $spec -}}
+{{- end -}}
