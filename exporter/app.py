@@ -118,7 +118,7 @@ class ExporterApp:
                                      cluster=settings.cluster)
         policy = LabelPolicy(self.node, settings.hostname_label, placement, settings.hami_legacy)
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotCollector(self.collection, policy))
+        self.registry.register(SnapshotCollector(self.collection, policy, dcgm_names=settings.dcgm_names))
         self.loop = CollectionLoop([self.collection], interval=settings.collect_interval)
         host, _ = split_listen(settings.listen)
         self.routes = NodeRoutes(self.registry, ready=lambda: self.collection.ready(settings.max_age),
