@@ -12,7 +12,7 @@ COPY sharder sharder
 COPY federation federation
 COPY thanos thanos
 COPY alertmanager alertmanager
-RUN pip install --no-cache-dir . && rm -rf /src \
+RUN pip install --no-cache-dir ".[podresources]" && rm -rf /src \
     && mkdir -p /var/lib/gpufed && chown 65534:65534 /var/lib/gpufed
 WORKDIR /
 USER 65534:65534

@@ -99,6 +99,9 @@ class ExporterSettings(BaseSettings):
     team: str = ""
     cluster: str = ""
     pod_attribution: Literal["none", "kubelet"] = "none"
+    pod_resources_socket: str = Field(default="/var/lib/kubelet/pod-resources/kubelet.sock",
+                                      min_length=1, description="kubelet pod-resources unix socket")
+    pod_resources_interval: float = Field(default=10.0, gt=0, description="seconds between List calls")
     kubernetes: bool = Field(default=False, description="running as a DaemonSet: no Consul registration")
     consul: str | None = Field(default=None, description="local agent host:port; unset: no registration")
     consul_token: str | None = None
