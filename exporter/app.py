@@ -108,7 +108,10 @@ class ExporterApp:
                               "places every target in a region")
         self.node = node_name(settings.node_name)
         families = select_families(include=settings.families_include, exclude=settings.families_exclude)
-        self._attribution = pod_attribution(settings.pod_attribution)
+        self._attribution = pod_attribution(
+            settings.pod_attribution, socket_path=settings.pod_resources_socket,
+            interval=settings.pod_resources_interval,
+        )
         self.backend = backend or build_backend(settings, node=self.node, clock=clock)
         self.collection = Collection(
             self.backend, families, attribution=self._attribution, timeout=settings.collect_timeout,
@@ -118,7 +121,7 @@ class ExporterApp:
                                      cluster=settings.cluster)
         policy = LabelPolicy(self.node, settings.hostname_label, placement, settings.hami_legacy)
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotCollector(self.collection, policy))
+        self.registry.register(SnapshotCollector(self.collection, policy, dcgm_names=settings.dcgm_names))
         self.loop = CollectionLoop([self.collection], interval=settings.collect_interval)
         host, _ = split_listen(settings.listen)
         self.routes = NodeRoutes(self.registry, ready=lambda: self.collection.ready(settings.max_age),

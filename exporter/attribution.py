@@ -6,8 +6,9 @@ behind `PodAttribution`, refreshed in the background by the implementation and r
 per collection, never per scrape (per-scrape pod mapping is what made dcgm-exporter
 scrapes time out). The default maps nothing.
 
-The kubelet pod-resources implementation needs `grpcio`, which gpufed does not depend
-on; it is a documented optional extra that is not built yet (see exporter/README.md).
+The kubelet pod-resources implementation (`exporter.kubelet_podresources`) needs
+`grpcio` and `protobuf`, the optional `podresources` extra; it is imported only when
+chosen, so the exporter runs without them.
 """
 
 from __future__ import annotations
@@ -44,19 +45,20 @@ class NoPodAttribution:
         """Nothing to stop."""
 
 
-def pod_attribution(kind: str) -> PodAttribution:
-    """The attribution named in settings; `kubelet` needs the not-yet-built grpc extra."""
+def pod_attribution(kind: str, *, socket_path: str = "", interval: float = 10.0) -> PodAttribution:
+    """The attribution named in settings; `kubelet` needs the `podresources` extra."""
     if kind == "none":
         return NoPodAttribution()
     if kind == "kubelet":
         try:
-            import grpc  # noqa: F401  # optional extra, not a gpufed dependency
+            from exporter import kubelet_podresources  # optional extra, not a gpufed dependency
         except ImportError as exc:
             raise ConfigError(
-                "pod attribution 'kubelet' needs grpcio (kubelet pod-resources API), which is not "
-                "installed; it is an optional extra that is not built yet: use 'none'"
+                "pod attribution 'kubelet' needs grpcio and protobuf (pip install 'gpufed[podresources]'); "
+                f"missing: {exc.name}"
             ) from exc
-        raise ConfigError("pod attribution 'kubelet' is not implemented yet; use 'none'")
+        client = kubelet_podresources.PodResourcesClient(socket_path or kubelet_podresources.DEFAULT_SOCKET)
+        return kubelet_podresources.KubeletPodAttribution(client, interval=interval)
     raise ConfigError(f"unknown pod attribution {kind!r}; known: none, kubelet")
 
 

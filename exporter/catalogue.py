@@ -26,6 +26,7 @@ FAMILIES: dict[str, tuple[bool, str]] = {
     "pcie": (False, "PCIe TX/RX throughput; NVML samples each direction for 20 ms"),
     "gpm": (False, "GPM profiling metrics (Hopper+), two samples per collection"),
     "process": (False, "per-process GPU memory; one NVML call per GPU, many series"),
+    "nvlink": (False, "per-link NVLink state, throughput and error counters; ~3 NVML calls per link"),
 }
 
 

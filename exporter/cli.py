@@ -115,6 +115,11 @@ def serve(
     backend: Backend = None, gpus: Gpus = None, listen: Listen = None, consul: Consul = None,
     collect_interval: Interval = None, families: Families = None, exclude: Deny = None,
     hostname_label: HostLabel = None, seed: Seed = None,
+    dcgm_names: Annotated[str | None, typer.Option(
+        help="DCGM names: 3 (default), 4 (dcgm-exporter 4.9 / DCGM 4.7) or both (migration)")] = None,
+    pod_attribution: Annotated[str | None, typer.Option(
+        help="none (default) or kubelet: pod labels from kubelet's pod-resources API")] = None,
+    pod_resources_socket: Annotated[str | None, typer.Option(help="kubelet pod-resources socket")] = None,
     node_name: Annotated[str | None, typer.Option(help="node name (default $NODE_NAME or host)")] = None,
     region: Annotated[str | None, typer.Option()] = None,
     rack: Annotated[str | None, typer.Option()] = None,
@@ -130,6 +135,7 @@ def serve(
     settings = build_settings(
         backend=backend, gpus=gpus, listen=listen, consul=consul, collect_interval=collect_interval,
         families_include=families, families_exclude=exclude, hostname_label=hostname_label, seed=seed,
+        dcgm_names=dcgm_names, pod_attribution=pod_attribution, pod_resources_socket=pod_resources_socket,
         node_name=node_name, region=region, rack=rack, team=team, cluster=cluster, kubernetes=kubernetes,
         register_url=register_url, register_token=register_token, register_job=register_job,
         node_exporter_port=node_exporter_port, advertise_address=advertise_address,

@@ -5,6 +5,9 @@ source, a `Collection`, is a constructor argument; it is registered on an app-ow
 `CollectorRegistry`, never the global one. A scrape only walks the snapshot: no backend
 call, no pod lookup.
 
+DCGM names are 3.x or 4.x (`exporter.naming`, `--dcgm-names`); the snapshot always holds
+3.x names and units, and the rename happens here, at render time.
+
 DCGM counters whose names do not end in `_total` are exposed as `untyped`: the
 prometheus-client text writer appends `_total` to counter names, which would rename the
 very series dashboards query. Our own counters are proper counters.
@@ -21,8 +24,16 @@ from prometheus_client.samples import Sample
 from exporter.catalogue import metrics_for
 from exporter.collection import Collection
 from exporter.models import GpuDevice, Snapshot
+from exporter.naming import DcgmNames, exposed
 
 MIB = 1024.0 * 1024.0
+# NvLinkReading attribute -> (series name without _total, help); names are fixed (dashboards).
+NVLINK_COUNTERS = (
+    ("tx_bytes", "gpufed_nvlink_tx_bytes", "Bytes of data sent over the NVLink."),
+    ("rx_bytes", "gpufed_nvlink_rx_bytes", "Bytes of data received over the NVLink."),
+    ("replay_errors", "gpufed_nvlink_replay_errors", "NVLink data-link replays (retransmissions)."),
+    ("recovery_errors", "gpufed_nvlink_recovery_errors", "NVLink link recoveries (retraining)."),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +67,11 @@ def _family(name: str, doc: str, kind: str) -> Metric:
 class SnapshotCollector:
     """Collector over one `Collection`; cheap enough to run on every scrape."""
 
-    def __init__(self, collection: Collection, policy: LabelPolicy) -> None:
+    def __init__(self, collection: Collection, policy: LabelPolicy, *, dcgm_names: DcgmNames = "3") -> None:
         self._collection = collection
         self._policy = policy
         self._specs = metrics_for(collection.families)
+        self._names: DcgmNames = dcgm_names
 
     def collect(self) -> Iterator[Metric]:
         snap = self._collection.snapshot
@@ -73,13 +85,14 @@ class SnapshotCollector:
             d.index: self._policy.gpu_labels(d, snap.pod_labels.get(d.uuid)) for d in snap.devices
         }
         for spec in self._specs:
-            metric = _family(spec.name, spec.help, "gauge" if spec.kind == "gauge" else "unknown")
-            for index, reading in snap.readings.items():
-                value = reading.values.get(spec.name)
-                if value is not None:
-                    metric.samples.append(Sample(spec.name, labels[index], value))
-            if metric.samples:
-                yield metric
+            for out in exposed(spec.name, spec.help, self._names):
+                metric = _family(out.name, out.help, "gauge" if spec.kind == "gauge" else "unknown")
+                for index, reading in snap.readings.items():
+                    value = reading.values.get(spec.name)
+                    if value is not None:
+                        metric.samples.append(Sample(out.name, labels[index], value / out.divisor))
+                if metric.samples:
+                    yield metric
         if "xid" in fams:
             yield from self._xid_families(snap, labels)
         if "health" in fams:
@@ -90,6 +103,8 @@ class SnapshotCollector:
             yield health
         if "hami" in fams:
             yield from self._hami_families(snap, labels)
+        if "nvlink" in fams:
+            yield from self._nvlink_families(snap, labels)
         if "process" in fams:
             procs = _family("gpufed_gpu_process_memory_used_bytes",
                             "GPU memory used by one process.", "gauge")
@@ -100,12 +115,35 @@ class SnapshotCollector:
                     ))
             yield procs
 
+    def _nvlink_families(self, snap: Snapshot, labels: dict[int, dict[str, str]]) -> Iterator[Metric]:
+        """Per-link series: the GPU's labels plus `link`; a value the GPU does not give is left out."""
+        up = _family("gpufed_nvlink_link_up", "1 if the NVLink is active, else 0.", "gauge")
+        counters = {
+            attr: _family(name, doc, "counter") for attr, name, doc in NVLINK_COUNTERS
+        }
+        crc = _family("gpufed_nvlink_crc_errors", "NVLink CRC errors, by type (flit, data).", "counter")
+        for index, reading in snap.readings.items():
+            for link in reading.links:
+                link_labels = {**labels[index], "link": str(link.link)}
+                up.samples.append(Sample(up.name, link_labels, 1.0 if link.up else 0.0))
+                for attr, family in counters.items():
+                    value = getattr(link, attr)
+                    if value is not None:
+                        family.samples.append(Sample(f"{family.name}_total", link_labels, value))
+                for kind, value in (("flit", link.crc_flit_errors), ("data", link.crc_data_errors)):
+                    if value is not None:
+                        crc.samples.append(Sample(f"{crc.name}_total", {**link_labels, "type": kind}, value))
+        for family in (up, *counters.values(), crc):
+            if family.samples:
+                yield family
+
     def _xid_families(self, snap: Snapshot, labels: dict[int, dict[str, str]]) -> Iterator[Metric]:
-        last = _family("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", "gauge")
-        for index in labels:
-            code = snap.last_xid.get(index, 0)
-            last.samples.append(Sample(last.name, {**labels[index], "err_code": str(code)}, float(code)))
-        yield last
+        for out in exposed("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", self._names):
+            last = _family(out.name, out.help, "gauge")
+            for index in labels:
+                code = snap.last_xid.get(index, 0)
+                last.samples.append(Sample(last.name, {**labels[index], "err_code": str(code)}, float(code)))
+            yield last
         total = _family("gpufed_gpu_xid_errors", "XID errors reported by the driver, by code.", "counter")
         seen = _family("gpufed_gpu_xid_last_seen_timestamp_seconds",
                        "Unix time the XID code was last reported.", "gauge")

@@ -45,6 +45,20 @@ class ProcessUsage:
 
 
 @dataclass(frozen=True, slots=True)
+class NvLinkReading:
+    """One NVLink of one GPU (the opt-in `nvlink` family); None: the GPU does not say."""
+
+    link: int
+    up: bool
+    tx_bytes: float | None = None
+    rx_bytes: float | None = None
+    crc_flit_errors: float | None = None
+    crc_data_errors: float | None = None
+    replay_errors: float | None = None
+    recovery_errors: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Reading:
     """Values read for one GPU in one collection.
 
@@ -57,6 +71,7 @@ class Reading:
     values: Mapping[str, float]
     processes: tuple[ProcessUsage, ...] = ()
     ok: bool = True
+    links: tuple[NvLinkReading, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

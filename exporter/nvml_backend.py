@@ -20,7 +20,7 @@ from functools import partial
 from typing import Any
 
 from exporter.errors import BackendError
-from exporter.models import GpuDevice, ProcessUsage, Reading, XidEvent
+from exporter.models import GpuDevice, NvLinkReading, ProcessUsage, Reading, XidEvent
 
 log = logging.getLogger(__name__)
 MIB = 1024 * 1024
@@ -46,6 +46,21 @@ GPM_METRICS = {
     "NVML_GPM_METRIC_SM_UTIL": "DCGM_FI_PROF_SM_ACTIVE",
     "NVML_GPM_METRIC_ANY_TENSOR_UTIL": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
     "NVML_GPM_METRIC_DRAM_BW_UTIL": "DCGM_FI_PROF_DRAM_ACTIVE",
+}
+# Per-link NVLink fields, read for every link in ONE nvmlDeviceGetFieldValues call with
+# (field id, scopeId = link): NvLinkReading attribute -> (pynvml constant, factor).
+# Throughput fields are cumulative KiB of data (no protocol overhead); the DL error fields
+# are per-link counters (nvml.h: NVML_FI_DEV_NVLINK_ERROR_DL_*).
+NVLINK_FIELDS: dict[str, tuple[str, float]] = {
+    "tx_bytes": ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", 1024.0),
+    "rx_bytes": ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", 1024.0),
+    "replay_errors": ("NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY", 1.0),
+    "recovery_errors": ("NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY", 1.0),
+}
+# CRC errors by type have no per-link field beyond link 11; the error-counter call has.
+NVLINK_CRC = {
+    "crc_flit_errors": "NVML_NVLINK_ERROR_DL_CRC_FLIT",
+    "crc_data_errors": "NVML_NVLINK_ERROR_DL_CRC_DATA",
 }
 # nvmlValue_t union member per nvmlValueType_t
 VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
@@ -83,6 +98,7 @@ class NvmlBackend:
         self._events: list[XidEvent] = []
         self._events_lock = threading.Lock()
         self._gpm_prev: dict[int, Any] = {}
+        self._links: dict[int, int] = {}  # GPU index -> NVLink count, probed once
         self._pcie_total: dict[tuple[int, str], float] = {}
         self._pcie_at: float | None = None
         self._stop = threading.Event()
@@ -160,13 +176,53 @@ class NvmlBackend:
                     values[metric] = float(int(self._pcie_total[key]))
         if "gpm" in wanted:
             values.update(self._read_gpm(index, handle))
+        links = self._read_nvlinks(index, handle) if "nvlink" in wanted else ()
         processes: tuple[ProcessUsage, ...] = ()
         if "process" in wanted:
             procs = opt(lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle)) or []
             processes = tuple(
                 ProcessUsage(int(p.pid), (p.usedGpuMemory or 0) / MIB) for p in procs
             )
-        return Reading(index, values, processes)
+        return Reading(index, values, processes, links=links)
+
+    def _link_count(self, handle: Any) -> int:
+        """Links that answer nvmlDeviceGetNvLinkState; a GPU without NVLink has none."""
+        nvml = self._nvml
+        count = 0
+        for link in range(nvml.NVML_NVLINK_MAX_LINKS):
+            try:
+                nvml.nvmlDeviceGetNvLinkState(handle, link)
+            except nvml.NVMLError as exc:
+                if self._unsupported(exc) or getattr(exc, "value", None) == nvml.NVML_ERROR_INVALID_ARGUMENT:
+                    break
+                raise
+            count = link + 1
+        return count
+
+    def _read_nvlinks(self, index: int, handle: Any) -> tuple[NvLinkReading, ...]:
+        """State per link, then every link's counters in one field-values call."""
+        nvml, opt = self._nvml, self._optional
+        links = self._links.get(index)
+        if links is None:
+            links = self._links[index] = self._link_count(handle)
+        if not links:
+            return ()
+        states = [nvml.nvmlDeviceGetNvLinkState(handle, link) == nvml.NVML_FEATURE_ENABLED
+                  for link in range(links)]
+        ids = [(getattr(nvml, name), link) for link in range(links) for name, _ in NVLINK_FIELDS.values()]
+        answers = iter(nvml.nvmlDeviceGetFieldValues(handle, ids))
+        out = []
+        for link in range(links):
+            values: dict[str, float | None] = {}
+            for attr, (_, scale) in NVLINK_FIELDS.items():
+                fv = next(answers)
+                ok = fv.nvmlReturn == nvml.NVML_SUCCESS
+                values[attr] = float(getattr(fv.value, VALUE_MEMBERS[fv.valueType])) * scale if ok else None
+            for attr, counter in NVLINK_CRC.items():
+                got = opt(partial(nvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, getattr(nvml, counter)))
+                values[attr] = None if got is None else float(got)
+            out.append(NvLinkReading(link, states[link], **values))
+        return tuple(out)
 
     def _read_core(self, handle: Any, values: dict[str, float]) -> None:
         nvml, opt = self._nvml, self._optional

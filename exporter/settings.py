@@ -88,6 +88,8 @@ class ExporterSettings(BaseSettings):
     families_include: Annotated[list[str], NoDecode] = Field(default_factory=list)
     families_exclude: Annotated[list[str], NoDecode] = Field(default_factory=list)
     hostname_label: Literal["Hostname", "hostname"] = "Hostname"
+    dcgm_names: Literal["3", "4", "both"] = Field(
+        default="3", description="DCGM metric names: 3 (dcgm-exporter <= 4.8), 4 (4.9+, DCGM 4.7) or both")
     hami_legacy: bool = False
     node_name: str | None = Field(
         default=None, validation_alias=AliasChoices("GPUFED_EXPORTER_NODE_NAME", "NODE_NAME", "node_name")
@@ -97,6 +99,9 @@ class ExporterSettings(BaseSettings):
     team: str = ""
     cluster: str = ""
     pod_attribution: Literal["none", "kubelet"] = "none"
+    pod_resources_socket: str = Field(default="/var/lib/kubelet/pod-resources/kubelet.sock",
+                                      min_length=1, description="kubelet pod-resources unix socket")
+    pod_resources_interval: float = Field(default=10.0, gt=0, description="seconds between List calls")
     kubernetes: bool = Field(default=False, description="running as a DaemonSet: no Consul registration")
     consul: str | None = Field(default=None, description="local agent host:port; unset: no registration")
     consul_token: str | None = None

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from exporter.models import GpuDevice, ProcessUsage, Reading, XidEvent
+from exporter.models import GpuDevice, NvLinkReading, ProcessUsage, Reading, XidEvent
 
 XID_WINDOW_S = 900.0
 # Application-level XIDs dominate real fleets; hardware ones are rare.
@@ -35,12 +35,13 @@ class GpuModel:
     sm_clock_mhz: int
     mem_clock_mhz: int
     gpm: bool
+    nvlinks: int = 0
 
 
 MODELS: dict[str, GpuModel] = {
-    "NVIDIA H100 80GB HBM3": GpuModel(81559, 70.0, 700.0, 1980, 2619, True),
-    "NVIDIA H200": GpuModel(143771, 75.0, 700.0, 1980, 3201, True),
-    "NVIDIA A100-SXM4-80GB": GpuModel(81920, 55.0, 400.0, 1410, 1593, False),
+    "NVIDIA H100 80GB HBM3": GpuModel(81559, 70.0, 700.0, 1980, 2619, True, 18),
+    "NVIDIA H200": GpuModel(143771, 75.0, 700.0, 1980, 3201, True, 18),
+    "NVIDIA A100-SXM4-80GB": GpuModel(81920, 55.0, 400.0, 1410, 1593, False, 12),
     "NVIDIA L40S": GpuModel(46068, 35.0, 350.0, 2520, 9001, False),
 }
 
@@ -156,7 +157,23 @@ class SimulatedBackend:
         if "process" in wanted and util > 10:
             pid = 10_000 + 100 * dev.index
             processes = (ProcessUsage(pid, float(used - 512)), ProcessUsage(pid + 1, 512.0))
-        return Reading(dev.index, values, processes)
+        links = self._links(dev, up, p) if "nvlink" in wanted else ()
+        return Reading(dev.index, values, processes, links=links)
+
+    def _links(self, dev: GpuDevice, up: float, p: dict[str, float]) -> tuple[NvLinkReading, ...]:
+        """Counters linear in uptime (so they only go up); one seeded link per node may be down."""
+        down = _rng(self._seed, self._node, "nvlink-down").randrange(0, 64)
+        out = []
+        for link in range(self._spec.nvlinks):
+            rate = 1e9 * p["base"] / 100 * (1.0 + 0.01 * link)  # ~0.25-0.75 GB/s per link
+            is_up = down != dev.index * self._spec.nvlinks + link
+            errs = _rng(self._seed, self._node, dev.index, "nvlink", link).choice((0.0, 0.0, 0.0, 1 / 3600))
+            out.append(NvLinkReading(
+                link, is_up, tx_bytes=float(int(up * rate)), rx_bytes=float(int(up * rate * 0.9)),
+                crc_flit_errors=float(int(up * errs)), crc_data_errors=0.0,
+                replay_errors=float(int(up * errs / 2)), recovery_errors=0.0,
+            ))
+        return tuple(out)
 
     def drain_xid_events(self) -> list[XidEvent]:
         """XIDs whose seeded time falls between the previous drain and now."""

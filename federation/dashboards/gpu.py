@@ -16,11 +16,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from federation.dashboards import dcgm
 from federation.dashboards.grafana import Dashboard, Panel, Query, Row, Variable
 
 MIB = 1048576
 REGION = 'region=~"$region"'
 GPU_SEL = 'region=~"$region", node=~"$node", gpu=~"$gpu"'
+# "A GPU is there" under DCGM 3.x or 4.x names (federation/dashboards/dcgm.py).
+GPU_ANY = dcgm.any_name("DCGM_FI_DEV_GPU_UTIL", REGION)
+GPU_ANY_POD = dcgm.any_name("DCGM_FI_DEV_GPU_UTIL", REGION + ', pod!=""')
+REPLAYS = dcgm.any_name("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", GPU_SEL)  # rate() needs a selector
 NODE_SEL = 'region=~"$region", node=~"$node"'
 HEALTH_MAP = (("1", "Healthy", "green"), ("0", "Unhealthy", "red"))
 UP_MAP = (("1", "Up", "green"), ("0", "Down", "red"))
@@ -29,7 +34,7 @@ RED_IF_ANY = (("green", None), ("red", 1.0))
 
 def per_gpu(metric: str, selector: str, by: str = "cluster, region, node, gpu") -> str:
     """One series per physical GPU (HA replica and hand-over copies collapsed)."""
-    return f"max by ({by}) ({metric}{{{selector}}})"
+    return f"max by ({by}) ({dcgm.metric(metric, selector)})"
 
 
 def _stat(title: str, expr: str, description: str, **kw: Any) -> Panel:
@@ -37,8 +42,8 @@ def _stat(title: str, expr: str, description: str, **kw: Any) -> Panel:
 
 
 def cluster_dashboard() -> Dashboard:
-    gpus = f'count(group by (cluster, node, gpu) (DCGM_FI_DEV_GPU_UTIL{{{REGION}}}))'
-    allocated = f'count(group by (cluster, node, gpu) (DCGM_FI_DEV_GPU_UTIL{{{REGION}, pod!=""}}))'
+    gpus = f'count(group by (cluster, node, gpu) ({GPU_ANY}))'
+    allocated = f'count(group by (cluster, node, gpu) ({GPU_ANY_POD}))'
     used = f"sum({per_gpu('DCGM_FI_DEV_FB_USED', REGION)}) * {MIB}"
     total = (f"sum(max by (cluster, region, node, gpu) (DCGM_FI_DEV_FB_USED{{{REGION}}}"
              f" + DCGM_FI_DEV_FB_FREE{{{REGION}}})) * {MIB}")
@@ -79,9 +84,9 @@ def cluster_dashboard() -> Dashboard:
     regions = Row("Per region", (
         Panel("Regions", "table", (
             Query(f"count by ({by_region}) (group by (cluster, region, node, gpu) "
-                  f"(DCGM_FI_DEV_GPU_UTIL{{{REGION}}}))", "GPUs", instant=True),
+                  f"({GPU_ANY}))", "GPUs", instant=True),
             Query(f'count by ({by_region}) (group by (cluster, region, node, gpu) '
-                  f'(DCGM_FI_DEV_GPU_UTIL{{{REGION}, pod!=""}}))', "allocated", instant=True),
+                  f'({GPU_ANY_POD}))', "allocated", instant=True),
             Query(f"gpufed:region_gpu_utilization:avg{{{REGION}}}", "mean util %", instant=True),
             Query(f"gpufed:region_gpu_memory_used:ratio{{{REGION}}}", "memory used", instant=True),
             Query(f"sum by ({by_region}) ({per_gpu('DCGM_FI_DEV_POWER_USAGE', REGION)})", "power W",
@@ -97,9 +102,9 @@ def cluster_dashboard() -> Dashboard:
               width=8),
         Panel("GPUs allocated by region", "timeseries", (
             Query(f'count by ({by_region}) (group by (cluster, region, node, gpu) '
-                  f'(DCGM_FI_DEV_GPU_UTIL{{{REGION}, pod!=""}}))', "{{region}} allocated"),
+                  f'({GPU_ANY_POD}))', "{{region}} allocated"),
             Query(f"count by ({by_region}) (group by (cluster, region, node, gpu) "
-                  f"(DCGM_FI_DEV_GPU_UTIL{{{REGION}}}))", "{{region}} total"),
+                  f"({GPU_ANY}))", "{{region}} total"),
         ), attribution, width=8),
         Panel("Unhealthy GPUs by region", "timeseries",
               (Query(f"count by ({by_region}) ({per_gpu('gpufed_gpu_health', REGION)} == 0)",
@@ -131,7 +136,7 @@ def cluster_dashboard() -> Dashboard:
         uid="gpufed-cluster", title="gpufed / GPU cluster",
         description="Fleet-wide GPU capacity, health, utilisation and per-region breakdown.",
         tags=("gpufed", "gpu"),
-        variables=(Variable("region", "Region", "DCGM_FI_DEV_GPU_UTIL"),),
+        variables=(Variable("region", "Region", dcgm.any_name("DCGM_FI_DEV_GPU_UTIL")),),
         rows=(fleet, regions, hot),
     )
 
@@ -228,7 +233,7 @@ def node_dashboard() -> Dashboard:
         ), "Volatile ECC error totals since the driver loaded; any double-bit error makes results "
            "on the GPU suspect."),
         Panel("PCIe replays", "timeseries", (Query(
-            f"max by (node, gpu) (rate(DCGM_FI_DEV_PCIE_REPLAY_COUNTER{{{GPU_SEL}}}[$__rate_interval]))",
+            f"max by (node, gpu) (rate({REPLAYS}[$__rate_interval]))",
             "{{node}} GPU {{gpu}}"),), "PCIe link retries per second; a steady rate points at a bad "
             "riser or slot.", unit="ops"),
         Panel("PCIe throughput", "timeseries", (
@@ -244,9 +249,9 @@ def node_dashboard() -> Dashboard:
         description="Per-GPU utilisation, memory, temperature, power, clocks, XID and health.",
         tags=("gpufed", "gpu"),
         variables=(
-            Variable("region", "Region", "DCGM_FI_DEV_GPU_UTIL"),
-            Variable("node", "Node", 'DCGM_FI_DEV_GPU_UTIL{region=~"$region"}'),
-            Variable("gpu", "GPU", 'DCGM_FI_DEV_GPU_UTIL{region=~"$region", node=~"$node"}'),
+            Variable("region", "Region", dcgm.any_name("DCGM_FI_DEV_GPU_UTIL")),
+            Variable("node", "Node", dcgm.any_name("DCGM_FI_DEV_GPU_UTIL", REGION)),
+            Variable("gpu", "GPU", dcgm.any_name("DCGM_FI_DEV_GPU_UTIL", 'region=~"$region", node=~"$node"')),
         ),
         rows=(health, usage, physical, errors),
     )

@@ -18,11 +18,13 @@ identifying labels vary (HAMi, kube-state-metrics).
 
 from __future__ import annotations
 
+from federation.dashboards import dcgm
 from federation.dashboards.grafana import Dashboard, Panel, Query, Row, Variable
 
 MIB = 1048576
 POD_SEL = 'region=~"$region", namespace=~"$namespace", pod=~"$pod", pod!=""'
 NS_SEL = 'region=~"$region", namespace=~"$namespace", pod!=""'
+NS_GPUS = dcgm.any_name("DCGM_FI_DEV_GPU_UTIL", NS_SEL)  # attributed GPUs under 3.x or 4.x names
 HAMI_POD = 'podnamespace=~"$namespace", podname=~"$pod"'
 HAMI_NS = 'podnamespace=~"$namespace"'
 REGION = 'region=~"$region"'
@@ -40,22 +42,22 @@ NO_KSM = ("Source: kube-state-metrics `kube_resourcequota` for resources matchin
 
 def per_pod_gpu(metric: str, selector: str) -> str:
     """One series per (pod, GPU): HA replica and hand-over copies collapsed."""
-    return f"max by (namespace, pod, container, node, gpu) ({metric}{{{selector}}})"
+    return f"max by (namespace, pod, container, node, gpu) ({dcgm.metric(metric, selector)})"
 
 
 def dedup(metric: str, selector: str) -> str:
     """One series per source series: HA replica and hand-over copies collapsed."""
-    return f"max without (shard, replica) ({metric}{{{selector}}})"
+    return f"max without (shard, replica) ({dcgm.metric(metric, selector)})"
 
 
 def pod_dashboard() -> Dashboard:
     namespaces = Row("Namespaces", (
         Panel("Attributed GPUs", "stat", (Query(
-            f"count(group by (node, gpu) (DCGM_FI_DEV_GPU_UTIL{{{NS_SEL}}}))", instant=True),),
+            f"count(group by (node, gpu) ({NS_GPUS}))", instant=True),),
             "GPUs held by pods in the chosen namespaces. " + NO_ATTRIBUTION, width=4, height=8,
             no_value="0"),
         Panel("GPUs per namespace", "timeseries", (Query(
-            f"count by (namespace) (group by (namespace, node, gpu) (DCGM_FI_DEV_GPU_UTIL{{{NS_SEL}}}))",
+            f"count by (namespace) (group by (namespace, node, gpu) ({NS_GPUS}))",
             "{{namespace}}"),), "GPUs held by each namespace's pods. " + NO_ATTRIBUTION, width=6,
             stacked=True),
         Panel("GPU memory per namespace", "timeseries", (Query(
@@ -110,10 +112,11 @@ def pod_dashboard() -> Dashboard:
         description="GPU utilisation and memory per pod and namespace, where pods are attributed to GPUs.",
         tags=("gpufed", "gpu", "kubernetes"),
         variables=(
-            Variable("region", "Region", "DCGM_FI_DEV_GPU_UTIL"),
-            Variable("namespace", "Namespace", 'DCGM_FI_DEV_GPU_UTIL{region=~"$region", pod!=""}'),
-            Variable("pod", "Pod",
-                     'DCGM_FI_DEV_GPU_UTIL{region=~"$region", namespace=~"$namespace", pod!=""}'),
+            Variable("region", "Region", dcgm.any_name("DCGM_FI_DEV_GPU_UTIL")),
+            Variable("namespace", "Namespace",
+                     dcgm.any_name("DCGM_FI_DEV_GPU_UTIL", 'region=~"$region", pod!=""')),
+            Variable("pod", "Pod", dcgm.any_name(
+                "DCGM_FI_DEV_GPU_UTIL", 'region=~"$region", namespace=~"$namespace", pod!=""')),
         ),
         rows=(namespaces, pods, hami),
     )
@@ -124,7 +127,7 @@ def pod_dashboard() -> Dashboard:
 NAMESPACE_UNION = (
     'count by (namespace) (kube_resourcequota{resource=~".*nvidia\\\\.com/.*"})'
     ' or count by (podnamespace) (vGPUMemoryAllocated)'
-    ' or count by (namespace) (DCGM_FI_DEV_GPU_UTIL{pod!=""})'
+    ' or count by (namespace) (' + dcgm.any_name("DCGM_FI_DEV_GPU_UTIL", 'pod!=""') + ')'
 )
 
 
@@ -175,7 +178,7 @@ def quota_dashboard() -> Dashboard:
     ))
     usage = Row("Without a scheduler: GPU use per namespace (pod attribution)", (
         Panel("GPUs in use per namespace", "timeseries", (Query(
-            f"count by (namespace) (group by (namespace, node, gpu) (DCGM_FI_DEV_GPU_UTIL{{{NS_SEL}}}))",
+            f"count by (namespace) (group by (namespace, node, gpu) ({NS_GPUS}))",
             "{{namespace}}"),), "Use only (no limit): GPUs whose series carry the namespace's pod "
             "labels. Shows with neither HAMi nor kube-state-metrics. " + NO_ATTRIBUTION, width=8,
             stacked=True),
@@ -194,7 +197,7 @@ def quota_dashboard() -> Dashboard:
                     "GPU use per namespace where no quota source exists.",
         tags=("gpufed", "gpu", "kubernetes"),
         variables=(
-            Variable("region", "Region", "DCGM_FI_DEV_GPU_UTIL"),
+            Variable("region", "Region", dcgm.any_name("DCGM_FI_DEV_GPU_UTIL")),
             Variable("namespace", "Namespace", NAMESPACE_UNION, union=True),
         ),
         rows=(ksm, hami, usage),

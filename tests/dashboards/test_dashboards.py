@@ -165,3 +165,16 @@ def test_readme_check_command_runs_as_written() -> None:
     done = subprocess.run([sys.executable, "-m", "federation.dashboards.build"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_dcgm4_table_matches_the_exporter() -> None:
+    """The dashboards' 3.x -> 4.x table is the exporter's (federation does not import it)."""
+    from exporter.naming import DCGM4 as EXPORTER_DCGM4
+    from federation.dashboards import dcgm
+
+    assert {old: (new.name, new.divisor) for old, new in EXPORTER_DCGM4.items()} == dcgm.DCGM4
+    assert dcgm.metric("DCGM_FI_DEV_GPU_UTIL", 'node="a"') == (
+        '(DCGM_FI_DEV_GPU_UTIL{node="a"} or DCGM_FI_DEV_GPU_UTIL_RATIO{node="a"} * 100)')
+    assert dcgm.metric("DCGM_FI_DEV_FB_USED", 'node="a"') == 'DCGM_FI_DEV_FB_USED{node="a"}'
+    expected = '{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_GPU_UTIL_RATIO"}'
+    assert dcgm.any_name("DCGM_FI_DEV_GPU_UTIL") == expected

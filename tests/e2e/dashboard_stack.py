@@ -107,7 +107,9 @@ class AttributedNode:
         collection = Collection(backend, FAMILIES, attribution=StaticPods(pods), timeout=None)
         registry = CollectorRegistry(auto_describe=False)
         policy = LabelPolicy(SPECIAL, placement={"region": REGIONS[0]})
-        registry.register(SnapshotCollector(collection, policy))
+        # A fleet halfway through the DCGM 4.x upgrade: the fleet nodes keep 3.x names, this
+        # node (the only one with pods) serves 4.x names, so every pod panel reads 4.x series.
+        registry.register(SnapshotCollector(collection, policy, dcgm_names="4"))
         collection.collect_once()
         loop = CollectionLoop([collection], interval=0.5)
         http = HttpServer(NodeRoutes(registry, ready=lambda: True), host="127.0.0.1", port=0)

@@ -219,7 +219,8 @@ def test_fleet_stats_count_each_gpu_once_across_ha_replicas(stack: Stack) -> Non
         (sample,) = stack.query(panel_expr("gpufed-cluster", title, values))
         return float(sample["value"][1])
 
-    raw = wait_for(lambda: int(stack.query("count(DCGM_FI_DEV_GPU_UTIL)")[0]["value"][1]) == 2 * GPUS_TOTAL
+    both = 'count({__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_GPU_UTIL_RATIO"})'  # 3.x and 4.x nodes
+    raw = wait_for(lambda: int(stack.query(both)[0]["value"][1]) == 2 * GPUS_TOTAL
                    or None, timeout=CONVERGE_S, what="both replicas of every GPU series at the master")
     assert raw
     assert value("GPUs") == GPUS_TOTAL

@@ -27,6 +27,17 @@ NVML_PCIE_UTIL_RX_BYTES = 1
 NVML_VALUE_TYPE_DOUBLE = 0
 NVML_VALUE_TYPE_UNSIGNED_INT = 1
 NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_FEATURE_ENABLED = 1
+NVML_NVLINK_MAX_LINKS = 36
+NVML_NVLINK_ERROR_DL_REPLAY = 0
+NVML_NVLINK_ERROR_DL_RECOVERY = 1
+NVML_NVLINK_ERROR_DL_CRC_FLIT = 2
+NVML_NVLINK_ERROR_DL_CRC_DATA = 3
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY = 161
+NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY = 162
 NVML_FI_DEV_ECC_SBE_VOL_TOTAL = 3
 NVML_FI_DEV_ECC_DBE_VOL_TOTAL = 4
 NVML_FI_DEV_ECC_SBE_AGG_TOTAL = 5
@@ -86,6 +97,9 @@ class FakeGpu:
     mem_clock: int = 2619
     pcie_kb_s: int = 1000
     gpm: bool = True
+    nvlinks: int = 0  # links that answer nvmlDeviceGetNvLinkState
+    nvlinks_down: set[int] = field(default_factory=set)
+    nvlink_tx_kib: int = 5_000_000
     unsupported: set[str] = field(default_factory=set)  # method names or NVML_FI_* names
     lost: bool = False
 
@@ -109,7 +123,9 @@ _FIELD_NAMES = {
     3: "NVML_FI_DEV_ECC_SBE_VOL_TOTAL", 4: "NVML_FI_DEV_ECC_DBE_VOL_TOTAL",
     5: "NVML_FI_DEV_ECC_SBE_AGG_TOTAL", 6: "NVML_FI_DEV_ECC_DBE_AGG_TOTAL", 82: "NVML_FI_DEV_MEMORY_TEMP",
     83: "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 94: "NVML_FI_DEV_PCIE_REPLAY_COUNTER",
-    186: "NVML_FI_DEV_POWER_INSTANT",
+    186: "NVML_FI_DEV_POWER_INSTANT", 138: "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX",
+    139: "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", 161: "NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY",
+    162: "NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY",
 }
 
 
@@ -174,14 +190,33 @@ class FakeNvml:
         gpu = self._gpu(handle, "nvmlDeviceGetFieldValues")
         values = {3: 2, 4: 0, 5: 7, 6: 1, 82: gpu.memory_temp, 83: gpu.energy_mj, 94: 3, 186: gpu.power_mw}
         out = []
-        for field_id in ids:
+        for requested in ids:
+            # pynvml takes a field id, or (field id, scopeId) for per-link NVLink fields.
+            field_id, link = requested if isinstance(requested, tuple) else (requested, None)
             ret = NVML_ERROR_NOT_SUPPORTED if _FIELD_NAMES[field_id] in gpu.unsupported else NVML_SUCCESS
             kind = _FIELD_TYPES.get(field_id, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG)
             # A union: only the member of this value type holds the answer.
             value = SimpleNamespace(**{member: 0 for member in _MEMBERS})
-            setattr(value, _MEMBERS[kind], values[field_id])
+            if link is not None:
+                per_link = {138: gpu.nvlink_tx_kib * (link + 1), 139: gpu.nvlink_tx_kib * (link + 1) // 2,
+                            161: link, 162: 0}
+                setattr(value, _MEMBERS[kind], per_link[field_id])
+            else:
+                setattr(value, _MEMBERS[kind], values[field_id])
             out.append(SimpleNamespace(fieldId=field_id, nvmlReturn=ret, valueType=kind, value=value))
         return out
+
+    def nvmlDeviceGetNvLinkState(self, handle: FakeGpu, link: int) -> int:
+        gpu = self._gpu(handle, "nvmlDeviceGetNvLinkState")
+        if link >= gpu.nvlinks:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return 0 if link in gpu.nvlinks_down else NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle: FakeGpu, link: int, counter: int) -> int:
+        gpu = self._gpu(handle, "nvmlDeviceGetNvLinkErrorCounter")
+        if link >= gpu.nvlinks:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return {NVML_NVLINK_ERROR_DL_CRC_FLIT: 10 + link, NVML_NVLINK_ERROR_DL_CRC_DATA: link}[counter]
 
     def nvmlDeviceGetTemperature(self, handle: FakeGpu, sensor: int) -> int:
         return self._gpu(handle, "nvmlDeviceGetTemperature").temp

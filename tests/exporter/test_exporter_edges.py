@@ -75,7 +75,7 @@ SIM = ["--backend", "simulated", "--gpus", "1"]
     (["bench", "--gpus", "-1"], "--gpus"),
     (["bench", "fleet", "--concurrency", "0"], "--concurrency"),
     (["bench", "fleet", "--target", "nonsense"], "--target: expected HOST:PORT"),
-    (["--families", "nvlink", *SIM], "unknown families"),
+    (["--families", "infiniband", *SIM], "unknown families"),
 ])
 def test_startup_errors_are_one_line_and_exit_2(argv, expect, capsys, monkeypatch) -> None:
     assert expect in run_main(argv, capsys, monkeypatch)

@@ -130,7 +130,7 @@ def test_family_keep_and_deny_lists() -> None:
     assert b"DCGM_FI_PROF_" not in body  # gpm is opt-in
     assert b"DCGM_FI_DEV_GPU_UTIL" in body
     with pytest.raises(ConfigError, match="unknown metric families"):
-        select_families(include=["nvlink"])
+        select_families(include=["infiniband"])
 
 
 def test_pod_labels_from_attribution() -> None:

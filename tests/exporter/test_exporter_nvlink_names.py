@@ -1,0 +1,151 @@
+"""`--dcgm-names 3|4|both` and the `nvlink` family: exact exposition bytes from the fake NVML."""
+
+from __future__ import annotations
+
+import pytest
+from fake_nvml import FakeGpu, FakeNvml
+from prometheus_client import CollectorRegistry, generate_latest
+from typer.testing import CliRunner
+
+from exporter import cli
+from exporter.catalogue import select_families
+from exporter.collection import Collection
+from exporter.exposition import LabelPolicy, SnapshotCollector
+from exporter.naming import DCGM4, UNCONFIRMED, DcgmNames, exposed
+from exporter.nvml_backend import NvmlBackend
+from exporter.simulated import SimulatedBackend
+
+UUID = "GPU-00000000-0000-0000-0000-000000000000"
+LABELS = (f'Hostname="node-a",UUID="{UUID}",device="nvidia0",gpu="0",'
+          'modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:18:00.0"')
+
+
+def scrape(gpu: FakeGpu, families: frozenset[str], names: DcgmNames = "3") -> str:
+    backend = NvmlBackend(FakeNvml([gpu]), event_timeout_ms=20)
+    try:
+        collection = Collection(backend, families, timeout=None, clock=lambda: 1.0, timer=lambda: 0.0)
+        assert collection.collect_once()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(SnapshotCollector(collection, LabelPolicy("node-a"), dcgm_names=names))
+        return generate_latest(registry).decode()
+    finally:
+        backend.close()
+
+
+def lines(text: str, prefix: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
+def test_dcgm4_names_and_units_exact() -> None:
+    text = scrape(FakeGpu(uuid=UUID), select_families(), "4")
+    assert lines(text, "DCGM_FI_DEV_GPU_UTIL") == [f"DCGM_FI_DEV_GPU_UTIL_RATIO{{{LABELS}}} 0.7"]
+    assert lines(text, "DCGM_FI_DEV_GPU_TEMP") == [f"DCGM_FI_DEV_GPU_TEMP_CELSIUS{{{LABELS}}} 55.0"]
+    power = lines(text, "DCGM_FI_DEV_BOARD_POWER_WATTS")
+    assert power == [f"DCGM_FI_DEV_BOARD_POWER_WATTS{{{LABELS}}} 450.0"]
+    assert lines(text, "DCGM_FI_DEV_PCIE_REPLAY") == [f"DCGM_FI_DEV_PCIE_REPLAY_TOTAL{{{LABELS}}} 3.0"]
+    xid_labels = LABELS.replace('gpu="0"', 'err_code="0",gpu="0"')
+    assert lines(text, "DCGM_FI_DEV_XID_ERROR") == [f"DCGM_FI_DEV_XID_ERROR{{{xid_labels}}} 0.0"]
+    for old in DCGM4:
+        assert not lines(text, old + "{"), f"{old} must not appear with --dcgm-names 4"
+    # Not confirmed for DCGM 4.7: kept under the 3.x name and unit.
+    assert lines(text, "DCGM_FI_DEV_FB_USED{") == [f"DCGM_FI_DEV_FB_USED{{{LABELS}}} 40000.0"]
+
+
+def test_dcgm3_is_unchanged_and_both_writes_each_renamed_reading_twice() -> None:
+    three = scrape(FakeGpu(uuid=UUID), select_families(), "3")
+    both = scrape(FakeGpu(uuid=UUID), select_families(), "both")
+    assert lines(three, "DCGM_FI_DEV_GPU_UTIL") == [f"DCGM_FI_DEV_GPU_UTIL{{{LABELS}}} 70.0"]
+    assert lines(both, "DCGM_FI_DEV_GPU_UTIL") == [
+        f"DCGM_FI_DEV_GPU_UTIL{{{LABELS}}} 70.0", f"DCGM_FI_DEV_GPU_UTIL_RATIO{{{LABELS}}} 0.7",
+    ]
+    # every 3.x line is still there in `both`, with the same labels
+    samples = [line for line in three.splitlines() if line.startswith("DCGM_FI")]
+    assert set(samples) <= set(both.splitlines())
+
+
+def test_naming_table_is_consistent() -> None:
+    assert not set(DCGM4) & set(UNCONFIRMED)
+    assert exposed("DCGM_FI_DEV_FB_USED", "h", "4")[0].name == "DCGM_FI_DEV_FB_USED"
+    assert [r.name for r in exposed("DCGM_FI_DEV_GPU_TEMP", "h", "both")] == [
+        "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP_CELSIUS"]
+
+
+def test_nvlink_per_link_exact_bytes() -> None:
+    gpu = FakeGpu(uuid=UUID, nvlinks=2, nvlinks_down={1})
+    text = scrape(gpu, frozenset({"nvlink"}))
+    nv = [line for line in text.splitlines() if "nvlink" in line]
+    link = {i: LABELS.replace('modelName=', f'link="{i}",modelName=') for i in (0, 1)}
+    assert nv == [
+        "# HELP gpufed_nvlink_link_up 1 if the NVLink is active, else 0.",
+        "# TYPE gpufed_nvlink_link_up gauge",
+        f"gpufed_nvlink_link_up{{{link[0]}}} 1.0",
+        f"gpufed_nvlink_link_up{{{link[1]}}} 0.0",
+        "# HELP gpufed_nvlink_tx_bytes_total Bytes of data sent over the NVLink.",
+        "# TYPE gpufed_nvlink_tx_bytes_total counter",
+        f"gpufed_nvlink_tx_bytes_total{{{link[0]}}} 5.12e+09",
+        f"gpufed_nvlink_tx_bytes_total{{{link[1]}}} 1.024e+10",
+        "# HELP gpufed_nvlink_rx_bytes_total Bytes of data received over the NVLink.",
+        "# TYPE gpufed_nvlink_rx_bytes_total counter",
+        f"gpufed_nvlink_rx_bytes_total{{{link[0]}}} 2.56e+09",
+        f"gpufed_nvlink_rx_bytes_total{{{link[1]}}} 5.12e+09",
+        "# HELP gpufed_nvlink_replay_errors_total NVLink data-link replays (retransmissions).",
+        "# TYPE gpufed_nvlink_replay_errors_total counter",
+        f"gpufed_nvlink_replay_errors_total{{{link[0]}}} 0.0",
+        f"gpufed_nvlink_replay_errors_total{{{link[1]}}} 1.0",
+        "# HELP gpufed_nvlink_recovery_errors_total NVLink link recoveries (retraining).",
+        "# TYPE gpufed_nvlink_recovery_errors_total counter",
+        f"gpufed_nvlink_recovery_errors_total{{{link[0]}}} 0.0",
+        f"gpufed_nvlink_recovery_errors_total{{{link[1]}}} 0.0",
+        "# HELP gpufed_nvlink_crc_errors_total NVLink CRC errors, by type (flit, data).",
+        "# TYPE gpufed_nvlink_crc_errors_total counter",
+        f'gpufed_nvlink_crc_errors_total{{{link[0]},type="flit"}} 10.0',
+        f'gpufed_nvlink_crc_errors_total{{{link[0]},type="data"}} 0.0',
+        f'gpufed_nvlink_crc_errors_total{{{link[1]},type="flit"}} 11.0',
+        f'gpufed_nvlink_crc_errors_total{{{link[1]},type="data"}} 1.0',
+    ]
+
+
+def test_nvlink_batched_and_absent_without_links() -> None:
+    other = UUID.replace("0000-0000-0000-", "1111-0000-0000-")
+    nvml = FakeNvml([FakeGpu(uuid=UUID, nvlinks=18), FakeGpu(uuid=other)])
+    backend = NvmlBackend(nvml, event_timeout_ms=20)
+    try:
+        for _ in range(3):
+            readings = backend.read({"nvlink"})
+        assert [len(r.links) for r in readings.values()] == [18, 0]
+        # one field-values call per GPU with links per read; links probed once
+        assert nvml.calls["nvmlDeviceGetFieldValues"] == 3
+        # links probed once (the refused link 18 included), then 18 state calls per read
+        assert nvml.calls["nvmlDeviceGetNvLinkState"] == (18 + 1) + 1 + 3 * 18
+    finally:
+        backend.close()
+
+
+def test_simulated_nvlink_counters_grow() -> None:
+    now = [1_700_000_000.0]
+    backend = SimulatedBackend(2, seed=3, node="n", clock=lambda: now[0])
+    now[0] += 60
+    first = backend.read({"nvlink"})[0].links
+    now[0] += 60
+    second = backend.read({"nvlink"})[0].links
+    assert len(first) == 18
+    assert all(b.tx_bytes > a.tx_bytes > 0 for a, b in zip(first, second, strict=True))  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(("value", "ok"), [("4", True), ("both", True), ("5", False)])
+def test_cli_flag_validates(value: str, ok: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = {}
+
+    def record(app) -> None:  # built, never started: release its socket and backend
+        seen["names"] = app.settings.dcgm_names
+        app.stop()
+
+    monkeypatch.setattr(cli, "run_until_signal", record)
+    result = CliRunner().invoke(cli.cli, ["serve", "--backend", "simulated", "--listen", "127.0.0.1:0",
+                                          "--dcgm-names", value])
+    if ok:
+        assert result.exit_code == 0, result.output
+        assert seen["names"] == value
+    else:
+        assert result.exit_code == 2
+        assert "--dcgm-names" in result.output and "'5'" in result.output
