@@ -17,10 +17,10 @@ NO_NVLINK = (" Source: gpufed-exporter family `nvlink` with pod attribution, and
              "without them.")
 
 
-def nvlink_rate(metric: str, extra: str = "") -> str:
-    """Per (job, GPU, link) rate, HA copies collapsed."""
-    return of_job(f"max by (namespace, pod, node, gpu, link) "
-                  f"(rate({metric}{{{SEL}{extra}}}[$__rate_interval]))")
+def nvlink_rate(metric: str, *, keep: str = "") -> str:
+    """Per (job, GPU, link) rate, HA copies collapsed; ``keep`` names extra labels kept."""
+    return of_job(f"max by (namespace, pod, node, gpu, link{keep}) "
+                  f"(rate({metric}{{{SEL}}}[$__rate_interval]))")
 
 
 LINKS_DOWN = f"max by (namespace, pod, node, gpu, link) (gpufed_nvlink_link_up{{{SEL}}}) == 0"
@@ -34,7 +34,7 @@ def distributed_dashboard() -> Dashboard:
             Query(f"sum by ({BY_JOB}) ({nvlink_rate('gpufed_nvlink_rx_bytes_total')})", "{{owner_name}} rx"),
         ), "Bytes per second over all NVLinks of the job's GPUs." + NO_NVLINK, unit="Bps"),
         Panel("NVLink errors per job", "timeseries", (
-            Query(f"sum by ({BY_JOB}, type) ({nvlink_rate('gpufed_nvlink_crc_errors_total')})",
+            Query(f"sum by ({BY_JOB}, type) ({nvlink_rate('gpufed_nvlink_crc_errors_total', keep=', type')})",
                   "{{owner_name}} CRC {{type}}"),
             Query(f"sum by ({BY_JOB}) ({nvlink_rate('gpufed_nvlink_replay_errors_total')})",
                   "{{owner_name}} replay"),

@@ -119,6 +119,8 @@ def test_panels_show_what_the_series_imply(prom: PrometheusProcess) -> None:
     # 8 GPUs x 4 links x 2 GB/s once the 5s window holds its samples.
     wait_for(lambda: value(prom, d, "NVLink throughput per job")[job] == pytest.approx(64e9, rel=0.1) or None,
              timeout=20, what="NVLink tx rate of llama-ft")
+    crc = value(prom, d, "NVLink errors per job", "A")
+    assert sorted(key.rsplit(",", 1)[1] for key in crc) == ["type=data", "type=flit"]
     errors = value(prom, d, "NVLink errors per job", "B")
     assert list(errors) == [job] and 0 < errors[job] < 4  # GPU 5's 4 links, 0.5 replays/s each (whole counts)
 
