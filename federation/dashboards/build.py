@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from federation.dashboards import DASHBOARDS_DIR
+from federation.dashboards.distributed import distributed_dashboard
 from federation.dashboards.gpu import cluster_dashboard, node_dashboard
 from federation.dashboards.grafana import Dashboard, render_dashboard
 from federation.dashboards.health import federation_dashboard
+from federation.dashboards.training import training_dashboard
 from federation.dashboards.workloads import pod_dashboard, quota_dashboard
 
 DEFINITIONS: tuple[Callable[[], Dashboard], ...] = (
@@ -26,6 +28,8 @@ DEFINITIONS: tuple[Callable[[], Dashboard], ...] = (
     pod_dashboard,
     quota_dashboard,
     federation_dashboard,
+    training_dashboard,
+    distributed_dashboard,
 )
 
 

@@ -30,7 +30,8 @@ from federation.dashboards.grafana import (
 ROOT = Path(__file__).resolve().parents[2]
 BUILTINS = {"__rate_interval", "__range", "__interval", "__all"}
 VARIABLE_REF = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
-EXPECTED = {"gpufed-cluster", "gpufed-node", "gpufed-workloads", "gpufed-quota", "gpufed-federation"}
+EXPECTED = {"gpufed-cluster", "gpufed-node", "gpufed-workloads", "gpufed-quota", "gpufed-federation",
+            "gpufed-training", "gpufed-distributed"}
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -54,7 +55,7 @@ def test_committed_json_equals_generator_output() -> None:
     assert stale == [], f"{stale} differ from the generator: python -m federation.dashboards.build --write"
 
 
-def test_the_five_dashboards_ship_as_package_files() -> None:
+def test_the_dashboards_ship_as_package_files() -> None:
     assert set(DASHBOARDS) == EXPECTED
     assert all(path.parent == DASHBOARDS_DIR for path in dashboard_files())
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from alertmanager.dingtalk import labels as alert_labels
 from alertmanager.dingtalk.config import DINGTALK_MAX_BYTES
 from alertmanager.dingtalk.payload import WebhookMessage
 from alertmanager.dingtalk.render import PartInfo, Renderer, merge
@@ -97,3 +98,50 @@ def test_merge_joins_parts_within_one_message() -> None:
     merged = merge([one, two])
     assert one.text in merged.text and two.text in merged.text
     assert merged.alerts == 2 and merged.title.endswith("(+1 more)")
+
+
+UUID = "GPU-5f3c1a2e-8b7d-4c1e-9a0f-2d6b7e8c9f01"
+NOISY = {"Hostname": "gpu-node-07", "UUID": UUID, "cluster": "ack-bj-prod",
+         "component": "gpu", "device": "nvidia3", "env": "prod", "err_code": "79", "team": "llm-pretrain",
+         "instance": "10.0.7.7:9400", "severity": "critical"}
+
+
+def test_alert_leads_with_node_gpu_region_team_then_summary_runbook_and_folded_details() -> None:
+    raw = alert(7, **NOISY)
+    raw["annotations"]["runbook_url"] = "https://runbooks.example/gpu/xid-79"
+    msg = message([raw])
+    text = Renderer(relay_config()).render("cn-bj", msg, msg.alerts, ONE).text
+    lines = text.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("- **GPUXidError**"))
+    assert lines[head] == ("- **GPUXidError** critical "
+                           "node=node-0007 · gpu=7 · region=cn-bj · team=llm-pretrain")
+    assert lines[head + 1].startswith("  Xid 79 on GPU 7")
+    assert lines[head + 2] == "  Runbook: https://runbooks.example/gpu/xid-79"
+    assert lines[head + 3] == ("  <font color=#888888>details: Hostname=gpu-node-07 "
+                               f"UUID={UUID} cluster=ack-bj-prod component=gpu "
+                               "device=nvidia3 env=prod err_code=79 instance=10.0.7.7:9400</font>")
+    assert "severity=" not in text and "alertname=" not in text
+
+
+def test_lead_falls_back_to_hostname_and_drops_its_duplicate() -> None:
+    labels = {"Hostname": "n7", "gpus": "0,3", "region": "r", "alertname": "GPUTemperatureHigh", "x": "1"}
+    assert alert_labels.lead(labels) == "node=n7 · gpu=0,3 · region=r"
+    assert alert_labels.folded(labels) == "x=1"
+    assert alert_labels.folded({"node": "n7", "Hostname": "n7", "y": "2"}) == "y=2"
+    assert alert_labels.lead({"alertname": "A"}) == ""
+
+
+def test_folded_labels_are_capped_with_a_count() -> None:
+    labels = {f"label{i:02d}": "v" * 30 for i in range(40)}
+    out = alert_labels.folded(labels)
+    assert len(out.encode()) <= alert_labels.FOLD_MAX_BYTES + len(" (+99 more)")
+    kept = out.count("=")
+    assert out.endswith(f"(+{40 - kept} more)") and 0 < kept < 40
+
+
+def test_many_noisy_alerts_still_split_under_the_limit_and_all_lead() -> None:
+    msg = message([alert(i, **NOISY) for i in range(300)])
+    parts = split(Renderer(relay_config()), "cn-bj", msg, limit=19_000)
+    assert len(parts) > 1 and all(part.size() <= 19_000 for part in parts)
+    heads = [line for part in parts for line in part.text.splitlines() if line.startswith("- **")]
+    assert len(heads) == 300 and all(" · team=llm-pretrain" in line for line in heads)

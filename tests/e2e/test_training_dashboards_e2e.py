@@ -1,0 +1,130 @@
+"""Every query of the training-jobs and distributed-training dashboards, on a real Prometheus.
+
+Prometheus 2.42 scrapes ``training_series.SeriesServer`` (kube-state-metrics, DCGM with
+pod attribution, NVLink, training-operator and ElasticQuota series) every second and
+loads the rule pack's ``gpu.yml``, so per-job panels read the same records as in
+production. Every query must return series, for ``$namespace`` = all and = ``training``,
+and the headline panels must return the values the series imply.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from conftest import ROOT, require_tool, wait_for
+from prom_process import PrometheusProcess
+from training_series import NS, SeriesServer
+
+from federation.dashboards import DASHBOARDS_DIR
+
+pytestmark = pytest.mark.e2e
+
+UIDS = ("gpufed-training", "gpufed-distributed")
+VARIABLE_REF = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
+BUILTINS = {"__rate_interval": "5s"}  # Grafana: at least 4 scrape intervals (1s here)
+
+
+@pytest.fixture(scope="module")
+def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
+    root = tmp_path_factory.mktemp("training")
+    with SeriesServer() as series, httpx.Client(timeout=5.0) as client:
+        (root / "prometheus.yml").write_text(yaml.safe_dump({
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(ROOT / "federation" / "rules" / "gpu.yml")],
+            "scrape_configs": [{"job_name": "cluster", "static_configs": [
+                {"targets": [f"127.0.0.1:{series.port}"]}]}],
+        }))
+        with PrometheusProcess(require_tool("prometheus"), config=root / "prometheus.yml", data=root / "data",
+                               log=root / "prom.log", client=client) as proc:
+            proc.wait_ready()
+            yield proc
+
+
+def targets() -> list[tuple[str, str, str, str]]:
+    out = []
+    for uid in UIDS:
+        model = json.loads((DASHBOARDS_DIR / f"{uid}.json").read_text(encoding="utf-8"))
+        for panel in model["panels"]:
+            for target in panel.get("targets", []):
+                out.append((uid, panel["title"], target["refId"], target["expr"]))
+    return out
+
+
+def substitute(expr: str, namespace: str) -> str:
+    values = {**BUILTINS, "namespace": namespace}
+    return VARIABLE_REF.sub(lambda m: values[m.group(1) or m.group(2)], expr)
+
+
+def results(prom: PrometheusProcess, namespace: str) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    return {(uid, title, ref): prom.query(substitute(expr, namespace)) for uid, title, ref, expr in targets()}
+
+
+@pytest.mark.parametrize("namespace", [".*", NS])
+def test_every_query_returns_series(prom: PrometheusProcess, namespace: str) -> None:
+    def ready() -> dict[tuple[str, str, str], list[dict[str, Any]]] | None:
+        found = results(prom, namespace)
+        return found if all(found.values()) else None
+
+    try:
+        found = wait_for(ready, timeout=30, what="every panel query to return series")
+    except AssertionError:
+        empty = [key for key, value in results(prom, namespace).items() if not value]
+        raise AssertionError(f"no series for {empty}") from None
+    print(json.dumps({"namespace": namespace, "queries": len(found)}))
+
+
+def value(prom: PrometheusProcess, uid: str, title: str, ref: str = "A") -> dict[str, float]:
+    (expr,) = [e for u, t, r, e in targets() if (u, t, r) == (uid, title, ref)]
+    out = {}
+    for sample in prom.query(substitute(expr, ".*")):
+        key = ",".join(f"{k}={v}" for k, v in sorted(sample["metric"].items()))
+        out[key] = round(float(sample["value"][1]), 3)
+    return out
+
+
+def test_panels_show_what_the_series_imply(prom: PrometheusProcess) -> None:
+    wait_for(lambda: value(prom, "gpufed-distributed", "Straggler GPUs") or None, timeout=30, what="rules")
+    t, d = "gpufed-training", "gpufed-distributed"
+    assert value(prom, t, "Running jobs") == {"": 2}  # llama-ft, eval-nightly
+    assert value(prom, t, "Pending jobs") == {"": 1}  # bert-pt
+    assert value(prom, t, "Succeeded jobs") == {"": 1} and value(prom, t, "Failed jobs") == {"": 1}
+    gpus = value(prom, t, "Job table", "C")
+    assert gpus == {f"namespace={NS},owner_kind=PyTorchJob,owner_name=llama-ft": 8,
+                    f"namespace={NS},owner_kind=PyTorchJob,owner_name=bert-pt": 4,
+                    f"namespace={NS},owner_kind=Job,owner_name=eval-nightly": 1,
+                    f"namespace={NS},owner_kind=Job,owner_name=broken": 1}
+    allocated = value(prom, t, "Allocated vs allocatable GPUs per node")
+    assert allocated == {"node=gpu-node-1": 8, "node=gpu-node-2": 1}  # bert-pt has no node yet
+    assert value(prom, t, "Allocated vs allocatable GPUs per node", "B") == {"node=gpu-node-1": 8,
+                                                                             "node=gpu-node-2": 8}
+    assert value(prom, t, "ElasticQuota min, max and used", "B")[
+        f"name=training,namespace={NS},resource=nvidia.com/gpu"] == 24
+    assert len(value(prom, t, "ResourceQuota used vs hard", "B")) == 5
+    util = value(prom, d, "GPU utilisation per job")
+    assert util[f"namespace={NS},owner_kind=PyTorchJob,owner_name=llama-ft"] == round((7 * 95 + 30) / 8, 3)
+    slowest = value(prom, d, "Slowest GPU vs job median")
+    assert slowest[f"namespace={NS},owner_kind=PyTorchJob,owner_name=llama-ft"] == round(30 / 95, 3)
+    assert slowest[f"namespace={NS},owner_kind=Job,owner_name=eval-nightly"] == 1
+    (straggler,) = value(prom, d, "Straggler GPUs")
+    assert "gpu=6" in straggler and "node=gpu-node-1" in straggler
+    assert list(value(prom, d, "NVLinks down per job").values()) == [1]
+    job = f"namespace={NS},owner_kind=PyTorchJob,owner_name=llama-ft"
+    # 8 GPUs x 4 links x 2 GB/s once the 5s window holds its samples.
+    wait_for(lambda: value(prom, d, "NVLink throughput per job")[job] == pytest.approx(64e9, rel=0.1) or None,
+             timeout=20, what="NVLink tx rate of llama-ft")
+    crc = value(prom, d, "NVLink errors per job", "A")
+    assert sorted(key.rsplit(",", 1)[1] for key in crc) == ["type=data", "type=flit"]
+    errors = value(prom, d, "NVLink errors per job", "B")
+    assert list(errors) == [job] and 0 < errors[job] < 4  # GPU 5's 4 links, 0.5 replays/s each (whole counts)
+
+
+def test_dashboards_files_exist() -> None:
+    assert all((DASHBOARDS_DIR / f"{uid}.json").is_file() for uid in UIDS)
+    assert Path(__file__).with_name("training_series.py").is_file()

@@ -1,0 +1,134 @@
+"""Realistic exposition for the training and distributed dashboards, served on loopback.
+
+One cluster as kube-state-metrics v2, dcgm-exporter (with pod attribution), gpufed's
+``nvlink`` family, the Kubeflow training-operator and an ElasticQuota custom-resource-state
+config would expose it: a PyTorchJob ``llama-ft`` (2 pods x 4 GPUs on gpu-node-1, GPU 6 a
+straggler at 30% against 95%), a running batch Job ``eval-nightly`` (1 GPU on gpu-node-2),
+a Pending PyTorchJob ``bert-pt`` (4 GPUs requested, no node), a completed and a failed
+Job, quotas in ``training``. Counters grow with time so rates are non-zero.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+NS = "training"
+# pod -> (owner kind, owner name, node, phase, GPUs requested)
+PODS = {
+    "llama-ft-master-0": ("PyTorchJob", "llama-ft", "gpu-node-1", "Running", 4),
+    "llama-ft-worker-0": ("PyTorchJob", "llama-ft", "gpu-node-1", "Running", 4),
+    "eval-nightly-x7k2p": ("Job", "eval-nightly", "gpu-node-2", "Running", 1),
+    "bert-pt-worker-0": ("PyTorchJob", "bert-pt", "", "Pending", 4),
+    "data-prep-q9s8d": ("Job", "data-prep", "gpu-node-2", "Succeeded", 0),
+    "broken-m2n4b": ("Job", "broken", "gpu-node-2", "Failed", 1),
+}
+# (node, gpu) -> pod holding it
+GPUS = {("gpu-node-1", g): ("llama-ft-master-0" if g < 4 else "llama-ft-worker-0") for g in range(8)}
+GPUS[("gpu-node-2", 0)] = "eval-nightly-x7k2p"
+GPUS[("gpu-node-2", 1)] = ""
+STRAGGLER = ("gpu-node-1", 6)
+LINK_DOWN = ("gpu-node-1", 5, 3)
+
+
+def _labels(**labels: str) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def _condition(condition: str, holds: int) -> int:
+    """kube-state-metrics' condition gauges: 1 on the label matching the state."""
+    return int((condition == "true" and bool(holds)) or (condition == "false" and not holds))
+
+
+def exposition(elapsed: float) -> str:
+    lines: list[str] = []
+    add = lines.append
+    for pod, (kind, owner, node, phase, gpus) in PODS.items():
+        ids = {"namespace": NS, "pod": pod, "uid": pod}
+        owner_labels = _labels(**ids, owner_kind=kind, owner_name=owner, owner_is_controller="true")
+        add(f"kube_pod_owner{owner_labels} 1")
+        for each in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
+            add(f"kube_pod_status_phase{_labels(**ids, phase=each)} {int(each == phase)}")
+        add(f"kube_pod_start_time{_labels(**ids)} {time.time() - 3600:.0f}")
+        if gpus:
+            request = _labels(**ids, container="main", node=node, resource="nvidia_com_gpu", unit="integer")
+            add(f"kube_pod_container_resource_requests{request} {gpus}")
+    jobs = (("eval-nightly", 0, 0, 1), ("data-prep", 1, 0, 0), ("broken", 0, 1, 0))
+    for job, complete, failed, active in jobs:
+        for condition in ("true", "false", "unknown"):
+            at = _labels(namespace=NS, job_name=job, condition=condition)
+            add(f"kube_job_complete{at} {_condition(condition, complete)}")
+            add(f"kube_job_failed{at} {_condition(condition, failed)}")
+        add(f"kube_job_status_active{_labels(namespace=NS, job_name=job)} {active}")
+    for node in ("gpu-node-1", "gpu-node-2"):
+        add(f"kube_node_status_allocatable{_labels(node=node, resource='nvidia_com_gpu', unit='integer')} 8")
+    quota = {"requests.cpu": (64, 41), "requests.memory": (512 * 2**30, 300 * 2**30),
+             "requests.nvidia.com/gpu": (16, 9), "requests.aliyun.com/gpu-mem": (320, 80),
+             "requests.aliyun.com/gpu": (4, 1)}
+    for resource, (hard, used) in quota.items():
+        for kind, value in (("hard", hard), ("used", used)):
+            at = _labels(namespace=NS, resourcequota="gpu-quota", resource=resource, type=kind)
+            add(f"kube_resourcequota{at} {value}")
+    elastic = (("min", {"cpu": 32, "nvidia.com/gpu": 8}), ("max", {"cpu": 96, "nvidia.com/gpu": 24}),
+               ("used", {"cpu": 41, "nvidia.com/gpu": 9}))
+    for kind, values in elastic:
+        for resource, value in values.items():
+            add(f"kube_customresource_elasticquota_{kind}" + _labels(
+                customresource_group="scheduling.x-k8s.io", customresource_kind="ElasticQuota",
+                customresource_version="v1alpha1", namespace=NS, name="training",
+                resource=resource) + f" {value}")
+    for what, total in (("created", 12), ("successful", 7), ("failed", 2), ("restarted", 3)):
+        add(f"training_operator_jobs_{what}_total{_labels(job_namespace=NS, framework='pytorch')} "
+            f"{total + elapsed / 10:.3f}")
+    for (node, gpu), pod in GPUS.items():
+        who = {"namespace": NS, "pod": pod, "container": "main"} if pod else {}
+        base = {"gpu": str(gpu), "UUID": f"GPU-{node}-{gpu}", "Hostname": node,
+                "modelName": "NVIDIA H100 80GB HBM3", **who}
+        util = 30 if (node, gpu) == STRAGGLER else 95 if pod else 0
+        add(f"DCGM_FI_DEV_GPU_UTIL{_labels(**base)} {util}")
+        add(f"DCGM_FI_DEV_FB_USED{_labels(**base)} {60000 if pod else 0}")
+        add(f"DCGM_FI_DEV_FB_FREE{_labels(**base)} {21559 if pod else 81559}")
+        if node != "gpu-node-1":
+            continue
+        for link in range(4):
+            at = {**base, "link": str(link)}
+            add(f"gpufed_nvlink_tx_bytes_total{_labels(**at)} {2e9 * elapsed:.0f}")
+            add(f"gpufed_nvlink_rx_bytes_total{_labels(**at)} {1.9e9 * elapsed:.0f}")
+            for kind in ("flit", "data"):
+                add(f"gpufed_nvlink_crc_errors_total{_labels(**at, type=kind)} {elapsed * (gpu == 5):.0f}")
+            add(f"gpufed_nvlink_replay_errors_total{_labels(**at)} {elapsed * (gpu == 5) / 2:.0f}")
+            add(f"gpufed_nvlink_recovery_errors_total{_labels(**at)} {elapsed * (gpu == 5) / 4:.0f}")
+            add(f"gpufed_nvlink_link_up{_labels(**at)} {int((node, gpu, link) != LINK_DOWN)}")
+    return "\n".join(lines) + "\n"
+
+
+class SeriesServer:
+    """``GET /metrics`` answers ``exposition(seconds since start)``; a context manager."""
+
+    def __init__(self) -> None:
+        started = time.monotonic()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = exposition(time.monotonic() - started).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                """Quiet."""
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> SeriesServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
