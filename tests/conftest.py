@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -72,3 +73,21 @@ def promtool() -> str:
 @pytest.fixture
 def amtool() -> str:
     return require_tool("amtool")
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """Undo what a command under test did to the root logger.
+
+    ``gpufed serve`` and the relay call ``logging.basicConfig``; inside ``CliRunner`` that
+    binds a handler to the runner's captured stream, which is closed after the test. Left in
+    place, every later log record in that worker fails to write and prints a "Logging error"
+    report into the next test's captured output.
+    """
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
