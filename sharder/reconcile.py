@@ -40,6 +40,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
 from sharder import overrides as overriding
@@ -51,7 +52,7 @@ from sharder.errors import SharderError
 from sharder.incremental import IncrementalAssigner
 from sharder.inventory import Target, sort_targets
 from sharder.spec import FederationSpec
-from sharder.targetsets import Delta, NodeCounts, count_nodes, merge_sets, target_delta
+from sharder.targetsets import Delta, NodeCounts, count_nodes, merge_sets, needs_placement, target_delta
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,9 @@ class Reconciler:
         self._versions: dict[str, str | None] = {}
         self._missing_since: dict[str, float] = {}
         self._first_dirty: float | None = None
+        self._dirty: set[str] | None = set()
+        """Identities whose merged target may differ from what is placed (None: look at
+        all of them). Sources name them as they push, so a tick costs the change."""
         self._assignment = previous
         self._applied: dict[str, Target] = {}
         self.assignments = 0
@@ -218,9 +222,11 @@ class Reconciler:
             if before == kept:
                 return
             self._sets[source] = kept
+            changed = {i for i in before.keys() | kept.keys() if before.get(i) != kept.get(i)}
             if version != "persisted":  # a seed from the store is saved already
-                changed = {i for i in before.keys() | kept.keys() if before.get(i) != kept.get(i)}
                 self._unsaved.setdefault(source, set()).update(changed)
+            if self._dirty is not None:
+                self._dirty.update(changed)
             now = self._clock()
             for identity in before.keys() - kept.keys():  # the grace period starts now
                 if identity in self._applied and not any(identity in s for s in self._sets.values()):
@@ -245,6 +251,7 @@ class Reconciler:
                 if members.pop(identity, None) is not None:
                     changed = True
                     unsaved.add(identity)
+                    self._note_dirty(identity)
                     if identity in self._applied and not any(identity in s for s in self._sets.values()):
                         self._missing_since.setdefault(identity, now)
             for target in kept:
@@ -253,6 +260,7 @@ class Reconciler:
                     members[identity] = target
                     changed = True
                     unsaved.add(identity)
+                    self._note_dirty(identity)
             size = len(members)
             if changed:
                 self._mark_dirty()
@@ -284,8 +292,12 @@ class Reconciler:
             return None
         with self._lock:
             self._first_dirty = None
-            targets = self._effective(now)
-        delta = target_delta(self._applied, targets)
+            dirty, self._dirty = self._dirty, set()
+            if dirty is None:
+                targets = self._effective(now)
+                delta = target_delta(self._applied, targets)
+            else:
+                targets, delta = self._effective_delta(dirty, now)
         nodes = self._nodes_after(delta)
         counts = self._sizer.counts_of(nodes.counts, now=now)
         same = not (delta[0] or delta[1] or delta[2])
@@ -498,6 +510,7 @@ class Reconciler:
             if targets is not None:
                 self._applied = dict(targets)
                 self._nodes = None
+                self._dirty = None  # compare every source with what is now placed
                 self._missing_since = {i: t for i, t in self._missing_since.items() if i in self._applied}
             if dirty:
                 self._mark_dirty()
@@ -513,9 +526,10 @@ class Reconciler:
         return sort_targets(self._applied.values())
 
     @property
-    def target_map(self) -> dict[str, Target]:
-        """identity -> target of the current assignment (a copy)."""
-        return dict(self._applied)
+    def target_map(self) -> Mapping[str, Target]:
+        """identity -> target of the current assignment, read-only and never changed in
+        place (a tick builds a new map), so a reader may keep it without a copy."""
+        return MappingProxyType(self._applied)
 
     @property
     def pending(self) -> bool:
@@ -537,6 +551,54 @@ class Reconciler:
             return {i: max(0.0, t + self.grace_s - now) for i, t in sorted(self._missing_since.items())}
 
     # ---- internals (lock held) ---------------------------------------------------------
+    def _note_dirty(self, identity: str) -> None:
+        if self._dirty is not None:
+            self._dirty.add(identity)
+
+    def _effective_delta(self, dirty: set[str], now: float) -> tuple[dict[str, Target], Delta]:
+        """:meth:`_effective` and :func:`target_delta` for the ``dirty`` identities alone,
+        plus any whose grace period ended: the same result, at the cost of the change."""
+        expired = {i for i, since in self._missing_since.items() if now >= since + self.grace_s}
+        rank = {name: i for i, name in enumerate(self._precedence)}
+        order = sorted(self._sets, key=lambda name: (rank.get(name.split("/")[0], len(rank)), name))
+        applied = self._applied
+        added: list[Target] = []
+        removed: list[str] = []
+        relabelled: set[str] = set()
+        updates: dict[str, Target | None] = {}
+        for identity in dirty | expired:
+            target = next((self._sets[n][identity] for n in order if identity in self._sets[n]), None)
+            if target is not None:
+                self._missing_since.pop(identity, None)
+            elif identity in applied:
+                since = self._missing_since.setdefault(identity, now)
+                if now < since + self.grace_s:
+                    target = applied[identity]
+                else:
+                    del self._missing_since[identity]
+            before = applied.get(identity)
+            if before is target:
+                continue
+            updates[identity] = target
+            if target is None:
+                removed.append(identity)
+            elif before is None:
+                added.append(target)
+            elif needs_placement(before, target):
+                removed.append(identity)
+                added.append(target)
+            elif before != target:
+                relabelled.add(identity)
+        if not updates:
+            return applied, (added, removed, relabelled)
+        targets = dict(applied)
+        for identity, target in updates.items():
+            if target is None:
+                del targets[identity]
+            else:
+                targets[identity] = target
+        return targets, (added, removed, relabelled)
+
     def _mark_dirty(self) -> None:
         if self._first_dirty is None:
             self._first_dirty = self._clock()

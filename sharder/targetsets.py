@@ -41,9 +41,7 @@ def merge_sets(sets: Mapping[str, Mapping[str, Target]], precedence: Sequence[st
     return merged
 
 
-def placement_delta(
-    old: Mapping[str, Target], new: Mapping[str, Target]
-) -> tuple[list[Target], list[str]]:
+def placement_delta(old: Mapping[str, Target], new: Mapping[str, Target]) -> tuple[list[Target], list[str]]:
     """What placement must consider: (targets to place, identities to remove).
 
     A target whose region, weight or node changed is removed and placed again (the
@@ -52,6 +50,11 @@ def placement_delta(
     """
     added, removed, _ = target_delta(old, new)
     return added, removed
+
+
+def needs_placement(before: Target, after: Target) -> bool:
+    """A change of region, weight or node places the target again; other fields only relabel."""
+    return before.region != after.region or before.weight != after.weight or before.node != after.node
 
 
 def target_delta(old: Mapping[str, Target], new: Mapping[str, Target]) -> Delta:
@@ -66,7 +69,7 @@ def target_delta(old: Mapping[str, Target], new: Mapping[str, Target]) -> Delta:
             continue
         if before is None:
             added.append(target)
-        elif before.region != target.region or before.weight != target.weight or before.node != target.node:
+        elif needs_placement(before, target):
             removed.append(identity)
             added.append(target)
         elif before != target:

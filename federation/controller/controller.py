@@ -284,7 +284,7 @@ class Controller(Replication):
     def _publish(self, *, targets: Mapping[str, Target], state: ControllerState | None = None) -> None:
         self.publication.publish(state or self.state, targets)
 
-    def _known_targets(self) -> dict[str, Target]:
+    def _known_targets(self) -> Mapping[str, Target]:
         return self.reconciler.target_map
 
     # ---- what the API and the tests reach through the façade ------------------------------

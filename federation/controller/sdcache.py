@@ -91,7 +91,7 @@ def build(
     child_shard: dict[str, str] = {}
     for shard, key in members.items():
         old = previous.shards.get(shard) if previous is not None else None
-        if old is not None and old.members == key:
+        if old is not None and (old.members is key or old.members == key):
             shards[shard] = old
         else:
             by_job: dict[str, list[Target]] = {job: [] for job in jobs}

@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +119,7 @@ class _Waiter:
     def __call__(self, assignment: Assignment, plan: Plan) -> None:
         now = time.perf_counter()
         assert self.rec is not None
-        current: dict[str, Target] = self.rec.target_map
+        current: Mapping[str, Target] = self.rec.target_map
         with self.lock:
             self.assignments += 1
             for identity, (t0, rack) in list(self.pending.items()):
