@@ -13,6 +13,7 @@ benchmarks can compare our movement with the classic ``hashmod``/``keep`` shardi
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, chain, repeat
@@ -137,3 +138,10 @@ def hashmod(values: Sequence[str], modulus: int, *, separator: str = ";") -> int
         raise ValueError(f"hashmod modulus must be at least 1, got {modulus}")
     digest = hashlib.md5(separator.join(values).encode(), usedforsecurity=False).digest()
     return int.from_bytes(digest[8:], "big") % modulus
+
+
+@functools.lru_cache(maxsize=32)
+def shared_ring(shards: tuple[str, ...], *, vnodes: int) -> Ring:
+    """The ring over ``shards``, built once per shard set and kept: read paths (why does
+    this target sit on that shard?) ask per request, and building a ring costs milliseconds."""
+    return Ring(shards, vnodes=vnodes)

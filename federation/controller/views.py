@@ -215,7 +215,7 @@ def _ring_owner(assignment: Assignment, identity: str, region: str) -> str | Non
     if assignment.algorithm != "bounded-ring":
         return None
     from sharder.assign import VNODES
-    from sharder.hashing import Ring, key_hash
+    from sharder.hashing import key_hash, shared_ring
 
     active = [
         s
@@ -224,4 +224,4 @@ def _ring_owner(assignment: Assignment, identity: str, region: str) -> str | Non
     ]
     if not active:
         return None
-    return active[Ring(active, vnodes=VNODES).primary(key_hash(identity))]
+    return active[shared_ring(tuple(active), vnodes=VNODES).primary(key_hash(identity))]
