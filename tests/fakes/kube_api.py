@@ -140,6 +140,7 @@ class FakeKubeAPI:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as two writes
 
             def log_message(self, format: str, *args: object) -> None:
                 pass
