@@ -5,6 +5,7 @@ settings that cannot work name their flag."""
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,10 @@ from federation.controller.kube_store import KubeStore
 from federation.controller.service import ServeSettings, SettingsError, build_elector, build_store
 from federation.controller.store import StoreError
 from federation.spec import load_gpufed_spec
+from federation.testing.replicas import ReplicaSet, write_fleet
 from tests.controller.ha_helpers import state
 from tests.controller.harness import TOKEN, write_spec
+from tests.controller.store_backends import kube_store
 from tests.fakes.kube_api import FakeKubeAPI
 
 
@@ -97,3 +100,42 @@ def test_cli_store_kubernetes_without_credentials_exits_2_naming_the_flag(tmp_pa
     assert result.exit_code == 2, result.output
     assert "--store kubernetes: no cluster credentials" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_two_serve_processes_share_configmap_state_and_a_lease_and_fail_over(tmp_path: Path) -> None:
+    """Real replicas on the stand-in API alone (no Consul): one leads by the Lease, both serve
+    the state kept in ConfigMaps, and the follower takes over on SIGTERM moving nothing."""
+    with FakeKubeAPI() as fake:
+        config = kubeconfig(fake, tmp_path / "kubeconfig")
+        spec, inventory = write_fleet(tmp_path, nodes=120, regions={"r1": 3})
+        rs = ReplicaSet(
+            workdir=tmp_path, spec=spec, inventory=inventory, consul="unused", ttl_s=10,
+            election="kubernetes", store="kubernetes",
+            extra_args=("--lease-kubeconfig", config, "--lease-namespace", "monitoring",
+                        "--store-namespace", "monitoring", "--store-prefix", "gpufed-state"),
+        )  # fmt: skip
+        try:
+            rs.start(2)
+            leader = rs.one_leader(timeout=90)
+            rs.settled(timeout=90)
+            (follower,) = [r for r in rs.replicas if r is not leader]
+            refused = rs.write(follower, "/v1/plan", {"add_shard": ["r1"]})
+            assert refused.status_code == 503 and refused.json()["leader"] == leader.url
+            before = rs.placement(follower)
+            assert before == rs.placement(leader) and len(before) == 240  # 120 nodes, 2 jobs
+            stored = kube_store(fake).load()
+            assert stored is not None and stored.assignment is not None
+            assert stored.assignment.targets == before
+            lease = fake.objects["leases", "monitoring", "gpufed-controller"]
+            assert lease["spec"]["holderIdentity"] == leader.name
+
+            leader.proc.send_signal(signal.SIGTERM)  # a pod being deleted: resign, then exit
+            leader.proc.wait(30)
+            assert rs.one_leader(timeout=60) is follower
+            assert rs.placement(follower) == before
+            lease = fake.objects["leases", "monitoring", "gpufed-controller"]
+            assert lease["spec"]["holderIdentity"] == follower.name
+        finally:
+            rs.close()
