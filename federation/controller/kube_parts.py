@@ -94,25 +94,46 @@ def bucket_of(identity: str, buckets: int) -> int:
     return zlib.crc32(identity.encode()) % buckets
 
 
-def split_state(doc: dict[str, Any], *, buckets: int) -> dict[str, bytes]:
-    """A state's JSON document (``model_dump(mode="json")``) as raw parts by name."""
+def bucket_members(identities: Iterable[str], buckets: int) -> list[set[str]]:
+    members: list[set[str]] = [set() for _ in range(buckets)]
+    for identity in identities:
+        members[bucket_of(identity, buckets)].add(identity)
+    return members
+
+
+def bucket_part(targets: Mapping[str, str], weights: Mapping[str, int], members: Iterable[str]) -> bytes:
+    """One bucket's raw part: its identities' shards and weights."""
+    group: dict[str, dict[str, Any]] = {"targets": {}, "weights": {}}
+    for identity in members:
+        if identity in targets:
+            group["targets"][identity] = targets[identity]
+        if identity in weights:
+            group["weights"][identity] = weights[identity]
+    return dumps(group)
+
+
+def core_part(doc: dict[str, Any]) -> bytes:
+    """Everything but the assignment's targets and weights (dropped here if present)."""
     core = dict(doc)
+    if isinstance(core.get("assignment"), dict):
+        core["assignment"] = {k: v for k, v in core["assignment"].items() if k not in ("targets", "weights")}
+    return dumps(core)
+
+
+def split_state(doc: dict[str, Any], *, buckets: int) -> tuple[dict[str, bytes], list[set[str]]]:
+    """A state's JSON document (``model_dump(mode="json")``) as raw parts by name, and the
+    identities of each bucket (what a delta save updates instead of re-cutting)."""
     parts: dict[str, bytes] = {}
-    assignment = core.get("assignment")
+    members: list[set[str]] = [set() for _ in range(buckets)]
+    assignment = doc.get("assignment")
     if isinstance(assignment, dict):
-        assignment = dict(assignment)
-        targets: dict[str, str] = assignment.pop("targets", {})
-        weights: dict[str, int] = assignment.pop("weights", {})
-        core["assignment"] = assignment
-        grouped: list[dict[str, dict[str, Any]]] = [{"targets": {}, "weights": {}} for _ in range(buckets)]
-        for identity, shard in targets.items():
-            grouped[bucket_of(identity, buckets)]["targets"][identity] = shard
-        for identity, weight in weights.items():
-            grouped[bucket_of(identity, buckets)]["weights"][identity] = weight
-        for i, group in enumerate(grouped):
-            parts[f"targets-{i}"] = dumps(group)
-    parts["core"] = dumps(core)
-    return parts
+        targets: dict[str, str] = assignment.get("targets", {})
+        weights: dict[str, int] = assignment.get("weights", {})
+        members = bucket_members({**weights, **targets}, buckets)
+        for i, identities in enumerate(members):
+            parts[f"targets-{i}"] = bucket_part(targets, weights, identities)
+    parts["core"] = core_part(doc)
+    return parts, members
 
 
 def join_state(parts: Mapping[str, bytes]) -> dict[str, Any]:

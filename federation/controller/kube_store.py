@@ -43,6 +43,7 @@ import threading
 import time
 import zlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client import CoreV1Api
@@ -61,6 +62,18 @@ MAX_AUDIT_BYTES = 32 * 1024
 """An entry larger than this keeps its summary only (16 per page stay under 1 MiB)."""
 
 
+@dataclass
+class Written:
+    """What this store last committed, so a save with the ``changed`` hint cuts only the
+    buckets of the changed identities (the rest of the head's parts stay as they are)."""
+
+    revision: int
+    buckets: int
+    targets: dict[str, str]
+    """The committed assignment's ``targets`` dict itself (compared by identity, as SQLite does)."""
+    members: list[set[str]]
+
+
 class KubeStore:
     def __init__(
         self,
@@ -76,6 +89,7 @@ class KubeStore:
         self._lock = threading.RLock()
         self._loaded: tuple[str, ControllerState] | None = None  # (head resourceVersion, state)
         self._sets: tuple[str, dict[str, list[Target]]] | None = None
+        self._written: Written | None = None
 
     @property
     def sets_name(self) -> str:
@@ -110,7 +124,6 @@ class KubeStore:
         fence: int | None = None,
         changed: Changed | None = None,
     ) -> ControllerState:
-        del changed  # unchanged parts are found by digest: only the changed ones are written
         with self._lock:
             head = self.maps.head(self.prefix)
             found = head.revision if head is not None else None
@@ -124,7 +137,11 @@ class KubeStore:
             targets = len(stored.assignment.targets) if stored.assignment is not None else 0
             current = head.doc.get("buckets") if head is not None else None
             buckets = kube_parts.bucket_count(targets, current=current if isinstance(current, int) else None)
-            raw = kube_parts.split_state(stored.model_dump(mode="json"), buckets=buckets)
+            delta = self._delta(stored, head=head, changed=changed, buckets=buckets)
+            if delta is None:
+                raw, members = kube_parts.split_state(stored.model_dump(mode="json"), buckets=buckets)
+            else:
+                raw, members = delta
             created: list[str] = []
             newest = max(x for x in (fence, recorded, -1) if isinstance(x, int))
             doc = {
@@ -132,13 +149,17 @@ class KubeStore:
                 "revision": revision,
                 "fence": None if newest < 0 else newest,
                 "buckets": buckets,
-                "parts": self.maps.write_parts(raw, head=head, generation=revision, created=created),
+                "parts": {
+                    **(head.parts if delta is not None and head is not None else {}),
+                    **self.maps.write_parts(raw, head=head, generation=revision, created=created),
+                },
                 "previous": sorted(head.objects()) if head is not None else [],
                 "audit": None if audit is None else _audit_document(audit),
             }
             try:
                 self.maps.commit(self.prefix, doc, head=head, role="head")
             except ApiException as exc:  # 409: another writer committed since we read
+                self._written = None
                 for name in created:
                     self.maps.delete(name)
                 now = self.maps.head(self.prefix)
@@ -146,12 +167,49 @@ class KubeStore:
                 found_now = now.revision if now is not None else -1
                 raise StoreConflict(expected=expected_revision, found=found_now) from exc
             self.maps.collect(head, doc)
+            if stored.assignment is not None:
+                self._written = Written(revision, buckets, stored.assignment.targets, members)
             if audit is not None:
                 try:
                     self._flush_audit(Head(doc=doc, version=""))
                 except StoreError as exc:  # committed in the head; the next save copies it
                     log.warning("%s", exc)
             return stored
+
+    def _delta(
+        self, stored: ControllerState, *, head: Head | None, changed: Changed | None, buckets: int
+    ) -> tuple[dict[str, bytes], list[set[str]]] | None:
+        """The core and the buckets of ``changed``'s identities, when the rest is what this
+        store last wrote (``changed``'s base is the assignment of the head it reads); else None."""
+        written, self._written = self._written, None  # updated in place: valid again on commit
+        if changed is None or written is None or head is None or stored.assignment is None:
+            return None
+        base, identities = changed
+        if (
+            written.revision != head.revision
+            or written.buckets != buckets
+            or base.targets is not written.targets
+        ):
+            return None
+        new = stored.assignment
+        touched: set[int] = set()
+        for identity in identities:
+            bucket = kube_parts.bucket_of(identity, buckets)
+            touched.add(bucket)
+            if identity in new.targets or identity in new.weights:
+                written.members[bucket].add(identity)
+            else:
+                written.members[bucket].discard(identity)
+        raw = {
+            "core": kube_parts.core_part(
+                stored.model_dump(mode="json", exclude={"assignment": {"targets", "weights"}})
+            )
+        }
+        for bucket in sorted(touched):
+            raw[f"targets-{bucket}"] = kube_parts.bucket_part(
+                new.targets, new.weights, written.members[bucket]
+            )
+        return raw, written.members
 
     # ---- audit ------------------------------------------------------------------------------------
     def _page_name(self, page: int) -> str:

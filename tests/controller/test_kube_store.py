@@ -263,6 +263,35 @@ def test_an_unreachable_api_is_a_store_error_naming_the_store() -> None:
 
 def test_parts_round_trip_a_state_document() -> None:
     doc = state(50).model_dump(mode="json")
-    parts = kube_parts.split_state(doc, buckets=4)
+    parts, members = kube_parts.split_state(doc, buckets=4)
+    assert sorted(set().union(*members)) == sorted(doc["assignment"]["targets"])
     assert sorted(parts) == ["core", "targets-0", "targets-1", "targets-2", "targets-3"]
     assert kube_parts.join_state(parts) == doc
+
+
+def test_the_changed_hint_cuts_only_the_touched_buckets_into_the_same_bytes(fake: FakeKubeAPI) -> None:
+    targets = fleet(45_000)
+    first = assign(SPEC, targets)
+    grown = assign(SPEC, [*targets, *fleet(3, start=900_000)], previous=first)
+    touched = {i for i in {*first.targets, *grown.targets} if first.targets.get(i) != grown.targets.get(i)}
+    heads = []
+    for prefix, hint in (("plain", False), ("hinted", True)):
+        s = kube_store(fake, prefix=prefix)
+        saved = s.save(state().model_copy(update={"assignment": first}), expected_revision=None)
+        before = len(writes(fake))
+        s.save(saved.model_copy(update={"assignment": grown}), expected_revision=1,
+               changed=(first, touched) if hint else None)  # fmt: skip
+        assert len(writes(fake)) - before <= 2 + len({kube_parts.bucket_of(i, 3) for i in touched})
+        head = s.maps.head(prefix)
+        assert head is not None
+        heads.append({name: entry["digest"] for name, entry in head.parts.items()})
+        loaded = kube_store(fake, prefix=prefix).load()
+        assert loaded is not None and loaded.assignment == grown
+    assert heads[0] == heads[1]
+    # a hint whose base is not what the store last wrote is not trusted: the whole state is cut
+    s = kube_store(fake, prefix="hinted")
+    current = s.load()
+    assert current is not None
+    s.save(current.model_copy(update={"assignment": first}), expected_revision=2, changed=(grown, set()))
+    again = kube_store(fake, prefix="hinted").load()
+    assert again is not None and again.assignment == first
