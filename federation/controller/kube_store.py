@@ -144,28 +144,32 @@ class KubeStore:
                 raw, members = delta
             created: list[str] = []
             newest = max(x for x in (fence, recorded, -1) if isinstance(x, int))
+            try:
+                written = self.maps.write_parts(raw, head=head, generation=revision, created=created)
+            except StoreError:  # the head was not touched: what this save wrote is nobody's
+                for name in created:
+                    self.maps.delete(name)
+                raise
             doc = {
                 "format": FORMAT,
                 "revision": revision,
                 "fence": None if newest < 0 else newest,
                 "buckets": buckets,
-                "parts": {
-                    **(head.parts if delta is not None and head is not None else {}),
-                    **self.maps.write_parts(raw, head=head, generation=revision, created=created),
-                },
+                "parts": {**(head.parts if delta is not None and head is not None else {}), **written},
                 "previous": sorted(head.objects()) if head is not None else [],
                 "audit": None if audit is None else _audit_document(audit),
             }
             try:
                 self.maps.commit(self.prefix, doc, head=head, role="head")
             except ApiException as exc:  # 409: another writer committed since we read
-                self._written = None
                 for name in created:
                     self.maps.delete(name)
                 now = self.maps.head(self.prefix)
                 _check_fence(fence, now.doc.get("fence") if now is not None else None)
                 found_now = now.revision if now is not None else -1
                 raise StoreConflict(expected=expected_revision, found=found_now) from exc
+            # (a StoreError from the commit propagates and deletes nothing: a timed-out
+            # write may have landed, and its pieces are then the state)
             self.maps.collect(head, doc)
             if stored.assignment is not None:
                 self._written = Written(revision, buckets, stored.assignment.targets, members)

@@ -120,6 +120,7 @@ def test_a_piece_over_the_api_limit_is_refused_by_the_api_not_truncated(fake: Fa
     with pytest.raises(StoreError, match=r"422 .*Too long"):
         kube_store(fake, piece_bytes=2 * 1024 * 1024).save(noisy, expected_revision=None)
     assert kube_store(fake).load() is None
+    assert not configmaps(fake)  # the pieces written before the refused one were deleted
     saved = kube_store(fake).save(noisy, expected_revision=None)  # 900 KiB pieces fit
     assert kube_store(fake).load() == saved
 
