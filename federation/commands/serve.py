@@ -58,8 +58,12 @@ def _k8s_job(value: str, *, base: KubernetesConfig, jobs: GpufedSpec) -> Kuberne
             param_hint="--k8s-job",
         )
     return dataclasses.replace(
-        base, job=job, service=match["service"], pod_selector=match["selector"] or base.pod_selector,
-        namespace=match["namespace"] or base.namespace, port=int(port) if port.isdigit() else port,
+        base,
+        job=job,
+        service=match["service"],
+        pod_selector=match["selector"] or base.pod_selector,
+        namespace=match["namespace"] or base.namespace,
+        port=int(port) if port.isdigit() else port,
     )
 
 
@@ -138,9 +142,21 @@ def serve_command(
     store: Annotated[
         str | None,
         typer.Option(
-            "--store", help="shared state: consul://HOST:PORT/PREFIX, prefix optional (default: SQLite)"
+            "--store",
+            help="shared state: kubernetes (ConfigMaps) or consul://HOST:PORT/PREFIX, prefix optional "
+            "(default: SQLite)",
         ),
     ] = None,
+    store_namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--store-namespace", help="the state's namespace for --store kubernetes (default: POD_NAMESPACE)"
+        ),
+    ] = None,
+    store_prefix: Annotated[
+        str,
+        typer.Option("--store-prefix", help="name prefix of the state's ConfigMaps for --store kubernetes"),
+    ] = "gpufed-state",
     leader_election: Annotated[
         str,
         typer.Option(
@@ -239,6 +255,8 @@ def serve_command(
         check_configs=not no_check,
         options=options,
         store_url=store,
+        store_namespace=store_namespace,
+        store_prefix=store_prefix,
         election=leader_election,
         advertise_url=advertise_url,
         lock_ttl_s=lock_ttl,

@@ -2,7 +2,8 @@
 
 Kept apart from the CLI so tests (and ``gpufed demo``) build the same service in-process.
 The store is SQLite in the data directory unless ``store_url`` names Consul
-(``consul://HOST:PORT[/prefix]``), which several replicas share; ``election="consul"``
+(``consul://HOST:PORT[/prefix]``) or is ``kubernetes`` (ConfigMaps, ``kube_store``),
+which several replicas share; ``election="consul"``
 (a session lock, ``consul_lock``) or ``election="kubernetes"`` (a ``coordination.k8s.io``
 Lease, ``lease``) then makes one of them the leader, the others followers.
 """
@@ -67,7 +68,11 @@ class ServeSettings:
     """Measured load (``--load-url``); None: read it only from full-Prometheus children, if any are known."""
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     store_url: str | None = None
-    """None: SQLite in ``data_dir``; ``consul://HOST:PORT[/prefix]``: Consul KV, shared."""
+    """None: SQLite in ``data_dir``; ``consul://HOST:PORT[/prefix]``: Consul KV, shared;
+    ``kubernetes``: ConfigMaps named ``store_prefix`` in ``store_namespace``, shared."""
+    store_namespace: str | None = None
+    """Default: ``POD_NAMESPACE`` (downward API), else the service account's namespace."""
+    store_prefix: str = "gpufed-state"
     election: str = "none"
     """``none`` (one replica), ``consul`` (a session lock next to the Consul store) or
     ``kubernetes`` (a Lease; the state still needs ``store_url``)."""
@@ -103,6 +108,15 @@ def parse_store_url(url: str) -> tuple[str, str]:
 def build_store(settings: ServeSettings) -> StateStore:
     if settings.store_url is None:
         return SqliteStore(settings.data_dir / "state.db")
+    if settings.store_url == "kubernetes":
+        from federation.controller.kube_objects import api_from_cluster  # imports kubernetes
+        from federation.controller.kube_store import KubeStore
+
+        namespace = pod_namespace(
+            settings.store_namespace, settings.env, flag="--store-namespace", what="state"
+        )
+        api = api_from_cluster(settings.kubeconfig)
+        return KubeStore(api, namespace=namespace, prefix=settings.store_prefix)
     address, prefix = parse_store_url(settings.store_url)
     client = make_client(ConsulConfig(address=address, timeout_s=5.0))
     return ConsulStore(client, prefix=prefix, where=settings.store_url)
@@ -122,7 +136,8 @@ def build_elector(settings: ServeSettings) -> LeaderElector:
         )
     if settings.store_url is None:  # an elected leader is only useful over state the others read
         raise SettingsError(
-            f"--leader-election {settings.election} needs a shared store: --store consul://HOST:PORT[/prefix]"
+            f"--leader-election {settings.election} needs a shared store: "
+            "--store kubernetes or --store consul://HOST:PORT[/prefix]"
         )
     if not settings.advertise_url:
         raise SettingsError(
@@ -154,14 +169,7 @@ def lease_elector(settings: ServeSettings) -> LeaderElector:
 
     if not _K8S_NAME.match(settings.lease_name):
         raise SettingsError(f"--lease-name: not a Kubernetes object name: {settings.lease_name!r}")
-    namespace = settings.lease_namespace or settings.env.get("POD_NAMESPACE")
-    if not namespace and SERVICE_ACCOUNT_NAMESPACE.is_file():
-        namespace = SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip()
-    if not namespace or not _K8S_NAME.match(namespace):
-        raise SettingsError(
-            f"--lease-namespace: give the Lease's namespace (or POD_NAMESPACE from the downward API), "
-            f"got {namespace!r}"
-        )
+    namespace = pod_namespace(settings.lease_namespace, settings.env, flag="--lease-namespace", what="Lease")
     identity = settings.env.get("POD_NAME") or socket.gethostname()
     try:
         config = LeaseConfig(
@@ -180,6 +188,18 @@ def lease_elector(settings: ServeSettings) -> LeaderElector:
         raise SettingsError(
             f"--leader-election kubernetes: no cluster credentials from {where} ({exc})"
         ) from exc
+
+
+def pod_namespace(given: str | None, env: Mapping[str, str], *, flag: str, what: str) -> str:
+    """``given``, else this pod's namespace (``POD_NAMESPACE``, else the service account's)."""
+    namespace = given or env.get("POD_NAMESPACE")
+    if not namespace and SERVICE_ACCOUNT_NAMESPACE.is_file():
+        namespace = SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip()
+    if not namespace or not _K8S_NAME.match(namespace):
+        raise SettingsError(
+            f"{flag}: give the {what}'s namespace (or POD_NAMESPACE from the downward API), got {namespace!r}"
+        )
+    return namespace
 
 
 @dataclass
@@ -261,7 +281,9 @@ def build_service(
         leader=elector.leader_address,
     )
     watch = WatchOptions(
-        consul=settings.consul, kubernetes=settings.kubernetes, kubernetes_jobs=settings.kubernetes_jobs,
+        consul=settings.consul,
+        kubernetes=settings.kubernetes,
+        kubernetes_jobs=settings.kubernetes_jobs,
         file=settings.inventory,
     )
     sources = build_sources(watch, sink=controller.reconciler, spec=settings.spec)

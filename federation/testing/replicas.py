@@ -130,6 +130,8 @@ class ReplicaSet:
     ttl_s: int = 15
     lock_delay_s: int = 1
     election: str = "consul"
+    store: str | None = None
+    """``--store``; None: ``consul://<consul>/<prefix>``."""
     extra_args: tuple[str, ...] = ()
     replicas: list[Replica] = field(default_factory=list)
     http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=2.0))
@@ -147,7 +149,8 @@ class ReplicaSet:
             sys.executable, "-m", "federation.cli", "serve",
             "--spec", str(self.spec), "--inventory", str(self.inventory),
             "--data-dir", str(self.workdir / name), "--listen", f"127.0.0.1:{port}",
-            "--store", f"consul://{self.consul}/{self.prefix}", "--leader-election", self.election,
+            "--store", self.store or f"consul://{self.consul}/{self.prefix}",
+            "--leader-election", self.election,
             "--lock-ttl", str(self.ttl_s), "--lock-delay", str(self.lock_delay_s),
             "--no-check", "--debounce", "0.2", "--log-level", "warning", *self.extra_args,
         ]  # fmt: skip

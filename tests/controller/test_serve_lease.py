@@ -54,7 +54,7 @@ def settings(tmp_path: Path, **overrides: Any) -> ServeSettings:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"store_url": None}, "--leader-election kubernetes needs a shared store: --store consul://"),
+        ({"store_url": None}, "--leader-election kubernetes needs a shared store: --store kubernetes or"),
         ({"advertise_url": None}, "--leader-election kubernetes needs --advertise-url"),
         ({"lease_name": "Gpufed_Ctl"}, "--lease-name: not a Kubernetes object name: 'Gpufed_Ctl'"),
         ({"env": {"POD_NAME": "p"}}, "--lease-namespace: give the Lease's namespace"),

@@ -1,8 +1,9 @@
 """``helm install gpufed helm/gpufed -n monitoring --set controller.token.value=...``: nothing else.
 
 Rendered by the Helm v4 SDK and checked by ``kubernetes-validate --strict`` (1.29, 1.33)
-like every CI values file (test_helm.py); here what the defaults mean: one controller on
-SQLite with a PVC, no Thanos or object store, node-exporter discovered as job ``node``,
+like every CI values file (test_helm.py); here what the defaults mean: two controller
+replicas electing a leader on a Lease, their state in ConfigMaps of the release namespace
+(no Consul, no PVC), no Thanos or object store, node-exporter discovered as job ``node``,
 and a master whose config the controller renders from the chart's spec (meta-monitoring
 included) and promtool accepts.
 """
@@ -55,16 +56,36 @@ def test_only_a_token_renders_and_validates(objects: list[dict[str, Any]]) -> No
     assert ("DaemonSet", "gpufed-node-exporter") in kinds and ("StatefulSet", "gpufed-master") in kinds
     assert not [name for _, name in kinds if "thanos" in name or "alertmanager" in name or "dingtalk" in name]
     deployment = find(objects, "Deployment", "-controller")
-    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["replicas"] == 2
     params = controller_args(objects)
-    assert params["store"] is None and params["leader_election"] == "none"
-    assert find(objects, "PersistentVolumeClaim", "-controller")
+    assert (params["store"], params["leader_election"]) == ("kubernetes", "kubernetes")
+    assert (params["store_namespace"], params["store_prefix"]) == ("monitoring", "gpufed-state")
+    assert not [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+
+
+def test_the_state_role_grants_configmaps_in_the_release_namespace(objects: list[dict[str, Any]]) -> None:
+    role = find(objects, "Role", "-controller-state")
+    assert role["metadata"].get("namespace", RELEASE["namespace"]) == RELEASE["namespace"]
+    (rule,) = role["rules"]
+    assert (rule["apiGroups"], rule["resources"]) == ([""], ["configmaps"])
+    assert {"get", "list", "watch", "create", "update", "patch", "delete"} == set(rule["verbs"])
+    binding = find(objects, "RoleBinding", "-controller-state")
+    account = find(objects, "Deployment", "-controller")["spec"]["template"]["spec"]["serviceAccountName"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "monitoring"}]
+    assert find(objects, "ServiceAccount", "")["metadata"]["name"] == account
+    lease = find(objects, "Role", "-controller-lease")  # the Lease the replicas elect on
+    assert any(r["resources"] == ["leases"] for r in lease["rules"])
+    assert not [o for o in objects if o["kind"] == "ClusterRole" and any(
+        "configmaps" in r["resources"] for r in o["rules"])]  # fmt: skip
 
 
 def test_notes_say_what_to_set_next() -> None:
     notes = helm.Chart.load(CHART).render(ONLY_A_TOKEN, **RELEASE)["gpufed/templates/NOTES.txt"]
-    for hint in ("federation.alerting", "thanos.enabled", "controller.replicas", "hami.enabled"):
+    for hint in ("federation.alerting", "thanos.enabled", "controller.store.type=consul", "hami.enabled"):
         assert hint in notes, notes
+    assert "sharing their state (ConfigMaps gpufed-state-* in monitoring)" in notes
+    assert "get lease gpufed-controller" in notes
 
 
 def test_node_exporter_is_discovered_as_job_node(objects: list[dict[str, Any]]) -> None:

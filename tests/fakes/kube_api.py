@@ -10,6 +10,15 @@ answers 410 Gone. This fake does exactly those, the way the API server documents
     GET /apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices
         ?labelSelector=k=v,k2=v2   equality selectors only
         ?watch=1&resourceVersion=N&allowWatchBookmarks=true&timeoutSeconds=S
+    GET|PUT|DELETE /api/v1/namespaces/{ns}/configmaps/{name}, POST .../configmaps
+    GET|PUT|DELETE /apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}, POST .../leases
+
+ConfigMaps and Leases are also written through the API, for the Kubernetes state store
+and the Lease elector (so real ``gpufed serve`` replicas can run on this fake alone): POST
+answers 409 ``AlreadyExists`` for an existing name, PUT answers 409 ``Conflict`` when the
+body's ``metadata.resourceVersion`` is not the stored one (none: unconditional) and 404
+for a missing object, and a ConfigMap over 1 MiB of data is refused with 422, as the API
+server's validation does (``binaryData`` counted decoded).
 
 Every write bumps one cluster-wide resourceVersion (as etcd's revision does) and is
 kept in an event log. A list answers ``metadata.resourceVersion`` = the current one.
@@ -22,6 +31,7 @@ queues plain HTTP errors (e.g. 500) for the next requests.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import threading
@@ -31,6 +41,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 KINDS = {
+    "configmaps": ("ConfigMap", "v1"),
+    "leases": ("Lease", "coordination.k8s.io/v1"),
     "nodes": ("Node", "v1"),
     "pods": ("Pod", "v1"),
     "endpointslices": ("EndpointSlice", "discovery.k8s.io/v1"),
@@ -131,6 +143,7 @@ class FakeKubeAPI:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as two writes
 
             def log_message(self, format: str, *args: object) -> None:
                 pass
@@ -143,8 +156,76 @@ class FakeKubeAPI:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _body(self) -> dict[str, Any]:
+                length = int(self.headers.get("Content-Length") or 0)
+                return dict(json.loads(self.rfile.read(length) or b"{}"))
+
+            def _object(self) -> tuple[str, str, str] | None:
+                """(plural, namespace, name or "") of a writable object path, else None."""
+                parts = urlsplit(self.path).path.strip("/").split("/")
+                core = parts[:3] == ["api", "v1", "namespaces"] and len(parts) in (5, 6)
+                if core and parts[4] == "configmaps":
+                    return "configmaps", parts[3], parts[5] if len(parts) == 6 else ""
+                lease_path = ["apis", "coordination.k8s.io", "v1", "namespaces"]
+                if parts[:4] == lease_path and len(parts) in (6, 7) and parts[5] == "leases":
+                    return "leases", parts[4], parts[6] if len(parts) == 7 else ""
+                return None
+
+            def _write_object(self, *, create: bool) -> None:
+                api.requests.append(f"{self.command} {self.path}")
+                where = self._object()
+                if where is None:
+                    return self._json(405, status(405, "MethodNotAllowed", "only configmaps and leases"))
+                if api.fail_next:
+                    code = api.fail_next.pop(0)
+                    return self._json(code, status(code, "Failure", "injected failure"))
+                plural, namespace, name = where
+                body = self._body()
+                body.setdefault("metadata", {})["namespace"] = namespace
+                name = name or body["metadata"].get("name", "")
+                if configmap_bytes(body) > 1024 * 1024:
+                    message = f'{KINDS[plural][0]} "{name}" is invalid: []: Too long: at most 1048576 bytes'
+                    return self._json(422, status(422, "Invalid", message))
+                with api._cond:
+                    stored = api.objects.get((plural, namespace, name))
+                    if create and stored is not None:
+                        exists = f'{plural} "{name}" already exists'
+                        return self._json(409, status(409, "AlreadyExists", exists))
+                    if not create and stored is None:
+                        return self._json(404, status(404, "NotFound", f'{plural} "{name}" not found'))
+                    sent = body["metadata"].get("resourceVersion")
+                    if not create and sent and stored and sent != stored["metadata"]["resourceVersion"]:
+                        message = (f'Operation cannot be fulfilled on {plural} "{name}": the object '
+                                   "has been modified; please apply your changes to the latest version")
+                        return self._json(409, status(409, "Conflict", message))
+                    written = api.apply(plural, body)
+                return self._json(201 if create else 200, written)
+
+            def do_POST(self) -> None:
+                self._write_object(create=True)
+
+            def do_PUT(self) -> None:
+                self._write_object(create=False)
+
+            def do_DELETE(self) -> None:
+                api.requests.append(f"DELETE {self.path}")
+                where = self._object()
+                if where is None or not where[2]:
+                    return self._json(405, status(405, "MethodNotAllowed", "only configmaps and leases"))
+                plural, namespace, name = where
+                if (plural, namespace, name) not in api.objects:
+                    return self._json(404, status(404, "NotFound", f'{plural} "{name}" not found'))
+                api.delete(plural, name, namespace)
+                return self._json(200, status(200, "Success", "deleted") | {"status": "Success"})
+
             def do_GET(self) -> None:
                 api.requests.append(self.path)
+                where = self._object()
+                if where is not None and where[2]:
+                    found = api.objects.get(where)
+                    if found is None:
+                        return self._json(404, status(404, "NotFound", f'{where[0]} "{where[2]}" not found'))
+                    return self._json(200, copy.deepcopy(found))
                 url = urlsplit(self.path)
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 parts = url.path.strip("/").split("/")
@@ -218,6 +299,12 @@ class FakeKubeAPI:
                     self.close_connection = True
 
         return Handler
+
+
+def configmap_bytes(body: dict[str, Any]) -> int:
+    """The size the API server's validation counts: data values plus decoded binaryData."""
+    data = sum(len(str(v).encode()) for v in (body.get("data") or {}).values())
+    return data + sum(len(base64.b64decode(v)) for v in (body.get("binaryData") or {}).values())
 
 
 def status(code: int, reason: str, message: str) -> dict[str, Any]:

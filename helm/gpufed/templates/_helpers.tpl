@@ -151,3 +151,8 @@ HAMi's jobs, the Alertmanager pods). A key the user set in .Values.federation wi
 {{- end -}}
 {{- toYaml $spec -}}
 {{- end -}}
+
+{{/* Name prefix of the controller state's ConfigMaps (store.type kubernetes). */}}
+{{- define "gpufed.statePrefix" -}}
+{{- .Values.controller.store.configMapPrefix | default (printf "%s-state" (include "gpufed.fullname" .)) -}}
+{{- end }}

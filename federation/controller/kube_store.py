@@ -1,0 +1,374 @@
+"""The shared state store in the Kubernetes API: ConfigMaps, so replicas need no Consul.
+
+Same contract as ``sqlite_store`` and ``consul_store``
+(:class:`~federation.controller.store.StateStore`): every ``save`` is check-and-set,
+a lost race raises ``StoreConflict`` and never overwrites, a write carrying a fencing
+token older than the newest one recorded raises ``FencedOut``. The one module of
+``federation`` besides ``lease`` that imports ``kubernetes`` (``.importlinter``).
+
+Layout in the namespace, for the prefix ``P`` (``--store-prefix``, default ``gpufed-state``)::
+
+    P                      head: data.head = {"format", "revision", "fence", "buckets",
+                           "parts": {name: {digest, raw, size, objects}}, "previous", "audit"}
+    P-<gen>-<digest12>-<i> one piece of one part (binaryData.data, zlib; ``kube_parts``)
+    P-sets                 head of the discovery sources' last known sets (same shape)
+    P-audit-<page>         16 audit entries per ConfigMap (data: "<id:012d>" -> JSON)
+    P-fetched-<replica>    when each replica last served each shard's SD
+
+All carry the labels ``app.kubernetes.io/managed-by: gpufed`` and ``gpufed.io/store: P``.
+
+**Commit.** A save writes the pieces of the parts whose content changed, then replaces
+the head with the ``resourceVersion`` it read: the head is the commit point, and the API
+server's optimistic lock answers 409 to a writer that read an older head. Unchanged parts
+keep their objects, so moving ten targets of a million writes the core part, a bucket or
+two and the head. Objects the head before last referenced and the new head does not are
+deleted after the commit (a reader holding the previous head still finds its pieces; an
+older reader re-reads the head, and the digest check catches anything torn).
+
+**Fencing.** ``fence`` is the Lease's ``leaseTransitions`` (``lease.py``). The head keeps
+the newest token any write carried; an older one is refused, and a deposed leader whose
+write was in flight when the new leader recorded its token loses the optimistic lock.
+
+**Audit.** A save's entry rides in the head (state and entry commit together) and is
+copied into its page right after, or by the next save if that copy failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import threading
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client import CoreV1Api
+from kubernetes.client.exceptions import ApiException
+
+from federation.controller import kube_parts
+from federation.controller.kube_objects import FORMAT, ConfigMaps, Head
+from federation.controller.state import AuditEntry, ControllerState
+from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError
+from sharder.inventory import Target
+from sharder.lastknown import parse_entries, target_document
+
+log = logging.getLogger(__name__)
+AUDIT_PAGE = 16
+MAX_AUDIT_BYTES = 32 * 1024
+"""An entry larger than this keeps its summary only (16 per page stay under 1 MiB)."""
+
+
+@dataclass
+class Written:
+    """What this store last committed, so a save with the ``changed`` hint cuts only the
+    buckets of the changed identities (the rest of the head's parts stay as they are)."""
+
+    revision: int
+    buckets: int
+    targets: dict[str, str]
+    """The committed assignment's ``targets`` dict itself (compared by identity, as SQLite does)."""
+    members: list[set[str]]
+
+
+class KubeStore:
+    def __init__(
+        self,
+        api: CoreV1Api,
+        *,
+        namespace: str,
+        prefix: str = "gpufed-state",
+        audit_keep: int = 1000,
+        piece_bytes: int = kube_parts.PIECE_BYTES,
+    ) -> None:
+        self.maps = ConfigMaps(api, namespace=namespace, prefix=prefix, piece_bytes=piece_bytes)
+        self.prefix, self.audit_keep, self.where = prefix, audit_keep, self.maps.where
+        self._lock = threading.RLock()
+        self._loaded: tuple[str, ControllerState] | None = None  # (head resourceVersion, state)
+        self._sets: tuple[str, dict[str, list[Target]]] | None = None
+        self._written: Written | None = None
+
+    @property
+    def sets_name(self) -> str:
+        return f"{self.prefix}-sets"
+
+    # ---- StateStore --------------------------------------------------------------------------------
+    def load(self) -> ControllerState | None:
+        with self._lock:
+            head, parts = self.maps.load_parts(self.prefix)
+            if head is None:
+                return None
+            if self._loaded is not None and self._loaded[0] == head.version:
+                return self._loaded[1]
+            try:
+                state = ControllerState.model_validate(kube_parts.join_state(parts))
+            except (ValueError, kube_parts.PartError) as exc:
+                raise StoreError(f"state in {self.where} does not validate: {str(exc)[:300]}") from exc
+            if state.revision != head.revision:
+                raise StoreError(
+                    f"state in {self.where}: parts hold revision {state.revision}, "
+                    f"the head says {head.revision}"
+                )
+            self._loaded = (head.version, state)
+            return state
+
+    def save(
+        self,
+        state: ControllerState,
+        *,
+        expected_revision: int | None,
+        audit: AuditEntry | None = None,
+        fence: int | None = None,
+        changed: Changed | None = None,
+    ) -> ControllerState:
+        with self._lock:
+            head = self.maps.head(self.prefix)
+            found = head.revision if head is not None else None
+            recorded = head.doc.get("fence") if head is not None else None
+            _check_fence(fence, recorded)
+            if found != expected_revision:
+                raise StoreConflict(expected=expected_revision, found=-1 if found is None else found)
+            self._flush_audit(head)
+            revision = (found or 0) + 1
+            stored = state.model_copy(update={"revision": revision})
+            targets = len(stored.assignment.targets) if stored.assignment is not None else 0
+            current = head.doc.get("buckets") if head is not None else None
+            buckets = kube_parts.bucket_count(targets, current=current if isinstance(current, int) else None)
+            delta = self._delta(stored, head=head, changed=changed, buckets=buckets)
+            if delta is None:
+                raw, members = kube_parts.split_state(stored.model_dump(mode="json"), buckets=buckets)
+            else:
+                raw, members = delta
+            created: list[str] = []
+            newest = max(x for x in (fence, recorded, -1) if isinstance(x, int))
+            try:
+                written = self.maps.write_parts(raw, head=head, generation=revision, created=created)
+            except StoreError:  # the head was not touched: what this save wrote is nobody's
+                for name in created:
+                    self.maps.delete(name)
+                raise
+            doc = {
+                "format": FORMAT,
+                "revision": revision,
+                "fence": None if newest < 0 else newest,
+                "buckets": buckets,
+                "parts": {**(head.parts if delta is not None and head is not None else {}), **written},
+                "previous": sorted(head.objects()) if head is not None else [],
+                "audit": None if audit is None else _audit_document(audit),
+            }
+            try:
+                self.maps.commit(self.prefix, doc, head=head, role="head")
+            except ApiException as exc:  # 409: another writer committed since we read
+                for name in created:
+                    self.maps.delete(name)
+                now = self.maps.head(self.prefix)
+                _check_fence(fence, now.doc.get("fence") if now is not None else None)
+                found_now = now.revision if now is not None else -1
+                raise StoreConflict(expected=expected_revision, found=found_now) from exc
+            # (a StoreError from the commit propagates and deletes nothing: a timed-out
+            # write may have landed, and its pieces are then the state)
+            self.maps.collect(head, doc)
+            if stored.assignment is not None:
+                self._written = Written(revision, buckets, stored.assignment.targets, members)
+            if audit is not None:
+                try:
+                    self._flush_audit(Head(doc=doc, version=""))
+                except StoreError as exc:  # committed in the head; the next save copies it
+                    log.warning("%s", exc)
+            return stored
+
+    def _delta(
+        self, stored: ControllerState, *, head: Head | None, changed: Changed | None, buckets: int
+    ) -> tuple[dict[str, bytes], list[set[str]]] | None:
+        """The core and the buckets of ``changed``'s identities, when the rest is what this
+        store last wrote (``changed``'s base is the assignment of the head it reads); else None."""
+        written, self._written = self._written, None  # updated in place: valid again on commit
+        if changed is None or written is None or head is None or stored.assignment is None:
+            return None
+        base, identities = changed
+        if (
+            written.revision != head.revision
+            or written.buckets != buckets
+            or base.targets is not written.targets
+        ):
+            return None
+        new = stored.assignment
+        touched: set[int] = set()
+        for identity in identities:
+            bucket = kube_parts.bucket_of(identity, buckets)
+            touched.add(bucket)
+            if identity in new.targets or identity in new.weights:
+                written.members[bucket].add(identity)
+            else:
+                written.members[bucket].discard(identity)
+        raw = {
+            "core": kube_parts.core_part(
+                stored.model_dump(mode="json", exclude={"assignment": {"targets", "weights"}})
+            )
+        }
+        for bucket in sorted(touched):
+            raw[f"targets-{bucket}"] = kube_parts.bucket_part(
+                new.targets, new.weights, written.members[bucket]
+            )
+        return raw, written.members
+
+    # ---- audit ------------------------------------------------------------------------------------
+    def _page_name(self, page: int) -> str:
+        return f"{self.prefix}-audit-{page}"
+
+    def _flush_audit(self, head: Head | None) -> None:
+        """Copy the audit entry a head carries into its page (idempotent)."""
+        entry = head.doc.get("audit") if head is not None else None
+        if head is None or not isinstance(entry, dict):
+            return
+        key, page = f"{head.revision:012d}", head.revision // AUDIT_PAGE
+        for _ in range(3):
+            found = self.maps.get(self._page_name(page))
+            data = dict(found.data or {}) if found is not None else {}
+            if key in data:
+                return
+            data[key] = json.dumps(entry, sort_keys=True)
+            version = found.metadata.resource_version if found is not None and found.metadata else None
+            try:
+                self.maps.write(
+                    self.maps.body(self._page_name(page), "audit", data=data, version=version),
+                    create=found is None,
+                )
+            except ApiException:  # 409: the page changed under us; read it again
+                continue
+            if found is None:  # a new page: the pages beyond audit_keep go (a few, each time)
+                cutoff = page - self.audit_keep // AUDIT_PAGE - 1
+                for old in range(max(0, cutoff - 3), max(0, cutoff)):
+                    self.maps.delete(self._page_name(old))
+            return
+        raise StoreError(f"state store {self.where}: audit page {page} kept changing")
+
+    def audit_log(self, *, limit: int = 100, before_id: int | None = None) -> list[AuditEntry]:
+        with self._lock:
+            head = self.maps.head(self.prefix)
+            if head is None:
+                return []
+            found: dict[int, Any] = {}
+            if isinstance(head.doc.get("audit"), dict):  # committed, maybe not copied yet
+                found[head.revision] = head.doc["audit"]
+            top = min(head.revision, (before_id or head.revision + 1) - 1)
+            lowest = max(0, (head.revision - self.audit_keep) // AUDIT_PAGE)
+            page = top // AUDIT_PAGE
+            while page >= lowest and sum(1 for i in found if i <= top) < limit:
+                cm = self.maps.get(self._page_name(page))
+                for key, value in ((cm.data or {}) if cm is not None else {}).items():
+                    try:
+                        found[int(key)] = json.loads(value)
+                    except ValueError as exc:
+                        log.warning("skipping unreadable audit entry %s: %s", key, exc)
+                page -= 1
+        out = []
+        for audit_id in sorted(found, reverse=True):
+            if audit_id > top:
+                continue
+            try:
+                out.append(AuditEntry.model_validate({**found[audit_id], "id": audit_id}))
+            except ValueError as exc:
+                log.warning("skipping invalid audit entry %d: %s", audit_id, exc)
+            if len(out) >= limit:
+                break
+        return out
+
+    # ---- last known sets ------------------------------------------------------------------------
+    def save_sets(self, sets: Mapping[str, Sequence[Target]]) -> None:
+        docs = {
+            name: [{**target_document(t), "identity": t.identity} for t in targets]
+            for name, targets in sets.items()
+        }
+        total = sum(len(targets) for targets in sets.values())
+        with self._lock:
+            head = self.maps.head(self.sets_name)
+            current = head.doc.get("buckets") if head is not None else None
+            buckets = kube_parts.bucket_count(total, current=current if isinstance(current, int) else None)
+            raw = kube_parts.split_sets(docs, buckets=buckets)
+            generation = (head.revision if head is not None else 0) + 1
+            created: list[str] = []
+            parts = self.maps.write_parts(raw, head=head, generation=generation, created=created)
+            if head is not None and parts == head.parts:
+                return
+            doc = {
+                "format": FORMAT,
+                "revision": generation,
+                "buckets": buckets,
+                "parts": parts,
+                "previous": sorted(head.objects()) if head is not None else [],
+            }
+            try:
+                self.maps.commit(self.sets_name, doc, head=head, role="head")
+            except ApiException as exc:
+                for name in created:
+                    self.maps.delete(name)
+                raise StoreConflict(expected=generation - 1, found=-1) from exc
+            self.maps.collect(head, doc)
+
+    def load_sets(self) -> dict[str, list[Target]]:
+        """The sets (parsed through the inventory validation once per stored version)."""
+        with self._lock:
+            head, parts = self.maps.load_parts(self.sets_name)
+            version = head.version if head is not None else ""
+            if self._sets is not None and self._sets[0] == version:
+                return {name: list(targets) for name, targets in self._sets[1].items()}
+        out: dict[str, list[Target]] = {}
+        for name, entries in kube_parts.join_sets(parts).items():
+            good, bad = parse_entries(entries, source=f"{self.where}:{name}")
+            for message in bad:
+                log.warning("skipping persisted target: %s", message)
+            out[name] = sorted(good, key=lambda t: t.identity)
+        with self._lock:
+            self._sets = (version, out)
+        return {name: list(targets) for name, targets in out.items()}
+
+    # ---- SD fetches seen by each replica (hand-over proof needs them all) ------------------------
+    def note_fetches(self, replica: str, fetched: Mapping[str, float]) -> None:
+        """When this replica last served each shard's SD (one small ConfigMap per replica)."""
+        name = f"{self.prefix}-fetched-{_dns_label(replica)}"
+        data = {"replica": replica, "fetched": json.dumps(dict(sorted(fetched.items())))}
+        try:
+            self.maps.write(self.maps.body(name, "fetched", data=data), create=False)
+        except StoreError:  # 404 on the first note: create it
+            with contextlib.suppress(ApiException):  # 409: created meanwhile; the next note replaces it
+                self.maps.write(self.maps.body(name, "fetched", data=data), create=True)
+
+    def fetches(self, *, forget_after_s: float = 86400.0) -> dict[str, float]:
+        """shard -> the newest fetch any replica saw; replicas silent for a day are forgotten."""
+        newest: dict[str, float] = {}
+        for name, data in self.maps.list_data("fetched").items():
+            try:
+                seen = {str(k): float(v) for k, v in json.loads(data.get("fetched", "{}")).items()}
+            except (ValueError, AttributeError):
+                continue
+            for shard, at in seen.items():
+                newest[shard] = max(at, newest.get(shard, at))
+            if seen and max(seen.values()) < time.time() - forget_after_s:
+                self.maps.delete(name)
+        return newest
+
+    def close(self) -> None:
+        self.maps.api.api_client.close()
+
+
+def _check_fence(fence: int | None, recorded: object) -> None:
+    if fence is not None and isinstance(recorded, int) and fence < recorded:
+        raise FencedOut(f"write fenced out: token {fence} is older than {recorded} (a newer leader wrote)")
+
+
+def _audit_document(audit: AuditEntry) -> dict[str, Any]:
+    doc = audit.model_dump(mode="json", exclude={"id"})
+    size = len(json.dumps(doc))
+    if size > MAX_AUDIT_BYTES:
+        doc["detail"] = {"truncated": True, "bytes": size, "keys": sorted(audit.detail)[:50]}
+    return doc
+
+
+def _dns_label(text: str) -> str:
+    """A replica id as part of an object name: lowercase, [-a-z0-9], at most 63 characters."""
+    label = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:40] or "replica"
+    return f"{label}-{zlib.crc32(text.encode()):08x}"

@@ -1,0 +1,58 @@
+"""The three state stores, each opened on one backing storage by a factory (a fresh store
+object per call is a second replica, or the same one after a restart).
+
+SQLite is a file; Consul is the Consul stand-in (``sharder.testing.consul_standin``) through
+py-consul; Kubernetes is ``tests/fakes/kube_api.py`` (a stand-in for the API server's
+ConfigMap CRUD with its optimistic lock and 1 MiB limit) through the official client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+
+from federation.controller.kube_store import KubeStore
+from federation.controller.sqlite_store import SqliteStore
+from federation.controller.store import StateStore
+from sharder.testing.consul_standin import FakeConsulAgent
+from tests.controller.ha_helpers import store as consul_store
+from tests.fakes.kube_api import FakeKubeAPI
+
+Opener = Callable[..., StateStore]
+BACKENDS = ("sqlite", "consul", "kubernetes")
+
+
+def kube_api(fake: FakeKubeAPI) -> kubernetes.client.CoreV1Api:
+    configuration = kubernetes.client.Configuration()
+    configuration.host = fake.url
+    return kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
+
+
+def kube_store(fake: FakeKubeAPI, **kwargs: Any) -> KubeStore:
+    return KubeStore(kube_api(fake), namespace="monitoring", **kwargs)
+
+
+@contextmanager
+def backend(name: str, tmp_path: Path) -> Iterator[Opener]:
+    opened: list[StateStore] = []
+
+    def remember(store: StateStore) -> StateStore:
+        opened.append(store)
+        return store
+
+    try:
+        if name == "sqlite":
+            yield lambda **kw: remember(SqliteStore(tmp_path / "state.db", **kw))
+        elif name == "consul":
+            with FakeConsulAgent() as agent:
+                yield lambda **kw: remember(consul_store(agent, **kw))
+        else:
+            with FakeKubeAPI() as fake:
+                yield lambda **kw: remember(kube_store(fake, **kw))
+    finally:
+        for store in opened:
+            store.close()

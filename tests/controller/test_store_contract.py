@@ -1,0 +1,129 @@
+"""The StateStore contract, one set of tests over SQLite, Consul KV and the Kubernetes API.
+
+What every store promises (``federation.controller.store``): check-and-set on the
+revision, fencing by the leadership token, state and audit entry committed together,
+last known sets kept, and a restart (a new store object) loading exactly what was saved.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from federation.controller.state import AuditEntry, ControllerState, Desired
+from federation.controller.store import FencedOut, StoreConflict
+from tests.controller.ha_helpers import state
+from tests.controller.harness import fleet
+from tests.controller.store_backends import BACKENDS, Opener, backend
+
+
+@pytest.fixture(params=BACKENDS)
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    with backend(request.param, tmp_path) as opener:
+        yield opener
+
+
+def audit(action: str, **detail: Any) -> AuditEntry:
+    return AuditEntry(at=1.0, actor="ops", action=action, detail=detail)
+
+
+def test_an_empty_store_holds_nothing(open_store: Opener) -> None:
+    s = open_store()
+    assert s.load() is None
+    assert s.audit_log() == []
+    assert s.load_sets() == {}
+
+
+def test_a_restart_loads_what_was_saved(open_store: Opener) -> None:
+    saved = open_store().save(state(3000, last_plan="p-1"), expected_revision=None)
+    assert saved.revision == 1
+    loaded = open_store().load()
+    assert loaded == saved
+    assert loaded is not None and loaded.assignment == saved.assignment
+
+
+def test_save_is_check_and_set_on_the_revision(open_store: Opener) -> None:
+    s = open_store()
+    first = s.save(state(), expected_revision=None)
+    second = s.save(first.model_copy(update={"assignment_version": 2}), expected_revision=1)
+    assert second.revision == 2
+    with pytest.raises(StoreConflict) as lost:
+        s.save(first.model_copy(update={"assignment_version": 9}), expected_revision=1)
+    assert (lost.value.expected, lost.value.found) == (1, 2)
+    with pytest.raises(StoreConflict):
+        s.save(state(), expected_revision=None)  # "nothing stored yet" is stale too
+    assert open_store().load() == second  # another replica sees the winner, not the losers
+
+
+def test_concurrent_writers_that_retry_lose_no_update(open_store: Opener) -> None:
+    open_store().save(ControllerState(), expected_revision=None)
+    per_writer, writers = 5, 3
+    conflicts: list[str] = []
+
+    def writer(name: str) -> None:
+        s = open_store()
+        done = 0
+        while done < per_writer:
+            current = s.load()
+            assert current is not None
+            weights = {**current.desired.weights, f"{name}-{done}": 1}
+            try:
+                s.save(
+                    current.model_copy(update={"desired": Desired(weights=weights)}),
+                    expected_revision=current.revision,
+                )
+            except StoreConflict:
+                conflicts.append(name)
+                continue
+            done += 1
+
+    threads = [threading.Thread(target=writer, args=(f"w{i}",)) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    final = open_store().load()
+    assert final is not None
+    assert sorted(final.desired.weights) == sorted(
+        f"w{i}-{n}" for i in range(writers) for n in range(per_writer)
+    )
+    assert final.revision == 1 + writers * per_writer
+
+
+def test_a_write_with_an_older_fence_is_refused(open_store: Opener) -> None:
+    s = open_store()
+    saved = s.save(state(), expected_revision=None, fence=10)
+    saved = s.save(saved, expected_revision=saved.revision, fence=12)
+    with pytest.raises(FencedOut):
+        s.save(saved.model_copy(update={"last_plan": "stale"}), expected_revision=saved.revision, fence=10)
+    loaded = open_store().load()
+    assert loaded is not None and loaded.revision == 2 and loaded.last_plan is None
+
+
+def test_audit_entries_commit_with_their_state_and_page_newest_first(open_store: Opener) -> None:
+    s = open_store()
+    saved = s.save(state(), expected_revision=None, audit=audit("first"))
+    saved = s.save(saved, expected_revision=1)  # a discovery write: no entry
+    saved = s.save(saved, expected_revision=2, audit=audit("third", moved=3))
+    with pytest.raises(StoreConflict):
+        s.save(saved, expected_revision=1, audit=audit("lost"))
+    entries = open_store().audit_log()
+    assert [e.action for e in entries] == ["third", "first"]
+    assert entries[0].detail == {"moved": 3}
+    assert [e.action for e in s.audit_log(before_id=entries[0].id)] == ["first"]
+    assert [e.action for e in s.audit_log(limit=1)] == ["third"]
+
+
+def test_last_known_sets_round_trip(open_store: Opener) -> None:
+    s = open_store()
+    sets = {"file": fleet(30), "registry": fleet(5, region="r2", start=100)}
+    s.save_sets(sets)
+    by_identity = {name: sorted(targets, key=lambda t: t.identity) for name, targets in sets.items()}
+    loaded = open_store().load_sets()
+    assert {name: sorted(t, key=lambda t: t.identity) for name, t in loaded.items()} == by_identity
+    s.save_sets({"file": fleet(3)})
+    assert open_store().load_sets() == {"file": fleet(3)}
