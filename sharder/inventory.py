@@ -88,9 +88,7 @@ class Target(BaseModel):
 
     @property
     def identity(self) -> str:
-        """Interned: the loop, the engine and the assignment key their maps by it, and one
-        string per target instead of one per map is hundreds of MB at a million targets."""
-        return sys.intern(self.explicit_identity or self.instance)
+        return self.explicit_identity or self.instance
 
     @property
     def weight(self) -> int:
