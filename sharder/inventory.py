@@ -7,10 +7,11 @@ nothing of hashing. A source that can push changes calls ``on_change(targets)``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 from typing import Annotated, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from sharder.addresses import host_port, normalise_host
 from sharder.spec import LABEL_NAME_RE, MAX_WEIGHT
@@ -67,6 +68,20 @@ class Target(BaseModel):
                 raise ValueError(f"label {name!r} is reserved (set by gpufed itself)")
         return labels
 
+    @model_validator(mode="after")
+    def _shared(self) -> Target:
+        """A controller holds up to a million targets for its lifetime: share what they
+        repeat. Names (job, region, rack, team; node and address across a node's exporters)
+        are interned, and the fields-set pydantic keeps per instance (a 700-byte ``set``)
+        is one shared object per distinct set. That set is never mutated in place: the
+        model is frozen, and ``model_copy`` copies it before it updates it."""
+        fields = self.__dict__
+        for name in _INTERNED:
+            fields[name] = sys.intern(fields[name])
+        given = self.__pydantic_fields_set__
+        object.__setattr__(self, "__pydantic_fields_set__", _FIELDS_SETS.setdefault(frozenset(given), given))
+        return self
+
     @property
     def instance(self) -> str:
         return host_port(self.address, self.port)
@@ -100,6 +115,10 @@ class Target(BaseModel):
             labels["__metrics_path__"] = self.metrics_path
         return labels
 
+
+_INTERNED = ("address", "job", "node", "region", "rack", "team")
+_FIELDS_SETS: dict[frozenset[str], set[str]] = {}
+"""One shared fields-set per distinct set of given fields (a handful in any fleet)."""
 
 OnChange = Callable[[list[Target]], None]
 

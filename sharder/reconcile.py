@@ -23,13 +23,13 @@ target never changes shard. A source that fails keeps its last set: errors go to
 
 **Hysteresis.** See :mod:`sharder.sizing`; its counts go to ``assign`` as ``shard_counts``.
 
-**Incremental.** With the default ``assign_fn`` the loop keeps a
-``sharder.incremental.IncrementalAssigner``: a change costs time in proportion to the
-change, and the result equals ``assign(spec, targets, previous=<last>, <overrides>)``.
-The operator's overrides (pins, drains, weights, shard counts) are data the loop holds
-(:meth:`Reconciler.set_overrides`), not a reason to re-assign: only a change of shard
-counts (hysteresis or operator), of the overrides themselves, or a custom ``assign_fn``
-runs a full placement. :meth:`Reconciler.adopt` takes an assignment made elsewhere (an
+**Incremental.** Placement is :class:`sharder.placer.Placer`'s: with the default
+``assign_fn`` it keeps a ``sharder.incremental.IncrementalAssigner``, so a change costs
+time in proportion to the change, and the result equals ``assign(spec, targets,
+previous=<last>, <overrides>)``. The operator's overrides (pins, drains, weights, shard
+counts) are data it holds (:meth:`Reconciler.set_overrides`), not a reason to re-assign:
+only a change of shard counts (hysteresis or operator), of the overrides themselves, or a
+custom ``assign_fn`` runs a full placement. :meth:`Reconciler.adopt` takes an assignment made elsewhere (an
 applied plan, the stored one at a restart) as the engine's base without placing again.
 """
 
@@ -41,66 +41,29 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Protocol, runtime_checkable
 
+from sharder import intake, sizing
 from sharder import overrides as overriding
 from sharder import plan as plan_mod
-from sharder import sizing
-from sharder.assign import assign
 from sharder.assignment import Assignment
 from sharder.errors import SharderError
 from sharder.incremental import IncrementalAssigner
+from sharder.intake import DiscoveryObserver
 from sharder.inventory import Target, sort_targets
+from sharder.persisting import LastKnownStore, SetPersister
+from sharder.placer import AssignFn, Placer, sticky_assign
 from sharder.spec import FederationSpec
-from sharder.targetsets import Delta, NodeCounts, count_nodes, merge_sets, needs_placement, target_delta
+from sharder.targetsets import (
+    Delta,
+    NodeCounts,
+    count_nodes,
+    merge_sets,
+    needs_placement,
+    nodes_after,
+    target_delta,
+)
 
 log = logging.getLogger(__name__)
-
-
-class AssignFn(Protocol):
-    """How the loop assigns; ``shard_counts`` carries the hysteresis decision per region."""
-
-    def __call__(
-        self,
-        spec: FederationSpec,
-        targets: Sequence[Target],
-        *,
-        previous: Assignment | None,
-        shard_counts: Mapping[str, int],
-    ) -> Assignment: ...
-
-
-class DiscoveryObserver(Protocol):
-    """What the loop reports (``sharder.discovery_metrics.DiscoveryMetrics`` implements it)."""
-
-    def success(self, source: str, *, targets: int) -> None: ...
-
-    def error(self, source: str, *, reason: str, count: int = 1) -> None: ...
-
-
-class LastKnownStore(Protocol):
-    """Where the merged per-source sets survive a restart (``sharder.lastknown``)."""
-
-    def save(self, sets: Mapping[str, Sequence[Target]]) -> None: ...
-
-
-@runtime_checkable
-class LastKnownChanges(Protocol):
-    """A store that can take only what changed: source -> identity -> target (None: gone).
-    ``save_changes`` returns False when it cannot, and the loop saves the whole sets."""
-
-    def save_changes(self, changes: Mapping[str, Mapping[str, Target | None]]) -> bool: ...
-
-
-def sticky_assign(
-    spec: FederationSpec,
-    targets: Sequence[Target],
-    *,
-    previous: Assignment | None,
-    shard_counts: Mapping[str, int],
-) -> Assignment:
-    """Default ``assign_fn``: sticky ``sharder.assign.assign`` with the hysteresis counts."""
-    return assign(spec, targets, previous=previous, shard_counts=shard_counts)
 
 
 OnAssignment = Callable[[Assignment, plan_mod.Plan], None]
@@ -130,13 +93,10 @@ class Reconciler:
         self.debounce_s, self.grace_s = debounce_s, grace_s
         self._sizer = sizing.ShardSizer(spec, hysteresis or sizing.Hysteresis(), previous=previous)
         self._precedence = list(precedence)
-        self._assign_fn = assign_fn
+        self.placer = Placer(spec, assign_fn=assign_fn)
         self._on_assignment = on_assignment
         self._observer = observer
-        self._store = store
-        self.persist_interval_s = persist_interval_s
-        self._persisted_at = float("-inf")
-        self._persist_due = False
+        self._persister = SetPersister(store, interval_s=persist_interval_s)
         self._regions = set(spec.region_names())
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -150,21 +110,9 @@ class Reconciler:
         self._assignment = previous
         self._applied: dict[str, Target] = {}
         self.assignments = 0
-        self._incremental: IncrementalAssigner | None = None
-        self._overrides = overriding.Overrides()
-        self._full_due = False
-        """The overrides changed since the last placement: the next one runs in full."""
         self._prepared: Assignment | None = None
-        self._unsaved: dict[str, set[str]] = {}
-        """source -> identities changed since the last persist (what a delta store writes)."""
-        self.touched: set[str] | None = None
-        """Identities the last placement may have moved (None: unknown, a full placement)."""
-        self.touched_base: Assignment | None = None
-        """The assignment ``touched`` is relative to."""
         self._nodes: dict[str, Counter[str]] | None = None
         """region -> node -> targets, of what is placed (None: count at the next tick)."""
-        self.changed: set[str] | None = None
-        """``touched`` plus the targets whose fields changed (labels): what SD must rebuild."""
         self.generation = 0
         """Counts the changes sources pushed: a loop that waits compares it (no lost wake-up)."""
 
@@ -187,35 +135,36 @@ class Reconciler:
             weight_overrides=weights,
         )
         with self._lock:
-            if checked != self._overrides:
-                self._overrides = checked
-                self._incremental = None
-                self._full_due = True
+            self.placer.set_overrides(checked)
 
     @property
     def overrides(self) -> overriding.Overrides:
-        return self._overrides
+        return self.placer.overrides
+
+    @property
+    def engine(self) -> IncrementalAssigner | None:
+        """The incremental engine over the current assignment (None: not built yet)."""
+        return self.placer.engine
+
+    @property
+    def touched(self) -> set[str] | None:
+        """Identities the last placement may have moved (None: unknown, a full placement)."""
+        return self.placer.touched
+
+    @property
+    def touched_base(self) -> Assignment | None:
+        """The assignment ``touched`` is relative to."""
+        return self.placer.touched_base
+
+    @property
+    def changed(self) -> set[str] | None:
+        """``touched`` plus the targets whose fields changed (labels): what SD must rebuild."""
+        return self.placer.changed
 
     # ---- input from sources (any thread) -------------------------------------------------
     def on_change(self, source: str, targets: Iterable[Target], *, version: str | None = None) -> None:
         """``targets`` is the source's whole current set (not a delta)."""
-        kept: dict[str, Target] = {}
-        unknown = duplicate = 0
-        for target in targets:
-            identity = target.identity  # computed, so once
-            if target.region not in self._regions:
-                unknown += 1
-            elif identity in kept:
-                duplicate += 1
-            else:
-                kept[identity] = target
-        for reason, count in (("unknown_region", unknown), ("duplicate", duplicate)):
-            if count:
-                log.warning("discovery source=%s skipped targets reason=%s count=%d", source, reason, count)
-                if self._observer is not None:
-                    self._observer.error(source, reason=reason, count=count)
-        if self._observer is not None:
-            self._observer.success(source, targets=len(kept))
+        kept = intake.screen_set(source, targets, regions=self._regions, observer=self._observer)
         with self._wake:
             self._versions[source] = version
             before = self._sets.get(source, {})
@@ -224,7 +173,7 @@ class Reconciler:
             self._sets[source] = kept
             changed = {i for i in before.keys() | kept.keys() if before.get(i) != kept.get(i)}
             if version != "persisted":  # a seed from the store is saved already
-                self._unsaved.setdefault(source, set()).update(changed)
+                self._persister.note(source).update(changed)
             if self._dirty is not None:
                 self._dirty.update(changed)
             now = self._clock()
@@ -236,17 +185,12 @@ class Reconciler:
     def on_delta(self, source: str, *, upserted: Sequence[Target], removed: Sequence[str]) -> None:
         """What changed in ``source``'s set (the built-in registry knows): the cost of the
         change, not of the set. Targets in unknown regions are skipped as ``on_change`` does."""
-        kept = [t for t in upserted if t.region in self._regions]
-        if len(kept) != len(upserted):
-            count = len(upserted) - len(kept)
-            log.warning("discovery source=%s skipped targets reason=unknown_region count=%d", source, count)
-            if self._observer is not None:
-                self._observer.error(source, reason="unknown_region", count=count)
+        kept = intake.screen_delta(source, upserted, regions=self._regions, observer=self._observer)
         with self._wake:
             members = self._sets.setdefault(source, {})
             changed = False
             now = self._clock()
-            unsaved = self._unsaved.setdefault(source, set())
+            unsaved = self._persister.note(source)
             for identity in removed:
                 if members.pop(identity, None) is not None:
                     changed = True
@@ -282,10 +226,7 @@ class Reconciler:
         """Apply what is due now; the new assignment, or None when nothing changed."""
         with self._lock:
             now = self._clock()
-            if not self._due(now):
-                persist = self._persist_due and now >= self._persisted_at + self.persist_interval_s
-            else:
-                persist = None
+            persist = None if self._due(now) else self._persister.wants(now)
         if persist is not None:
             if persist:
                 self._persist(now)
@@ -304,7 +245,14 @@ class Reconciler:
         if same and counts == self._sizer.applied and self._assignment is not None:
             return None
         try:
-            new = self._place(targets, counts, delta)
+            new = self.placer.place(
+                previous=self._assignment,
+                applied=self._applied,
+                targets=targets,
+                counts=counts,
+                applied_counts=self._sizer.applied,
+                delta=delta,
+            )
         except SharderError as exc:  # keep serving the old assignment
             log.error("assignment failed, keeping the previous one: %s", exc)
             if self._observer is not None:
@@ -318,113 +266,27 @@ class Reconciler:
             self.assignments += 1
         if self._on_assignment is not None:
             self._on_assignment(new, plan)
-        self._persist_due = True
-        if now >= self._persisted_at + self.persist_interval_s:
+        self._persister.due = True
+        if self._persister.wants(now):
             self._persist(now)
         return new
 
-    def _place(self, targets: dict[str, Target], counts: dict[str, int], delta: Delta) -> Assignment:
-        """The new assignment. A custom ``assign_fn`` sees every change. With the default
-        one: unchanged when only labels changed, incremental (the cost of the change, equal
-        to a full sticky assignment with the same overrides) while the shard counts and
-        overrides stay, else a full sticky assignment that becomes the engine's new base."""
-        previous = self._assignment
-        self.touched, self.touched_base, self.changed = None, previous, None
-        if self._assign_fn is not sticky_assign:
-            ordered = sort_targets(targets.values())
-            return self._assign_fn(self.spec, ordered, previous=previous, shard_counts=counts)
-        if previous is not None and counts == self._sizer.applied:
-            added, removed, relabelled = delta
-            if not added and not removed:
-                self.touched, self.changed = set(), relabelled
-                return previous  # labels only: placement cannot change
-            if self._incremental is None and not self._full_due:
-                self._incremental = self._engine_from(previous, self._applied, counts)
-            if self._incremental is not None and self._incremental.assignment is previous:
-                result = self._incremental.apply(added=added, removed=removed)
-                self.touched = self._incremental.touched
-                if self.touched is not None:
-                    self.changed = self.touched | relabelled
-                return result
-        ordered = sort_targets(targets.values())
-        o = self._overrides
-        self._full_due = False
-        self._incremental = IncrementalAssigner(
-            self.spec,
-            ordered,
-            previous=previous,
-            shard_counts={**counts, **o.shard_counts},
-            pins=o.pins,
-            drained=o.drained,
-            weight_overrides=o.weights,
-        )
-        return self._incremental.assignment
-
     def _nodes_after(self, delta: Delta) -> NodeCounts:
-        """Distinct nodes per region once ``delta`` applies to what is placed now, in the
-        time of the change (the counters are built once, then follow each change)."""
-        if self._nodes is None:
+        if self._nodes is None:  # built once, then follows each change
             self._nodes = count_nodes(self._applied.values())
-        added, removed, _ = delta
-        step: dict[tuple[str, str], int] = {}
-        for identity in removed:
-            was = self._applied[identity]
-            step[(was.region, was.node)] = step.get((was.region, was.node), 0) - 1
-        for target in added:
-            step[(target.region, target.node)] = step.get((target.region, target.node), 0) + 1
-        step = {key: n for key, n in step.items() if n}
-        if not step:
-            return NodeCounts(self._nodes, {r: len(c) for r, c in self._nodes.items()})
-        after = {region: Counter(found) for region, found in self._nodes.items()}
-        for (region, node), n in step.items():
-            bucket = after.setdefault(region, Counter())
-            bucket[node] += n
-            if bucket[node] <= 0:
-                del bucket[node]
-        return NodeCounts(after, {r: len(c) for r, c in after.items()})
-
-    def _engine_from(
-        self, assignment: Assignment, targets: Mapping[str, Target], counts: Mapping[str, int]
-    ) -> IncrementalAssigner | None:
-        """The engine over ``assignment`` as it stands (no placement), or None when the
-        assignment does not cover exactly ``targets`` (then the next change places in full)."""
-        if assignment.targets.keys() != targets.keys():
-            return None
-        o = self._overrides
-        try:
-            return IncrementalAssigner.adopting(
-                self.spec,
-                list(targets.values()),
-                assignment,
-                shard_counts={**counts, **o.shard_counts},
-                pins=o.pins,
-                drained=o.drained,
-                weight_overrides=o.weights,
-            )
-        except SharderError as exc:
-            log.warning("the stored assignment cannot seed the engine, placing in full: %s", exc)
-            return None
+        return nodes_after(self._nodes, self._applied, delta)
 
     def _persist(self, now: float) -> None:
-        """Save what changed in the per-source sets (a delta store) or the whole sets, at most
-        every ``persist_interval_s``."""
-        if self._store is None:
+        """Save what changed in the per-source sets (``sharder.persisting``)."""
+        if self._persister.store is None:
             return
         with self._lock:
-            unsaved, self._unsaved = self._unsaved, {}
-            changes = {
-                name: {i: self._sets.get(name, {}).get(i) for i in identities}
-                for name, identities in unsaved.items()
-                if identities
-            }
-            self._persisted_at, self._persist_due = now, False
-        if not changes:
-            return  # the store holds these sets already
-        if isinstance(self._store, LastKnownChanges) and self._store.save_changes(changes):
-            return
+            changes = self._persister.take(now, self._sets)
+        self._persister.write(changes, self._whole_sets)
+
+    def _whole_sets(self) -> dict[str, list[Target]]:
         with self._lock:
-            sets = {name: list(members.values()) for name, members in self._sets.items()}
-        self._store.save(sets)
+            return {name: list(members.values()) for name, members in self._sets.items()}
 
     def next_due(self) -> float | None:
         """Seconds until ``tick`` has work (0: now), None when nothing is pending."""
@@ -438,8 +300,9 @@ class Reconciler:
             shrink = self._sizer.next_shrink_at()
             if shrink is not None:
                 waits.append(shrink)
-            if self._persist_due and self._store is not None:
-                waits.append(self._persisted_at + self.persist_interval_s)
+            persist_at = self._persister.next_at()
+            if persist_at is not None:
+                waits.append(persist_at)
             return max(0.0, min(waits) - now) if waits else None
 
     def run(self, stop: threading.Event, *, idle_s: float = 1.0) -> None:
@@ -459,12 +322,11 @@ class Reconciler:
         if previous is None or self._prepared is previous:
             return False
         self._prepared = previous  # once per assignment, whether or not it can be indexed
-        if self._incremental is not None and self._nodes is not None:
+        if self.placer.engine is not None and self._nodes is not None:
             return False
         if self._nodes is None:
             self._nodes = count_nodes(self._applied.values())
-        if self._incremental is None and not self._full_due:
-            self._incremental = self._engine_from(previous, self._applied, self._sizer.applied)
+        self.placer.prepare(previous, self._applied, self._sizer.applied)
         return True
 
     def wait_for_change(self, seen: int, timeout: float) -> bool:
@@ -487,8 +349,7 @@ class Reconciler:
         """
         with self._lock:
             self._assignment = assignment
-            self._incremental = None  # rebuilt from ``assignment`` at the next change, not placed
-            self._full_due = False
+            self.placer.forget()  # rebuilt from ``assignment`` at the next change, not placed
 
     def reset(
         self, *, previous: Assignment | None, targets: Mapping[str, Target] | None = None, dirty: bool = False
@@ -504,8 +365,7 @@ class Reconciler:
         """
         with self._lock:
             self._assignment = previous
-            self._incremental = None
-            self._full_due = False
+            self.placer.forget()
             self._sizer = sizing.ShardSizer(self.spec, self._sizer.rules, previous=previous)
             if targets is not None:
                 self._applied = dict(targets)

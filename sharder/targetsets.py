@@ -29,6 +29,28 @@ def count_nodes(targets: Iterable[Target]) -> dict[str, Counter[str]]:
     return nodes
 
 
+def nodes_after(nodes: dict[str, Counter[str]], applied: Mapping[str, Target], delta: Delta) -> NodeCounts:
+    """Distinct nodes per region once ``delta`` applies to ``applied`` (counted in ``nodes``),
+    in the time of the change: ``nodes`` itself is returned when no node count moves."""
+    added, removed, _ = delta
+    step: dict[tuple[str, str], int] = {}
+    for identity in removed:
+        was = applied[identity]
+        step[(was.region, was.node)] = step.get((was.region, was.node), 0) - 1
+    for target in added:
+        step[(target.region, target.node)] = step.get((target.region, target.node), 0) + 1
+    step = {key: n for key, n in step.items() if n}
+    if not step:
+        return NodeCounts(nodes, {r: len(c) for r, c in nodes.items()})
+    after = {region: Counter(found) for region, found in nodes.items()}
+    for (region, node), n in step.items():
+        bucket = after.setdefault(region, Counter())
+        bucket[node] += n
+        if bucket[node] <= 0:
+            del bucket[node]
+    return NodeCounts(after, {r: len(c) for r, c in after.items()})
+
+
 def merge_sets(sets: Mapping[str, Mapping[str, Target]], precedence: Sequence[str]) -> dict[str, Target]:
     """identity -> target over every source's set; on a clash the source earlier in
     ``precedence`` wins, then the others by name ("consul/svc@dc2" ranks as "consul": one

@@ -10,8 +10,12 @@ Layout under the prefix ``P`` (``--store consul://host:8500/P``, default ``gpufe
 
     P/state                          head: {"format", "revision", "fence", "audit",
                                             "generation", "digest", "chunks", "size", ...}
-    P/state-chunks/<gen>-<digest16>/<i>   the state JSON, zlib-compressed, split in chunks
-                                          under Consul's 512 KiB value limit (``kvblob``)
+    P/state-chunks/<gen>-<digest16>/<i>   the state JSON without its placements, and the
+                                          name of each shard's placement block, zlib-
+                                          compressed, split in chunks under Consul's 512 KiB
+                                          value limit (``kvblob``)
+    P/state-blocks/<gen>-<digest16>/<i>   one shard's placements (``kvblocks``): a change
+                                          writes the blocks of the shards it touched only
     P/audit/<revision:012d>          one audit entry per key, its id the revision that
                                      committed it; the newest ``audit_keep`` are kept
     P/sets, P/sets-chunks/...        the discovery sources' last known sets, same scheme
@@ -19,7 +23,7 @@ Layout under the prefix ``P`` (``--store consul://host:8500/P``, default ``gpufe
     P/fetched/<replica>              when each replica last served each shard's SD: children
                                      poll any replica, the leader's hand-overs need them all
 
-A save writes the new chunks first, then the small head with ``?cas=<ModifyIndex of the
+A save writes the changed blocks and the new chunks first, then the small head with ``?cas=<ModifyIndex of the
 head it read>``: the head is the commit point, so a reader never meets a half-written
 state, and a writer that lost the race leaves only orphan chunks, collected later. After
 a commit, chunk sets older than the previous generation are deleted (a reader that read
@@ -37,7 +41,9 @@ in flight when a new leader recorded its token fails the CAS. A new leader recor
 token with its first write (``Controller.take_over``), before it does anything else.
 
 **Reads.** ``load`` fetches the head (one small GET) and the chunks only when the digest
-changed, so a follower polling every second costs Consul one request per second.
+changed, and of the blocks only those it has not seen, so a follower polling every second
+costs Consul one request per second. A head of ``format`` 1 (an older gpufed: the whole
+state in one blob) is read as it is; the next save writes format 2.
 """
 
 from __future__ import annotations
@@ -47,37 +53,26 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import consul
 import requests
 
-from federation.controller import kvblob
+from federation.controller import kvblob, kvblocks
+from federation.controller.consul_kv import READ_ATTEMPTS, ConsulKV, Head
 from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError
 from sharder.inventory import Target
 from sharder.lastknown import parse_entries, target_document
 
 log = logging.getLogger(__name__)
-FORMAT = 1
-READ_ATTEMPTS = 5
+FORMAT = 2
 MAX_AUDIT_BYTES = 32 * 1024
 """An audit entry larger than this (a change naming thousands of targets) keeps its
 summary only, so the head stays small."""
 
 
-@dataclass(frozen=True)
-class Head:
-    doc: dict[str, Any]
-    modify_index: int
-
-    def int(self, name: str, default: int = 0) -> int:
-        value = self.doc.get(name, default)
-        return value if isinstance(value, int) else default
-
-
-class ConsulStore:
+class ConsulStore(ConsulKV):
     def __init__(
         self,
         client: consul.Consul,
@@ -87,19 +82,16 @@ class ConsulStore:
         chunk_bytes: int = kvblob.CHUNK_BYTES,
         where: str = "consul",
     ) -> None:
-        if not prefix or prefix.startswith("/") or prefix.endswith("/"):
-            raise StoreError(
-                f"Consul KV prefix must be non-empty without leading or trailing '/': {prefix!r}"
-            )
-        self.client = client
-        self.prefix = prefix
+        super().__init__(client, prefix=prefix, chunk_bytes=chunk_bytes, where=where)
         self.audit_keep = audit_keep
-        self.chunk_bytes = chunk_bytes
-        self.where = where
         self._lock = threading.RLock()
-        self._cache: dict[str, tuple[str, Any]] = {}  # head key -> (digest, decoded document)
         self._sets: tuple[str, dict[str, list[Target]]] | None = None  # (digest, parsed sets)
         self._audit_writes = 0
+        self._blocks: kvblocks.Blocks = {}
+        """The members of ``_blocks_of`` per shard, as stored (a change updates its shards only)."""
+        self._blocks_of: Any = None
+        self._block_cache: dict[str, kvblocks.Members] = {}  # digest -> members, for reads
+        self._loaded: tuple[str, ControllerState] | None = None  # (state-chunks digest, state)
 
     # ---- keys -------------------------------------------------------------------------------
     @property
@@ -113,86 +105,30 @@ class ConsulStore:
     def _audit_key(self, audit_id: int) -> str:
         return f"{self.prefix}/audit/{audit_id:012d}"
 
-    # ---- Consul calls, errors mapped -----------------------------------------------------------
-    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (consul.ConsulException, requests.RequestException) as exc:
-            raise StoreError(f"state store {self.where}: {what}: {str(exc)[:300]}") from exc
-
-    def _head(self, key: str) -> Head | None:
-        _, entry = self._call(f"read {key}", self.client.kv.get, key)
-        if entry is None:
-            return None
-        try:
-            doc = json.loads(entry["Value"] or b"{}")
-        except ValueError as exc:
-            raise StoreError(f"state store {self.where}: {key} is not JSON: {exc}") from exc
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise StoreError(f"state store {self.where}: {key} has an unknown format {doc!r:.200}")
-        return Head(doc=doc, modify_index=int(entry["ModifyIndex"]))
-
-    def _put(self, key: str, value: bytes | str, **kwargs: Any) -> bool:
-        return bool(self._call(f"write {key}", self.client.kv.put, key, value, **kwargs))
-
-    # ---- blobs ---------------------------------------------------------------------------------
-    def _write_blob(self, area: str, blob: kvblob.Blob, *, generation: int) -> dict[str, object]:
-        keys = kvblob.chunk_keys(
-            f"{self.prefix}/{area}", generation=generation, digest=blob.digest, count=len(blob.parts)
-        )
-        for key, part in zip(keys, blob.parts, strict=True):
-            if not self._put(key, part):
-                raise StoreError(f"state store {self.where}: Consul refused {key}")
-        return blob.describe(generation=generation)
-
-    def _read_blob(self, area: str, head: Head) -> bytes:
-        doc = head.doc
-        keys = kvblob.chunk_keys(
-            f"{self.prefix}/{area}",
-            generation=head.int("generation"),
-            digest=str(doc.get("digest", "")),
-            count=head.int("chunks"),
-        )
-        parts = []
-        for key in keys:
-            _, entry = self._call(f"read {key}", self.client.kv.get, key)
-            parts.append(None if entry is None else (entry["Value"] or b""))
-        return kvblob.decode(parts, head=doc)
-
-    def _load_blob(self, key: str, area: str) -> tuple[Head | None, Any]:
-        """(head, decoded JSON document) with the torn-read retry; cached by digest."""
-        for _ in range(READ_ATTEMPTS):
-            head = self._head(key)
-            if head is None:
-                return None, None
-            digest = str(head.doc.get("digest"))
-            cached = self._cache.get(key)
-            if cached is not None and cached[0] == digest:
-                return head, cached[1]
-            try:
-                document = json.loads(self._read_blob(area, head))
-            except kvblob.BlobError as exc:
-                log.info("re-reading %s after a torn read: %s", key, exc)
-                continue
-            self._cache[key] = (digest, document)
-            return head, document
-        raise StoreError(f"state store {self.where}: {key} kept changing under {READ_ATTEMPTS} reads")
-
-    def _collect(self, area: str, *, current: int) -> None:
-        prefix = f"{self.prefix}/{area}/"
-        try:
-            _, folders = self.client.kv.get(prefix, keys=True, separator="/")
-            for folder in kvblob.collectable(folders or [], current=current):
-                self.client.kv.delete(folder, recurse=True)
-        except (consul.ConsulException, requests.RequestException) as exc:  # the next save tries again
-            log.warning("state store %s: collecting old chunks under %s failed: %s", self.where, prefix, exc)
-
     # ---- StateStore ------------------------------------------------------------------------------
     def load(self) -> ControllerState | None:
         with self._lock:
-            head, document = self._load_blob(self.state_key, "state-chunks")
-        if head is None:
-            return None
+            for _ in range(READ_ATTEMPTS):
+                head, document = self._load_blob(self.state_key, "state-chunks")
+                if head is None:
+                    return None
+                if head.doc.get("format") == 1:
+                    return self._validated(document, head)
+                digest = str(head.doc.get("digest"))
+                if self._loaded is not None and self._loaded[0] == digest:
+                    return self._loaded[1]
+                try:
+                    state = self._with_blocks(self._validated(document.get("state"), head), document)
+                except kvblob.BlobError as exc:
+                    log.info("re-reading %s after a torn block read: %s", self.state_key, exc)
+                    continue
+                self._loaded = (digest, state)
+                return state
+        raise StoreError(
+            f"state store {self.where}: {self.state_key} kept changing under {READ_ATTEMPTS} reads"
+        )
+
+    def _validated(self, document: Any, head: Head) -> ControllerState:
         try:
             state = ControllerState.model_validate(document)
         except ValueError as exc:
@@ -206,6 +142,32 @@ class ConsulStore:
             )
         return state
 
+    def _with_blocks(self, state: ControllerState, document: dict[str, Any]) -> ControllerState:
+        """``state`` with its placements read from its blocks (those not seen yet)."""
+        if state.assignment is None:
+            return state
+        described = document.get("blocks")
+        if not isinstance(described, dict):
+            raise StoreError(f"state in {self.where}: no placement blocks named in format 2")
+        blocks: kvblocks.Blocks = {}
+        try:
+            for shard, descriptor in described.items():
+                head = kvblocks.head_of(descriptor)
+                members = self._block_cache.get(str(head["digest"]))
+                if members is None:
+                    members = kvblocks.members_of(self._read_blob("state-blocks", Head(head, 0)))
+                blocks[str(shard)] = members
+        except kvblocks.BlockError as exc:
+            raise StoreError(f"state in {self.where}: {exc}") from exc
+        unknown = blocks.keys() - state.assignment.shards.keys()
+        if any(blocks[s] for s in unknown):
+            raise StoreError(f"state in {self.where}: targets are placed on unknown shard {min(unknown)!r}")
+        self._block_cache = {str(kvblocks.head_of(d)["digest"]): blocks[str(s)] for s, d in described.items()}
+        targets, weights = kvblocks.assemble(blocks)
+        full = state.assignment.model_copy(update={"targets": targets, "weights": weights})
+        self._blocks, self._blocks_of = blocks, full
+        return state.model_copy(update={"assignment": full})
+
     def save(
         self,
         state: ControllerState,
@@ -215,7 +177,6 @@ class ConsulStore:
         fence: int | None = None,
         changed: Changed | None = None,
     ) -> ControllerState:
-        del changed  # the state is one compressed document: nothing to gain from the hint
         with self._lock:
             head = self._head(self.state_key)
             found = head.int("revision") if head is not None else None
@@ -229,7 +190,9 @@ class ConsulStore:
             self._flush_audit(head)
             revision = (found or 0) + 1
             stored = state.model_copy(update={"revision": revision})
-            payload = stored.model_dump_json().encode()
+            blocks, named = self._write_blocks(head, stored.assignment, changed, generation=revision)
+            rest = _without_placements(stored).model_dump_json()
+            payload = f'{{"blocks":{json.dumps(named, sort_keys=True)},"state":{rest}}}'.encode()
             described = self._write_blob(
                 "state-chunks", kvblob.encode(payload, chunk_bytes=self.chunk_bytes), generation=revision
             )
@@ -249,13 +212,65 @@ class ConsulStore:
                     raise FencedOut(f"write fenced out: token {fence} is older than {now_fence}")
                 raise StoreConflict(expected=expected_revision, found=now.int("revision") if now else -1)
             self._cache[self.state_key] = (str(described["digest"]), json.loads(payload))
+            self._blocks, self._blocks_of = blocks, stored.assignment
+            self._block_cache = {str(d[1]): blocks[shard] for shard, d in named.items()}
+            self._loaded = (str(described["digest"]), stored)
             self._collect("state-chunks", current=revision)
+            self._collect_blocks(named, current=revision)
             if audit is not None:
                 try:
                     self._flush_audit(Head(doc=doc, modify_index=0))
                 except StoreError as exc:  # committed in the head; the next save copies it
                     log.warning("%s", exc)
             return stored
+
+    def _write_blocks(
+        self, head: Head | None, assignment: Any, changed: Changed | None, *, generation: int
+    ) -> tuple[kvblocks.Blocks, dict[str, kvblocks.Descriptor]]:
+        """Each shard's block named, written first where its bytes are new: with ``changed``
+        relative to the assignment stored last, only the touched shards are encoded."""
+        if assignment is None:
+            return {}, {}
+        before = self._named(head)
+        if changed is not None and changed[0] is self._blocks_of and self._blocks_of is not None:
+            blocks, dirty = kvblocks.update(self._blocks, changed[0], assignment, changed[1])
+        else:
+            blocks = kvblocks.split(assignment)
+            dirty = set(blocks) | set(before)
+        named = {shard: d for shard, d in before.items() if shard in blocks and shard not in dirty}
+        for shard in sorted(dirty & blocks.keys()):
+            blob = kvblocks.encode(blocks[shard], chunk_bytes=self.chunk_bytes)
+            old = before.get(shard)
+            if old is not None and old[1] == blob.digest:
+                named[shard] = old
+                continue
+            self._write_blob("state-blocks", blob, generation=generation)
+            named[shard] = kvblocks.describe(blob, generation=generation)
+        return blocks, named
+
+    def _named(self, head: Head | None) -> dict[str, kvblocks.Descriptor]:
+        """The block names the stored state (``head``) uses; none for a format-1 head."""
+        if head is None or head.doc.get("format") == 1:
+            return {}
+        cached = self._cache.get(self.state_key)
+        if cached is None or cached[0] != str(head.doc.get("digest")):
+            _, document = self._load_blob(self.state_key, "state-chunks")
+            cached = ("", document)
+        named = cached[1].get("blocks") if isinstance(cached[1], dict) else None
+        return {str(k): v for k, v in named.items()} if isinstance(named, dict) else {}
+
+    def _collect_blocks(self, named: Mapping[str, kvblocks.Descriptor], *, current: int) -> None:
+        """Blocks no longer named, once older than the previous generation (``kvblob.collectable``):
+        a reader holding the previous head still finds what it names."""
+        prefix = f"{self.prefix}/state-blocks/"
+        keep = {kvblob.set_name(int(d[0]), str(d[1])) for d in named.values()}
+        try:
+            _, folders = self.client.kv.get(prefix, keys=True, separator="/")
+            for folder in kvblob.collectable(folders or [], current=current):
+                if folder.rstrip("/").rsplit("/", 1)[-1] not in keep:
+                    self.client.kv.delete(folder, recurse=True)
+        except (consul.ConsulException, requests.RequestException) as exc:  # the next save tries again
+            log.warning("state store %s: collecting old blocks failed: %s", self.where, exc)
 
     def _flush_audit(self, head: Head | None) -> None:
         """Copy the audit entry a head carries to its own key (idempotent)."""
@@ -374,6 +389,15 @@ class ConsulStore:
         session = getattr(self.client.http, "session", None)
         if session is not None:
             session.close()
+
+
+def _without_placements(state: ControllerState) -> ControllerState:
+    """The state document's part: the placements live in their blocks."""
+    if state.assignment is None:
+        return state
+    return state.model_copy(
+        update={"assignment": state.assignment.model_copy(update={"targets": {}, "weights": {}})}
+    )
 
 
 def _audit_document(audit: AuditEntry) -> dict[str, Any]:

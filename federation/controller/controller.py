@@ -17,7 +17,8 @@ a finished hand-over each take it, commit, then publish. Reads never take it.
 
 Components (each its own module, wired only here): ``children`` (probes, health, SD
 fetches), ``publication``, ``plans`` (plan and apply), ``views`` (read model), ``replica``
-(leader/follower), ``load`` (measured load), ``store`` (state, fencing).
+(``Replication``: may this replica write, with which fencing token, what a follower adopts;
+injected by ``service.build_service``), ``load`` (measured load), ``store`` (state, fencing).
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from federation.controller import changes as changing
-from federation.controller import handover as handing
 from federation.controller import load as loading
+from federation.controller import loop as looping
 from federation.controller import plans, sdcache
-from federation.controller import replica as replication
-from federation.controller.children import ChildHealth, Children
-from federation.controller.errors import Conflict, ControllerError, Invalid, NotFound, Unavailable
+from federation.controller import replica as replicating
+from federation.controller.children import Children
+from federation.controller.errors import Conflict, Unavailable
 from federation.controller.load_policy import LoadPolicy
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.options import ControllerOptions
@@ -43,6 +44,7 @@ from federation.controller.probe import ChildProbe
 from federation.controller.publication import Publication
 from federation.controller.publisher import Publisher
 from federation.controller.replica import Replication
+from federation.controller.settling import HandoverSettler
 from federation.controller.state import AuditEntry, ControllerState, Handover, overrides_of
 from federation.controller.store import (
     Changed,
@@ -61,23 +63,10 @@ from sharder.inventory import Target
 from sharder.reconcile import Reconciler
 from sharder.sources.registry import BuiltinRegistry
 
-__all__ = [
-    "ApplyResult",
-    "ChildHealth",
-    "Conflict",
-    "Controller",
-    "ControllerError",
-    "ControllerOptions",
-    "Invalid",
-    "NotFound",
-    "PlannedChange",
-    "Unavailable",
-]
-
 log = logging.getLogger(__name__)
 
 
-class Controller(Replication):
+class Controller:
     def __init__(
         self,
         *,
@@ -88,9 +77,7 @@ class Controller(Replication):
         probe: ChildProbe | None = None,
         publisher: Publisher | None = None,
         wall_clock: Callable[[], float] = time.time,
-        can_write: Callable[[], bool] = lambda: True,
-        fence: Callable[[], int | None] = lambda: None,
-        leader: Callable[[], str | None] = lambda: None,
+        replication: Replication | None = None,
         load: loading.LoadTracker | None = None,
     ) -> None:
         self.spec = spec
@@ -100,13 +87,7 @@ class Controller(Replication):
         self.probe = probe
         self.publisher = publisher
         self._wall = wall_clock
-        self._can_write = can_write
-        self._fence = fence
-        self._leader = leader
-        self._leading = False
-        self._refreshed_at: float | None = None
-        self._sd_incomplete = False
-        self._withheld = 0
+        self.replication = replication or Replication(store=store, metrics=metrics)
         self.load = load
         self._lock = threading.RLock()
         self.jobs = {job.name: job for job in spec.jobs}
@@ -137,11 +118,11 @@ class Controller(Replication):
             spec=spec, metrics=metrics, max_plans=options.max_plans, wall_clock=wall_clock
         )
         self.load_policy = LoadPolicy(
-            spec=spec, load=load, children=self.children, can_write=can_write, targets=self._known_targets
+            spec=spec, load=load, children=self.children, can_write=self.replication.may_write,
+            targets=self._known_targets,
         )
+        self.settler = HandoverSettler(spec=spec, options=options, children=self.children, metrics=metrics)
         self.views = ReadViews(spec=spec, children=self.children, load=load, discovery=self.discovery)
-        self._fetches_shared: dict[str, float] = {}
-        self.replica_id = replication.replica_id()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -164,14 +145,83 @@ class Controller(Replication):
                 self.reconciler.on_change("registry", registered, version="persisted")
             self._adopt(state)
 
+    def _adopt(self, state: ControllerState) -> None:
+        """Make a stored state this replica's: the loop builds on it, SD serves it (lock held)."""
+        targets = self._targets_of(state.assignment, self.reconciler.source_sets())
+        self._serve_stored(state, targets, dirty=True)
+
+    def _serve_stored(
+        self, state: ControllerState, targets: dict[str, Target], *, dirty: bool = False
+    ) -> None:
+        self.reconciler.set_overrides(**overrides_of(state.desired))
+        self.reconciler.reset(previous=state.assignment, targets=targets, dirty=dirty)
+        self.replication.adopted()
+        if state.assignment is not None:
+            self._publish(targets=targets, state=state)  # SD first: never "ready" without answers
+        self.state = state
+
+    def _targets_of(
+        self, assignment: Assignment | None, sets: Mapping[str, Sequence[Target]]
+    ) -> dict[str, Target]:
+        return replicating.targets_of(
+            assignment, sets, live=self.reconciler.target_map, precedence=self.options.precedence
+        )
+
+    # ---- replication: the leader takes over, followers adopt the stored state ----------------
+    def take_over(self) -> None:
+        """This replica just became the leader: start from the stored state, then record the
+        new fencing token in the store before anything else is written."""
+        with self._lock:
+            self.restore()
+            audit = self.replication.lead_audit(at=self._wall())
+            if audit is not None:
+                self._commit(self.state, audit=audit)
+            fence = self.replication.fencing_token()
+            log.info("leading from revision %d (fence %s)", self.state.revision, fence)
+
+    def refresh_from_store(self) -> bool:
+        """Follower: adopt the leader's newest state; True when the SD snapshot changed."""
+        new = self.replication.read_state()
+        if new is None:
+            return False
+        with self._lock:
+            if not self.replication.should_adopt(self.state, new):
+                self.state = new
+                return False
+            targets = self._targets_of(new.assignment, self.store.load_sets())
+            missing = new.assignment is not None and len(targets) < len(new.assignment.targets)
+            if self.replication.withhold(missing=missing):
+                return False
+            self._serve_stored(new, targets)
+            return True
+
+    def _resync(self) -> None:
+        """After a lost check-and-set: the stored state wins, is served, and the loop places
+        what this replica knows on top of it at the next tick."""
+        new = self.replication.read_state()
+        if new is not None:
+            with self._lock:
+                self._adopt(new)
+
+    def share_fetches(self) -> None:
+        self.replication.share_fetches(self.children)
+
+    def replica_status(self) -> dict[str, Any]:
+        return self.replication.status(revision=self.state.revision)
+
     def check_writable(self) -> None:
         """Raise :class:`Unavailable` naming the leader when this replica may not write."""
-        if not self._can_write():
-            raise Unavailable("this replica is a follower: send changes to the leader", leader=self._leader())
+        if not self.replication.may_write():
+            raise Unavailable(
+                "this replica is a follower: send changes to the leader", leader=self.replication.leader()
+            )
 
     def start(self, sources: Sequence[Any] = ()) -> None:
         self.sources = [self.registry, *sources]
-        loops: list[Callable[[threading.Event], None]] = [self._loop, *(s.run for s in self.sources)]
+        loops: list[Callable[[threading.Event], None]] = [
+            lambda stop: looping.run(self, stop),
+            *(s.run for s in self.sources),
+        ]
         if self.probe is not None:
             loops.append(lambda stop: self.children.health_loop(stop, lambda: self.state.assignment))
         if self.publisher is not None:
@@ -193,42 +243,12 @@ class Controller(Replication):
         for thread in self._threads:
             thread.join(timeout=5)
 
-    # ---- the loop ------------------------------------------------------------------------
-    def _loop(self, stop: threading.Event) -> None:
-        """Sleep until a source pushes a change, the reconciler has work due (debounce,
-        grace, hysteresis) or a settle/refresh pass is due; never a fixed polling rate."""
-        settle_at = refresh_at = 0.0
-        while not stop.is_set():
-            seen = self.reconciler.generation
-            due = self.reconciler.next_due()
-            if due is None or due > 0:
-                periodic = min(settle_at, refresh_at) - time.monotonic()
-                self.reconciler.wait_for_change(seen, periodic if due is None else min(due, periodic))
-            if stop.is_set():
-                break
-            try:
-                if not self._can_write():  # a follower: serve what the leader stored
-                    if self._leading:
-                        log.warning("no longer the leader; following %s", self._leader())
-                    self._leading = False
-                    if time.monotonic() >= refresh_at:
-                        refresh_at = time.monotonic() + self.options.refresh_interval_s
-                        self.refresh_from_store()
-                        self.share_fetches()
-                    continue
-                refresh_at = time.monotonic() + self.options.refresh_interval_s
-                if not self._leading:
-                    self.take_over()
-                    self._leading = True
-                with self._lock:
-                    if self.reconciler.tick() is None and due is None:
-                        self.reconciler.prepare()  # idle after a restart: index for the first change
-                if time.monotonic() >= settle_at:
-                    settle_at = time.monotonic() + self.options.settle_interval_s
-                    self.share_fetches()
-                    self.settle()
-            except Exception:  # the loop must outlive any one bad tick
-                log.exception("controller loop iteration failed")
+    # ---- the loop (``loop.run``) ------------------------------------------------------------
+    def tick(self, *, idle: bool) -> None:
+        """One reconcile step as the leader; idle after a restart: index for the first change."""
+        with self._lock:
+            if self.reconciler.tick() is None and idle:
+                self.reconciler.prepare()
 
     def _on_discovery(self, assignment: Assignment, plan: planning.Plan) -> None:
         """A new assignment from the reconcile loop (lock held by ``_loop``)."""
@@ -270,7 +290,7 @@ class Controller(Replication):
                 state,
                 expected_revision=self.state.revision if self.state.revision else None,
                 audit=audit,
-                fence=self._fence(),
+                fence=self.replication.fencing_token(),
                 changed=changed,
             )
         except (StoreConflict, FencedOut):
@@ -292,83 +312,35 @@ class Controller(Replication):
     def sd(self) -> sdcache.SdSnapshot:
         return self.publication.sd
 
-    @property
-    def health(self) -> dict[str, ChildHealth]:
-        return self.children.health
-
-    @property
-    def sd_fetched(self) -> dict[str, float]:
-        return self.children.sd_fetched
-
-    @property
-    def remote_fetched(self) -> dict[str, float]:
-        return self.children.remote_fetched
-
-    @remote_fetched.setter
-    def remote_fetched(self, fetched: dict[str, float]) -> None:
-        self.children.remote_fetched = fetched
-
     def note_fetch(self, shard: str) -> None:
         self.children.note_fetch(shard)
-
-    def child_url(self, child: str) -> str | None:
-        return self.children.url(child)
 
     def publish_configs(self) -> bool:
         return self.publication.publish_configs()
 
-    def check_health(self) -> None:
-        self.children.check_health(self.state.assignment)
-
-    # ---- hand-overs -------------------------------------------------------------------------
-    def window_s(self, job: str) -> float:
-        if self.options.handover_window_s is not None:
-            return self.options.handover_window_s
-        return handing.default_window_s(self.spec, job)
-
+    # ---- hand-overs (``settling``) ------------------------------------------------------------
     def _handovers(
         self, previous: Assignment | None, current: Assignment, targets: Mapping[str, Target]
     ) -> list[Handover]:
-        if not self.options.handover:
-            return []
         rec = self.reconciler
         only = rec.touched if rec.touched_base is previous and rec.assignment is current else None
-        candidates = targets.keys() if only is None else [i for i in only if i in targets]
-        return handing.reconcile(
-            previous,
-            current,
-            self.state.handovers,
-            now=self._wall(),
-            job_of={i: targets[i].job for i in candidates},
-            max_wait_s=self.options.handover_max_wait_s,
-            only=only,
+        return self.settler.for_change(
+            previous, current, existing=self.state.handovers, targets=targets, touched=only, now=self._wall()
         )
 
     def settle(self) -> int:
-        """Finish hand-overs whose new children scrape the target (or whose window passed).
-
-        The children are asked once each per pass, before the state lock is taken: a slow
-        child must not hold up plans and discovery, and a hundred targets moving to one
-        child cost one request to it, not a hundred."""
+        """Finish hand-overs whose new children scrape the target (or whose window passed)."""
         if not self.state.handovers:
             return 0
-        answers = self.children.answers(self.state.assignment, {h.to_shard for h in self.state.handovers})
+        answers = self.settler.ask(self.state)
         with self._lock:
-            if not self.state.handovers:
-                return 0
             targets = self._known_targets()
-            pending, done = handing.settle(
-                self.state.handovers,
-                now=self._wall(),
-                scraped=lambda h: self.children.scraped(h, targets, answers, self.state.assignment),
-                fetched=self.children.fetched,
-                window_s=self.window_s,
-            )
-            if pending == self.state.handovers:
+            settled = self.settler.settle(self.state, targets, answers, now=self._wall())
+            if settled is None:
                 return 0
+            pending, done = settled
             self._commit(self.state.model_copy(update={"handovers": pending}), audit=None)
-            for _, result in done:
-                self.metrics.handovers.labels(result=result).inc()
+            self.settler.count(done)
             self._publish(targets=targets)
             return len(done)
 
@@ -400,31 +372,19 @@ class Controller(Replication):
             assignment = self.planner.placement(planned, state, targets)
             plan = planning.diff(state.assignment, assignment)
             handovers = self._handovers(state.assignment, assignment, targets)
-            change = planned.change.model_dump(mode="json", exclude_defaults=True)
-            audit = AuditEntry(
-                at=self._wall(),
-                actor=actor,
-                action="rebalance",
-                moved=plan.counts.moved,
-                detail={"version": version, "change": change, "counts": plan.counts.model_dump(mode="json")},
+            new, audit = self.planner.applied(
+                planned, state, assignment=assignment, plan=plan, handovers=handovers, actor=actor
             )
-            update = {
-                "desired": planned.desired,
-                "desired_revision": state.desired_revision + 1,
-                "assignment": assignment,
-                "assignment_version": state.assignment_version + 1,
-                "last_plan": version,
-                "handovers": handovers,
-            }
             try:
-                self._commit(state.model_copy(update=update), audit=audit)
+                self._commit(new, audit=audit)
             except StoreConflict as exc:
                 raise Conflict(
                     f"another writer changed the state meanwhile ({exc}); plan again",
                     current_version=self.current_version(),
                 ) from exc
             except FencedOut as exc:
-                raise Unavailable(f"this replica lost the leadership ({exc})", leader=self._leader()) from exc
+                leader = self.replication.leader()
+                raise Unavailable(f"this replica lost the leadership ({exc})", leader=leader) from exc
             self.reconciler.set_overrides(**overrides_of(planned.desired))
             self.reconciler.adopt(assignment)
             self.metrics.rebalances.labels(result="applied").inc()
@@ -463,5 +423,3 @@ class Controller(Replication):
         names = [getattr(s, "name", "?") for s in self.sources]
         return self.views.discovery_rows(self.reconciler.source_sets(), names)
 
-
-dump_plan = plans.dump_plan

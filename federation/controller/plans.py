@@ -19,7 +19,7 @@ from federation.controller import changes as changing
 from federation.controller.errors import Conflict, Invalid, NotFound
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.shed import shed
-from federation.controller.state import ControllerState, Desired
+from federation.controller.state import AuditEntry, ControllerState, Desired, Handover
 from federation.spec import GpufedSpec
 from sharder import plan as planning
 from sharder.assign import assign
@@ -165,6 +165,39 @@ class Planner:
             )
         except AssignmentError as exc:
             raise Invalid(str(exc)) from exc
+
+    def applied(
+        self,
+        planned: PlannedChange,
+        state: ControllerState,
+        *,
+        assignment: Assignment,
+        plan: planning.Plan,
+        handovers: list[Handover],
+        actor: str,
+    ) -> tuple[ControllerState, AuditEntry]:
+        """The state to commit when ``planned`` is applied to ``state``, and its audit entry."""
+        change = planned.change.model_dump(mode="json", exclude_defaults=True)
+        audit = AuditEntry(
+            at=self._wall(),
+            actor=actor,
+            action="rebalance",
+            moved=plan.counts.moved,
+            detail={
+                "version": planned.version,
+                "change": change,
+                "counts": plan.counts.model_dump(mode="json"),
+            },
+        )
+        update = {
+            "desired": planned.desired,
+            "desired_revision": state.desired_revision + 1,
+            "assignment": assignment,
+            "assignment_version": state.assignment_version + 1,
+            "last_plan": planned.version,
+            "handovers": handovers,
+        }
+        return state.model_copy(update=update), audit
 
 
 def dump_plan(planned: PlannedChange) -> dict[str, Any]:

@@ -1,22 +1,20 @@
-"""Replicas: one leader writes the shared state, followers serve it (a mixin of ``Controller``).
+"""Replication: which replica may write, with which fencing token, and what a follower adopts.
 
 Several ``gpufed serve`` processes share one store (Consul KV); the elector
-(``federation.controller.leader``) says which one may write. This part of the controller is
-what changes hands between them:
+(``federation.controller.leader``) says which one may write. :class:`Replication` is the
+collaborator the controller's commit step asks; it holds no controller state and never
+calls back into the controller (data flows one way: it answers, the controller acts):
 
-* :meth:`Replication.take_over` runs once when a replica becomes the leader, before its
-  first write: it re-reads the stored state and last-known sets (``Controller.restore``),
-  so the reconcile loop builds on the stored assignment and nothing moves because of a
-  failover, hand-overs in flight carry on from their stored deadlines, and the new
-  fencing token is recorded in the store with an audit entry (``lead``). From then on the
-  store refuses writes of the deposed leader, even one already in flight.
-* :meth:`Replication.refresh_from_store` runs every ``refresh_interval_s`` on a follower:
-  it adopts the leader's newest state and, when the assignment or the hand-overs changed,
-  publishes the SD snapshot built from it (targets from the stored sets, else from this
-  replica's own sources), so followers answer HTTP SD and reads within that bound
-  (``state_age_s`` in ``/v1/status``).
-* After a lost check-and-set, :meth:`Replication._resync` makes the stored state this
-  replica's again (served at once), and the next tick places what it knows on top.
+* :meth:`Replication.may_write` / :meth:`Replication.fencing_token`: asked before every
+  write; the token goes with the write, so the store refuses a deposed leader's write even
+  one already in flight.
+* :meth:`Replication.on_leadership_change`: the loop reports the role it sees each pass; a
+  replica that just became the leader re-reads the stored state (``Controller.take_over``)
+  and records :meth:`Replication.lead_audit` (its new token) before anything else.
+* :meth:`Replication.read_state` and :meth:`Replication.should_adopt`: a follower reads the
+  leader's newest state every ``refresh_interval_s`` and adopts it when the assignment or
+  the hand-overs changed; while the new assignment names targets this replica cannot find,
+  it keeps its previous answers for a few refreshes (:meth:`Replication.withhold`).
 * :meth:`Replication.share_fetches`: children poll any replica, but only the leader ends
   hand-overs, a window after the new shard's child first fetched its list; so every
   replica records in the store when it served each shard, and the leader reads them.
@@ -27,7 +25,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -35,19 +32,20 @@ from typing import Any, Protocol, runtime_checkable
 
 from federation.controller.children import Children
 from federation.controller.metrics import ControllerMetrics
-from federation.controller.options import ControllerOptions
-from federation.controller.state import AuditEntry, ControllerState, overrides_of
+from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.store import StateStore, StoreError
 from sharder.assignment import Assignment
 from sharder.inventory import Target
-from sharder.reconcile import Reconciler
-from sharder.sources.registry import BuiltinRegistry
 from sharder.targetsets import merge_sets
 
 log = logging.getLogger(__name__)
 WITHHOLD_REFRESHES = 3
 """Refreshes a follower keeps its previous SD answers while the new assignment names
 targets it cannot find, before it serves what it has."""
+
+FETCH_STEP_S = 5.0
+"""A replica writes its fetch times when one moved on by this much: children fetch every
+few seconds, a hand-over window is tens of seconds, one write per replica per step."""
 
 
 @runtime_checkable
@@ -59,156 +57,142 @@ class FetchLog(Protocol):
     def fetches(self) -> dict[str, float]: ...
 
 
-FETCH_STEP_S = 5.0
-"""A replica writes its fetch times when one moved on by this much: children fetch every
-few seconds, a hand-over window is tens of seconds, one write per replica per step."""
-
-
 def replica_id() -> str:
     """A name for this controller instance's key (host, process, and a random part)."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+def targets_of(
+    assignment: Assignment | None,
+    sets: Mapping[str, Sequence[Target]],
+    *,
+    live: Mapping[str, Target],
+    precedence: Sequence[str],
+) -> dict[str, Target]:
+    """identity -> target for the identities ``assignment`` places, from the stored ``sets``
+    (merged by precedence), else from what this replica's own sources last pushed (``live``)."""
+    if assignment is None:
+        return {}
+    merged = merge_sets({n: {t.identity: t for t in ts} for n, ts in sets.items()}, precedence)
+    out = {}
+    for identity in assignment.targets:
+        target = merged.get(identity) or live.get(identity)
+        if target is not None:
+            out[identity] = target
+    return out
+
+
 class Replication:
-    """What ``Controller`` does as a leader or a follower; attributes below are Controller's."""
+    """The commit step's collaborator for leadership, fencing and following the leader."""
 
-    store: StateStore
-    state: ControllerState
-    options: ControllerOptions
-    metrics: ControllerMetrics
-    reconciler: Reconciler
-    registry: BuiltinRegistry
-    _lock: threading.RLock
-    _wall: Callable[[], float]
-    _can_write: Callable[[], bool]
-    _fence: Callable[[], int | None]
-    _leader: Callable[[], str | None]
-    _refreshed_at: float | None
-    _sd_incomplete: bool
-    _withheld: int
-    children: Children
-    _fetches_shared: dict[str, float]
-    replica_id: str
+    def __init__(
+        self,
+        *,
+        store: StateStore,
+        metrics: ControllerMetrics,
+        can_write: Callable[[], bool] = lambda: True,
+        fence: Callable[[], int | None] = lambda: None,
+        leader: Callable[[], str | None] = lambda: None,
+        name: str | None = None,
+    ) -> None:
+        self.store = store
+        self.metrics = metrics
+        self._can_write = can_write
+        self._fence = fence
+        self._leader = leader
+        self.replica_id = name or replica_id()
+        self._leading = False
+        self._refreshed_at: float | None = None
+        self._sd_incomplete = False
+        self._withheld = 0
+        self._fetches_shared: dict[str, float] = {}
 
-    def restore(self) -> None:
-        raise NotImplementedError
+    # ---- what the commit step asks ----------------------------------------------------------
+    def may_write(self) -> bool:
+        return self._can_write()
 
-    def _publish(self, *, targets: Mapping[str, Target], state: ControllerState | None = None) -> None:
-        raise NotImplementedError
+    def fencing_token(self) -> int | None:
+        return self._fence()
 
-    def _commit(self, state: ControllerState, *, audit: AuditEntry | None) -> None:
-        raise NotImplementedError
+    def leader(self) -> str | None:
+        return self._leader()
 
-    def _adopt(self, state: ControllerState) -> None:
-        """Make a stored state this replica's: the loop builds on it, SD serves it (lock held)."""
-        targets = self._targets_of(state.assignment, self.reconciler.source_sets())
-        self.reconciler.set_overrides(**overrides_of(state.desired))
-        self.reconciler.reset(previous=state.assignment, targets=targets, dirty=True)
+    def on_leadership_change(self, leading: bool, *, take_over: Callable[[], None]) -> None:
+        """The role the loop saw this pass. On becoming the leader ``take_over`` runs first
+        (it re-reads the store and records the new token); if it raises, this replica is
+        still a follower here and tries again on the next pass."""
+        if leading and not self._leading:
+            take_over()
+        elif not leading and self._leading:
+            log.warning("no longer the leader; following %s", self._leader())
+        self._leading = leading
+
+    def lead_audit(self, *, at: float) -> AuditEntry | None:
+        """The audit entry a new leader writes first (its fencing token), None unfenced."""
+        fence = self._fence()
+        if fence is None:
+            return None
+        detail = {"fence": fence, "replica": self._leader()}
+        return AuditEntry(at=at, actor="leader-election", action="lead", detail=detail)
+
+    # ---- following the leader ----------------------------------------------------------------
+    def adopted(self) -> None:
+        """The controller now serves a stored state: its age counts from here."""
         self._refreshed_at = time.monotonic()
-        if state.assignment is not None:
-            self._publish(targets=targets, state=state)  # SD first: never "ready" without answers
-        self.state = state
 
-    def _targets_of(
-        self, assignment: Assignment | None, sets: Mapping[str, Sequence[Target]]
-    ) -> dict[str, Target]:
-        """identity -> target for the identities ``assignment`` places, from ``sets`` (merged
-        by precedence), else from what this replica's own sources last pushed."""
-        if assignment is None:
-            return {}
-        merged = merge_sets(
-            {n: {t.identity: t for t in ts} for n, ts in sets.items()}, self.options.precedence
-        )
-        live = self.reconciler.target_map
-        out = {}
-        for identity in assignment.targets:
-            target = merged.get(identity) or live.get(identity)
-            if target is not None:
-                out[identity] = target
-        return out
-
-    def take_over(self) -> None:
-        """This replica just became the leader: start from the stored state, then record the
-        new fencing token in the store before anything else is written (from then on a write
-        of the deposed leader, even one already in flight, is refused)."""
-        with self._lock:
-            self.restore()
-            fence = self._fence()
-            if fence is not None:
-                detail = {"fence": fence, "replica": self._leader()}
-                self._commit(
-                    self.state,
-                    audit=AuditEntry(at=self._wall(), actor="leader-election", action="lead", detail=detail),
-                )
-            log.info("leading from revision %d (fence %s)", self.state.revision, fence)
-
-    def refresh_from_store(self) -> bool:
-        """Follower: adopt the leader's newest state; True when the SD snapshot changed."""
+    def read_state(self) -> ControllerState | None:
+        """The leader's newest state (empty when none is stored); None when the store failed."""
         try:
             state = self.store.load()
         except StoreError as exc:
             self.metrics.store_errors.inc()
             log.warning("follower cannot read the shared state (serving what it has): %s", exc)
-            return False
+            return None
         self._refreshed_at = time.monotonic()
-        with self._lock:
-            before, new = self.state, state or ControllerState()
-            if (
-                not self._sd_incomplete
-                and before.assignment_version == new.assignment_version
-                and before.handovers == new.handovers
-            ):
-                self.state = new
-                return False
-            targets = self._targets_of(new.assignment, self.store.load_sets())
-            missing = new.assignment is not None and len(targets) < len(new.assignment.targets)
-            if missing and self._withheld < WITHHOLD_REFRESHES:
-                # a target placed but not in the stored sets yet (a race, or one in its grace
-                # period that this replica never saw): keep the previous answers a little
-                self._withheld += 1
-                return False
-            self._withheld, self._sd_incomplete = 0, missing
-            self.reconciler.set_overrides(**overrides_of(new.desired))
-            self.reconciler.reset(previous=new.assignment, targets=targets)
-            self._publish(targets=targets, state=new)  # SD first: never "ready" without its answers
-            self.state = new
-            return True
+        return state or ControllerState()
 
-    def replica_status(self) -> dict[str, Any]:
+    def should_adopt(self, current: ControllerState, new: ControllerState) -> bool:
+        """Whether ``new`` changes what is served (assignment, hand-overs, or answers left
+        incomplete by the last adoption)."""
+        return (
+            self._sd_incomplete
+            or current.assignment_version != new.assignment_version
+            or current.handovers != new.handovers
+        )
+
+    def withhold(self, *, missing: bool) -> bool:
+        """True: keep the previous answers this time (the new assignment names targets not
+        in the stored sets yet: a race, or one in its grace period this replica never saw)."""
+        if missing and self._withheld < WITHHOLD_REFRESHES:
+            self._withheld += 1
+            return True
+        self._withheld, self._sd_incomplete = 0, missing
+        return False
+
+    def status(self, *, revision: int) -> dict[str, Any]:
         leading = self._can_write()
         age = None if self._refreshed_at is None else time.monotonic() - self._refreshed_at
         return {
             "role": "leader" if leading else "follower",
             "leader": self._leader(),
             "fence": self._fence() if leading else None,
-            "state_revision": self.state.revision,
+            "state_revision": revision,
             "state_age_s": 0.0 if leading else (None if age is None else round(age, 1)),
         }
 
-    def _resync(self) -> None:
-        """After a lost check-and-set: the stored state wins, is served, and the loop places
-        what this replica knows on top of it at the next tick."""
-        try:
-            state = self.store.load() or ControllerState()
-        except StoreError as exc:
-            log.warning("re-reading the state after a lost write failed: %s", exc)
-            return
-        with self._lock:
-            self._adopt(state)
-
-    def share_fetches(self) -> None:
+    def share_fetches(self, children: Children) -> None:
         """Children poll whichever replica their load balancer picks, and a hand-over ends a
         window after the new shard's child fetched its list: every replica records what it
         served in the shared store, and the leader reads them all."""
         if not isinstance(self.store, FetchLog):
             return
         try:
-            mine = dict(self.children.sd_fetched)
+            mine = dict(children.sd_fetched)
             shared = self._fetches_shared
             if any(at >= shared.get(shard, float("-inf")) + FETCH_STEP_S for shard, at in mine.items()):
                 self.store.note_fetches(self.replica_id, mine)
                 self._fetches_shared = mine
             if self._can_write():
-                self.children.remote_fetched = self.store.fetches()
+                children.remote_fetched = self.store.fetches()
         except StoreError as exc:
             log.warning("sharing SD fetch times failed: %s", exc)

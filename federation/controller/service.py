@@ -40,6 +40,7 @@ from federation.controller.metrics import ControllerMetrics
 from federation.controller.options import ControllerOptions
 from federation.controller.probe import ChildProbe
 from federation.controller.publisher import Publisher
+from federation.controller.replica import Replication
 from federation.controller.sqlite_store import SqliteStore
 from federation.controller.store import StateStore
 from federation.spec import GpufedSpec
@@ -276,9 +277,13 @@ def build_service(
         load=_load_tracker(
             settings, load_reader or PrometheusLoadReader(http, jobs=[job.name for job in settings.spec.jobs])
         ),
-        can_write=elector.is_leader,
-        fence=elector.fence,
-        leader=elector.leader_address,
+        replication=Replication(
+            store=store,
+            metrics=metrics,
+            can_write=elector.is_leader,
+            fence=elector.fence,
+            leader=elector.leader_address,
+        ),
     )
     watch = WatchOptions(
         consul=settings.consul,

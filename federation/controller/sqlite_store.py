@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -183,9 +184,12 @@ class SqliteStore:
         shards: dict[str, str] = {}
         weights: dict[str, int] = {}
         if self._in_rows(db):
+            # interned: a million rows name a few hundred shards, and the identities are the
+            # same strings the targets' (``Target.identity``) keys are, so they are held once
             for identity, shard, weight in db.execute("SELECT identity, shard, weight FROM placements"):
-                shards[identity] = shard
-                weights[identity] = weight
+                key = sys.intern(identity)
+                shards[key] = sys.intern(shard)
+                weights[key] = weight
         return Placed(shards, weights)
 
     def _write_placements(

@@ -167,20 +167,95 @@ def test_a_deposed_leaders_write_in_flight_fails_once_the_new_leader_wrote(agent
     assert loaded is not None and loaded.last_plan is None and loaded.revision == 2
 
 
-def test_a_state_over_512_kib_is_compressed_and_chunked(agent: FakeConsulAgent) -> None:
+def test_a_state_over_512_kib_is_split_per_shard_compressed_and_chunked(agent: FakeConsulAgent) -> None:
     big = state(40_000)
     raw = big.model_copy(update={"revision": 1}).model_dump_json().encode()
     assert len(raw) > 512 * 1024
-    s = store(agent, chunk_bytes=64 * 1024)
+    s = store(agent, chunk_bytes=16 * 1024)
     s.save(big, expected_revision=None)
     head = json.loads(client(agent).kv.get("gpufed/state")[1]["Value"])
-    assert head["chunks"] > 1 and head["size"] == len(raw) and head["compressed"] < len(raw) / 3
-    chunk_keys = keys(agent, "gpufed/state-chunks/")
-    assert len(chunk_keys) == head["chunks"]
-    for key in chunk_keys:
-        assert len(client(agent).kv.get(key)[1]["Value"]) <= 64 * 1024
+    assert head["format"] == 2 and len(keys(agent, "gpufed/state-chunks/")) == head["chunks"]
+    block_keys = keys(agent, "gpufed/state-blocks/")
+    folders = {k.rsplit("/", 1)[0] for k in block_keys}
+    assert len(folders) == 4 and len(block_keys) > 4  # one block per shard, each over one chunk
+    values = [client(agent).kv.get(k)[1]["Value"] for k in block_keys + keys(agent, "gpufed/state-chunks/")]
+    assert all(len(v) <= 16 * 1024 for v in values) and sum(map(len, values)) < len(raw) / 3
     fresh = store(agent)  # no cache: reads every chunk
     assert fresh.load() == big.model_copy(update={"revision": 1})
+
+
+class Counting(ConsulStore):
+    """Counts the placement blocks a save writes."""
+
+    blocks_written = 0
+
+    def _write_blob(self, area: str, blob: kvblob.Blob, *, generation: int) -> dict[str, object]:
+        if area == "state-blocks":
+            self.blocks_written += 1
+        return super()._write_blob(area, blob, generation=generation)
+
+
+def moved(saved: ControllerState, identity: str, to: str) -> ControllerState:
+    assert saved.assignment is not None
+    targets = {**saved.assignment.targets, identity: to}
+    return saved.model_copy(update={"assignment": saved.assignment.model_copy(update={"targets": targets})})
+
+
+@pytest.mark.parametrize("hinted", [True, False])
+def test_a_change_writes_the_blocks_of_the_shards_it_touched_only(
+    agent: FakeConsulAgent, hinted: bool
+) -> None:
+    s = Counting(client(agent))
+    saved = s.save(state(2_000), expected_revision=None)
+    assert s.blocks_written == 4 and saved.assignment is not None
+    identity = next(i for i, shard in saved.assignment.targets.items() if shard == "r1-0")
+    change = moved(saved, identity, "r1-1")
+    hint = (saved.assignment, {identity}) if hinted else None
+    again = s.save(change, expected_revision=saved.revision, changed=hint)
+    assert s.blocks_written == 4 + 2  # r1-0 lost the target, r1-1 gained it; r1-2 and r1-3 kept
+    assert store(agent).load() == again and again.assignment is not None
+    assert again.assignment.targets[identity] == "r1-1"
+    untouched = s.save(again, expected_revision=again.revision, changed=(again.assignment, set()))
+    assert s.blocks_written == 6 and store(agent).load() == untouched
+
+
+def test_blocks_no_longer_named_are_collected_keeping_the_previous_ones(agent: FakeConsulAgent) -> None:
+    s = store(agent)
+    saved = s.save(state(200), expected_revision=None)
+    assert saved.assignment is not None
+    identities = sorted(saved.assignment.targets)
+    for n in range(6):
+        base = saved.assignment
+        assert base is not None
+        saved = s.save(
+            moved(saved, identities[n], f"r1-{(n % 4)}"), expected_revision=saved.revision,
+            changed=(base, {identities[n]}),
+        )
+    folders = client(agent).kv.get("gpufed/state-blocks/", keys=True, separator="/")[1]
+    assert folders and all(
+        kvblob.generation_of(f) is not None for f in folders
+    ) and len(folders) <= 4 + 2 * 2  # what the newest head names, plus what the previous one did
+    assert store(agent).load() == saved
+
+
+def test_a_state_an_older_gpufed_stored_in_one_blob_is_read_and_the_next_save_splits_it(
+    agent: FakeConsulAgent,
+) -> None:
+    old = state(300).model_copy(update={"revision": 1})
+    blob = kvblob.encode(old.model_dump_json().encode())
+    chunk_keys = kvblob.chunk_keys(
+        "gpufed/state-chunks", generation=1, digest=blob.digest, count=len(blob.parts)
+    )
+    for key, part in zip(chunk_keys, blob.parts, strict=True):
+        client(agent).kv.put(key, part)
+    head = {"format": 1, "revision": 1, "fence": 3, "audit": None, **blob.describe(generation=1)}
+    client(agent).kv.put("gpufed/state", json.dumps(head))
+    s = store(agent)
+    assert s.load() == old
+    saved = s.save(old.model_copy(update={"assignment_version": 2}), expected_revision=1, fence=3)
+    assert json.loads(client(agent).kv.get("gpufed/state")[1]["Value"])["format"] == 2
+    assert len({k.rsplit("/", 1)[0] for k in keys(agent, "gpufed/state-blocks/")}) == 4
+    assert store(agent).load() == saved and saved.revision == 2
 
 
 def test_a_state_whose_chunks_exceed_consuls_limit_is_refused_by_consul_not_truncated(

@@ -19,6 +19,7 @@ from federation.controller.changes import ChangeRequest
 from federation.controller.controller import Controller
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.options import ControllerOptions
+from federation.controller.replica import Replication
 from federation.controller.service import (
     ServeSettings,
     Service,
@@ -240,14 +241,19 @@ def controller(tmp_path: Path, agent: FakeConsulAgent, elector: Elector) -> Cont
     from prometheus_client import CollectorRegistry
 
     tmp_path.mkdir(parents=True, exist_ok=True)
+    shared, metrics = store(agent), ControllerMetrics(registry=CollectorRegistry())
     ctl = Controller(
         spec=write_spec(tmp_path / "spec.yaml"),
-        store=store(agent),
-        metrics=ControllerMetrics(registry=CollectorRegistry()),
+        store=shared,
+        metrics=metrics,
         options=ControllerOptions(debounce_s=0.0, grace_s=0.0),
-        can_write=elector.is_leader,
-        fence=elector.fence,
-        leader=lambda: "http://new.example:8080",
+        replication=Replication(
+            store=shared,
+            metrics=metrics,
+            can_write=elector.is_leader,
+            fence=elector.fence,
+            leader=lambda: "http://new.example:8080",
+        ),
     )
     ctl.restore()
     return ctl

@@ -219,7 +219,7 @@ def test_incremental_path_equals_a_full_sticky_assignment_at_every_step() -> Non
             expected = assign(spec, rec.targets, previous=previous)
             assert current == expected
         previous = current
-    assert rec._incremental is not None and rec._incremental.fallbacks == 0
+    assert rec.engine is not None and rec.engine.fallbacks == 0
 
 
 def test_a_custom_assign_fn_sees_every_change_even_label_only() -> None:
@@ -263,7 +263,7 @@ def test_overrides_are_data_the_engine_keeps_across_changes() -> None:
                       drained=overrides["drained"], weight_overrides=overrides["weights"])  # type: ignore[arg-type]
     rec.on_change("file", [*targets, target(500, region="r1")])
     second = rec.tick()
-    engine = rec._incremental
+    engine = rec.engine
     assert engine is not None and second is not None
     assert second.targets[pinned] == shard and f"{targets[1].region}-2" in second.drained
     current = [*targets, target(500, region="r1")]
@@ -275,12 +275,12 @@ def test_overrides_are_data_the_engine_keeps_across_changes() -> None:
         rec.on_change("file", current[:-1 - (i - 501)])
         last = rec.assignment
         result = rec.tick()
-        assert result is not None and rec._incremental is engine  # the same engine: no full placement
+        assert result is not None and rec.engine is engine  # the same engine: no full placement
         everything = sorted(rec.target_map.values(), key=lambda t: t.identity)
         assert result == assign(spec, everything, previous=last, pins=overrides["pins"],  # type: ignore[arg-type]
                                 drained=overrides["drained"], weight_overrides=overrides["weights"])  # type: ignore[arg-type]
     rec.set_overrides(**overrides)  # type: ignore[arg-type]
-    assert rec._incremental is engine  # the same overrides again change nothing
+    assert rec.engine is engine  # the same overrides again change nothing
 
 
 def test_an_adopted_assignment_seeds_the_engine_without_placing_again() -> None:
@@ -292,8 +292,8 @@ def test_an_adopted_assignment_seeds_the_engine_without_placing_again() -> None:
     rec.reset(previous=stored, targets={t.identity: t for t in targets})
     rec.on_change("file", [*targets, target(900, region="r1")])
     result = rec.tick()
-    assert result is not None and rec._incremental is not None
-    assert rec._incremental.fallbacks == 0
+    assert result is not None and rec.engine is not None
+    assert rec.engine.fallbacks == 0
     assert result == assign(spec, [*targets, target(900, region="r1")], previous=stored)
 
 
@@ -341,11 +341,11 @@ def test_an_idle_loop_prepares_the_engine_once_so_the_first_change_is_incrementa
     stored = assign(spec, targets)
     rec, _ = make(clock, spec=spec, debounce_s=0.0, previous=stored)
     rec.reset(previous=stored, targets={t.identity: t for t in targets})
-    assert rec.prepare() is True and rec._incremental is not None
-    engine = rec._incremental
+    assert rec.prepare() is True and rec.engine is not None
+    engine = rec.engine
     assert rec.prepare() is False  # once per assignment
     rec.on_change("file", [*targets, target(900, region="r1")])
-    assert rec.tick() is not None and rec._incremental is engine and engine.fallbacks == 0
+    assert rec.tick() is not None and rec.engine is engine and engine.fallbacks == 0
 
 
 class DeltaStore:

@@ -1,0 +1,68 @@
+"""The controller's one worker thread: when it wakes and what it runs.
+
+It sleeps until a source pushes a change, the reconciler has work due (debounce, grace,
+hysteresis) or a periodic pass is due (settle hand-overs as the leader, follow the stored
+state as a follower); never a fixed polling rate. What each pass does is the host's (the
+controller façade); this module only orders it, so it imports nothing of the façade.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Protocol
+
+from federation.controller.options import ControllerOptions
+from federation.controller.replica import Replication
+from sharder.reconcile import Reconciler
+
+log = logging.getLogger(__name__)
+
+
+class LoopHost(Protocol):
+    """What a pass runs; ``Controller`` is one."""
+
+    reconciler: Reconciler
+    replication: Replication
+    options: ControllerOptions
+
+    def take_over(self) -> None: ...
+
+    def refresh_from_store(self) -> bool: ...
+
+    def share_fetches(self) -> None: ...
+
+    def tick(self, *, idle: bool) -> None: ...
+
+    def settle(self) -> int: ...
+
+
+def run(host: LoopHost, stop: threading.Event) -> None:
+    reconciler, replication, options = host.reconciler, host.replication, host.options
+    settle_at = refresh_at = 0.0
+    while not stop.is_set():
+        seen = reconciler.generation
+        due = reconciler.next_due()
+        if due is None or due > 0:
+            periodic = min(settle_at, refresh_at) - time.monotonic()
+            reconciler.wait_for_change(seen, periodic if due is None else min(due, periodic))
+        if stop.is_set():
+            break
+        try:
+            leading = replication.may_write()
+            replication.on_leadership_change(leading, take_over=host.take_over)
+            if not leading:  # a follower: serve what the leader stored
+                if time.monotonic() >= refresh_at:
+                    refresh_at = time.monotonic() + options.refresh_interval_s
+                    host.refresh_from_store()
+                    host.share_fetches()
+                continue
+            refresh_at = time.monotonic() + options.refresh_interval_s
+            host.tick(idle=due is None)
+            if time.monotonic() >= settle_at:
+                settle_at = time.monotonic() + options.settle_interval_s
+                host.share_fetches()
+                host.settle()
+        except Exception:  # the loop must outlive any one bad tick
+            log.exception("controller loop iteration failed")
