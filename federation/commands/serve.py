@@ -180,6 +180,8 @@ def serve_command(
     """Run the controller: discovery loop, HTTP SD, REST plans and rebalances."""
     import uvicorn
 
+    from federation.controller.http_guards import DeadlineH11Protocol
+
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         host, port = split_listen(listen)
@@ -266,7 +268,14 @@ def serve_command(
         built.stop()
         raise typer.Exit(2) from exc
     try:
-        uvicorn.run(built.app, host=host, port=port, log_level=log_level, access_log=False)
+        uvicorn.run(
+            built.app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=False,
+            http=DeadlineH11Protocol,  # request heads within seconds: no slowloris
+        )
     finally:
         built.stop()
 
