@@ -10,6 +10,9 @@ the controller injects its own). Plain Python, no I/O: time comes from ``clock``
 the one earlier in ``precedence`` wins; sources not named there come after, in name
 order. So ``precedence=("file", "consul")`` lets a hand-kept file override Consul. A
 source pushing several sets (``consul/<service>@<dc>``) ranks by the part before "/".
+One endpoint is one target (``sharder.endpoints``): a second identity for an endpoint
+within a source is skipped; across sources the earlier in precedence keeps it and the
+other identity is left out, named in a log line and counted (``duplicate_endpoint``).
 
 **Debounce.** The first unapplied change opens a window of ``debounce_s`` (default
 1 s); everything that arrives within it lands in one assignment at its end. So a burst
@@ -47,11 +50,12 @@ from sharder import plan as plan_mod
 from sharder import sizing
 from sharder.assign import assign
 from sharder.assignment import Assignment
+from sharder.endpoints import Duplicate, EndpointIndex, cross_source_duplicates, endpoint_of, show
 from sharder.errors import SharderError
 from sharder.incremental import IncrementalAssigner
 from sharder.inventory import Target, sort_targets
 from sharder.spec import FederationSpec
-from sharder.targetsets import Delta, NodeCounts, count_nodes, merge_sets, target_delta
+from sharder.targetsets import Delta, NodeCounts, count_nodes, merge_sets, ranked_sources, target_delta
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +144,10 @@ class Reconciler:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._sets: dict[str, dict[str, Target]] = {}
+        self._jobs = {job.name: job for job in spec.jobs}
+        self._endpoints: dict[str, EndpointIndex] = {}
+        """source -> its targets by endpoint, kept with ``_sets``."""
+        self._duplicates: frozenset[Duplicate] = frozenset()
         self._versions: dict[str, str | None] = {}
         self._missing_since: dict[str, float] = {}
         self._first_dirty: float | None = None
@@ -196,16 +204,23 @@ class Reconciler:
     def on_change(self, source: str, targets: Iterable[Target], *, version: str | None = None) -> None:
         """``targets`` is the source's whole current set (not a delta)."""
         kept: dict[str, Target] = {}
-        unknown = duplicate = 0
+        index = EndpointIndex(self._jobs)
+        unknown = duplicate = same_endpoint = 0
         for target in targets:
             identity = target.identity  # computed, so once
             if target.region not in self._regions:
                 unknown += 1
             elif identity in kept:
                 duplicate += 1
+            elif index.add(target) is not None:
+                same_endpoint += 1
             else:
                 kept[identity] = target
-        for reason, count in (("unknown_region", unknown), ("duplicate", duplicate)):
+        for reason, count in (
+            ("unknown_region", unknown),
+            ("duplicate", duplicate),
+            ("duplicate_endpoint", same_endpoint),
+        ):
             if count:
                 log.warning("discovery source=%s skipped targets reason=%s count=%d", source, reason, count)
                 if self._observer is not None:
@@ -218,6 +233,7 @@ class Reconciler:
             if before == kept:
                 return
             self._sets[source] = kept
+            self._endpoints[source] = index
             if version != "persisted":  # a seed from the store is saved already
                 changed = {i for i in before.keys() | kept.keys() if before.get(i) != kept.get(i)}
                 self._unsaved.setdefault(source, set()).update(changed)
@@ -236,13 +252,16 @@ class Reconciler:
             log.warning("discovery source=%s skipped targets reason=unknown_region count=%d", source, count)
             if self._observer is not None:
                 self._observer.error(source, reason="unknown_region", count=count)
+        same_endpoint = 0
         with self._wake:
             members = self._sets.setdefault(source, {})
+            index = self._endpoints.setdefault(source, EndpointIndex(self._jobs))
             changed = False
             now = self._clock()
             unsaved = self._unsaved.setdefault(source, set())
             for identity in removed:
                 if members.pop(identity, None) is not None:
+                    index.discard(identity)
                     changed = True
                     unsaved.add(identity)
                     if identity in self._applied and not any(identity in s for s in self._sets.values()):
@@ -250,14 +269,36 @@ class Reconciler:
             for target in kept:
                 identity = target.identity
                 if members.get(identity) != target:
+                    if index.add(target) is not None:
+                        same_endpoint += 1
+                        continue
                     members[identity] = target
                     changed = True
                     unsaved.add(identity)
             size = len(members)
             if changed:
                 self._mark_dirty()
+        if same_endpoint:
+            log.warning(
+                "discovery source=%s skipped targets reason=duplicate_endpoint count=%d",
+                source,
+                same_endpoint,
+            )
+            if self._observer is not None:
+                self._observer.error(source, reason="duplicate_endpoint", count=same_endpoint)
         if self._observer is not None:
             self._observer.success(source, targets=size)
+
+    def endpoint_owner(self, target: Target, *, excluding: str) -> tuple[str, str] | None:
+        """(source, identity) of another identity serving ``target``'s endpoint outside
+        ``excluding`` (the registry asks before it accepts an entry), else None."""
+        endpoint = endpoint_of(target, self._jobs)
+        with self._lock:
+            for name in ranked_sources(self._endpoints, self._precedence):
+                owner = self._endpoints[name].owner(endpoint) if name != excluding else None
+                if owner is not None and owner != target.identity:
+                    return name, owner
+        return None
 
     def on_error(self, source: str, reason: str) -> None:
         """A failed poll or watch: the source's last set stays; only the count moves."""
@@ -554,7 +595,35 @@ class Reconciler:
         return shrink is not None and now >= shrink
 
     def _merged(self) -> dict[str, Target]:
-        return merge_sets(self._sets, self._precedence)
+        merged = merge_sets(self._sets, self._precedence)
+        if len(self._sets) < 2:
+            return merged
+        ranked = [(name, self._endpoints[name]) for name in ranked_sources(self._sets, self._precedence)]
+        duplicates = cross_source_duplicates(ranked, merged)
+        for dup in duplicates:
+            if merged.get(dup.identity) is self._sets[dup.source].get(dup.identity):
+                del merged[dup.identity]
+        self._note_duplicates(frozenset(duplicates))
+        return merged
+
+    def _note_duplicates(self, duplicates: frozenset[Duplicate]) -> None:
+        """Log and count each duplicate once, when it appears (not at every tick)."""
+        fresh = duplicates - self._duplicates
+        self._duplicates = duplicates
+        for dup in sorted(fresh, key=lambda d: (d.source, d.identity))[:20]:
+            log.warning(
+                "discovery source=%s left out target=%s reason=duplicate_endpoint endpoint=%s"
+                " kept=%s kept_source=%s",
+                dup.source,
+                dup.identity,
+                show(dup.endpoint),
+                dup.kept,
+                dup.kept_source,
+            )
+        if self._observer is not None:
+            counts = Counter(d.source for d in fresh)
+            for source, count in sorted(counts.items()):
+                self._observer.error(source, reason="duplicate_endpoint", count=count)
 
     def _effective(self, now: float) -> dict[str, Target]:
         """Merged targets plus vanished ones still in their grace period."""

@@ -181,8 +181,11 @@ def serve_command(
     import uvicorn
 
     from federation.controller.http_guards import DeadlineH11Protocol
+    from federation.controller.redact import RedactingFilter
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for handler in logging.getLogger().handlers:  # the same list as the spec and the API's masking
+        handler.addFilter(RedactingFilter())
     try:
         host, port = split_listen(listen)
     except ValueError as exc:

@@ -27,9 +27,9 @@ from federation.controller.auth import Authenticator, Caller
 from federation.controller.changes import ChangeRequest
 from federation.controller.controller import Controller
 from federation.controller.http_guards import BodyGuard, RelativeRedirects, problem
-from federation.controller.redact import redact_file
+from federation.controller.redact import redact_data, redact_file
 from sharder.errors import SharderError
-from sharder.sources.registry import BatchInvalid, IdentityMismatch
+from sharder.sources.registry import BatchInvalid, EndpointTaken, IdentityMismatch
 
 log = logging.getLogger(__name__)
 PROBLEM = "application/problem+json"
@@ -51,6 +51,7 @@ WEB_HEADERS = {
     "Cache-Control": "no-cache",
     "X-Content-Type-Options": "nosniff",
 }
+
 
 class RebalanceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -298,7 +299,7 @@ def create_app(
         before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
     ) -> dict[str, Any]:
         entries = controller.audit(limit=limit, before_id=before)
-        return {"entries": [e.model_dump(mode="json") for e in entries]}
+        return {"entries": [redact_data(e.model_dump(mode="json")) for e in entries]}
 
     # ---- built-in registry -------------------------------------------------------------------
     @app.put("/v1/registry/targets/{identity:path}", tags=["registry"], status_code=200)
@@ -307,6 +308,8 @@ def create_app(
             target, created = controller.registry.put(identity, body)
         except IdentityMismatch as exc:
             return problem(422, "Invalid target", str(exc), field="identity")
+        except EndpointTaken as exc:
+            return problem(409, "Endpoint taken", str(exc), field="address")
         return JSONResponse(
             {"identity": target.identity, "expires_in_s": controller.registry.ttl_s},
             status_code=201 if created else 200,

@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from federation.controller import changes as changing
@@ -59,6 +60,7 @@ from sharder.assignment import Assignment
 from sharder.discovery_metrics import DiscoveryMetrics
 from sharder.inventory import Target
 from sharder.reconcile import Reconciler
+from sharder.sources.registry import SOURCE as REGISTRY
 from sharder.sources.registry import BuiltinRegistry
 
 __all__ = [
@@ -125,7 +127,12 @@ class Controller(Replication):
             persist_interval_s=options.persist_interval_s,
         )
         self.reconciler.set_overrides(**overrides_of(self.state.desired))
-        self.registry = BuiltinRegistry(sink=self.reconciler, jobs=self.jobs, ttl_s=options.registry_ttl_s)
+        self.registry = BuiltinRegistry(
+            sink=self.reconciler,
+            jobs=self.jobs,
+            ttl_s=options.registry_ttl_s,
+            endpoint_owner=partial(self.reconciler.endpoint_owner, excluding=REGISTRY),
+        )
         self.sources: list[Any] = [self.registry]
         self.children = Children(
             spec=spec, options=options, probe=probe, metrics=metrics, wall_clock=wall_clock
