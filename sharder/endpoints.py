@@ -20,6 +20,7 @@ from sharder.spec import JobSpec
 
 Endpoint = tuple[str, str, int, str]
 """(scheme, host, port, metrics_path)."""
+_PLAIN = ("http", "/metrics")
 
 
 def endpoint_of(target: Target, jobs: Mapping[str, JobSpec]) -> Endpoint:
@@ -51,19 +52,28 @@ class EndpointIndex:
         self.jobs = jobs
         self.owners: dict[Endpoint, str] = {}
         self._of: dict[str, Endpoint] = {}
+        # scheme and path per job, looked up once: a full set costs one pass of tuple builds
+        self._defaults = {name: (job.scheme, job.metrics_path) for name, job in jobs.items()}
 
     def owner(self, endpoint: Endpoint) -> str | None:
         return self.owners.get(endpoint)
 
     def add(self, target: Target) -> str | None:
         """Index ``target``; the other identity that already serves its endpoint (then nothing changes)."""
-        identity = target.identity
-        endpoint = endpoint_of(target, self.jobs)
-        other = self.owners.get(endpoint)
+        return self.add_as(target, target.identity)
+
+    def add_as(self, target: Target, identity: str) -> str | None:
+        """:meth:`add` with the identity already computed (the loop over a full set has it)."""
+        scheme, path = self._defaults.get(target.job, _PLAIN)
+        endpoint = (scheme, target.address, target.port, target.metrics_path or path)
+        owners = self.owners
+        other = owners.get(endpoint)
         if other is not None and other != identity:
             return other
-        self.discard(identity)
-        self.owners[endpoint] = identity
+        before = self._of.get(identity)
+        if before is not None and before != endpoint and owners.get(before) == identity:
+            del owners[before]
+        owners[endpoint] = identity
         self._of[identity] = endpoint
         return None
 

@@ -45,9 +45,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+from sharder import documents, sizing
 from sharder import overrides as overriding
 from sharder import plan as plan_mod
-from sharder import sizing
 from sharder.assign import assign
 from sharder.assignment import Assignment
 from sharder.endpoints import Duplicate, EndpointIndex, cross_source_duplicates, endpoint_of, show
@@ -206,16 +206,17 @@ class Reconciler:
         kept: dict[str, Target] = {}
         index = EndpointIndex(self._jobs)
         unknown = duplicate = same_endpoint = 0
-        for target in targets:
-            identity = target.identity  # computed, so once
-            if target.region not in self._regions:
-                unknown += 1
-            elif identity in kept:
-                duplicate += 1
-            elif index.add(target) is not None:
-                same_endpoint += 1
-            else:
-                kept[identity] = target
+        with documents.gc_paused():  # a full set builds a tuple per target: no GC passes meanwhile
+            for target in targets:
+                identity = target.identity  # computed, so once
+                if target.region not in self._regions:
+                    unknown += 1
+                elif identity in kept:
+                    duplicate += 1
+                elif index.add_as(target, identity) is not None:
+                    same_endpoint += 1
+                else:
+                    kept[identity] = target
         for reason, count in (
             ("unknown_region", unknown),
             ("duplicate", duplicate),
