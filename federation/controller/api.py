@@ -322,6 +322,8 @@ def create_app(
             result = controller.registry.batch(body.put, body.delete)
         except BatchInvalid as exc:
             return problem(422, "Invalid batch", str(exc), errors=exc.errors, invalid=exc.total)
+        except EndpointTaken as exc:  # taken by a PUT while the batch was being checked
+            return problem(409, "Endpoint taken", str(exc), field="address")
         return JSONResponse(
             {
                 "put": result.put,

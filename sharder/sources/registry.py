@@ -154,20 +154,24 @@ class BuiltinRegistry:
         targets, errors = self._validate(puts, deletes)
         if errors:
             raise BatchInvalid(errors, total=len(errors))
-        gone = [str(d) for d in deletes]
+        gone = [normalise_identity(str(d)) for d in deletes]
         with self._lock:
             fresh = {t.identity for t in targets} - self._entries.keys()
             if len(self._entries) + len(fresh) > self.max_entries + sum(
                 1 for d in gone if d in self._entries
             ):
                 raise self._full()
-            changed = sum(self._store(t) for t in targets)
+            for target in targets:  # a PUT may have taken an endpoint since the batch was checked
+                other = self._endpoints.owner(endpoint_of(target, self._jobs))
+                if other is not None and other != target.identity and other not in gone:
+                    raise _taken(target, other, SOURCE, self._jobs)
             deleted = 0
-            for identity in gone:
+            for identity in gone:  # first: a put may re-use a deleted entry's endpoint
                 if self._entries.pop(identity, None) is not None:
                     self._endpoints.discard(identity)
                     self._pending.changes[identity] = None
                     deleted += 1
+            changed = sum(self._store(t) for t in targets)
         if changed or deleted:
             self._push()
         return BatchResult(put=len(targets), created=len(fresh), deleted=deleted)

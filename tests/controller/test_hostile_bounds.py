@@ -118,6 +118,10 @@ async def test_one_endpoint_one_target_through_the_registry(harness: ControllerH
             headers=harness.auth(),
         )
         assert swap.status_code == 200, swap.text
+        after = await client.put(
+            "/v1/registry/targets/third", json={**own, "identity": "third"}, headers=harness.auth()
+        )
+        assert after.status_code == 409 and "'renamed'" in after.json()["detail"]  # the index follows
     harness.tick()
     placed = harness.controller.state.assignment
     assert placed is not None
