@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from alertmanager.errors import AlertingError
+from sharder import secrets
 from sharder.spec import LABEL_NAME_RE, NAME_RE, StrictModel, parse_duration
 
 Severity = Literal["critical", "warning", "info"]
@@ -159,6 +160,21 @@ class RobotSpec(StrictModel):
     def _url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")) or "access_token=" not in value:
             raise ValueError("robot url must be http(s) and carry ?access_token=...")
+        why = secrets.url_secret(value)
+        if why is not None:
+            raise ValueError(
+                f"{secrets.LITERAL}: {why}; write access_token=${{NAME}} (the relay expands it)"
+            )
+        return value
+
+    @field_validator("secret")
+    @classmethod
+    def _secret(cls, value: str | None) -> str | None:
+        if value is not None and not secrets.is_reference(value):
+            raise ValueError(
+                f"{secrets.LITERAL}: the robot secret is {secrets.shape(value)};"
+                " write ${NAME} (the relay expands it)"
+            )
         return value
 
 
@@ -173,6 +189,11 @@ class WebhookSpec(StrictModel):
     def _url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
             raise ValueError("webhook url must start with http:// or https://")
+        why = secrets.url_secret(value)
+        if why is not None:
+            raise ValueError(
+                f"{secrets.LITERAL}: {why}; Alertmanager sends credentials_file as a bearer token"
+            )
         return _no_env_ref(value, "webhook url")
 
 

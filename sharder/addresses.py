@@ -4,8 +4,10 @@ A target's ``address`` is a *host* only (the port is its own field): a DNS name,
 address, or an IPv6 address with or without brackets. :func:`normalise_host` returns the
 one spelling every later step uses (hashing identities, duplicate detection, rendering):
 DNS names lower-cased without a trailing dot, IPv4 in dotted decimal, IPv6 compressed
-(``fd00:0:0:0:0:0:0:1`` is ``fd00::1``) without brackets. :func:`host_port` puts the
-brackets back for IPv6, as Prometheus needs in ``host:port``.
+(``fd00:0:0:0:0:0:0:1`` is ``fd00::1``) without brackets, an IPv4-mapped IPv6 address
+(``::ffff:10.0.0.1``) as its IPv4 address. :func:`normalise_identity` gives an identity
+spelled ``host:port`` the same treatment, so ``GPU-1.Example:9400`` is ``gpu-1.example:9400``.
+:func:`host_port` puts the brackets back for IPv6, as Prometheus needs in ``host:port``.
 
 Everything else is refused with a reason: empty, whitespace, a scheme (``http://``), a
 path, an embedded port (``10.0.0.1:9400``, ``[fd00::1]:9400``: the port is given apart,
@@ -71,9 +73,11 @@ def _ipv6(text: str) -> str:
     if "%" in text:
         raise ValueError("IPv6 zone ids (%...) are not supported in scrape addresses")
     try:
-        return ipaddress.IPv6Address(text).compressed
+        address = ipaddress.IPv6Address(text)
     except ValueError:
         raise ValueError("address is not a valid IPv6 address") from None
+    mapped = address.ipv4_mapped  # ::ffff:10.0.0.1 is the host 10.0.0.1 is: one spelling
+    return str(mapped) if mapped is not None else address.compressed
 
 
 def _dns(text: str, labels: list[str]) -> str:
@@ -93,3 +97,22 @@ def _dns(text: str, labels: list[str]) -> str:
 def host_port(host: str, port: int) -> str:
     """``host:port`` as Prometheus wants it: IPv6 in brackets."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def normalise_identity(identity: str) -> str:
+    """An identity spelled ``host:port`` with its host normalised; any other identity as given.
+
+    Identities are hashed, so two spellings of one endpoint would land on two shards.
+    Identities that are not ``host:port`` (``gpu/node-1``) are names, kept as they are.
+    """
+    host, colon, port = identity.rpartition(":")
+    if not colon or not _PORT_RE.match(port) or not host or not 1 <= int(port) <= 65535:
+        return identity
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:  # bare IPv6 with a port is ambiguous: leave the name alone
+        return identity
+    try:
+        return host_port(normalise_host(host), int(port))
+    except ValueError:
+        return identity

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Collection, Iterable, Sequence
 from typing import Protocol
 
+from sharder.endpoints import EndpointIndex
 from sharder.inventory import Target
 
 log = logging.getLogger(__name__)
@@ -34,21 +35,30 @@ def _skipped(source: str, reason: str, count: int, observer: DiscoveryObserver |
 
 
 def screen_set(
-    source: str, targets: Iterable[Target], *, regions: Collection[str], observer: DiscoveryObserver | None
+    source: str,
+    targets: Iterable[Target],
+    *,
+    regions: Collection[str],
+    observer: DiscoveryObserver | None,
+    endpoints: EndpointIndex,
 ) -> dict[str, Target]:
-    """identity -> target of a whole set, without unknown regions and repeated identities."""
+    """identity -> target of a whole set, without unknown regions, repeated identities and
+    a second identity for an endpoint (``endpoints`` is filled with what is kept)."""
     kept: dict[str, Target] = {}
-    unknown = duplicate = 0
+    unknown = duplicate = same_endpoint = 0
     for target in targets:
         identity = target.identity  # computed, so once
         if target.region not in regions:
             unknown += 1
         elif identity in kept:
             duplicate += 1
+        elif endpoints.add_as(target, identity) is not None:
+            same_endpoint += 1
         else:
             kept[identity] = target
     _skipped(source, "unknown_region", unknown, observer)
     _skipped(source, "duplicate", duplicate, observer)
+    _skipped(source, "duplicate_endpoint", same_endpoint, observer)
     if observer is not None:
         observer.success(source, targets=len(kept))
     return kept

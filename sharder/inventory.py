@@ -13,7 +13,7 @@ from typing import Annotated, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from sharder.addresses import host_port, normalise_host
+from sharder.addresses import host_port, normalise_host, normalise_identity
 from sharder.spec import LABEL_NAME_RE, MAX_WEIGHT
 
 RESERVED_LABELS = frozenset({"cluster", "region", "shard", "replica", "job", "instance"})
@@ -48,6 +48,11 @@ class Target(BaseModel):
     @classmethod
     def _address(cls, address: str) -> str:
         return normalise_host(address)
+
+    @field_validator("explicit_identity")
+    @classmethod
+    def _identity(cls, identity: str | None) -> str | None:
+        return normalise_identity(identity) if identity is not None else None
 
     @field_validator("metrics_path")
     @classmethod

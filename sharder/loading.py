@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from sharder import documents
+from sharder import documents, secrets
+from sharder.endpoints import Endpoint, endpoint_of
 from sharder.errors import InventoryError, SpecError, preview
 from sharder.inventory import PLAIN_TEXT_PATTERN, Target, sort_targets
 from sharder.spec import FederationSpec, JobSpec
@@ -30,6 +31,13 @@ DEFAULTS_KEYS = frozenset({"exporters"})
 # In a ``nodes`` entry the node is ``name`` and the job/port come from ``exporters``.
 _NODE_FIELDS = {"node": "name", "job": "exporters", "port": "exporters"}
 
+
+MAX_LABELS = 64
+MAX_LABEL_VALUE = 1024
+"""Characters in one label value (a 1 MB value once cost 16 MB per /v1/sd answer)."""
+MAX_TARGET_BYTES = 8192
+"""All of one target's text together: names, address, identity, path, labels."""
+INTEGER_FIELDS = ("port", "gpus", "weight")
 
 # sharder.inventory.PlainText's regex would say nothing to a reader.
 PLAIN_TEXT_MESSAGE = "must not contain control characters or start/end with whitespace"
@@ -66,6 +74,8 @@ def raise_first_error(
     )
     message = PLAIN_TEXT_MESSAGE if plain else str(first["msg"]).removeprefix("Value error, ")
     value = first.get("input")
+    if message.startswith(secrets.LITERAL):
+        value = None  # the message names the value's shape; the secret is not echoed
     if isinstance(value, dict | list):
         value = None  # a whole sub-document is noise; the field path says where
     raise error_cls(message, field=field, value=value, source=source) from None
@@ -129,6 +139,15 @@ def parse_target(
     """
     if not isinstance(raw, dict):
         raise InventoryError(f"expected a mapping, got {_kind(raw)}", field=where, value=raw, source=source)
+    for name in INTEGER_FIELDS:  # pydantic's lax mode reads true as 1
+        if type(raw.get(name)) is bool:
+            field = (rename or {}).get(name, name)
+            raise InventoryError(
+                "expected an integer, got a boolean",
+                field=_join(where, field),
+                value=raw[name],
+                source=source,
+            )
     weight = _job_weight(raw, jobs)
     if weight is not None:
         raw = {**raw, "weight": weight}  # before validation: a copy of the model costs more
@@ -137,10 +156,43 @@ def parse_target(
     except ValidationError as exc:
         raise_first_error(exc, source=source, error_cls=InventoryError, prefix=where, rename=rename)
         raise
+    _check_size(target, where=where, source=source)
     job = jobs.get(target.job) if jobs is not None else None
     if job is not None and target.explicit_weight is None:
         target = target.model_copy(update={"explicit_weight": job.target_weight(target.gpus)})
     return target
+
+
+def _join(where: str, field: str) -> str:
+    return f"{where}.{field}" if where else field
+
+
+def _check_size(target: Target, *, where: str, source: str) -> None:
+    """Bounds per target, so one registration cannot grow every SD answer and the state."""
+    labels = target.labels
+    if len(labels) > MAX_LABELS:
+        raise InventoryError(
+            f"{len(labels)} labels; a target has at most {MAX_LABELS}",
+            field=_join(where, "labels"),
+            source=source,
+        )
+    size = len(labels) and sum(len(k) + len(v) for k, v in labels.items())
+    for name, value in labels.items():
+        if len(value) > MAX_LABEL_VALUE:
+            raise InventoryError(
+                f"a value of {len(value)} characters; label values have at most {MAX_LABEL_VALUE}",
+                field=_join(where, f"labels.{name}"),
+                source=source,
+            )
+    size += len(target.address) + len(target.job) + len(target.node) + len(target.region)
+    size += len(target.rack) + len(target.team) + len(target.metrics_path or "")
+    size += len(target.explicit_identity or "")
+    if size > MAX_TARGET_BYTES:
+        raise InventoryError(
+            f"{size} characters of text in one target; the most is {MAX_TARGET_BYTES}",
+            field=where or "target",
+            source=source,
+        )
 
 
 def _job_weight(raw: dict[Any, Any], jobs: Mapping[str, JobSpec] | None) -> int | None:
@@ -162,15 +214,13 @@ class TargetIndex:
     def __init__(self, *, source: str = "", jobs: Mapping[str, JobSpec] | None = None) -> None:
         self.source = source
         self.jobs = jobs or {}
-        self.endpoints: dict[tuple[str, str, int, str], str] = {}
+        self.endpoints: dict[Endpoint, str] = {}
         self.identities: dict[str, str] = {}
         self.nodes: dict[str, tuple[str, str]] = {}
         self.targets: list[Target] = []
 
-    def endpoint(self, target: Target) -> tuple[str, str, int, str]:
-        job = self.jobs.get(target.job)
-        scheme, path = (job.scheme, job.metrics_path) if job is not None else ("http", "/metrics")
-        return (scheme, target.address, target.port, target.metrics_path or path)
+    def endpoint(self, target: Target) -> Endpoint:
+        return endpoint_of(target, self.jobs)
 
     def add(self, target: Target, *, where: str) -> None:
         instance = target.instance

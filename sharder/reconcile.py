@@ -10,6 +10,9 @@ the controller injects its own). Plain Python, no I/O: time comes from ``clock``
 the one earlier in ``precedence`` wins; sources not named there come after, in name
 order. So ``precedence=("file", "consul")`` lets a hand-kept file override Consul. A
 source pushing several sets (``consul/<service>@<dc>``) ranks by the part before "/".
+One endpoint is one target (``sharder.endpoints``): a second identity for an endpoint
+within a source is skipped; across sources the earlier in precedence keeps it and the
+other identity is left out, named in a log line and counted (``duplicate_endpoint``).
 
 **Debounce.** The first unapplied change opens a window of ``debounce_s`` (default
 1 s); everything that arrives within it lands in one assignment at its end. So a burst
@@ -42,10 +45,20 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 
-from sharder import intake, sizing
+from sharder import documents, intake, sizing
 from sharder import overrides as overriding
 from sharder import plan as plan_mod
 from sharder.assignment import Assignment
+from sharder.endpoints import (
+    Duplicate,
+    Endpoint,
+    EndpointIndex,
+    cross_source_duplicates,
+    endpoint_of,
+    sharing,
+    show,
+    winner,
+)
 from sharder.errors import SharderError
 from sharder.incremental import IncrementalAssigner
 from sharder.intake import DiscoveryObserver
@@ -60,6 +73,7 @@ from sharder.targetsets import (
     merge_sets,
     needs_placement,
     nodes_after,
+    ranked_sources,
     target_delta,
 )
 
@@ -101,10 +115,15 @@ class Reconciler:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._sets: dict[str, dict[str, Target]] = {}
+        self._jobs = {job.name: job for job in spec.jobs}
+        self._endpoints: dict[str, EndpointIndex] = {}
+        """source -> its targets by endpoint, kept with ``_sets``."""
+        self._duplicates: frozenset[Duplicate] = frozenset()
         self._versions: dict[str, str | None] = {}
         self._missing_since: dict[str, float] = {}
         self._first_dirty: float | None = None
         self._dirty: set[str] | None = set()
+        self._dirty_endpoints: set[Endpoint] = set()
         """Identities whose merged target may differ from what is placed (None: look at
         all of them). Sources name them as they push, so a tick costs the change."""
         self._assignment = previous
@@ -164,18 +183,23 @@ class Reconciler:
     # ---- input from sources (any thread) -------------------------------------------------
     def on_change(self, source: str, targets: Iterable[Target], *, version: str | None = None) -> None:
         """``targets`` is the source's whole current set (not a delta)."""
-        kept = intake.screen_set(source, targets, regions=self._regions, observer=self._observer)
+        index = EndpointIndex(self._jobs)
+        with documents.gc_paused():  # a full set builds a tuple per target: no GC passes meanwhile
+            kept = intake.screen_set(
+                source, targets, regions=self._regions, observer=self._observer, endpoints=index
+            )
         with self._wake:
             self._versions[source] = version
             before = self._sets.get(source, {})
             if before == kept:
                 return
             self._sets[source] = kept
+            self._endpoints[source] = index
             changed = {i for i in before.keys() | kept.keys() if before.get(i) != kept.get(i)}
+            for identity in changed:
+                self._note_dirty(identity, before.get(identity), kept.get(identity))
             if version != "persisted":  # a seed from the store is saved already
                 self._persister.note(source).update(changed)
-            if self._dirty is not None:
-                self._dirty.update(changed)
             now = self._clock()
             for identity in before.keys() - kept.keys():  # the grace period starts now
                 if identity in self._applied and not any(identity in s for s in self._sets.values()):
@@ -186,30 +210,55 @@ class Reconciler:
         """What changed in ``source``'s set (the built-in registry knows): the cost of the
         change, not of the set. Targets in unknown regions are skipped as ``on_change`` does."""
         kept = intake.screen_delta(source, upserted, regions=self._regions, observer=self._observer)
+        same_endpoint = 0
         with self._wake:
             members = self._sets.setdefault(source, {})
+            index = self._endpoints.setdefault(source, EndpointIndex(self._jobs))
             changed = False
             now = self._clock()
             unsaved = self._persister.note(source)
             for identity in removed:
-                if members.pop(identity, None) is not None:
+                if (gone := members.pop(identity, None)) is not None:
+                    index.discard(identity)
                     changed = True
                     unsaved.add(identity)
-                    self._note_dirty(identity)
+                    self._note_dirty(identity, gone)
                     if identity in self._applied and not any(identity in s for s in self._sets.values()):
                         self._missing_since.setdefault(identity, now)
             for target in kept:
                 identity = target.identity
                 if members.get(identity) != target:
+                    if index.add(target) is not None:
+                        same_endpoint += 1
+                        continue
+                    self._note_dirty(identity, members.get(identity), target)
                     members[identity] = target
                     changed = True
                     unsaved.add(identity)
-                    self._note_dirty(identity)
             size = len(members)
             if changed:
                 self._mark_dirty()
+        if same_endpoint:
+            log.warning(
+                "discovery source=%s skipped targets reason=duplicate_endpoint count=%d",
+                source,
+                same_endpoint,
+            )
+            if self._observer is not None:
+                self._observer.error(source, reason="duplicate_endpoint", count=same_endpoint)
         if self._observer is not None:
             self._observer.success(source, targets=size)
+
+    def endpoint_owner(self, target: Target, *, excluding: str) -> tuple[str, str] | None:
+        """(source, identity) of another identity serving ``target``'s endpoint outside
+        ``excluding`` (the registry asks before it accepts an entry), else None."""
+        endpoint = endpoint_of(target, self._jobs)
+        with self._lock:
+            for name in ranked_sources(self._endpoints, self._precedence):
+                owner = self._endpoints[name].owner(endpoint) if name != excluding else None
+                if owner is not None and owner != target.identity:
+                    return name, owner
+        return None
 
     def on_error(self, source: str, reason: str) -> None:
         """A failed poll or watch: the source's last set stays; only the count moves."""
@@ -234,11 +283,12 @@ class Reconciler:
         with self._lock:
             self._first_dirty = None
             dirty, self._dirty = self._dirty, set()
+            endpoints, self._dirty_endpoints = self._dirty_endpoints, set()
             if dirty is None:
                 targets = self._effective(now)
                 delta = target_delta(self._applied, targets)
             else:
-                targets, delta = self._effective_delta(dirty, now)
+                targets, delta = self._effective_delta(dirty, endpoints, now)
         nodes = self._nodes_after(delta)
         counts = self._sizer.counts_of(nodes.counts, now=now)
         same = not (delta[0] or delta[1] or delta[2])
@@ -411,23 +461,33 @@ class Reconciler:
             return {i: max(0.0, t + self.grace_s - now) for i, t in sorted(self._missing_since.items())}
 
     # ---- internals (lock held) ---------------------------------------------------------
-    def _note_dirty(self, identity: str) -> None:
+    def _note_dirty(self, identity: str, *targets: Target | None) -> None:
+        """``identity`` changed (its targets before and after): it and whoever shares one of
+        their endpoints in another source are looked at by the next tick."""
         if self._dirty is not None:
             self._dirty.add(identity)
+            self._dirty_endpoints.update(endpoint_of(t, self._jobs) for t in targets if t is not None)
 
-    def _effective_delta(self, dirty: set[str], now: float) -> tuple[dict[str, Target], Delta]:
-        """:meth:`_effective` and :func:`target_delta` for the ``dirty`` identities alone,
-        plus any whose grace period ended: the same result, at the cost of the change."""
-        expired = {i for i, since in self._missing_since.items() if now >= since + self.grace_s}
-        rank = {name: i for i, name in enumerate(self._precedence)}
-        order = sorted(self._sets, key=lambda name: (rank.get(name.split("/")[0], len(rank)), name))
+    def _effective_delta(
+        self, dirty: set[str], endpoints: set[Endpoint], now: float
+    ) -> tuple[dict[str, Target], Delta]:
+        """:meth:`_effective` and :func:`target_delta` for the ``dirty`` identities alone (and
+        those sharing their endpoints, and any whose grace period ended): the same result,
+        at the cost of the change."""
         applied = self._applied
+        endpoints.update(endpoint_of(applied[i], self._jobs) for i in dirty if i in applied)
+        looked_at = dirty | sharing(endpoints, self._endpoints)
+        looked_at.update(i for i, since in self._missing_since.items() if now >= since + self.grace_s)
+        order = ranked_sources(self._sets, self._precedence)
+        duplicates = {d for d in self._duplicates if d.identity not in looked_at}
         added: list[Target] = []
         removed: list[str] = []
         relabelled: set[str] = set()
         updates: dict[str, Target | None] = {}
-        for identity in dirty | expired:
-            target = next((self._sets[n][identity] for n in order if identity in self._sets[n]), None)
+        for identity in looked_at:
+            target, duplicate = winner(identity, order, self._sets, self._endpoints, self._jobs)
+            if duplicate is not None:
+                duplicates.add(duplicate)
             if target is not None:
                 self._missing_since.pop(identity, None)
             elif identity in applied:
@@ -449,6 +509,7 @@ class Reconciler:
                 added.append(target)
             elif before != target:
                 relabelled.add(identity)
+        self._note_duplicates(frozenset(duplicates))
         if not updates:
             return applied, (added, removed, relabelled)
         targets = dict(applied)
@@ -476,7 +537,35 @@ class Reconciler:
         return shrink is not None and now >= shrink
 
     def _merged(self) -> dict[str, Target]:
-        return merge_sets(self._sets, self._precedence)
+        merged = merge_sets(self._sets, self._precedence)
+        if len(self._sets) < 2:
+            return merged
+        ranked = [(name, self._endpoints[name]) for name in ranked_sources(self._sets, self._precedence)]
+        duplicates = cross_source_duplicates(ranked, merged)
+        for dup in duplicates:
+            if merged.get(dup.identity) is self._sets[dup.source].get(dup.identity):
+                del merged[dup.identity]
+        self._note_duplicates(frozenset(duplicates))
+        return merged
+
+    def _note_duplicates(self, duplicates: frozenset[Duplicate]) -> None:
+        """Log and count each duplicate once, when it appears (not at every tick)."""
+        fresh = duplicates - self._duplicates
+        self._duplicates = duplicates
+        for dup in sorted(fresh, key=lambda d: (d.source, d.identity))[:20]:
+            log.warning(
+                "discovery source=%s left out target=%s reason=duplicate_endpoint endpoint=%s"
+                " kept=%s kept_source=%s",
+                dup.source,
+                dup.identity,
+                show(dup.endpoint),
+                dup.kept,
+                dup.kept_source,
+            )
+        if self._observer is not None:
+            counts = Counter(d.source for d in fresh)
+            for source, count in sorted(counts.items()):
+                self._observer.error(source, reason="duplicate_endpoint", count=count)
 
     def _effective(self, now: float) -> dict[str, Target]:
         """Merged targets plus vanished ones still in their grace period."""

@@ -132,6 +132,10 @@ def remote_write_config(write: RemoteWriteSpec) -> dict[str, Any]:
         config["remote_timeout"] = write.remote_timeout
     if write.headers:
         config["headers"] = dict(write.headers)
+    if write.basic_auth is not None:
+        config["basic_auth"] = write.basic_auth.model_dump()
+    if write.authorization is not None:
+        config["authorization"] = write.authorization.model_dump()
     queue = write.queue_config.model_dump(exclude_none=True)
     if queue:
         config["queue_config"] = queue

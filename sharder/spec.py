@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sharder import secrets
 from sharder.errors import preview
 from sharder.re2check import check_re2
 
@@ -87,6 +88,12 @@ def check_url(value: str) -> str:
         raise ValueError("URL must start with http:// or https://")
     if not parts.hostname:
         raise ValueError("URL has no host (write e.g. http://master:9090/api/v1/write)")
+    why = secrets.url_secret(value)
+    if why is not None:
+        raise ValueError(
+            f"{secrets.LITERAL}: {why}; Prometheus reads credentials from files"
+            " (remote_write: basic_auth.password_file or authorization.credentials_file)"
+        )
     return value
 
 
@@ -210,6 +217,29 @@ class QueueConfig(StrictModel):
     max_backoff: Interval | None = None
 
 
+def _absolute(path: str) -> str:
+    if not path.startswith("/") or not path.isprintable():
+        raise ValueError(f"credential files are absolute paths read by Prometheus, got {preview(path)}")
+    return path
+
+
+CredentialFile = Annotated[str, AfterValidator(_absolute)]
+
+
+class BasicAuthSpec(StrictModel):
+    """Prometheus' ``basic_auth``: the password only ever as a file Prometheus reads."""
+
+    username: str = Field(min_length=1)
+    password_file: CredentialFile
+
+
+class AuthorizationSpec(StrictModel):
+    """Prometheus' ``authorization``: the credentials only ever as a file Prometheus reads."""
+
+    type: str = Field(default="Bearer", pattern=r"^[A-Za-z][A-Za-z0-9-]*$")
+    credentials_file: CredentialFile
+
+
 class RemoteWriteSpec(StrictModel):
     name: str = Field(min_length=1)
     url: Url
@@ -217,6 +247,14 @@ class RemoteWriteSpec(StrictModel):
     queue_config: QueueConfig = Field(default_factory=QueueConfig)
     remote_timeout: Interval | None = None
     headers: dict[str, str] = Field(default_factory=dict)
+    basic_auth: BasicAuthSpec | None = None
+    authorization: AuthorizationSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_auth(self) -> RemoteWriteSpec:
+        if self.basic_auth is not None and self.authorization is not None:
+            raise ValueError("set basic_auth or authorization, not both (Prometheus allows one)")
+        return self
 
     @field_validator("headers")
     @classmethod
@@ -226,6 +264,11 @@ class RemoteWriteSpec(StrictModel):
                 raise ValueError(f"not an HTTP header name: {preview(name)}")
             if name.lower() == "authorization":
                 raise ValueError("credentials go in Prometheus' auth settings, not an Authorization header")
+            if secrets.is_secret_name(name):
+                raise ValueError(
+                    f"{secrets.LITERAL}: header {name} holds {secrets.shape(value)}; Prometheus cannot"
+                    " read headers from files: use authorization.credentials_file or basic_auth.password_file"
+                )
             if name.lower() in RESERVED_HEADERS:
                 raise ValueError(f"{name} is a header Prometheus sets itself and refuses to have changed")
             if not value.isprintable():

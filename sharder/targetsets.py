@@ -51,14 +51,18 @@ def nodes_after(nodes: dict[str, Counter[str]], applied: Mapping[str, Target], d
     return NodeCounts(after, {r: len(c) for r, c in after.items()})
 
 
+def ranked_sources(sets: Mapping[str, object], precedence: Sequence[str]) -> list[str]:
+    """Source names, first in precedence first ("consul/svc@dc2" ranks as "consul")."""
+    rank = {name: i for i, name in enumerate(precedence)}
+    return sorted(sets, key=lambda name: (rank.get(name.split("/")[0], len(rank)), name))
+
+
 def merge_sets(sets: Mapping[str, Mapping[str, Target]], precedence: Sequence[str]) -> dict[str, Target]:
     """identity -> target over every source's set; on a clash the source earlier in
     ``precedence`` wins, then the others by name ("consul/svc@dc2" ranks as "consul": one
     source may push several named sets)."""
-    rank = {name: i for i, name in enumerate(precedence)}
-    order = sorted(sets, key=lambda name: (rank.get(name.split("/")[0], len(rank)), name))
     merged: dict[str, Target] = {}
-    for name in reversed(order):  # the first in precedence is written last and wins
+    for name in reversed(ranked_sources(sets, precedence)):  # the first is written last and wins
         merged.update(sets[name])
     return merged
 

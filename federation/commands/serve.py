@@ -196,7 +196,12 @@ def serve_command(
     """Run the controller: discovery loop, HTTP SD, REST plans and rebalances."""
     import uvicorn
 
+    from federation.controller.http_guards import DeadlineH11Protocol
+    from federation.controller.redact import RedactingFilter
+
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for handler in logging.getLogger().handlers:  # the same list as the spec and the API's masking
+        handler.addFilter(RedactingFilter())
     try:
         host, port = split_listen(listen)
     except ValueError as exc:
@@ -284,7 +289,14 @@ def serve_command(
         built.stop()
         raise typer.Exit(2) from exc
     try:
-        uvicorn.run(built.app, host=host, port=port, log_level=log_level, access_log=False)
+        uvicorn.run(
+            built.app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=False,
+            http=DeadlineH11Protocol,  # request heads within seconds: no slowloris
+        )
     finally:
         built.stop()
 

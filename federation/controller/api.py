@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import unquote
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -27,9 +26,10 @@ from federation.controller import errors, plans
 from federation.controller.auth import Authenticator, Caller
 from federation.controller.changes import ChangeRequest
 from federation.controller.controller import Controller
-from federation.controller.redact import redact_file
+from federation.controller.http_guards import BodyGuard, RelativeRedirects, problem
+from federation.controller.redact import redact_data, redact_file
 from sharder.errors import SharderError
-from sharder.sources.registry import BatchInvalid, IdentityMismatch
+from sharder.sources.registry import BatchInvalid, EndpointTaken, IdentityMismatch
 
 log = logging.getLogger(__name__)
 PROBLEM = "application/problem+json"
@@ -37,6 +37,8 @@ VERSION_HEADER = "X-Gpufed-Assignment-Version"
 MAX_BODY = 1 << 20
 MAX_BATCH_BODY = 16 << 20
 """``POST /v1/registry/batch`` only: about 50,000 registrations per request."""
+MAX_PAGE = 1000
+"""``GET /v1/targets`` pages: a bigger page would let unauthenticated reads starve HTTP SD."""
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 WEB_MEDIA = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
 # The page's scripts and styles come only from /web/ (no inline code): with API strings
@@ -49,11 +51,6 @@ WEB_HEADERS = {
     "Cache-Control": "no-cache",
     "X-Content-Type-Options": "nosniff",
 }
-
-ASGIApp = Callable[
-    [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
-    Awaitable[None],
-]
 
 
 class RebalanceRequest(BaseModel):
@@ -74,51 +71,6 @@ class PinRequest(BaseModel):
     identity: str = Field(min_length=1, max_length=1000)
     shard: str = Field(min_length=1, max_length=200)
     reason: str = Field(default="", max_length=500)
-
-
-def problem(status: int, title: str, detail: str, **extra: Any) -> JSONResponse:
-    body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
-    return JSONResponse(body, status_code=status, media_type=PROBLEM)
-
-
-class BodyLimit:
-    """Refuse request bodies over ``limit`` bytes with 413, declared or streamed."""
-
-    def __init__(self, app: ASGIApp, *, limit: int, larger: Mapping[str, int] | None = None) -> None:
-        self.app, self.default, self.larger = app, limit, dict(larger or {})
-
-    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD"):
-            await self.app(scope, receive, send)
-            return
-        limit = self.larger.get(scope.get("path", ""), self.default)
-        for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > limit:
-                await problem(413, "Body too large", f"request bodies are limited to {limit} bytes")(
-                    scope, receive, send
-                )
-                return
-        seen = 0
-
-        async def limited() -> Any:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise _TooLarge
-            return message
-
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await problem(413, "Body too large", f"request bodies are limited to {limit} bytes")(
-                scope, receive, send
-            )
-
-
-class _TooLarge(Exception):
-    pass
 
 
 def _caller(request: Request, authorization: str | None, scope: str) -> Caller:
@@ -186,7 +138,9 @@ def create_app(
             return problem(503, "Not the leader", str(exc), leader=exc.leader)
         if isinstance(exc, _Forbidden):
             return problem(403, "Forbidden", str(exc))
-        return problem(401, "Unauthorized", "a bearer token is required (Authorization: Bearer ...)")
+        unauthorized = problem(401, "Unauthorized", "a bearer token is required (Authorization: Bearer ...)")
+        unauthorized.headers["WWW-Authenticate"] = 'Bearer realm="gpufed"'
+        return unauthorized
 
     @app.exception_handler(SharderError)
     async def _input(request: Request, exc: SharderError) -> JSONResponse:
@@ -252,7 +206,7 @@ def create_app(
         shard: str | None = None,
         q: Annotated[str | None, Query(max_length=200)] = None,
         offset: Annotated[int, Query(ge=0)] = 0,
-        limit: Annotated[int, Query(ge=1, le=5000)] = 100,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     ) -> dict[str, Any]:
         rows = controller.target_rows(region=region, shard=shard, q=q)
         return {
@@ -266,7 +220,7 @@ def create_app(
         "/v1/targets/{identity:path}", tags=["targets"], summary="Which children scrape a target, and why"
     )
     def target(identity: str) -> dict[str, Any]:
-        return controller.explain(unquote(identity))
+        return controller.explain(identity)
 
     @app.get("/v1/handovers", tags=["shards"])
     def handovers() -> dict[str, Any]:
@@ -337,7 +291,7 @@ def create_app(
 
     @app.delete("/v1/pins/{identity:path}", tags=["changes"], summary="Plan to unpin a target")
     def unpin(identity: str, caller: Writer) -> dict[str, Any]:
-        return plans.dump_plan(controller.plan(ChangeRequest(unpin=[unquote(identity)])))
+        return plans.dump_plan(controller.plan(ChangeRequest(unpin=[identity])))
 
     @app.get("/v1/audit", tags=["changes"])
     def audit(
@@ -345,15 +299,17 @@ def create_app(
         before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
     ) -> dict[str, Any]:
         entries = controller.audit(limit=limit, before_id=before)
-        return {"entries": [e.model_dump(mode="json") for e in entries]}
+        return {"entries": [redact_data(e.model_dump(mode="json")) for e in entries]}
 
     # ---- built-in registry -------------------------------------------------------------------
     @app.put("/v1/registry/targets/{identity:path}", tags=["registry"], status_code=200)
     def register(identity: str, body: dict[str, Any], caller: Registrar) -> JSONResponse:
         try:
-            target, created = controller.registry.put(unquote(identity), body)
+            target, created = controller.registry.put(identity, body)
         except IdentityMismatch as exc:
             return problem(422, "Invalid target", str(exc), field="identity")
+        except EndpointTaken as exc:
+            return problem(409, "Endpoint taken", str(exc), field="address")
         return JSONResponse(
             {"identity": target.identity, "expires_in_s": controller.registry.ttl_s},
             status_code=201 if created else 200,
@@ -366,6 +322,8 @@ def create_app(
             result = controller.registry.batch(body.put, body.delete)
         except BatchInvalid as exc:
             return problem(422, "Invalid batch", str(exc), errors=exc.errors, invalid=exc.total)
+        except EndpointTaken as exc:  # taken by a PUT while the batch was being checked
+            return problem(409, "Endpoint taken", str(exc), field="address")
         return JSONResponse(
             {
                 "put": result.put,
@@ -377,8 +335,8 @@ def create_app(
 
     @app.delete("/v1/registry/targets/{identity:path}", tags=["registry"], status_code=204)
     def deregister(identity: str, caller: Registrar) -> Response:
-        if not controller.registry.delete(unquote(identity)):
-            raise errors.NotFound(f"no registered target {unquote(identity)!r}")
+        if not controller.registry.delete(identity):
+            raise errors.NotFound(f"no registered target {identity!r}")
         return Response(status_code=204)
 
     @app.get("/v1/registry/targets", tags=["registry"])
@@ -429,10 +387,11 @@ def create_app(
         return Response(path.read_bytes(), media_type=media, headers=WEB_HEADERS)
 
     app.add_middleware(
-        BodyLimit,  # type: ignore[arg-type]
+        BodyGuard,  # type: ignore[arg-type]
         limit=MAX_BODY,
         larger={"/v1/registry/batch": MAX_BATCH_BODY},
     )
+    app.add_middleware(RelativeRedirects)  # type: ignore[arg-type]
     return app
 
 

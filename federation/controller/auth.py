@@ -114,9 +114,10 @@ class Authenticator:
         """The caller a ``Bearer`` header names, or None (dev mode: everyone is ``dev``)."""
         if self.dev:
             return DEV_CALLER
-        if not authorization or not authorization.startswith("Bearer "):
+        scheme, _, credentials = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not credentials.strip():  # RFC 9110: schemes ignore case
             return None
-        given = authorization[len("Bearer ") :].strip().encode()
+        given = credentials.strip().encode()
         found: Caller | None = None
         for token in self._tokens:  # compare with every token, so timing says nothing
             if hmac.compare_digest(given, token.secret.encode()):

@@ -7,11 +7,20 @@ value; what needs the targets (pins of unknown targets) is checked by the contro
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from federation.controller.state import Desired
 from sharder.assignment import Assignment
 from sharder.spec import FederationSpec
+
+MAX_SHARDS_PER_REGION = 10_000
+MAX_ENTRIES = 10_000
+"""Entries one change may list per field (pins, drains, weights...): a plan holds the lock."""
+MAX_STEPS = 1_000
+"""add_shard/remove_shard entries: one per shard added, so a region grows by at most this much."""
+Items = Annotated[list[Annotated[str, Field(max_length=1000)]], Field(max_length=MAX_ENTRIES)]
 
 
 class ChangeError(ValueError):
@@ -25,15 +34,26 @@ class ChangeRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    shard_counts: dict[str, int] = Field(default_factory=dict, description="region -> shards")
-    add_shard: list[str] = Field(default_factory=list, description="regions that get one more shard")
-    remove_shard: list[str] = Field(default_factory=list, description="regions that lose their last shard")
-    drain: list[str] = Field(default_factory=list, description="shard ids to empty (the child keeps running)")
-    undrain: list[str] = Field(default_factory=list)
-    pin: dict[str, str] = Field(default_factory=dict, description="target identity -> shard id")
-    unpin: list[str] = Field(default_factory=list)
-    weights: dict[str, int | None] = Field(
-        default_factory=dict, description="target identity -> weight (null: back to the GPU count)"
+    # StrictInt: JSON ``true`` is not a count (pydantic's lax mode would read it as 1).
+    shard_counts: dict[str, StrictInt] = Field(
+        default_factory=dict, max_length=MAX_ENTRIES, description="region -> shards"
+    )
+    add_shard: list[str] = Field(
+        default_factory=list, max_length=MAX_STEPS, description="regions that get one more shard"
+    )
+    remove_shard: list[str] = Field(
+        default_factory=list, max_length=MAX_STEPS, description="regions that lose their last shard"
+    )
+    drain: Items = Field(default_factory=list, description="shard ids to empty (the child keeps running)")
+    undrain: Items = Field(default_factory=list)
+    pin: dict[str, str] = Field(
+        default_factory=dict, max_length=MAX_ENTRIES, description="target identity -> shard id"
+    )
+    unpin: Items = Field(default_factory=list)
+    weights: dict[str, StrictInt | None] = Field(
+        default_factory=dict,
+        max_length=MAX_ENTRIES,
+        description="target identity -> weight (null: back to the GPU count)",
     )
     use_observed_weights: bool = Field(
         default=False,
@@ -81,14 +101,20 @@ def apply_request(
 
     for region, count in change.shard_counts.items():
         known_region(region, f"shard_counts.{region}")
-        if count < 1 or count > 10_000:
+        if count < 1 or count > MAX_SHARDS_PER_REGION:
             raise ChangeError(
-                f"a region needs 1 to 10000 shards (value {count})", field=f"shard_counts.{region}"
+                f"a region needs 1 to {MAX_SHARDS_PER_REGION} shards (value {count})",
+                field=f"shard_counts.{region}",
             )
         counts[region] = count
     for i, region in enumerate(change.add_shard):
         known_region(region, f"add_shard[{i}]")
         counts[region] = counts.get(region, current.get(region, 0)) + 1
+        if counts[region] > MAX_SHARDS_PER_REGION:
+            raise ChangeError(
+                f"region {region!r} would have {counts[region]} shards; the most is {MAX_SHARDS_PER_REGION}",
+                field=f"add_shard[{i}]",
+            )
     for i, region in enumerate(change.remove_shard):
         known_region(region, f"remove_shard[{i}]")
         now = counts.get(region, current.get(region, 0))

@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from federation.controller import changes as changing
@@ -61,6 +62,7 @@ from sharder.assignment import Assignment
 from sharder.discovery_metrics import DiscoveryMetrics
 from sharder.inventory import Target
 from sharder.reconcile import Reconciler
+from sharder.sources.registry import SOURCE as REGISTRY
 from sharder.sources.registry import BuiltinRegistry
 
 log = logging.getLogger(__name__)
@@ -106,7 +108,12 @@ class Controller:
             persist_interval_s=options.persist_interval_s,
         )
         self.reconciler.set_overrides(**overrides_of(self.state.desired))
-        self.registry = BuiltinRegistry(sink=self.reconciler, jobs=self.jobs, ttl_s=options.registry_ttl_s)
+        self.registry = BuiltinRegistry(
+            sink=self.reconciler,
+            jobs=self.jobs,
+            ttl_s=options.registry_ttl_s,
+            endpoint_owner=partial(self.reconciler.endpoint_owner, excluding=REGISTRY),
+        )
         self.sources: list[Any] = [self.registry]
         self.children = Children(
             spec=spec, options=options, probe=probe, metrics=metrics, wall_clock=wall_clock

@@ -1,18 +1,20 @@
-"""Redaction of secrets in what the API shows: rendered files reference secrets, never hold them,
-but a value under a secret-looking key that is not a reference is masked anyway."""
+"""Redaction of secrets in what the API shows: rendered files reference secrets, never hold them
+(the spec refuses literals, ``sharder.secrets``), but a value under a secret-looking name that
+is not a reference is masked anyway, by the same list the spec, the logs and the audit use."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Any
 
 import yaml
 
-SECRET_KEY = re.compile(r"(password|secret|token|credentials|access_key|secret_key|api_key)$", re.I)
-REFERENCE = re.compile(r"^(\$\{[A-Za-z_][A-Za-z0-9_]*(:?[-?][^}]*)?\}|\$\([A-Za-z_][A-Za-z0-9_]*\))$")
+from sharder import secrets
+
 MASK = "<redacted>"
-URL_SECRET = re.compile(r"((?:access_token|token|secret|password|sign)=)(?!\$\{|\$\()([^&\s\"']+)", re.I)
+URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s\"'<>]+", re.I)
 
 
 def _walk(value: Any) -> tuple[Any, bool]:
@@ -22,10 +24,11 @@ def _walk(value: Any) -> tuple[Any, bool]:
         for key, item in value.items():
             if (
                 isinstance(key, str)
-                and SECRET_KEY.search(key)
+                and secrets.is_secret_name(key)
                 and isinstance(item, str)
                 and item
-                and not REFERENCE.match(item)
+                and not secrets.is_reference(item)
+                and not key.endswith("_file")  # a path names where the secret is, not the secret
             ):
                 out[key], changed = MASK, True
             else:
@@ -35,14 +38,31 @@ def _walk(value: Any) -> tuple[Any, bool]:
     if isinstance(value, list):
         items = [_walk(v) for v in value]
         return [v for v, _ in items], any(c for _, c in items)
-    if isinstance(value, str) and URL_SECRET.search(value):
-        return URL_SECRET.sub(lambda m: m.group(1) + MASK, value), True
+    if isinstance(value, str):
+        masked = redact_text(value)
+        return masked, masked != value
     return value, False
 
 
 def redact_text(text: str) -> str:
-    """Secret-looking query parameters in free text (log lines, error messages) masked."""
-    return URL_SECRET.sub(lambda m: m.group(1) + MASK, text)
+    """URL userinfo and secret-looking query parameters in free text (log lines, errors) masked."""
+    return URL.sub(lambda m: secrets.mask_url(m.group(0), MASK), text)
+
+
+def redact_data(value: Any) -> Any:
+    """Parsed data (an audit entry, a status) with secret values masked."""
+    return _walk(value)[0]
+
+
+class RedactingFilter(logging.Filter):
+    """Masks URL credentials in every log record that passes a handler (installed by ``serve``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = redact_text(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
 
 
 def redact_file(path: str, content: bytes) -> bytes:

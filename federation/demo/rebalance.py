@@ -84,7 +84,7 @@ def assignment(stack: DemoStack) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     offset = 0
     while True:
-        page = stack.http.get(f"{stack.controller_url}/v1/targets", params={"offset": offset, "limit": 5000})
+        page = stack.http.get(f"{stack.controller_url}/v1/targets", params={"offset": offset, "limit": 1000})
         page.raise_for_status()
         body = page.json()
         for row in body["targets"]:

@@ -221,7 +221,7 @@ class ReplicaSet:
         out: dict[str, str] = {}
         offset = 0
         while True:
-            page = self.http.get(f"{replica.url}/v1/targets", params={"limit": 5000, "offset": offset}).json()
+            page = self.http.get(f"{replica.url}/v1/targets", params={"limit": 1000, "offset": offset}).json()
             out.update({row["identity"]: row["shard"] for row in page["targets"]})
             offset += len(page["targets"])
             if offset >= page["total"] or not page["targets"]:

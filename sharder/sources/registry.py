@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from sharder.addresses import normalise_identity
+from sharder.endpoints import EndpointIndex, endpoint_of, show
 from sharder.errors import InventoryError, SpecError, clip, preview
 from sharder.inventory import Target
 from sharder.loading import parse_target
@@ -42,6 +44,14 @@ class DeltaSink(Protocol):
 
 class IdentityMismatch(InventoryError):
     pass
+
+
+class EndpointTaken(InventoryError):
+    """Another identity already serves this endpoint (409): one endpoint, one target."""
+
+
+EndpointOwner = Callable[[Target], "tuple[str, str] | None"]
+"""(source, identity) serving a target's endpoint in another source (the reconcile loop knows)."""
 
 
 class BatchInvalid(InventoryError):
@@ -89,8 +99,11 @@ class BuiltinRegistry:
         ttl_s: float = 90.0,
         clock: Callable[[], float] = time.monotonic,
         max_entries: int = 2_000_000,
+        endpoint_owner: EndpointOwner | None = None,
     ) -> None:
         self._sink = sink
+        self._endpoint_owner = endpoint_owner
+        self._endpoints = EndpointIndex(jobs)
         self._jobs = jobs
         self.ttl_s = ttl_s
         self._clock = clock
@@ -108,11 +121,13 @@ class BuiltinRegistry:
         expires = self._clock() + self.ttl_s
         with self._lock:
             for target in targets:
-                self._entries.setdefault(target.identity, Entry(target, expires))
+                if target.identity not in self._entries and self._endpoints.add(target) is None:
+                    self._entries[target.identity] = Entry(target, expires)
 
     def put(self, identity: str, body: Any) -> tuple[Target, bool]:
         """Validate and (re)register; (target, created). Raises ``InventoryError`` naming the field."""
         target = parse_target(body, source=SOURCE, jobs=self._jobs)
+        identity = normalise_identity(identity)
         if target.identity != identity:
             raise IdentityMismatch(
                 f"the path names identity {identity!r} but the body's target is {target.identity!r} "
@@ -121,10 +136,14 @@ class BuiltinRegistry:
                 value=identity,
                 source=SOURCE,
             )
+        self._check_elsewhere(target)
         with self._lock:
             created = identity not in self._entries
             if created and len(self._entries) >= self.max_entries:
                 raise self._full()
+            other = self._endpoints.owner(endpoint_of(target, self._jobs))
+            if other is not None and other != identity:
+                raise _taken(target, other, SOURCE, self._jobs)
             changed = self._store(target)
         if changed:
             self._push()
@@ -135,27 +154,34 @@ class BuiltinRegistry:
         targets, errors = self._validate(puts, deletes)
         if errors:
             raise BatchInvalid(errors, total=len(errors))
-        gone = [str(d) for d in deletes]
+        gone = [normalise_identity(str(d)) for d in deletes]
         with self._lock:
             fresh = {t.identity for t in targets} - self._entries.keys()
             if len(self._entries) + len(fresh) > self.max_entries + sum(
                 1 for d in gone if d in self._entries
             ):
                 raise self._full()
-            changed = sum(self._store(t) for t in targets)
+            for target in targets:  # a PUT may have taken an endpoint since the batch was checked
+                other = self._endpoints.owner(endpoint_of(target, self._jobs))
+                if other is not None and other != target.identity and other not in gone:
+                    raise _taken(target, other, SOURCE, self._jobs)
             deleted = 0
-            for identity in gone:
+            for identity in gone:  # first: a put may re-use a deleted entry's endpoint
                 if self._entries.pop(identity, None) is not None:
+                    self._endpoints.discard(identity)
                     self._pending.changes[identity] = None
                     deleted += 1
+            changed = sum(self._store(t) for t in targets)
         if changed or deleted:
             self._push()
         return BatchResult(put=len(targets), created=len(fresh), deleted=deleted)
 
     def delete(self, identity: str) -> bool:
+        identity = normalise_identity(identity)
         with self._lock:
             found = self._entries.pop(identity, None) is not None
             if found:
+                self._endpoints.discard(identity)
                 self._pending.changes[identity] = None
         if found:
             self._push()
@@ -178,6 +204,7 @@ class BuiltinRegistry:
             gone = [i for i, e in self._entries.items() if e.expires_at <= now]
             for identity in gone:
                 del self._entries[identity]
+                self._endpoints.discard(identity)
                 self._pending.changes[identity] = None
         if gone:
             self._push()
@@ -208,6 +235,8 @@ class BuiltinRegistry:
         identity = target.identity
         old = self._entries.get(identity)
         changed = old is None or old.target != target
+        if changed:
+            self._endpoints.add(target)  # callers checked the endpoint is free
         self._entries[identity] = Entry(
             old.target if old and not changed else target, self._clock() + self.ttl_s
         )
@@ -221,6 +250,8 @@ class BuiltinRegistry:
         targets: list[Target] = []
         errors: list[dict[str, Any]] = []
         seen: set[str] = set()
+        freed = {normalise_identity(d) for d in deletes if isinstance(d, str)}
+        batch_endpoints: dict[Any, str] = {}
         for index, raw in enumerate(puts):
             named = raw.get("identity") if isinstance(raw, dict) else None
             try:
@@ -232,6 +263,10 @@ class BuiltinRegistry:
                 errors.append(
                     _error("put", index, target.identity, "identity", target.identity, "listed twice")
                 )
+                continue
+            other = self._endpoint_taken(target, batch_endpoints, freed)
+            if other is not None:
+                errors.append(_error("put", index, target.identity, "address", target.instance, other))
                 continue
             seen.add(target.identity)
             targets.append(target)
@@ -245,6 +280,28 @@ class BuiltinRegistry:
                     _error("delete", index, identity, "delete", identity, "both put and deleted in one batch")
                 )
         return targets, errors
+
+    def _check_elsewhere(self, target: Target) -> None:
+        if self._endpoint_owner is not None:
+            found = self._endpoint_owner(target)
+            if found is not None:
+                raise _taken(target, found[1], found[0], self._jobs)
+
+    def _endpoint_taken(self, target: Target, batch: dict[Any, str], freed: set[str]) -> str | None:
+        """Why a batch entry's endpoint is taken (in the batch, the registry, another source), or None."""
+        endpoint = endpoint_of(target, self._jobs)
+        other = batch.setdefault(endpoint, target.identity)
+        if other != target.identity:
+            return str(_taken(target, other, "this batch", self._jobs).reason)
+        with self._lock:
+            held = self._endpoints.owner(endpoint)
+        if held is not None and held != target.identity and held not in freed:
+            return str(_taken(target, held, SOURCE, self._jobs).reason)
+        try:
+            self._check_elsewhere(target)
+        except EndpointTaken as exc:
+            return str(exc.reason)
+        return None
 
     def _full(self) -> InventoryError:
         return InventoryError(
@@ -267,6 +324,16 @@ class BuiltinRegistry:
             upserted = [t for t in changes.values() if t is not None]
             removed = [i for i, t in changes.items() if t is None]
             self._sink.on_delta(SOURCE, upserted=upserted, removed=removed)
+
+
+def _taken(target: Target, other: str, where: str, jobs: Mapping[str, JobSpec]) -> EndpointTaken:
+    return EndpointTaken(
+        f"endpoint {show(endpoint_of(target, jobs))} is already served by identity {other!r} ({where});"
+        " one endpoint is one target",
+        field="address",
+        value=target.instance,
+        source=SOURCE,
+    )
 
 
 def _error(section: str, index: int, identity: Any, field_: str, value: Any, message: str) -> dict[str, Any]:

@@ -84,8 +84,12 @@ class ServeProcess:
         return dict(applied.json())
 
     def placement(self) -> dict[str, str]:
-        rows = self.client.get("/v1/targets", params={"limit": 5000}).json()["targets"]
-        return {row["identity"]: row["shard"] for row in rows}
+        out: dict[str, str] = {}
+        while True:  # pages of at most 1000 (the API's cap)
+            page = self.client.get("/v1/targets", params={"limit": 1000, "offset": len(out)}).json()
+            out.update({row["identity"]: row["shard"] for row in page["targets"]})
+            if not page["targets"] or len(out) >= page["total"]:
+                return out
 
     def __enter__(self) -> ServeProcess:
         return self.start()

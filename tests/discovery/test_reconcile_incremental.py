@@ -21,6 +21,7 @@ operation = st.one_of(
     ),
     st.tuples(st.just("put"), st.integers(0, 5), st.sampled_from(["r1", "r2"]), st.integers(1, 3)),
     st.tuples(st.just("delete"), st.integers(0, 5)),
+    st.tuples(st.just("alias"), st.integers(0, 5), st.booleans()),  # a second identity, same endpoint
     st.tuples(st.just("wait"), st.sampled_from([0.5, 1.0, 30.0, 121.0])),
 )
 
@@ -39,13 +40,22 @@ def _push(rec: Reconciler, op: tuple[Any, ...]) -> None:
         _, i, region, gpus = op
         rec.on_delta("registry", upserted=[target(i, region=region, gpus=gpus)], removed=[])
     elif op[0] == "delete":
-        rec.on_delta("registry", upserted=[], removed=[target(op[1]).identity])
+        rec.on_delta("registry", upserted=[], removed=[target(op[1]).identity, f"alias-{op[1]}"])
+    elif op[0] == "alias":  # the registry names an endpoint the other sources may also serve
+        _, i, present = op
+        alias = target(i, identity=f"alias-{i}")
+        if present:
+            rec.on_delta("registry", upserted=[alias], removed=[])
+        else:
+            rec.on_delta("registry", upserted=[], removed=[alias.identity])
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(operation, min_size=1, max_size=25))
 @example([("set", "file", {1}, "r1"), ("wait", 1.0), ("set", "file", set(), "r1"), ("wait", 1.0),
           ("wait", 121.0)])  # a grace period ends while no source names the target
+@example([("set", "file", {1}, "r1"), ("alias", 1, True), ("wait", 1.0), ("set", "file", set(), "r1"),
+          ("wait", 1.0)])  # the endpoint's owner leaves: the alias it kept out comes in
 @example([("put", 1, "r1", 1), ("wait", 1.0), ("delete", 1), ("wait", 1.0), ("put", 1, "r2", 2),
           ("wait", 30.0)])  # back within its grace, in another region
 def test_a_tick_over_the_named_identities_equals_a_full_merge(ops: list[tuple[Any, ...]]) -> None:
@@ -60,6 +70,8 @@ def test_a_tick_over_the_named_identities_equals_a_full_merge(ops: list[tuple[An
         assert (a is None) == (b is None)
         assert dict(named.target_map) == dict(full.target_map)
         assert named.grace_remaining() == full.grace_remaining()
+        left_out = [{(d.identity, d.source) for d in rec._duplicates} for rec in (named, full)]
+        assert left_out[0] == left_out[1]  # the same identities reported as left out
         if named.assignment is not None or full.assignment is not None:
             assert named.assignment is not None and full.assignment is not None
             assert named.assignment.targets == full.assignment.targets

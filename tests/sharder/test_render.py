@@ -122,11 +122,16 @@ def case_agent_region_rw() -> Case:
             "regions": [{"name": "cn-beijing", "shards": 1}, {"name": "cn-hangzhou", "shards": 1}],
             "jobs": JOBS,
             "remote_write": [
-                {"name": "global", "url": "https://thanos-receive:19291/api/v1/receive"},
+                {
+                    "name": "global",
+                    "url": "https://thanos-receive:19291/api/v1/receive",
+                    "authorization": {"credentials_file": "/etc/prometheus/secrets/receive-token"},
+                },
                 {
                     "name": "beijing-only",
                     "url": "http://bj-master:9090/api/v1/write",
                     "regions": ["cn-beijing"],
+                    "basic_auth": {"username": "gpufed", "password_file": "/etc/prometheus/secrets/bj-write"},
                     "remote_timeout": "20s",
                     "headers": {"X-Scope-OrgID": "gpu"},
                     "queue_config": {
