@@ -125,7 +125,14 @@ class Controller(Replication):
             persist_interval_s=options.persist_interval_s,
         )
         self.reconciler.set_overrides(**overrides_of(self.state.desired))
-        self.registry = BuiltinRegistry(sink=self.reconciler, jobs=self.jobs, ttl_s=options.registry_ttl_s)
+        self.registry = BuiltinRegistry(
+            sink=self.reconciler,
+            jobs=self.jobs,
+            ttl_s=options.registry_ttl_s,
+            max_entries=options.registry_max_entries,
+            regions=spec.region_names(),
+            journal=self._journal_registry,
+        )
         self.sources: list[Any] = [self.registry]
         self.children = Children(
             spec=spec, options=options, probe=probe, metrics=metrics, wall_clock=wall_clock
@@ -192,6 +199,11 @@ class Controller(Replication):
         self.reconciler.interrupt()
         for thread in self._threads:
             thread.join(timeout=5)
+
+    def _journal_registry(self, gone: Mapping[str, Target | None]) -> None:
+        """A registry deletion, stored before it is acknowledged (SQLite rows; a store that
+        keeps whole sets gets it with the loop's next save, see the README)."""
+        LastKnownView(self.store).save_changes({"registry": gone})
 
     # ---- the loop ------------------------------------------------------------------------
     def _loop(self, stop: threading.Event) -> None:

@@ -21,6 +21,12 @@ class ControllerOptions:
     """How long an old child keeps a moved target while the new shard's child never fetches it."""
     """None: the SD refresh interval plus two scrape intervals of the target's job."""
     registry_ttl_s: float = 90.0
+    registry_max_entries: int = 1_000_000
+    """Entries the built-in registry holds at most (``--registry-max-entries``); more: 507."""
+    registry_rate: float = 1000.0
+    """Registrations per second per token, batch entries counted one each (0: no limit)."""
+    registry_burst: int = 60_000
+    """Registrations a token may send at once (one fleet batch of 50,000 fits)."""
     precedence: tuple[str, ...] = ("file", "registry", "consul", "kubernetes")
     child_urls: Mapping[str, str] = field(default_factory=dict)
     """child id -> base URL of its Prometheus (for hand-over proof, health and reloads)."""

@@ -61,6 +61,8 @@ class ServeSettings:
     """More jobs from other Services (``--k8s-job``), e.g. node-exporter as job ``node``."""
     tokens_file: Path | None = None
     dev: bool = False
+    init: bool = False
+    """``--init``: start from an empty SQLite state although a previous run left one."""
     check_configs: bool = True
     options: ControllerOptions = field(default_factory=ControllerOptions)
     load: LoadOptions | None = None
@@ -102,7 +104,7 @@ def parse_store_url(url: str) -> tuple[str, str]:
 
 def build_store(settings: ServeSettings) -> StateStore:
     if settings.store_url is None:
-        return SqliteStore(settings.data_dir / "state.db")
+        return SqliteStore(settings.data_dir / "state.db", init=settings.init)
     address, prefix = parse_store_url(settings.store_url)
     client = make_client(ConsulConfig(address=address, timeout_s=5.0))
     return ConsulStore(client, prefix=prefix, where=settings.store_url)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -42,6 +42,10 @@ class DeltaSink(Protocol):
 
 class IdentityMismatch(InventoryError):
     pass
+
+
+class RegistryFull(InventoryError):
+    """The registry holds ``max_entries`` already (``--registry-max-entries``); HTTP 507."""
 
 
 class BatchInvalid(InventoryError):
@@ -78,6 +82,10 @@ class _Pending:
     changes: dict[str, Target | None] = field(default_factory=dict)
 
 
+Journal = Callable[[Mapping[str, Target | None]], None]
+"""Writes identity -> None (deleted) to the state store before a deletion is acknowledged."""
+
+
 class BuiltinRegistry:
     name = SOURCE
 
@@ -88,10 +96,15 @@ class BuiltinRegistry:
         jobs: Mapping[str, JobSpec],
         ttl_s: float = 90.0,
         clock: Callable[[], float] = time.monotonic,
-        max_entries: int = 2_000_000,
+        max_entries: int = 1_000_000,
+        regions: Collection[str] = (),
+        journal: Journal | None = None,
     ) -> None:
         self._sink = sink
         self._jobs = jobs
+        self._regions = frozenset(regions)
+        """Empty: any region (a registry built without a spec, in tests)."""
+        self._journal = journal
         self.ttl_s = ttl_s
         self._clock = clock
         self.max_entries = max_entries
@@ -112,7 +125,7 @@ class BuiltinRegistry:
 
     def put(self, identity: str, body: Any) -> tuple[Target, bool]:
         """Validate and (re)register; (target, created). Raises ``InventoryError`` naming the field."""
-        target = parse_target(body, source=SOURCE, jobs=self._jobs)
+        target = self._admit(parse_target(body, source=SOURCE, jobs=self._jobs))
         if target.identity != identity:
             raise IdentityMismatch(
                 f"the path names identity {identity!r} but the body's target is {target.identity!r} "
@@ -137,11 +150,10 @@ class BuiltinRegistry:
             raise BatchInvalid(errors, total=len(errors))
         gone = [str(d) for d in deletes]
         with self._lock:
-            fresh = {t.identity for t in targets} - self._entries.keys()
-            if len(self._entries) + len(fresh) > self.max_entries + sum(
-                1 for d in gone if d in self._entries
-            ):
-                raise self._full()
+            self._check_room(targets, gone)
+        self._write_deletions(gone)
+        with self._lock:
+            fresh = self._check_room(targets, gone)
             changed = sum(self._store(t) for t in targets)
             deleted = 0
             for identity in gone:
@@ -153,6 +165,8 @@ class BuiltinRegistry:
         return BatchResult(put=len(targets), created=len(fresh), deleted=deleted)
 
     def delete(self, identity: str) -> bool:
+        """Forget ``identity``; durable (journalled) before it returns True."""
+        self._write_deletions([identity])
         with self._lock:
             found = self._entries.pop(identity, None) is not None
             if found:
@@ -203,6 +217,43 @@ class BuiltinRegistry:
             self._send()
 
     # ---- internals -------------------------------------------------------------------------
+    def _check_room(self, targets: Sequence[Target], gone: Sequence[str]) -> set[str]:
+        """The identities ``targets`` would add (lock held); ``RegistryFull`` when over the cap."""
+        fresh = {t.identity for t in targets} - self._entries.keys()
+        leaving = sum(1 for d in gone if d in self._entries)
+        if len(self._entries) + len(fresh) - leaving > self.max_entries:
+            raise self._full()
+        return fresh
+
+    def _write_deletions(self, identities: Sequence[str]) -> None:
+        """Store the deletions first: a restart must not bring back what a caller was told is
+        gone (the reconcile loop saves its sets only every few seconds)."""
+        if self._journal is None:
+            return
+        with self._lock:
+            known = [i for i in identities if i in self._entries]
+        if known:
+            self._journal(dict.fromkeys(known))
+
+    def _admit(self, target: Target) -> Target:
+        """Refuse what the render could not place: a job the spec does not define (it would
+        stop every config bundle) or a region without shards (it would never be scraped)."""
+        if target.job not in self._jobs:
+            raise InventoryError(
+                f"job {target.job!r} is not defined by the spec (jobs: {sorted(self._jobs)})",
+                field="job",
+                value=target.job,
+                source=SOURCE,
+            )
+        if self._regions and target.region not in self._regions:
+            raise InventoryError(
+                f"region {target.region!r} is not defined by the spec (regions: {sorted(self._regions)})",
+                field="region",
+                value=target.region,
+                source=SOURCE,
+            )
+        return target
+
     def _store(self, target: Target) -> bool:
         """Store with a fresh TTL (lock held); True when the target itself changed."""
         identity = target.identity
@@ -224,7 +275,7 @@ class BuiltinRegistry:
         for index, raw in enumerate(puts):
             named = raw.get("identity") if isinstance(raw, dict) else None
             try:
-                target = parse_target(raw, source=SOURCE, jobs=self._jobs)
+                target = self._admit(parse_target(raw, source=SOURCE, jobs=self._jobs))
             except SpecError as exc:
                 errors.append(_error("put", index, named, exc.field or "body", exc.value, exc.reason))
                 continue
@@ -246,9 +297,11 @@ class BuiltinRegistry:
                 )
         return targets, errors
 
-    def _full(self) -> InventoryError:
-        return InventoryError(
-            f"the built-in registry holds its maximum of {self.max_entries} targets", source=SOURCE
+    def _full(self) -> RegistryFull:
+        return RegistryFull(
+            f"the built-in registry holds its maximum of {self.max_entries} targets "
+            "(--registry-max-entries); deregister some or raise the limit",
+            source=SOURCE,
         )
 
     def _push(self) -> None:
