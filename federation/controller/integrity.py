@@ -22,6 +22,8 @@ import json
 import logging
 import os
 import sqlite3
+import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 from federation.controller.state import AuditEntry
@@ -97,6 +99,81 @@ def check_revision(marker: Marker, path: Path, revision: int | None, *, init: bo
         f"({marker.path}): the file was deleted, emptied, replaced by an older copy, or its WAL "
         f"({path.name}-wal) was damaged. Restore it, or start afresh with gpufed serve --init"
     )
+
+
+WAL_MAGIC = (0x377F0682, 0x377F0683)
+_MASK = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class WalScan:
+    """What the WAL file holds by its own headers, read before SQLite opens it."""
+
+    header_ok: bool
+    frames: int
+    commits: tuple[int, ...]
+    """1-based indexes of commit frames of the current generation (salts as the header's)."""
+
+
+def scan_wal(path: Path) -> WalScan | None:
+    """Frame headers of ``<db>-wal`` (24 bytes each, pages skipped); None when there is none."""
+    wal = path.with_name(path.name + "-wal")
+    try:
+        with wal.open("rb") as raw:
+            header = raw.read(32)
+            if len(header) < 32:
+                return None
+            magic, _version, page_size, _seq, salt1, salt2, sum1, sum2 = struct.unpack(">8I", header)
+            ok = magic in WAL_MAGIC and _wal_checksum(header[:24], big=magic & 1 == 1) == (sum1, sum2)
+            size = wal.stat().st_size
+            frame = 24 + page_size if ok and 512 <= page_size <= 65536 else 0
+            frames = (size - 32) // frame if frame else (1 if size > 32 else 0)
+            commits = []
+            for index in range(1, frames + 1 if frame else 0):
+                raw.seek(32 + (index - 1) * frame)
+                _page, commit, s1, s2 = struct.unpack(">4I", raw.read(16))
+                if commit and (s1, s2) == (salt1, salt2):
+                    commits.append(index)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(f"cannot read {wal}: {exc}") from exc
+    return WalScan(header_ok=ok, frames=frames, commits=tuple(commits))
+
+
+def check_wal(db: sqlite3.Connection, path: Path, scan: WalScan | None) -> None:
+    """Refuse a WAL whose damaged frames would make SQLite drop commits written after them.
+
+    SQLite stops reading a WAL at the first frame whose checksum fails and silently
+    serves the state before it; commits after that point are lost. It reports how many
+    frames it kept (``wal_checkpoint``'s log column): a commit frame of the same
+    generation beyond that, or a header that does not check, is damage, not a torn tail
+    (a crash leaves at most an uncommitted tail, which has no commit frame)."""
+    if scan is None or scan.frames == 0:
+        return
+    wal = f"{path.name}-wal"
+    if not scan.header_ok:
+        raise StoreError(
+            f"state store {path}: the WAL ({wal}, {scan.frames} frame(s)) has a damaged header, so SQLite "
+            "would ignore every commit in it; restore the files, or start afresh with gpufed serve --init"
+        )
+    _busy, kept, _copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    lost = [i for i in scan.commits if i > kept] if kept >= 0 else []
+    if lost:
+        raise StoreError(
+            f"state store {path}: the WAL ({wal}) is damaged at frame {kept + 1}: SQLite would drop "
+            f"{len(lost)} later commit(s) and serve an older state; restore the files, or start afresh "
+            "with gpufed serve --init"
+        )
+
+
+def _wal_checksum(data: bytes, *, big: bool) -> tuple[int, int]:
+    words = struct.unpack((">" if big else "<") + f"{len(data) // 4}I", data)
+    s0 = s1 = 0
+    for x0, x1 in zip(words[::2], words[1::2], strict=True):
+        s0 = (s0 + x0 + s1) & _MASK
+        s1 = (s1 + x1 + s0) & _MASK
+    return s0, s1
 
 
 def quick_check(db: sqlite3.Connection, path: Path) -> None:

@@ -73,6 +73,7 @@ class SqliteStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.marker = integrity.Marker(marker or self.path.parent / integrity.MARKER_NAME)
         existed = self.path.exists() and self.path.stat().st_size > 0
+        wal = integrity.scan_wal(self.path)  # before SQLite reads (and may reset) it
         if not self.path.exists():
             self.path.touch(mode=0o600)
         os.chmod(self.path, 0o600)
@@ -86,14 +87,16 @@ class SqliteStore:
         self._deleted = 0
         """Rows deleted since the last reclaim (``integrity.RECLAIM_AFTER`` triggers one)."""
         try:
-            self._open(existed=existed, init=init)
+            self._open(existed=existed, init=init, wal=wal)
         except BaseException:
             self.close()  # a refused file is not held open
             raise
 
-    def _open(self, *, existed: bool, init: bool) -> None:
+    def _open(self, *, existed: bool, init: bool, wal: integrity.WalScan | None) -> None:
         db = self._connect()
         try:
+            if not init:  # first: any write would overwrite the frames SQLite dropped
+                integrity.check_wal(db, self.path, wal)
             if not existed:
                 db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # before the first table
             db.executescript(SCHEMA)

@@ -66,23 +66,52 @@ def test_an_emptied_file_or_table_is_refused(tmp_path: Path) -> None:
         SqliteStore(tmp_path / "state.db")
 
 
-def test_garbage_in_the_wal_is_detected_not_rolled_back(tmp_path: Path) -> None:
+def crashed_copy(tmp_path: Path, *, sets: int = 0) -> Path:
+    """The files of a store with 40 commits (and ``sets`` targets saved after them) as a
+    ``kill -9`` leaves them: the commits still in the WAL, not checkpointed."""
     live = tmp_path / "live"
     store = committed(live, revisions=40)
-    wal = live / "state.db-wal"
-    assert wal.stat().st_size > 64 * 1024  # the commits are in the WAL, as after a kill -9
+    if sets:
+        store.save_sets({"file": fleet(sets)})
+    assert (live / "state.db-wal").stat().st_size > 64 * 1024
     crashed = tmp_path / "crashed"
     crashed.mkdir()
     for name in ("state.db", "state.db-wal", MARKER_NAME):
         shutil.copy2(live / name, crashed / name)
     store.close()
-    damaged = bytearray((crashed / "state.db-wal").read_bytes())
-    middle = len(damaged) // 2
-    damaged[middle : middle + 4096] = bytes((i * 37 + 11) % 256 for i in range(4096))
-    (crashed / "state.db-wal").write_bytes(bytes(damaged))
-    with pytest.raises(StoreError) as exc:
+    return crashed
+
+
+def overwrite(path: Path, at: int, size: int = 4096) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[at : at + size] = bytes((i * 37 + 11) % 256 for i in range(size))
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("sets", [0, 20_000])
+def test_garbage_in_the_wal_is_detected_not_rolled_back(tmp_path: Path, sets: int) -> None:
+    crashed = crashed_copy(tmp_path, sets=sets)
+    wal = crashed / "state.db-wal"
+    overwrite(wal, wal.stat().st_size // 2)
+    with pytest.raises(StoreError, match=r"the WAL \(state.db-wal\) is damaged at frame \d+") as exc:
         SqliteStore(crashed / "state.db")
-    assert "state.db-wal" in str(exc.value) and "revision 40" in str(exc.value)
+    assert str(crashed / "state.db") in str(exc.value) and "--init" in str(exc.value)
+    assert SqliteStore(crashed / "state.db", init=True).load() is not None  # the operator's way out
+
+
+def test_a_wal_with_a_damaged_header_is_refused(tmp_path: Path) -> None:
+    crashed = crashed_copy(tmp_path)
+    overwrite(crashed / "state.db-wal", 8, 8)
+    with pytest.raises(StoreError, match="damaged header"):
+        SqliteStore(crashed / "state.db")
+
+
+def test_an_uncommitted_tail_is_what_a_crash_leaves_and_starts(tmp_path: Path) -> None:
+    crashed = crashed_copy(tmp_path)
+    with (crashed / "state.db-wal").open("ab") as wal:
+        wal.write(bytes((i * 13) % 256 for i in range(3 * (4096 + 24))))
+    state = SqliteStore(crashed / "state.db").load()
+    assert state is not None and state.revision == 40
 
 
 def test_a_damaged_page_is_one_error_naming_the_file(tmp_path: Path) -> None:
