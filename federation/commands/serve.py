@@ -117,15 +117,15 @@ def serve_command(
     ] = False,
     registry_ttl: Annotated[float, typer.Option(min=1, help="built-in registry entry lifetime")] = 90.0,
     registry_max_entries: Annotated[
-        int, typer.Option(min=1, help="targets the built-in registry holds at most (more: 507)")
-    ] = 1_000_000,
+        int, typer.Option(min=1, help="targets the built-in registry holds at most (more: 429)")
+    ] = 2_000_000,
     registry_rate: Annotated[
         float,
         typer.Option(min=0, help="registrations/s per token, a batch entry counts one (more: 429); 0: off"),
-    ] = 1000.0,
+    ] = 50_000.0,
     registry_burst: Annotated[
         int, typer.Option(min=1, help="registrations a token may send at once before --registry-rate applies")
-    ] = 60_000,
+    ] = 100_000,
     init: Annotated[
         bool,
         typer.Option(

@@ -3,14 +3,15 @@
 Errors are ``application/problem+json`` (RFC 9457 style) naming the field: 422 for a bad
 body, 404 for an unknown child/shard/target, 409 for a stale plan, 401/403 for tokens,
 413 for a body over the limit, 429 (with ``Retry-After``) for a token over its
-registration rate, 507 for a full registry, 503 on a replica that may not write or a
-state store that refused the write. GETs are open (HTTP
+registration rate or a full registry, 503 on a replica that may not write or a state
+store that refused the write. GETs are open (HTTP
 SD must be, for children); every POST/PUT/DELETE needs a bearer token with its scope.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
@@ -201,7 +202,11 @@ def create_app(
 
     @app.exception_handler(RegistryFull)
     async def _full(request: Request, exc: RegistryFull) -> JSONResponse:
-        return problem(507, "Registry full", str(exc))
+        # Room comes back as entries expire: ask again after one TTL (not a 5xx: nothing broke).
+        retry = max(1, math.ceil(controller.registry.ttl_s))
+        response = problem(429, "Registry full", str(exc), retry_after_s=retry)
+        response.headers["Retry-After"] = str(retry)
+        return response
 
     @app.exception_handler(StoreError)
     async def _store(request: Request, exc: StoreError) -> JSONResponse:

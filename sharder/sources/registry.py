@@ -45,7 +45,7 @@ class IdentityMismatch(InventoryError):
 
 
 class RegistryFull(InventoryError):
-    """The registry holds ``max_entries`` already (``--registry-max-entries``); HTTP 507."""
+    """The registry holds ``max_entries`` already (``--registry-max-entries``); HTTP 429."""
 
 
 class BatchInvalid(InventoryError):
@@ -96,7 +96,7 @@ class BuiltinRegistry:
         jobs: Mapping[str, JobSpec],
         ttl_s: float = 90.0,
         clock: Callable[[], float] = time.monotonic,
-        max_entries: int = 1_000_000,
+        max_entries: int = 2_000_000,
         regions: Collection[str] = (),
         journal: Journal | None = None,
     ) -> None:

@@ -1,4 +1,4 @@
-"""Issue 21 item 3 (the registry's share): a cap on entries (507) and a per-token rate (429 with
+"""Issue 21 item 3 (the registry's share): a cap on entries (429) and a per-token rate (429 with
 Retry-After), a batch costing one per entry."""
 
 from __future__ import annotations
@@ -72,13 +72,14 @@ def test_a_batch_costs_one_per_entry(tmp_path: Path) -> None:
     assert answers[1].headers["Retry-After"] == "6"  # 2 left of 10, 8 needed at 1/s
 
 
-def test_a_full_registry_answers_507_naming_the_flag(tmp_path: Path) -> None:
+def test_a_full_registry_answers_429_naming_the_flag(tmp_path: Path) -> None:
     harness = limited(tmp_path, registry_max_entries=2)
     requests = [("PUT", f"/v1/registry/targets/{ident(i)}", body(i), TOKEN) for i in range(3)]
     requests.append(("POST", "/v1/registry/batch", {"put": [body(5)], "delete": [ident(0)]}, TOKEN))
     answers = asyncio.run(calls(harness, requests))
-    assert [a.status_code for a in answers] == [201, 201, 507, 200]  # a swap fits
+    assert [a.status_code for a in answers] == [201, 201, 429, 200]  # a swap fits
     assert "--registry-max-entries" in answers[2].json()["detail"]
+    assert answers[2].headers["Retry-After"] == "90"  # one TTL: expiring entries make room
     assert len(harness.controller.registry.targets()) == 2
 
 
