@@ -130,7 +130,7 @@ def serve_command(
         bool,
         typer.Option(
             "--init",
-            help="start from an empty state where a previous run left one (else that is an error, exit 2)",
+            help="start afresh: an empty state where a previous run left one (else an error, exit 2)",
         ),
     ] = False,
     child_url: Annotated[

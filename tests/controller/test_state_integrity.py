@@ -154,6 +154,13 @@ def test_serve_on_a_corrupt_state_row_exits_2_with_one_line(tmp_path: Path) -> N
     assert len(lines) == 1 and "table state, key 1" in lines[0] and lines[0].startswith("error:")
 
 
+def test_serve_help_names_init() -> None:
+    _register()
+    result = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "--init" in result.output
+    assert "start afresh" in " ".join(result.output.split())
+
+
 def test_a_bad_audit_row_is_shown_as_unreadable_not_a_500(tmp_path: Path) -> None:
     harness = build(tmp_path)
     harness.feed(fleet(3))
