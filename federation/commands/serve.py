@@ -120,6 +120,23 @@ def serve_command(
         bool, typer.Option("--no-handover", help="move targets at once (no make-before-break overlap)")
     ] = False,
     registry_ttl: Annotated[float, typer.Option(min=1, help="built-in registry entry lifetime")] = 90.0,
+    registry_max_entries: Annotated[
+        int, typer.Option(min=1, help="targets the built-in registry holds at most (more: 429)")
+    ] = 2_000_000,
+    registry_rate: Annotated[
+        float,
+        typer.Option(min=0, help="registrations/s per token, a batch entry counts one (more: 429); 0: off"),
+    ] = 50_000.0,
+    registry_burst: Annotated[
+        int, typer.Option(min=1, help="registrations a token may send at once before --registry-rate applies")
+    ] = 100_000,
+    init: Annotated[
+        bool,
+        typer.Option(
+            "--init",
+            help="start afresh: an empty state where a previous run left one (else an error, exit 2)",
+        ),
+    ] = False,
     child_url: Annotated[
         list[str] | None, typer.Option("--child-url", help="CHILD=URL of a child Prometheus (repeatable)")
     ] = None,
@@ -226,6 +243,9 @@ def serve_command(
         handover=not no_handover,
         handover_window_s=handover_window,
         registry_ttl_s=registry_ttl,
+        registry_max_entries=registry_max_entries,
+        registry_rate=registry_rate,
+        registry_burst=registry_burst,
         child_urls=_child_urls(child_url or []),
         child_url_template=child_url_template,
     )
@@ -257,6 +277,7 @@ def serve_command(
         kubernetes_jobs=k8s_jobs,
         tokens_file=tokens,
         dev=dev,
+        init=init,
         check_configs=not no_check,
         options=options,
         store_url=store,

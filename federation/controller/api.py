@@ -2,13 +2,16 @@
 
 Errors are ``application/problem+json`` (RFC 9457 style) naming the field: 422 for a bad
 body, 404 for an unknown child/shard/target, 409 for a stale plan, 401/403 for tokens,
-413 for a body over the limit, 503 on a replica that may not write. GETs are open (HTTP
+413 for a body over the limit, 429 (with ``Retry-After``) for a token over its
+registration rate or a full registry, 503 on a replica that may not write or a state
+store that refused the write. GETs are open (HTTP
 SD must be, for children); every POST/PUT/DELETE needs a bearer token with its scope.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,9 +30,11 @@ from federation.controller.auth import Authenticator, Caller
 from federation.controller.changes import ChangeRequest
 from federation.controller.controller import Controller
 from federation.controller.http_guards import BodyGuard, RelativeRedirects, problem
+from federation.controller.ratelimit import RateLimited, RateLimiter
 from federation.controller.redact import redact_data, redact_file
+from federation.controller.store import StoreError
 from sharder.errors import SharderError
-from sharder.sources.registry import BatchInvalid, EndpointTaken, IdentityMismatch
+from sharder.sources.registry import BatchInvalid, EndpointTaken, IdentityMismatch, RegistryFull
 
 log = logging.getLogger(__name__)
 PROBLEM = "application/problem+json"
@@ -108,6 +113,7 @@ def create_app(
 
     app.state.auth = auth
     app.state.controller = controller
+    limiter = RateLimiter(rate=controller.options.registry_rate, burst=controller.options.registry_burst)
 
     # ---- errors -------------------------------------------------------------------------
     @app.exception_handler(RequestValidationError)
@@ -142,6 +148,25 @@ def create_app(
         unauthorized.headers["WWW-Authenticate"] = 'Bearer realm="gpufed"'
         return unauthorized
 
+    @app.exception_handler(RateLimited)
+    async def _limited(request: Request, exc: RateLimited) -> JSONResponse:
+        response = problem(429, "Too many requests", str(exc), retry_after_s=exc.retry_after_s)
+        response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
+
+    @app.exception_handler(RegistryFull)
+    async def _full(request: Request, exc: RegistryFull) -> JSONResponse:
+        # Room comes back as entries expire: ask again after one TTL (not a 5xx: nothing broke).
+        retry = max(1, math.ceil(controller.registry.ttl_s))
+        response = problem(429, "Registry full", str(exc), retry_after_s=retry)
+        response.headers["Retry-After"] = str(retry)
+        return response
+
+    @app.exception_handler(StoreError)
+    async def _store(request: Request, exc: StoreError) -> JSONResponse:
+        log.error("state store write failed: %s", exc)
+        return problem(503, "State store unavailable", f"the change was not stored: {exc}")
+
     @app.exception_handler(SharderError)
     async def _input(request: Request, exc: SharderError) -> JSONResponse:
         return problem(422, "Invalid target", str(exc), field=getattr(exc, "field", ""))
@@ -153,8 +178,15 @@ def create_app(
 
     @app.get("/readyz", tags=["health"])
     async def readyz() -> JSONResponse:
+        # Readiness is about HTTP SD, which a failed config render does not stop; the
+        # failure is a field here, in /v1/status and gpufed_controller_config_render_ok.
         ready = controller.ready
-        body = {"ready": ready, "assignment_version": controller.state.assignment_version}
+        body: dict[str, Any] = {"ready": ready, "assignment_version": controller.state.assignment_version}
+        if controller.publisher is not None:
+            published = controller.publisher.status
+            body["configs_ok"] = published.ok
+            if not published.ok:
+                body["configs_error"] = published.error[:500]
         return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/metrics", tags=["health"])
@@ -304,6 +336,7 @@ def create_app(
     # ---- built-in registry -------------------------------------------------------------------
     @app.put("/v1/registry/targets/{identity:path}", tags=["registry"], status_code=200)
     def register(identity: str, body: dict[str, Any], caller: Registrar) -> JSONResponse:
+        limiter.take(caller.name)
         try:
             target, created = controller.registry.put(identity, body)
         except IdentityMismatch as exc:
@@ -317,7 +350,9 @@ def create_app(
 
     @app.post("/v1/registry/batch", tags=["registry"], status_code=200)
     def register_batch(body: RegistryBatch, caller: Registrar) -> JSONResponse:
-        """Many registrations in one request, all or nothing (``gpufed-exporter fleet``)."""
+        """Many registrations in one request, all or nothing (``gpufed-exporter fleet``).
+        Rate-limited per entry: a batch of N costs what N single calls do."""
+        limiter.take(caller.name, max(1, len(body.put) + len(body.delete)))
         try:
             result = controller.registry.batch(body.put, body.delete)
         except BatchInvalid as exc:
@@ -335,6 +370,7 @@ def create_app(
 
     @app.delete("/v1/registry/targets/{identity:path}", tags=["registry"], status_code=204)
     def deregister(identity: str, caller: Registrar) -> Response:
+        limiter.take(caller.name)
         if not controller.registry.delete(identity):
             raise errors.NotFound(f"no registered target {identity!r}")
         return Response(status_code=204)

@@ -113,6 +113,9 @@ class Controller:
             jobs=self.jobs,
             ttl_s=options.registry_ttl_s,
             endpoint_owner=partial(self.reconciler.endpoint_owner, excluding=REGISTRY),
+            max_entries=options.registry_max_entries,
+            regions=spec.region_names(),
+            journal=self._journal_registry,
         )
         self.sources: list[Any] = [self.registry]
         self.children = Children(
@@ -249,6 +252,11 @@ class Controller:
         self.reconciler.interrupt()
         for thread in self._threads:
             thread.join(timeout=5)
+
+    def _journal_registry(self, gone: Mapping[str, Target | None]) -> None:
+        """A registry deletion, stored before it is acknowledged (SQLite rows; a store that
+        keeps whole sets gets it with the loop's next save, see the README)."""
+        LastKnownView(self.store).save_changes({"registry": gone})
 
     # ---- the loop (``loop.run``) ------------------------------------------------------------
     def tick(self, *, idle: bool) -> None:

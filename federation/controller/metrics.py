@@ -58,6 +58,22 @@ class ControllerMetrics:
             ["result"],
             registry=registry,
         )
+        self.config_ok = Gauge(
+            "gpufed_controller_config_render_ok",
+            "1 while the newest config bundle rendered and passed its checks; 0: an older one is served.",
+            registry=registry,
+        )
+        self.config_published_at = Gauge(
+            "gpufed_controller_config_last_success_timestamp_seconds",
+            "When a config bundle was last published (Unix time; 0: never).",
+            registry=registry,
+        )
+        self.config_left_out = Gauge(
+            "gpufed_controller_config_targets_left_out",
+            "Targets the newest config bundle could not hold (undefined job), each named in /v1/status.",
+            registry=registry,
+        )
+        self.config_ok.set(1)  # nothing failed yet; 0 only after a failed render or check
         self.reloads = Counter(
             "gpufed_controller_child_reloads",
             "POST /-/reload sent to children whose config changed.",

@@ -21,6 +21,13 @@ class ControllerOptions:
     """How long an old child keeps a moved target while the new shard's child never fetches it."""
     """None: the SD refresh interval plus two scrape intervals of the target's job."""
     registry_ttl_s: float = 90.0
+    registry_max_entries: int = 2_000_000
+    """Entries the built-in registry holds at most (``--registry-max-entries``); more: 429."""
+    registry_rate: float = 50_000.0
+    """Registrations per second per token, batch entries counted one each (0: no limit). Exporters
+    often share one token: a fleet refreshing every 30 s sends targets/30 a second (1M: 33,000)."""
+    registry_burst: int = 100_000
+    """Registrations a token may send at once (two full batch bodies)."""
     precedence: tuple[str, ...] = ("file", "registry", "consul", "kubernetes")
     child_urls: Mapping[str, str] = field(default_factory=dict)
     """child id -> base URL of its Prometheus (for hand-over proof, health and reloads)."""

@@ -97,16 +97,28 @@ class Publication:
             due, self._config_due = self._config_due, None
         if due is None or self.publisher is None:
             return False
-        version, assignment, targets = due
+        version, assignment, all_targets = due
+        targets, left_out = renderable(self.jobs, all_targets, assignment)
+        if left_out:
+            log.error(
+                "config bundle for assignment %d leaves out %d target(s) it cannot render: %s",
+                version, len(left_out), "; ".join(left_out[:5]),
+            )
+        self.metrics.config_left_out.set(len(left_out))
         try:
             bundle = pipeline.build_bundle(self.spec, targets, assignment)
         except Exception as exc:  # a render bug must not stop SD; the old bundle stays
             log.error("rendering the config bundle failed: %s", exc)
-            self.metrics.config_checks.labels(result="failed").inc()
+            self.publisher.fail(version=version, error=f"render: {exc}")
+            self.metrics.config_ok.set(0)
             return False
         before = dict(self.publisher.files)
-        if not self.publisher.publish(bundle, version=version):
+        ok = self.publisher.publish(bundle, version=version)
+        self.publisher.status.left_out, self.publisher.status.left_out_count = left_out[:20], len(left_out)
+        self.metrics.config_ok.set(1 if ok else 0)
+        if not ok:
             return False
+        self.metrics.config_published_at.set(self.publisher.status.published_at)
         self.children.reload(changed_children(before, self.publisher.files))
         return True
 
@@ -118,6 +130,24 @@ class Publication:
                     self.publish_configs()
                 except Exception:
                     log.exception("publishing configs failed")
+
+
+def renderable(
+    jobs: Mapping[str, object], targets: list[Target], assignment: Assignment
+) -> tuple[list[Target], list[str]]:
+    """(targets the bundle can hold, one line naming each left out). A target whose job the
+    spec does not define (one that came from Consul, say) would fail every child's config:
+    it is left out and named, so one bad target never stops the rest from being published."""
+    kept: list[Target] = []
+    left_out: list[str] = []
+    for target in targets:
+        if target.job not in jobs:
+            left_out.append(f"{target.identity!r}: job {target.job!r} is not defined by the spec")
+        elif target.identity not in assignment.targets:
+            left_out.append(f"{target.identity!r}: not in assignment (region {target.region!r})")
+        else:
+            kept.append(target)
+    return kept, left_out
 
 
 def config_key(spec: GpufedSpec, assignment: Assignment) -> object:

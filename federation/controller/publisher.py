@@ -35,6 +35,9 @@ class PublishStatus:
     failed_version: int = 0
     checked_configs: int = 0
     published_at: float = 0.0
+    left_out: list[str] = field(default_factory=list)
+    """Targets the render could not place (an undefined job, say), named, at most 20."""
+    left_out_count: int = 0
 
 
 @dataclass
@@ -50,11 +53,17 @@ class Publisher:
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
 
+    def fail(self, *, version: int, error: str) -> None:
+        """A bundle that could not even be rendered: the previous one stays served."""
+        with self._lock:
+            self.status.ok, self.status.error, self.status.failed_version = False, error, version
+        self.on_result("failed")
+
     def publish(self, bundle: output.Bundle, *, version: int) -> bool:
         """Check what changed and switch to ``bundle``; False (old one kept) on a failed check."""
         with self._lock:
             if bundle == self.files:
-                self.status.version = version
+                self.status.version, self.status.ok, self.status.error = version, True, ""
                 return True
             checks: list[pipeline.BundleCheck] = []
 

@@ -96,7 +96,9 @@ def build(
         else:
             by_job: dict[str, list[Target]] = {job: [] for job in jobs}
             for target in key.values():
-                by_job.setdefault(target.job, []).append(target)
+                found = by_job.get(target.job)
+                if found is not None:  # an undefined job: left out, named by the config render
+                    found.append(target)
             groups = {job: target_groups(ts) for job, ts in by_job.items()}
             whole = [g for job in sorted(groups) for g in groups[job]]
             shards[shard] = ShardAnswers(

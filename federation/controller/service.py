@@ -63,6 +63,8 @@ class ServeSettings:
     """More jobs from other Services (``--k8s-job``), e.g. node-exporter as job ``node``."""
     tokens_file: Path | None = None
     dev: bool = False
+    init: bool = False
+    """``--init``: start from an empty SQLite state although a previous run left one."""
     check_configs: bool = True
     options: ControllerOptions = field(default_factory=ControllerOptions)
     load: LoadOptions | None = None
@@ -108,7 +110,7 @@ def parse_store_url(url: str) -> tuple[str, str]:
 
 def build_store(settings: ServeSettings) -> StateStore:
     if settings.store_url is None:
-        return SqliteStore(settings.data_dir / "state.db")
+        return SqliteStore(settings.data_dir / "state.db", init=settings.init)
     if settings.store_url == "kubernetes":
         from federation.controller.kube_objects import api_from_cluster  # imports kubernetes
         from federation.controller.kube_store import KubeStore

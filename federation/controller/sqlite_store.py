@@ -13,11 +13,19 @@ loads as before and is rewritten in rows by the next save. The file and its WAL 
 created with mode 0600 (the state names targets and tokens' names, never secrets, but
 operators expect private files). Connections are per thread: FastAPI's worker threads
 and the reconcile loop each get their own.
+
+Integrity (``integrity``): the file is checked on open (``PRAGMA quick_check``), a
+marker beside it (``.initialised``) records the last committed revision, so a missing,
+emptied or rolled-back file (a damaged WAL drops its later frames silently) is refused
+unless the operator starts afresh with ``--init``; a corrupt row is a ``StoreError``
+naming its table and key. Space freed by large deletions is given back
+(``auto_vacuum=INCREMENTAL`` plus a truncating WAL checkpoint).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import sys
@@ -28,11 +36,14 @@ from typing import NamedTuple
 
 from pydantic import TypeAdapter
 
+from federation.controller import integrity
 from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError
 from sharder.assignment import Assignment
 from sharder.inventory import Target
 from sharder.lastknown import parse_entries, target_document
+
+log = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS state (id INTEGER PRIMARY KEY CHECK (id = 1), revision INTEGER NOT NULL,
@@ -56,9 +67,14 @@ class Placed(NamedTuple):
 
 
 class SqliteStore:
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, init: bool = False, marker: Path | None = None) -> None:
+        """``marker``: where the last committed revision is kept (default ``.initialised``
+        beside the file); ``init``: start empty even where the marker says state existed."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.marker = integrity.Marker(marker or self.path.parent / integrity.MARKER_NAME)
+        existed = self.path.exists() and self.path.stat().st_size > 0
+        wal = integrity.scan_wal(self.path)  # before SQLite reads (and may reset) it
         if not self.path.exists():
             self.path.touch(mode=0o600)
         os.chmod(self.path, 0o600)
@@ -69,8 +85,27 @@ class SqliteStore:
         self._placed: Placed | None = None
         """What ``placements`` holds (None: not read yet)."""
         self._members: dict[str, dict[str, Target]] | None = None
-        with self._connect() as db:
+        self._deleted = 0
+        """Rows deleted since the last reclaim (``integrity.RECLAIM_AFTER`` triggers one)."""
+        try:
+            self._open(existed=existed, init=init, wal=wal)
+        except BaseException:
+            self.close()  # a refused file is not held open
+            raise
+
+    def _open(self, *, existed: bool, init: bool, wal: integrity.WalScan | None) -> None:
+        db = self._connect()
+        try:
+            if not init:  # first: any write would overwrite the frames SQLite dropped
+                integrity.check_wal(db, self.path, wal)
+            if not existed:
+                db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # before the first table
             db.executescript(SCHEMA)
+            integrity.quick_check(db, self.path)
+            row = db.execute("SELECT revision FROM state WHERE id = 1").fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"state store {self.path} cannot be read: {exc}") from exc
+        integrity.check_revision(self.marker, self.path, None if row is None else row[0], init=init)
 
     def _connect(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
@@ -87,6 +122,12 @@ class SqliteStore:
         return db
 
     def load(self) -> ControllerState | None:
+        try:
+            return self._load()
+        except sqlite3.Error as exc:
+            raise StoreError(f"state store {self.path} cannot be read: {exc}") from exc
+
+    def _load(self) -> ControllerState | None:
         db = self._connect()
         row = db.execute("SELECT body FROM state WHERE id = 1").fetchone()
         if row is None:
@@ -94,7 +135,10 @@ class SqliteStore:
         try:
             state = ControllerState.model_validate_json(row[0])
         except ValueError as exc:
-            raise StoreError(f"state in {self.path} does not validate: {str(exc)[:300]}") from exc
+            raise StoreError(
+                f"state store {self.path}: table state, key 1: the row does not validate: "
+                f"{' '.join(str(exc).split())[:300]}"
+            ) from exc
         if state.assignment is None or not self._in_rows(db):
             return state
         with self._write:
@@ -147,6 +191,8 @@ class SqliteStore:
             except sqlite3.Error as exc:
                 raise StoreError(f"state store {self.path}: {exc}") from exc
             self._placed = placed
+            self.marker.write(stored.revision)
+            self._reclaim_if_due(db)
         return stored
 
     def _in_rows(self, db: sqlite3.Connection) -> bool:
@@ -172,6 +218,7 @@ class SqliteStore:
     ) -> None:
         if gone:
             db.executemany("DELETE FROM placements WHERE identity = ?", gone)
+            self._deleted += len(gone)
         if rows:
             db.executemany(
                 "INSERT INTO placements (identity, shard, weight) VALUES (?, ?, ?) ON CONFLICT (identity) "
@@ -219,7 +266,7 @@ class SqliteStore:
             query += " WHERE id < ?"
             args = (before_id, limit)
         rows = self._connect().execute(query + " ORDER BY id DESC LIMIT ?", args).fetchall()
-        return [AuditEntry.model_validate({**json.loads(body), "id": rid}) for rid, body in rows]
+        return [integrity.audit_entry(rid, body) for rid, body in rows]
 
     def save_sets(self, sets: Mapping[str, Sequence[Target]]) -> None:
         """Write the (source, target) rows that changed since the last save."""
@@ -239,7 +286,7 @@ class SqliteStore:
                 )
             try:
                 db.execute("BEGIN IMMEDIATE")
-                db.execute("DELETE FROM sets")  # the blobs of an older gpufed
+                self._deleted += db.execute("DELETE FROM sets").rowcount  # an older gpufed's blobs
                 db.executemany("DELETE FROM members WHERE source = ? AND identity = ?", gone)
                 db.executemany(
                     "INSERT INTO members (source, identity, body) VALUES (?, ?, ?) "
@@ -253,6 +300,8 @@ class SqliteStore:
                 self._members = None
                 raise StoreError(f"state store {self.path}: {exc}") from exc
             self._members = after
+            self._deleted += len(gone)
+            self._reclaim_if_due(db)
 
     def save_set_changes(self, changes: Mapping[str, Mapping[str, Target | None]]) -> None:
         """Write the rows of what changed (identity -> target, None: gone): the cost of the change."""
@@ -280,10 +329,35 @@ class SqliteStore:
                 raise StoreError(f"state store {self.path}: {exc}") from exc
             finally:
                 self._members = None  # the whole-set cache no longer matches: re-read if needed
+            self._deleted += len(gone)
+            self._reclaim_if_due(db)
+
+    def reclaim(self) -> None:
+        """Give the pages of deleted rows back to the file system, and empty the WAL."""
+        db = self._connect()
+        with self._write:
+            self._deleted = 0
+            try:
+                integrity.reclaim(db)
+            except sqlite3.Error as exc:
+                raise StoreError(f"state store {self.path}: reclaiming space: {exc}") from exc
+
+    def _reclaim_if_due(self, db: sqlite3.Connection) -> None:
+        """After many deletions (write lock held); a failure only postpones it."""
+        if self._deleted < integrity.RECLAIM_AFTER:
+            return
+        self._deleted = 0
+        try:
+            integrity.reclaim(db)
+        except sqlite3.Error as exc:
+            log.warning("state store %s: reclaiming space failed (tried again later): %s", self.path, exc)
 
     def load_sets(self) -> dict[str, list[Target]]:
         with self._write:
-            members = self._read_members(self._connect())
+            try:
+                members = self._read_members(self._connect())
+            except sqlite3.Error as exc:
+                raise StoreError(f"state store {self.path} cannot be read: {exc}") from exc
             self._members = members
         return {name: list(found.values()) for name, found in members.items()}
 
@@ -291,18 +365,26 @@ class SqliteStore:
         """The stored sets. Rows were validated targets when written: each source's rows are
         validated again in one pass of pydantic-core over their JSON (a million targets in
         seconds); a source with a row that does not validate goes entry by entry, skipping it."""
-        bodies: dict[str, list[str]] = {}
-        for name, body in db.execute("SELECT source, body FROM members ORDER BY source, identity"):
-            bodies.setdefault(name, []).append(body)
+        bodies: dict[str, list[tuple[str, str]]] = {}
+        query = "SELECT source, identity, body FROM members ORDER BY source, identity"
+        for name, identity, body in db.execute(query):
+            bodies.setdefault(name, []).append((identity, body))
         out: dict[str, dict[str, Target]] = {}
         for name, rows in bodies.items():
             try:
-                found = _TARGETS.validate_json("[" + ",".join(rows) + "]")
+                found = _TARGETS.validate_json("[" + ",".join(body for _, body in rows) + "]")
             except ValueError:
-                found, _bad = parse_entries([json.loads(r) for r in rows], source=f"{self.path}:{name}")
+                raw = [
+                    integrity.json_row(self.path, table="members", key=f"{name}/{identity}", body=body)
+                    for identity, body in rows
+                ]
+                found, _bad = parse_entries(raw, source=f"{self.path}:{name}")
             out[name] = {t.identity: t for t in found}
         for name, body in db.execute("SELECT source, body FROM sets"):  # an older gpufed's blobs
-            good, _bad = parse_entries(json.loads(body), source=f"{self.path}:{name}")
+            blob = integrity.json_row(self.path, table="sets", key=name, body=body)
+            if not isinstance(blob, list):
+                raise StoreError(f"state store {self.path}: table sets, key {name!r}: not a list of targets")
+            good, _bad = parse_entries(blob, source=f"{self.path}:{name}")
             out.setdefault(name, {}).update((t.identity, t) for t in good)
         return out
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,6 +54,10 @@ EndpointOwner = Callable[[Target], "tuple[str, str] | None"]
 """(source, identity) serving a target's endpoint in another source (the reconcile loop knows)."""
 
 
+class RegistryFull(InventoryError):
+    """The registry holds ``max_entries`` already (``--registry-max-entries``); HTTP 429."""
+
+
 class BatchInvalid(InventoryError):
     """A batch with bad entries; ``errors`` names each (index, identity, field, value, message)."""
 
@@ -88,6 +92,10 @@ class _Pending:
     changes: dict[str, Target | None] = field(default_factory=dict)
 
 
+Journal = Callable[[Mapping[str, Target | None]], None]
+"""Writes identity -> None (deleted) to the state store before a deletion is acknowledged."""
+
+
 class BuiltinRegistry:
     name = SOURCE
 
@@ -100,11 +108,16 @@ class BuiltinRegistry:
         clock: Callable[[], float] = time.monotonic,
         max_entries: int = 2_000_000,
         endpoint_owner: EndpointOwner | None = None,
+        regions: Collection[str] = (),
+        journal: Journal | None = None,
     ) -> None:
         self._sink = sink
         self._endpoint_owner = endpoint_owner
         self._endpoints = EndpointIndex(jobs)
         self._jobs = jobs
+        self._regions = frozenset(regions)
+        """Empty: any region (a registry built without a spec, in tests)."""
+        self._journal = journal
         self.ttl_s = ttl_s
         self._clock = clock
         self.max_entries = max_entries
@@ -126,7 +139,7 @@ class BuiltinRegistry:
 
     def put(self, identity: str, body: Any) -> tuple[Target, bool]:
         """Validate and (re)register; (target, created). Raises ``InventoryError`` naming the field."""
-        target = parse_target(body, source=SOURCE, jobs=self._jobs)
+        target = self._admit(parse_target(body, source=SOURCE, jobs=self._jobs))
         identity = normalise_identity(identity)
         if target.identity != identity:
             raise IdentityMismatch(
@@ -156,15 +169,12 @@ class BuiltinRegistry:
             raise BatchInvalid(errors, total=len(errors))
         gone = [normalise_identity(str(d)) for d in deletes]
         with self._lock:
-            fresh = {t.identity for t in targets} - self._entries.keys()
-            if len(self._entries) + len(fresh) > self.max_entries + sum(
-                1 for d in gone if d in self._entries
-            ):
-                raise self._full()
-            for target in targets:  # a PUT may have taken an endpoint since the batch was checked
-                other = self._endpoints.owner(endpoint_of(target, self._jobs))
-                if other is not None and other != target.identity and other not in gone:
-                    raise _taken(target, other, SOURCE, self._jobs)
+            self._check_room(targets, gone)
+            self._check_endpoints(targets, gone)
+        self._write_deletions(gone)
+        with self._lock:
+            fresh = self._check_room(targets, gone)
+            self._check_endpoints(targets, gone)  # a PUT may have taken one since
             deleted = 0
             for identity in gone:  # first: a put may re-use a deleted entry's endpoint
                 if self._entries.pop(identity, None) is not None:
@@ -177,7 +187,9 @@ class BuiltinRegistry:
         return BatchResult(put=len(targets), created=len(fresh), deleted=deleted)
 
     def delete(self, identity: str) -> bool:
+        """Forget ``identity``; durable (journalled) before it returns True."""
         identity = normalise_identity(identity)
+        self._write_deletions([identity])
         with self._lock:
             found = self._entries.pop(identity, None) is not None
             if found:
@@ -230,6 +242,43 @@ class BuiltinRegistry:
             self._send()
 
     # ---- internals -------------------------------------------------------------------------
+    def _check_room(self, targets: Sequence[Target], gone: Sequence[str]) -> set[str]:
+        """The identities ``targets`` would add (lock held); ``RegistryFull`` when over the cap."""
+        fresh = {t.identity for t in targets} - self._entries.keys()
+        leaving = sum(1 for d in gone if d in self._entries)
+        if len(self._entries) + len(fresh) - leaving > self.max_entries:
+            raise self._full()
+        return fresh
+
+    def _write_deletions(self, identities: Sequence[str]) -> None:
+        """Store the deletions first: a restart must not bring back what a caller was told is
+        gone (the reconcile loop saves its sets only every few seconds)."""
+        if self._journal is None:
+            return
+        with self._lock:
+            known = [i for i in identities if i in self._entries]
+        if known:
+            self._journal(dict.fromkeys(known))
+
+    def _admit(self, target: Target) -> Target:
+        """Refuse what the render could not place: a job the spec does not define (it would
+        stop every config bundle) or a region without shards (it would never be scraped)."""
+        if target.job not in self._jobs:
+            raise InventoryError(
+                f"job {target.job!r} is not defined by the spec (jobs: {sorted(self._jobs)})",
+                field="job",
+                value=target.job,
+                source=SOURCE,
+            )
+        if self._regions and target.region not in self._regions:
+            raise InventoryError(
+                f"region {target.region!r} is not defined by the spec (regions: {sorted(self._regions)})",
+                field="region",
+                value=target.region,
+                source=SOURCE,
+            )
+        return target
+
     def _store(self, target: Target) -> bool:
         """Store with a fresh TTL (lock held); True when the target itself changed."""
         identity = target.identity
@@ -255,7 +304,7 @@ class BuiltinRegistry:
         for index, raw in enumerate(puts):
             named = raw.get("identity") if isinstance(raw, dict) else None
             try:
-                target = parse_target(raw, source=SOURCE, jobs=self._jobs)
+                target = self._admit(parse_target(raw, source=SOURCE, jobs=self._jobs))
             except SpecError as exc:
                 errors.append(_error("put", index, named, exc.field or "body", exc.value, exc.reason))
                 continue
@@ -281,6 +330,12 @@ class BuiltinRegistry:
                 )
         return targets, errors
 
+    def _check_endpoints(self, targets: Sequence[Target], gone: Sequence[str]) -> None:
+        for target in targets:
+            other = self._endpoints.owner(endpoint_of(target, self._jobs))
+            if other is not None and other != target.identity and other not in gone:
+                raise _taken(target, other, SOURCE, self._jobs)
+
     def _check_elsewhere(self, target: Target) -> None:
         if self._endpoint_owner is not None:
             found = self._endpoint_owner(target)
@@ -303,9 +358,11 @@ class BuiltinRegistry:
             return str(exc.reason)
         return None
 
-    def _full(self) -> InventoryError:
-        return InventoryError(
-            f"the built-in registry holds its maximum of {self.max_entries} targets", source=SOURCE
+    def _full(self) -> RegistryFull:
+        return RegistryFull(
+            f"the built-in registry holds its maximum of {self.max_entries} targets "
+            "(--registry-max-entries); deregister some or raise the limit",
+            source=SOURCE,
         )
 
     def _push(self) -> None:
