@@ -351,7 +351,19 @@ class DemoStack:
 
     def _wait_child(self, child: str) -> None:
         name = f"child/{child}"
-        self.supervisor.wait_ready(name)
+        try:
+            self.supervisor.wait_ready(name)
+        except ComponentFailed as exc:
+            # Ports are picked free up front; on a busy machine another process may bind
+            # one first. The master reaches children through the router, so a child can
+            # move: once, on another port.
+            if "address already in use" not in str(exc):
+                raise
+            self._step(f"! {name:<20} port {self.child_ports[child]} taken meanwhile; starting it on another")
+            self.supervisor.stop(name)
+            self.child_ports[child] = free_port()
+            self._launch_child(child)
+            self.supervisor.wait_ready(name)
         self._step(f"✓ {name:<20} ready  {plan.url(self.child_ports[child])}")
 
     def _wait_first_samples(self) -> None:
