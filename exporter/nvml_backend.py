@@ -5,7 +5,8 @@ NVML is initialised once, device handles are cached, the cheap scalar fields are
 one `nvmlDeviceGetFieldValues` call per GPU, and XIDs arrive on an event thread
 (`nvmlEventSetWait`) instead of being polled into a sticky gauge. An answer of "not
 supported" leaves that series out; any other NVML error marks that GPU's reading failed
-(health 0) without failing the others. The nvml module is a constructor argument
+(health 0) without failing the others, except in the opt-in `nvlink` family, where an
+error leaves only that link's series out. The nvml module is a constructor argument
 (default `import pynvml`), so tests hand in `tests/exporter/fake_nvml.py`. Measured on an
 H100 in exporter/MEASURED-H100.md.
 """

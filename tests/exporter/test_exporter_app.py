@@ -158,7 +158,7 @@ def test_cli_bench_json_and_help() -> None:
     assert data["serve"]["scrapes"] == 30
     assert data["fleet"]["capacity_nodes"] > 0
     assert runner.invoke(cli, ["serve", "--help"]).exit_code == 0
-    bad = runner.invoke(cli, ["serve", "--backend", "simulated", "--families", "nvlink"])
+    bad = runner.invoke(cli, ["serve", "--backend", "simulated", "--families", "nvswitch"])
     assert bad.exit_code == 2
 
 
