@@ -186,16 +186,19 @@ def bench(
     = "simulated",
     families: Families = None,
     collect_rounds: Annotated[int, typer.Option(help="collections timed for wall p50/p99")] = 20,
+    dcgm_names: Annotated[str | None, typer.Option(help="serve run's DCGM names: 3, 4 or both")] = None,
 ) -> None:
     """Single-process figures (no sub-command); `bench fleet` loads a fleet like Prometheus does."""
     if ctx.invoked_subcommand is not None:
         return
     from exporter.testing.bench import bench_fleet, bench_serve
 
-    settings = build_settings(backend=backend, families_include=families)  # validates the flags
+    # validates the flags
+    settings = build_settings(backend=backend, families_include=families, dcgm_names=dcgm_names)
     try:
         serve_run = bench_serve(gpus=gpus, scrapes=scrapes, backend=settings.backend,
-                                families=tuple(settings.families_include), collect_rounds=collect_rounds)
+                                families=tuple(settings.families_include), collect_rounds=collect_rounds,
+                                dcgm_names=settings.dcgm_names)
     except ExporterError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc

@@ -5,7 +5,8 @@ NVML is initialised once, device handles are cached, the cheap scalar fields are
 one `nvmlDeviceGetFieldValues` call per GPU, and XIDs arrive on an event thread
 (`nvmlEventSetWait`) instead of being polled into a sticky gauge. An answer of "not
 supported" leaves that series out; any other NVML error marks that GPU's reading failed
-(health 0) without failing the others. The nvml module is a constructor argument
+(health 0) without failing the others, except in the opt-in `nvlink` family, where an
+error leaves only that link's series out. The nvml module is a constructor argument
 (default `import pynvml`), so tests hand in `tests/exporter/fake_nvml.py`. Measured on an
 H100 in exporter/MEASURED-H100.md.
 """
@@ -99,6 +100,7 @@ class NvmlBackend:
         self._events_lock = threading.Lock()
         self._gpm_prev: dict[int, Any] = {}
         self._links: dict[int, int] = {}  # GPU index -> NVLink count, probed once
+        self._nvlink_warned: set[tuple[int, str, Any]] = set()
         self._pcie_total: dict[tuple[int, str], float] = {}
         self._pcie_at: float | None = None
         self._stop = threading.Event()
@@ -186,7 +188,11 @@ class NvmlBackend:
         return Reading(index, values, processes, links=links)
 
     def _link_count(self, handle: Any) -> int:
-        """Links that answer nvmlDeviceGetNvLinkState; a GPU without NVLink has none."""
+        """Links that answer nvmlDeviceGetNvLinkState; a GPU without NVLink has none.
+
+        NVML_NVLINK_MAX_LINKS (36 in nvidia-ml-py 13) bounds every architecture; past a GPU's
+        own links the driver answers InvalidArgument (or NotSupported), which ends the walk.
+        """
         nvml = self._nvml
         count = 0
         for link in range(nvml.NVML_NVLINK_MAX_LINKS):
@@ -200,29 +206,63 @@ class NvmlBackend:
         return count
 
     def _read_nvlinks(self, index: int, handle: Any) -> tuple[NvLinkReading, ...]:
-        """State per link, then every link's counters in one field-values call."""
-        nvml, opt = self._nvml, self._optional
-        links = self._links.get(index)
-        if links is None:
-            links = self._links[index] = self._link_count(handle)
-        if not links:
+        """State per link, then every link's counters in one field-values call.
+
+        `nvlink` is an opt-in diagnostic family: an NVML error in it leaves that link's
+        series (or one value) out and is logged, instead of failing the GPU's whole reading
+        (health 0, temperature and utilisation gone). A lost GPU still fails the reading.
+        """
+        nvml = self._nvml
+        try:
+            links = self._links.get(index)
+            if links is None:
+                links = self._links[index] = self._link_count(handle)
+            if not links:
+                return ()
+            states = {link: self._nvlink_call(index, "state", nvml.nvmlDeviceGetNvLinkState, handle, link)
+                      for link in range(links)}
+            ids = [(getattr(nvml, name), link) for link in range(links) for name, _ in NVLINK_FIELDS.values()]
+            answers = self._nvlink_call(index, "fields", nvml.nvmlDeviceGetFieldValues, handle, ids)
+        except nvml.NVMLError as exc:
+            if getattr(exc, "value", None) == nvml.NVML_ERROR_GPU_IS_LOST:
+                raise
+            self._nvlink_failed(index, "link probe", exc)
             return ()
-        states = [nvml.nvmlDeviceGetNvLinkState(handle, link) == nvml.NVML_FEATURE_ENABLED
-                  for link in range(links)]
-        ids = [(getattr(nvml, name), link) for link in range(links) for name, _ in NVLINK_FIELDS.values()]
-        answers = iter(nvml.nvmlDeviceGetFieldValues(handle, ids))
         out = []
         for link in range(links):
+            if states[link] is None:
+                continue
             values: dict[str, float | None] = {}
-            for attr, (_, scale) in NVLINK_FIELDS.items():
-                fv = next(answers)
-                ok = fv.nvmlReturn == nvml.NVML_SUCCESS
-                values[attr] = float(getattr(fv.value, VALUE_MEMBERS[fv.valueType])) * scale if ok else None
+            for slot, (attr, (_, scale)) in enumerate(NVLINK_FIELDS.items()):
+                values[attr] = None
+                fv: Any = None if answers is None else answers[link * len(NVLINK_FIELDS) + slot]
+                if fv is not None and fv.nvmlReturn == nvml.NVML_SUCCESS:
+                    values[attr] = float(getattr(fv.value, VALUE_MEMBERS[fv.valueType])) * scale
             for attr, counter in NVLINK_CRC.items():
-                got = opt(partial(nvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, getattr(nvml, counter)))
+                got = self._nvlink_call(index, attr, nvml.nvmlDeviceGetNvLinkErrorCounter,
+                                        handle, link, getattr(nvml, counter))
                 values[attr] = None if got is None else float(got)
-            out.append(NvLinkReading(link, states[link], **values))
+            out.append(NvLinkReading(link, states[link] == nvml.NVML_FEATURE_ENABLED, **values))
         return tuple(out)
+
+    def _nvlink_call(self, index: int, what: str, call: Callable[..., Any], *args: Any) -> Any:
+        """One NVLink call's answer, or None on any NVML error but a lost GPU."""
+        nvml = self._nvml
+        try:
+            return call(*args)
+        except nvml.NVMLError as exc:
+            if getattr(exc, "value", None) == nvml.NVML_ERROR_GPU_IS_LOST:
+                raise
+            if not self._unsupported(exc):
+                self._nvlink_failed(index, what, exc)
+            return None
+
+    def _nvlink_failed(self, index: int, what: str, exc: Exception) -> None:
+        """Warn once per GPU, call and error: a link that keeps failing must not flood the log."""
+        key = (index, what, getattr(exc, "value", None))
+        if key not in self._nvlink_warned:
+            self._nvlink_warned.add(key)
+            log.warning("nvlink read failed gpu=%d call=%s error=%r (series left out)", index, what, str(exc))
 
     def _read_core(self, handle: Any, values: dict[str, float]) -> None:
         nvml, opt = self._nvml, self._optional

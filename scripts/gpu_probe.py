@@ -10,6 +10,7 @@ tests/exporter/fake_nvml.py to check the script itself on a machine without a GP
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -96,6 +97,7 @@ def probe(nvml: Any, repeat: int) -> dict[str, Any]:
     report["fields"] = probe_fields(nvml, handle, repeat)
     report["gpm"] = probe_gpm(nvml, handle)
     report["events"] = probe_events(nvml, handle)
+    report["nvlink"] = probe_nvlink(nvml, handle, min(repeat, 20))
     nvml.nvmlShutdown()
     return report
 
@@ -155,6 +157,89 @@ def probe_gpm(nvml: Any, handle: Any) -> dict[str, Any]:
     return out
 
 
+def error_text(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc} (value={getattr(exc, 'value', None)})"
+
+
+def probe_nvlink(nvml: Any, handle: Any, repeat: int) -> dict[str, Any]:
+    """What the `nvlink` family asks: state per link, the per-link fields, the CRC counters.
+
+    Every link up to NVML_NVLINK_MAX_LINKS is asked, so a VM that hides its links shows
+    which answer it gives (NotSupported, InvalidArgument, or a disabled state).
+    """
+    out: dict[str, Any] = {"max_links": nvml.NVML_NVLINK_MAX_LINKS}
+    states: dict[str, Any] = {}
+    for link in range(nvml.NVML_NVLINK_MAX_LINKS):
+        try:
+            states[str(link)] = nvml.nvmlDeviceGetNvLinkState(handle, link)
+        except Exception as exc:
+            states[str(link)] = error_text(exc)
+    out["state_per_link"] = states
+    out["state_link0"] = timed(lambda: nvml.nvmlDeviceGetNvLinkState(handle, 0), repeat)
+    for name, fn in {
+        "version_link0": lambda: nvml.nvmlDeviceGetNvLinkVersion(handle, 0),
+        "capability_p2p_link0": lambda: nvml.nvmlDeviceGetNvLinkCapability(
+            handle, 0, nvml.NVML_NVLINK_CAP_P2P_SUPPORTED),
+        "remote_pci_link0": lambda: nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, 0).busId,
+    }.items():
+        out[name] = timed(fn, 1)
+    out["error_counters_link0"] = {
+        counter: timed(lambda c=counter: nvml.nvmlDeviceGetNvLinkErrorCounter(handle, 0, getattr(nvml, c)),
+                       repeat)
+        for counter in ("NVML_NVLINK_ERROR_DL_REPLAY", "NVML_NVLINK_ERROR_DL_RECOVERY",
+                        "NVML_NVLINK_ERROR_DL_CRC_FLIT", "NVML_NVLINK_ERROR_DL_CRC_DATA")
+    }
+    link_count = getattr(nvml, "NVML_FI_DEV_NVLINK_LINK_COUNT", 91)
+    out["link_count_field"] = field_answers(nvml, handle, [link_count])
+    per_link = ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX",
+                "NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY", "NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY")
+    for links in (1, 18):
+        ids = [(getattr(nvml, name), link) for link in range(links) for name in per_link]
+        batch = timed(lambda i=ids: nvml.nvmlDeviceGetFieldValues(handle, i), repeat)
+        out[f"fields_{links}_links"] = {"median_us": batch["median_us"], "max_us": batch["max_us"],
+                                        "error": batch.get("error")}
+        if "error" not in batch:
+            out[f"fields_{links}_links"]["answers"] = field_answers(nvml, handle, ids)
+    return out
+
+
+def field_answers(nvml: Any, handle: Any, ids: list[Any]) -> Any:
+    """Return code, value type and value of each requested field (id or (id, scopeId))."""
+    try:
+        values = nvml.nvmlDeviceGetFieldValues(handle, ids)
+    except Exception as exc:
+        return error_text(exc)
+    answers = []
+    for requested, fv in zip(ids, values, strict=True):
+        member = VALUE_MEMBERS[fv.valueType] if 0 <= fv.valueType < len(VALUE_MEMBERS) else None
+        answers.append({"field": plain(requested), "nvmlReturn": fv.nvmlReturn, "valueType": fv.valueType,
+                        "value": plain(getattr(fv.value, member)) if member else None})
+    return answers
+
+
+def probe_backend_nvlink(nvml: Any, repeat: int) -> dict[str, Any]:
+    """The exporter's own `nvlink` read on this GPU: links returned and cost per collection."""
+    from exporter.nvml_backend import NvmlBackend
+
+    backend = NvmlBackend(nvml)
+    try:
+        first = timed(lambda: backend.read(["nvlink"]), 1)
+        again = timed(lambda: backend.read(["nvlink"]), repeat)
+        cpu0 = time.process_time()
+        for _ in range(repeat):
+            backend.read(["nvlink"])
+        cpu_ms = (time.process_time() - cpu0) / repeat * 1000
+        readings = backend.read(["nvlink"])
+        return {"first_read": first, "read_median_us": again["median_us"], "read_max_us": again["max_us"],
+                "read_cpu_ms": round(cpu_ms, 4), "error": again.get("error"),
+                "readings": {str(i): {"ok": r.ok, "links": [dataclasses.asdict(link) for link in r.links]}
+                             for i, r in readings.items()}}
+    except Exception as exc:
+        return {"error": error_text(exc)}
+    finally:
+        backend.close()
+
+
 def probe_events(nvml: Any, handle: Any) -> dict[str, Any]:
     """Register XID events and time three idle 1 s waits: wall, thread CPU, error value."""
     out: dict[str, Any] = {}
@@ -193,7 +278,9 @@ def main() -> None:
         import pynvml
 
         nvml = pynvml
-    print(json.dumps(probe(nvml, args.repeat), indent=2, sort_keys=True))
+    report = probe(nvml, args.repeat)
+    report["backend_nvlink"] = probe_backend_nvlink(nvml, min(args.repeat, 50))
+    print(json.dumps(report, indent=2, sort_keys=True))
 
 
 if __name__ == "__main__":

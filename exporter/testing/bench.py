@@ -107,9 +107,11 @@ def _collect_wall(collection: Collection, rounds: int) -> dict[str, float]:
 
 def bench_serve(*, gpus: int = 8, scrapes: int = 2000, scrape_interval: float = 15.0,
                 collect_interval: float = 5.0, backend: Literal["nvml", "simulated"] = "simulated",
-                families: tuple[str, ...] = (), collect_rounds: int = 20) -> dict[str, Any]:
+                families: tuple[str, ...] = (), collect_rounds: int = 20,
+                dcgm_names: Literal["3", "4", "both"] = "3") -> dict[str, Any]:
     settings = ExporterSettings(backend=backend, gpus=gpus, listen="127.0.0.1:0", node_name="bench-node",
-                                collect_interval=collect_interval, families_include=list(families))
+                                collect_interval=collect_interval, families_include=list(families),
+                                dcgm_names=dcgm_names)
     app = ExporterApp(settings)
     app.start()
     try:
@@ -127,7 +129,8 @@ def bench_serve(*, gpus: int = 8, scrapes: int = 2000, scrape_interval: float = 
         app.stop()
     overhead = run["server_cpu_ms_per_scrape"] / 1000 / scrape_interval + collect_s / collect_interval
     return {**run, "warm_cache": warm, "gpus": devices, "backend": backend,
-            "families": sorted(app.collection.families), "collect_cpu_ms": round(collect_s * 1000, 4),
+            "families": sorted(app.collection.families), "dcgm_names": dcgm_names,
+            "collect_cpu_ms": round(collect_s * 1000, 4),
             **wall, "core_percent_at_interval": round(overhead * 100, 4),
             "scrape_interval_s": scrape_interval, "collect_interval_s": collect_interval,
             "rss_mib": round(rss, 1)}

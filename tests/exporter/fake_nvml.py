@@ -28,6 +28,7 @@ NVML_VALUE_TYPE_DOUBLE = 0
 NVML_VALUE_TYPE_UNSIGNED_INT = 1
 NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
 NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_UNKNOWN = 999
 NVML_FEATURE_ENABLED = 1
 NVML_NVLINK_MAX_LINKS = 36
 NVML_NVLINK_ERROR_DL_REPLAY = 0
@@ -101,6 +102,7 @@ class FakeGpu:
     nvlinks_down: set[int] = field(default_factory=set)
     nvlink_tx_kib: int = 5_000_000
     unsupported: set[str] = field(default_factory=set)  # method names or NVML_FI_* names
+    failing: dict[str, int] = field(default_factory=dict)  # method name -> NVML error value it raises
     lost: bool = False
 
 
@@ -154,6 +156,8 @@ class FakeNvml:
             raise NVMLError_GpuIsLost()
         if call in handle.unsupported:
             raise NVMLError_NotSupported()
+        if call in handle.failing:
+            raise NVMLError(handle.failing[call])
         return handle
 
     # library

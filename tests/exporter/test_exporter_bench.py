@@ -46,12 +46,15 @@ def test_cli_bench_backend_and_families() -> None:
     runner = CliRunner()
     result = runner.invoke(cli, ["bench", "--backend", "simulated", "--gpus", "1", "--scrapes", "20",
                                  "--fleet-nodes", "0", "--families", "pcie,gpm", "--collect-rounds", "4",
-                                 "--json"])
+                                 "--dcgm-names", "4", "--json"])
     assert result.exit_code == 0, result.output
     serve = json.loads(result.output)["serve"]
     assert serve["backend"] == "simulated"
     assert {"pcie", "gpm"} <= set(serve["families"])
     assert serve["collect_rounds"] == 4
+    assert serve["dcgm_names"] == "4"
     assert serve["collect_wall_p99_ms"] >= serve["collect_wall_p50_ms"] > 0
     bad = runner.invoke(cli, ["bench", "--backend", "cuda", "--fleet-nodes", "0"])
     assert bad.exit_code == 2
+    bad_names = runner.invoke(cli, ["bench", "--dcgm-names", "5", "--fleet-nodes", "0"])
+    assert bad_names.exit_code == 2 and "--dcgm-names" in bad_names.output

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
-from fake_nvml import FakeGpu, FakeNvml
+from fake_nvml import NVML_ERROR_GPU_IS_LOST, NVML_ERROR_UNKNOWN, FakeGpu, FakeNvml
 from prometheus_client import CollectorRegistry, generate_latest
 from typer.testing import CliRunner
 
 from exporter import cli
 from exporter.catalogue import select_families
 from exporter.collection import Collection
+from exporter.errors import BackendError
 from exporter.exposition import LabelPolicy, SnapshotCollector
 from exporter.naming import DCGM4, UNCONFIRMED, DcgmNames, exposed
 from exporter.nvml_backend import NvmlBackend
@@ -149,3 +152,94 @@ def test_cli_flag_validates(value: str, ok: bool, monkeypatch: pytest.MonkeyPatc
     else:
         assert result.exit_code == 2
         assert "--dcgm-names" in result.output and "'5'" in result.output
+
+
+def test_nvlink_error_leaves_that_value_out_not_the_gpu(caplog: pytest.LogCaptureFixture) -> None:
+    gpu = FakeGpu(uuid=UUID, nvlinks=2, failing={"nvmlDeviceGetNvLinkErrorCounter": NVML_ERROR_UNKNOWN})
+    with caplog.at_level(logging.WARNING, logger="exporter.nvml_backend"):
+        text = scrape(gpu, select_families(include=["nvlink"]))
+    assert lines(text, "gpufed_gpu_health{") == [f"gpufed_gpu_health{{{LABELS}}} 1.0"]
+    assert lines(text, "DCGM_FI_DEV_GPU_TEMP{") == [f"DCGM_FI_DEV_GPU_TEMP{{{LABELS}}} 55.0"]
+    assert len(lines(text, "gpufed_nvlink_link_up{")) == 2
+    assert len(lines(text, "gpufed_nvlink_tx_bytes_total{")) == 2
+    assert not lines(text, "gpufed_nvlink_crc_errors_total{")
+    # one warning per GPU, call and error, however many links and reads
+    warned = [r.getMessage() for r in caplog.records if "nvlink read failed" in r.getMessage()]
+    assert warned == [
+        "nvlink read failed gpu=0 call=crc_flit_errors error='NVML error 999' (series left out)",
+        "nvlink read failed gpu=0 call=crc_data_errors error='NVML error 999' (series left out)",
+    ]
+
+
+def test_nvlink_state_error_drops_the_links_and_keeps_the_gpu() -> None:
+    gpu = FakeGpu(uuid=UUID, nvlinks=18, failing={"nvmlDeviceGetNvLinkState": NVML_ERROR_UNKNOWN})
+    text = scrape(gpu, select_families(include=["nvlink"]))
+    assert lines(text, "gpufed_gpu_health{") == [f"gpufed_gpu_health{{{LABELS}}} 1.0"]
+    assert not [line for line in text.splitlines() if line.startswith("gpufed_nvlink")]
+
+
+def test_nvlink_lost_gpu_still_fails_the_reading() -> None:
+    lost = {"nvmlDeviceGetNvLinkState": NVML_ERROR_GPU_IS_LOST}
+    nvml = FakeNvml([FakeGpu(uuid=UUID, nvlinks=2, failing=lost)])
+    backend = NvmlBackend(nvml, event_timeout_ms=20)
+    try:
+        with pytest.raises(BackendError, match="every GPU"):
+            backend.read({"nvlink"})
+    finally:
+        backend.close()
+
+
+def test_nvlink_all_links_inactive_is_one_down_series_per_link() -> None:
+    """A GPU with no NVLink peer (a PCIe card, or one SXM GPU alone in a VM) reports every
+    link's state as disabled rather than NotSupported (public DCGM/NVSentinel reports); the
+    exporter shows each as `gpufed_nvlink_link_up 0`, without failing anything."""
+    gpu = FakeGpu(uuid=UUID, nvlinks=18, nvlinks_down=set(range(18)))
+    text = scrape(gpu, select_families(include=["nvlink"]))
+    up = lines(text, "gpufed_nvlink_link_up{")
+    assert len(up) == 18 and all(line.endswith(" 0.0") for line in up)
+    assert lines(text, "gpufed_gpu_health{") == [f"gpufed_gpu_health{{{LABELS}}} 1.0"]
+
+
+SEED_BUSY = 0
+
+
+def _sample_values(text: str) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            out.setdefault(name, []).append(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+def _twice(backend: NvmlBackend | SimulatedBackend, families: frozenset[str], names: DcgmNames,
+           now: list[float]) -> str:
+    """Exposition after a second collection (GPM needs two samples)."""
+    collection = Collection(backend, families, timeout=None, clock=lambda: now[0], timer=lambda: 0.0)
+    for _ in range(2):
+        now[0] += 5
+        assert collection.collect_once()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(collection, LabelPolicy("node-a"), dcgm_names=names))
+    return generate_latest(registry).decode()
+
+
+@pytest.mark.parametrize("names", ["3", "4", "both"])
+def test_nvml_and_simulation_emit_the_same_names_in_range(names: DcgmNames) -> None:
+    """What the GPU run compares on real hardware, here against the fake NVML: every name the
+    simulation emits comes from NVML too, and the 4.x units are in range."""
+    families = select_families(include=["pcie", "gpm", "process", "nvlink"])
+    nvml = NvmlBackend(FakeNvml([FakeGpu(uuid=UUID, nvlinks=18)]), event_timeout_ms=20)
+    try:
+        real = _sample_values(_twice(nvml, families, names, [1_700_000_000.0]))
+    finally:
+        nvml.close()
+    # At this seed and time the simulated GPU is busy, so it lists processes as the fake does.
+    now = [1_700_000_000.0]
+    busy = SimulatedBackend(1, seed=SEED_BUSY, node="node-a", xid_probability=0.0, clock=lambda: now[0])
+    simulated = _sample_values(_twice(busy, families, names, now))
+    assert set(real) == set(simulated)
+    for name, values in real.items():
+        if name.endswith("_RATIO"):
+            assert all(0.0 <= v <= 1.0 for v in values), name
+        assert all(v >= 0 for v in values), name
