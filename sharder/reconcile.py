@@ -71,8 +71,8 @@ from sharder.targetsets import (
     NodeCounts,
     count_nodes,
     merge_sets,
-    needs_placement,
     nodes_after,
+    note_change,
     ranked_sources,
     target_delta,
 )
@@ -500,15 +500,7 @@ class Reconciler:
             if before is target:
                 continue
             updates[identity] = target
-            if target is None:
-                removed.append(identity)
-            elif before is None:
-                added.append(target)
-            elif needs_placement(before, target):
-                removed.append(identity)
-                added.append(target)
-            elif before != target:
-                relabelled.add(identity)
+            note_change((added, removed, relabelled), identity, before, target)
         self._note_duplicates(frozenset(duplicates))
         if not updates:
             return applied, (added, removed, relabelled)

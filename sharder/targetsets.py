@@ -89,15 +89,23 @@ def target_delta(old: Mapping[str, Target], new: Mapping[str, Target]) -> Delta:
     removed = [identity for identity in old if identity not in new]
     added: list[Target] = []
     relabelled: set[str] = set()
+    delta: Delta = (added, removed, relabelled)
     for identity, target in new.items():
         before = old.get(identity)
-        if before is target:
-            continue
-        if before is None:
-            added.append(target)
-        elif needs_placement(before, target):
-            removed.append(identity)
-            added.append(target)
-        elif before != target:
-            relabelled.add(identity)
-    return added, removed, relabelled
+        if before is not target:
+            note_change(delta, identity, before, target)
+    return delta
+
+
+def note_change(delta: Delta, identity: str, before: Target | None, after: Target | None) -> None:
+    """Add one identity's change to ``delta``: placed, removed, placed again or relabelled."""
+    added, removed, relabelled = delta
+    if after is None:
+        removed.append(identity)
+    elif before is None:
+        added.append(after)
+    elif needs_placement(before, after):
+        removed.append(identity)
+        added.append(after)
+    elif before != after:
+        relabelled.add(identity)
