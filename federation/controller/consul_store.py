@@ -61,7 +61,7 @@ import requests
 from federation.controller import kvblob, kvblocks
 from federation.controller.consul_kv import READ_ATTEMPTS, ConsulKV, Head
 from federation.controller.state import AuditEntry, ControllerState
-from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError
+from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError, newest_audit
 from sharder.inventory import Target
 from sharder.lastknown import parse_entries, target_document
 
@@ -312,17 +312,7 @@ class ConsulStore(ConsulKV):
                     log.warning("skipping unreadable audit entry %s: %s", entry["Key"], exc)
         if isinstance(head.doc.get("audit"), dict):  # committed, maybe not copied yet
             found[head.int("revision")] = head.doc["audit"]
-        out = []
-        for audit_id in sorted(found, reverse=True):
-            if before_id is not None and audit_id >= before_id:
-                continue
-            try:
-                out.append(AuditEntry.model_validate({**found[audit_id], "id": audit_id}))
-            except ValueError as exc:
-                log.warning("skipping invalid audit entry %d: %s", audit_id, exc)
-            if len(out) >= limit:
-                break
-        return out
+        return newest_audit(found, limit=limit, top=None if before_id is None else before_id - 1)
 
     def save_sets(self, sets: Mapping[str, Sequence[Target]]) -> None:
         doc = {

@@ -52,7 +52,7 @@ from kubernetes.client.exceptions import ApiException
 from federation.controller import kube_parts
 from federation.controller.kube_objects import FORMAT, ConfigMaps, Head
 from federation.controller.state import AuditEntry, ControllerState
-from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError
+from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError, newest_audit
 from sharder.inventory import Target
 from sharder.lastknown import parse_entries, target_document
 
@@ -265,17 +265,7 @@ class KubeStore:
                     except ValueError as exc:
                         log.warning("skipping unreadable audit entry %s: %s", key, exc)
                 page -= 1
-        out = []
-        for audit_id in sorted(found, reverse=True):
-            if audit_id > top:
-                continue
-            try:
-                out.append(AuditEntry.model_validate({**found[audit_id], "id": audit_id}))
-            except ValueError as exc:
-                log.warning("skipping invalid audit entry %d: %s", audit_id, exc)
-            if len(out) >= limit:
-                break
-        return out
+        return newest_audit(found, limit=limit, top=top)
 
     # ---- last known sets ------------------------------------------------------------------------
     def save_sets(self, sets: Mapping[str, Sequence[Target]]) -> None:

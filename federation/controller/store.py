@@ -14,12 +14,15 @@ that knows a newer token refuses the write with :class:`FencedOut`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from federation.controller.state import AuditEntry, ControllerState
 from sharder.assignment import Assignment
 from sharder.inventory import Target
+
+log = logging.getLogger(__name__)
 
 Changed = tuple[Assignment, Collection[str]]
 """(the assignment a new one was made from, the identities that may differ from it)."""
@@ -91,3 +94,19 @@ class LastKnownView:
             return False
         save(changes)
         return True
+
+
+def newest_audit(found: Mapping[int, Mapping[str, Any]], *, limit: int, top: int | None) -> list[AuditEntry]:
+    """Audit entries read from a key-value store, newest first, ids up to ``top``: an entry
+    that does not validate is logged and skipped (a page of the log must still answer)."""
+    out: list[AuditEntry] = []
+    for audit_id in sorted(found, reverse=True):
+        if top is not None and audit_id > top:
+            continue
+        try:
+            out.append(AuditEntry.model_validate({**found[audit_id], "id": audit_id}))
+        except ValueError as exc:
+            log.warning("skipping invalid audit entry %d: %s", audit_id, exc)
+        if len(out) >= limit:
+            break
+    return out
