@@ -343,6 +343,8 @@ class Reconciler:
         with self._lock:
             now = self._clock()
             waits = []
+            if self._assignment is None and not self._sets:
+                return None  # ``tick`` has nothing to place yet: a due time now would spin the loop
             if self._first_dirty is not None:
                 waits.append(self._first_dirty + self.debounce_s)
             if self._missing_since:

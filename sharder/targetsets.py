@@ -33,18 +33,18 @@ def nodes_after(nodes: dict[str, Counter[str]], applied: Mapping[str, Target], d
     """Distinct nodes per region once ``delta`` applies to ``applied`` (counted in ``nodes``),
     in the time of the change: ``nodes`` itself is returned when no node count moves."""
     added, removed, _ = delta
-    step: dict[tuple[str, str], int] = {}
-    for identity in removed:
-        was = applied[identity]
-        step[(was.region, was.node)] = step.get((was.region, was.node), 0) - 1
-    for target in added:
-        step[(target.region, target.node)] = step.get((target.region, target.node), 0) + 1
-    step = {key: n for key, n in step.items() if n}
-    if not step:
+    step = Counter((target.region, target.node) for target in added)  # counted in C
+    step.subtract((applied[identity].region, applied[identity].node) for identity in removed)
+    moved = {key: n for key, n in step.items() if n}
+    if not moved:
         return NodeCounts(nodes, {r: len(c) for r, c in nodes.items()})
-    after = {region: Counter(found) for region, found in nodes.items()}
-    for (region, node), n in step.items():
-        bucket = after.setdefault(region, Counter())
+    after = dict(nodes)  # copy on write: only the regions a node count moves in
+    copied: set[str] = set()
+    for (region, node), n in moved.items():
+        if region not in copied:
+            after[region] = Counter(nodes.get(region, ()))
+            copied.add(region)
+        bucket = after[region]
         bucket[node] += n
         if bucket[node] <= 0:
             del bucket[node]

@@ -379,3 +379,18 @@ def test_a_delta_store_is_given_only_what_changed_since_the_last_save() -> None:
     assert store.whole == 0
     new, reg = fleet(11)[10].identity, target(500).identity
     assert store.changes == [{"file": {new: new}, "registry": {reg: reg}}, {"registry": {reg: None}}]
+
+
+def test_a_dirty_mark_before_any_target_is_not_due_so_the_loop_sleeps() -> None:
+    """A start with no stored state marks the reconciler dirty before a source has
+    delivered; ``tick`` has nothing to place then, so ``next_due`` must not say "now"
+    (the loop spun on it and took the GIL from the thread parsing the inventory)."""
+    clock = FakeClock()
+    rec, seen = make(clock)
+    rec.reset(previous=None, dirty=True)
+    clock.advance(60)
+    assert rec.next_due() is None
+    assert rec.tick() is None
+    rec.on_delta("registry", upserted=[target(1)], removed=[])
+    assert rec.next_due() == 0.0  # the old mark: the first set is placed at once
+    assert rec.tick() is not None and len(seen) == 1
