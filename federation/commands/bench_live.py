@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 VIA = ("file", "registry")
+FORMATS = ("yaml", "json")
 
 
 def live(
@@ -23,18 +24,25 @@ def live(
     batch: Annotated[int, typer.Option(min=0, max=62_500, help="entries in the timed batch POST; 0 skips")]
     = 20_000,
     change_timeout: Annotated[float, typer.Option(min=1, max=600, help="seconds a change may take")] = 60.0,
+    inventory_format: Annotated[str, typer.Option(help="yaml or json: the inventory's format")]
+    = "yaml",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """A real `gpufed serve`: registration -> its child's SD answer, CPU, RSS, ready, batch rate."""
     if via not in VIA:
         raise typer.BadParameter(f"expected one of {', '.join(VIA)}, got {via!r}", param_hint="--via")
+    if inventory_format not in FORMATS:
+        raise typer.BadParameter(
+            f"expected one of {', '.join(FORMATS)}, got {inventory_format!r}", param_hint="--inventory-format"
+        )
     from federation.testing.bench_live import LiveBenchError, run_live_bench
 
     # SIGTERM (a CI timeout) unwinds like Ctrl-C, so the serve process and the temp dir go too.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         result = run_live_bench(targets=targets, changes=changes, rate=rate, via=via, debounce_s=debounce,
-                                batch=batch, change_timeout_s=change_timeout)  # fmt: skip
+                                batch=batch, change_timeout_s=change_timeout,
+                                inventory_format=inventory_format)  # fmt: skip
     except (LiveBenchError, TimeoutError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc

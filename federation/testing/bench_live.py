@@ -217,6 +217,7 @@ def run_changes(http: httpx.Client, *, changes: int, rate: float, timeout: float
 def run_live_bench(
     *, targets: int, changes: int, rate: float, via: str = "file", debounce_s: float = 1.0,
     batch: int = 20_000, change_timeout_s: float = 60.0, ready_timeout_s: float = 900.0,
+    inventory_format: str = "yaml",
 ) -> dict[str, Any]:  # fmt: skip
     if via not in ("file", "registry"):
         raise ValueError(f"via: expected 'file' or 'registry', got {via!r}")
@@ -226,7 +227,8 @@ def run_live_bench(
     shards = max(1, round(targets / len(REGIONS) / TARGETS_PER_SHARD))
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-live-") as tmp:
         workdir = Path(tmp)
-        spec, inventory = write_fleet(workdir, nodes=nodes, regions=dict.fromkeys(REGIONS, shards))
+        spec, inventory = write_fleet(workdir, nodes=nodes, regions=dict.fromkeys(REGIONS, shards),
+                                      inventory_format=inventory_format)  # fmt: skip
         expected = 2 * nodes
         entries: list[tuple[str, dict[str, Any]]] = []
         if via == "registry":
@@ -238,6 +240,7 @@ def run_live_bench(
         result: dict[str, Any] = {
             "targets": expected, "shards": shards * len(REGIONS), "via": via,
             "changes": changes, "rate_per_s": rate, "debounce_s": debounce_s,
+            "inventory_format": inventory_format if via == "file" else None,
         }  # fmt: skip
         try:
             if via == "registry":

@@ -28,8 +28,11 @@ TOKEN = "failover-bench-token-0123456789abcdef"
 T = TypeVar("T")
 
 
-def write_fleet(directory: Path, *, nodes: int, regions: dict[str, int]) -> tuple[Path, Path]:
-    """A spec (fixed shard counts, HTTP SD) and an inventory of ``nodes`` GPU nodes."""
+def write_fleet(
+    directory: Path, *, nodes: int, regions: dict[str, int], inventory_format: str = "yaml"
+) -> tuple[Path, Path]:
+    """A spec (fixed shard counts, HTTP SD) and an inventory of ``nodes`` GPU nodes, in YAML
+    or in JSON (``inventory.json``; the loaders read JSON by that suffix)."""
     spec = directory / "spec.yaml"
     spec.write_text(
         yaml.safe_dump(
@@ -60,10 +63,11 @@ def write_fleet(directory: Path, *, nodes: int, regions: dict[str, int]) -> tupl
         }
         for i in range(nodes)
     ]
-    inventory = directory / "inventory.yaml"
-    inventory.write_text(
-        yaml.safe_dump({"defaults": {"exporters": {"gpu": 9400, "node": 9100}}, "nodes": entries})
-    )
+    document = {"defaults": {"exporters": {"gpu": 9400, "node": 9100}}, "nodes": entries}
+    if inventory_format not in ("yaml", "json"):
+        raise ValueError(f"inventory_format: expected 'yaml' or 'json', got {inventory_format!r}")
+    inventory = directory / f"inventory.{inventory_format}"
+    inventory.write_text(json.dumps(document) if inventory_format == "json" else yaml.safe_dump(document))
     return spec, inventory
 
 

@@ -31,10 +31,11 @@ def _app() -> typer.Typer:
 @pytest.mark.e2e
 def test_bench_live_prints_the_named_keys_with_sane_values() -> None:
     result = CliRunner().invoke(_app(), ["live", "--targets", "500", "--changes", "5", "--rate", "5",
-                                         "--debounce", "0.2", "--batch", "200", "--json"])  # fmt: skip
+                                         "--debounce", "0.2", "--batch", "200", "--inventory-format", "json",
+                                         "--json"])  # fmt: skip
     assert result.exit_code == 0, result.output
     figures = json.loads(result.output.splitlines()[-1])
-    assert figures.keys() >= KEYS
+    assert figures.keys() >= KEYS and figures["inventory_format"] == "json"
     assert figures["targets"] == 500 and figures["changes_missed"] == 0 and figures["debounce_s"] == 0.2
     assert 0 < figures["change_to_served_p50_s"] <= figures["change_to_served_p99_s"] < 30
     assert figures["controller_cpu_share"] >= 0 and figures["rss_mib"] > 10 and figures["ready_s"] > 0
@@ -59,6 +60,11 @@ def test_bench_live_via_the_registry_preregisters_every_target() -> None:
 def test_bench_live_refuses_an_unknown_via() -> None:
     result = CliRunner().invoke(_app(), ["live", "--via", "consul", "--json"])
     assert result.exit_code == 2 and "--via" in result.output and "consul" in result.output
+
+
+def test_bench_live_refuses_an_unknown_inventory_format() -> None:
+    result = CliRunner().invoke(_app(), ["live", "--inventory-format", "toml", "--json"])
+    assert result.exit_code == 2 and "--inventory-format" in result.output and "toml" in result.output
 
 
 def _client(status: int, seen: list[dict[str, Any]]) -> httpx.Client:

@@ -59,3 +59,19 @@ def test_a_delta_build_equals_a_full_build(seed: int) -> None:
         assert delta.child_shard == full.child_shard
         snapshot = delta
     assert assign(SPEC, list(current.values()), previous=before) == assignment
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_whole_answer_is_every_job_answer_joined_as_one_dump_would_write_it(seed: int) -> None:
+    """``whole`` is assembled from the per-job bytes; it must equal dumping the joined groups."""
+    rnd = random.Random(seed)
+    jobs = ["gpu", "node", "dcgm"][: rnd.randint(1, 3)]
+    members = [
+        t.model_copy(update={"job": rnd.choice(jobs), "labels": {"k": rnd.choice(["a", "é", '"q"'])}})
+        for t in fleet(rnd.randint(0, 40), region="r1", start=seed * 100)
+    ]
+    by_job = {job: [t for t in members if t.job == job] for job in jobs}
+    answers = {job: sdcache._dump(sdcache.target_groups(ts)) if ts else sdcache.EMPTY
+               for job, ts in by_job.items()}  # fmt: skip
+    joined = [g for job in sorted(by_job) for g in sdcache.target_groups(by_job[job])]
+    assert sdcache._joined(answers) == (sdcache._dump(joined) if joined else sdcache.EMPTY)
