@@ -423,7 +423,9 @@ class Controller:
     # ---- reads (views over the committed state and its targets) ------------------------------
     @property
     def ready(self) -> bool:
-        return self.state.assignment is not None
+        """HTTP SD answers for an assignment are published (a commit alone is not enough: a
+        first SD build of a million targets takes seconds after it)."""
+        return self.state.assignment is not None and self.publication.sd.assignment is not None
 
     def shard_rows(self) -> list[dict[str, Any]]:
         return self.views.shard_rows(self.state)

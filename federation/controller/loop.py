@@ -15,6 +15,7 @@ from typing import Protocol
 
 from federation.controller.options import ControllerOptions
 from federation.controller.replica import Replication
+from sharder.documents import gc_paused
 from sharder.reconcile import Reconciler
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,8 @@ def run(host: LoopHost, stop: threading.Event) -> None:
                     host.share_fetches()
                 continue
             refresh_at = time.monotonic() + options.refresh_interval_s
-            host.tick(idle=due is None)
+            with gc_paused():  # a first placement builds millions of objects: no full GC passes meanwhile
+                host.tick(idle=due is None)
             if time.monotonic() >= settle_at:
                 settle_at = time.monotonic() + options.settle_interval_s
                 host.share_fetches()

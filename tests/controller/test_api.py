@@ -213,3 +213,20 @@ async def test_health_ready_metrics_and_openapi(tmp_path: Path) -> None:
         targets = (await client.get("/v1/targets", params={"region": "r1", "limit": 2})).json()
         assert targets["total"] == 3 and len(targets["targets"]) == 2
         assert (await client.get("/v1/targets/nope:1")).status_code == 404
+
+
+@pytest.mark.asyncio
+async def test_ready_waits_for_the_sd_answers_not_only_the_commit(tmp_path: Path) -> None:
+    """A first SD build of a large fleet runs after the commit; until it is published,
+    /readyz says 503 (a readiness probe routes HTTP SD clients by it)."""
+    h = build(tmp_path)
+    publication = h.controller.publication
+    publish = publication.publish
+    publication.publish = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    async with h.client() as client:
+        h.feed(fleet(3))
+        assert h.controller.state.assignment is not None  # committed
+        assert (await client.get("/readyz")).status_code == 503
+        publication.publish = publish  # type: ignore[method-assign]
+        publication.publish(h.controller.state, h.controller.reconciler.target_map)
+        assert (await client.get("/readyz")).status_code == 200
