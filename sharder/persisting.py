@@ -38,7 +38,7 @@ class SetPersister:
     (changes arriving meanwhile are placed between two chunks)."""
 
     def __init__(
-        self, store: LastKnownStore | None, *, interval_s: float, chunk: int = 50_000, gap_s: float = 0.2
+        self, store: LastKnownStore | None, *, interval_s: float, chunk: int = 20_000, gap_s: float = 0.2
     ) -> None:
         self.store = store
         self.interval_s = interval_s

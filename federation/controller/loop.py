@@ -2,12 +2,14 @@
 
 It sleeps until a source pushes a change, the reconciler has work due (debounce, grace,
 hysteresis) or a periodic pass is due (settle hand-overs as the leader, follow the stored
-state as a follower); never a fixed polling rate. What each pass does is the host's (the
+state as a follower); never a fixed polling rate. Each pass runs with the cyclic GC paused
+(:func:`tick`). What each pass does is the host's (the
 controller façade); this module only orders it, so it imports nothing of the façade.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -39,6 +41,25 @@ class LoopHost(Protocol):
     def settle(self) -> int: ...
 
 
+FREEZE_AFTER_S = 0.5
+"""A tick this long built a lot (a first placement, a full one): what it built stays."""
+
+
+def tick(host: LoopHost, *, idle: bool) -> None:
+    """One pass with the cyclic GC paused; after a long one, what exists is frozen.
+
+    A first placement of a million targets builds tens of millions of objects. With the
+    collector running, each full pass walks all of them (seconds, over and over); paused,
+    the first passes after it walk them once more. Frozen (``gc.freeze``), no pass walks
+    them again: they live as long as the assignment, and they hold no reference cycles
+    (plain models and containers), so refcounting frees them when they go."""
+    started = time.monotonic()
+    with gc_paused():
+        host.tick(idle=idle)
+    if time.monotonic() - started >= FREEZE_AFTER_S:
+        gc.freeze()
+
+
 def run(host: LoopHost, stop: threading.Event) -> None:
     reconciler, replication, options = host.reconciler, host.replication, host.options
     settle_at = refresh_at = 0.0
@@ -60,8 +81,7 @@ def run(host: LoopHost, stop: threading.Event) -> None:
                     host.share_fetches()
                 continue
             refresh_at = time.monotonic() + options.refresh_interval_s
-            with gc_paused():  # a first placement builds millions of objects: no full GC passes meanwhile
-                host.tick(idle=due is None)
+            tick(host, idle=due is None)
             if time.monotonic() >= settle_at:
                 settle_at = time.monotonic() + options.settle_interval_s
                 host.share_fetches()
