@@ -23,6 +23,7 @@ injected by ``service.build_service``), ``load`` (measured load), ``store`` (sta
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -60,6 +61,7 @@ from federation.spec import GpufedSpec
 from sharder import plan as planning
 from sharder.assignment import Assignment
 from sharder.discovery_metrics import DiscoveryMetrics
+from sharder.documents import gc_paused
 from sharder.inventory import Target
 from sharder.reconcile import Reconciler
 from sharder.sources.registry import SOURCE as REGISTRY
@@ -92,6 +94,8 @@ class Controller:
         self.replication = replication or Replication(store=store, metrics=metrics)
         self.load = load
         self._lock = threading.RLock()
+        self._restored_fresh = False
+        """``restore`` ran and no ``take_over`` since (see there)."""
         self.jobs = {job.name: job for job in spec.jobs}
         self.discovery = DiscoveryMetrics(registry=metrics.registry)
         self.state = store.load() or ControllerState()
@@ -143,17 +147,23 @@ class Controller:
         Run at start and again by :meth:`take_over`: the state is read afresh, a source the
         reconcile loop has not heard from yet starts from its stored set, and the loop starts
         from the stored assignment and the targets it was made from, so nothing moves and
-        SD answers in full before the first tick."""
-        with self._lock:
-            state = self.store.load() or ControllerState()
-            sets = self.store.load_sets()
-            self.registry.seed(sets.pop("registry", []))
-            live = self.reconciler.source_sets()
-            self.reconciler.seed({name: targets for name, targets in sets.items() if name not in live})
-            registered = self.registry.targets()
-            if registered:
-                self.reconciler.on_change("registry", registered, version="persisted")
-            self._adopt(state)
+        SD answers in full before the first tick. Like a long tick (``loop.tick``), it runs
+        with the cyclic GC paused and freezes what it read: a million stored targets."""
+        with self._lock, gc_paused():
+            self._restore()
+            self._restored_fresh = True
+        gc.freeze()
+
+    def _restore(self) -> None:
+        state = self.store.load() or ControllerState()
+        sets = self.store.load_sets()
+        self.registry.seed(sets.pop("registry", []))
+        live = self.reconciler.source_sets()
+        self.reconciler.seed({name: targets for name, targets in sets.items() if name not in live})
+        registered = self.registry.targets()
+        if registered:
+            self.reconciler.on_change("registry", registered, version="persisted")
+        self._adopt(state)
 
     def _adopt(self, state: ControllerState) -> None:
         """Make a stored state this replica's: the loop builds on it, SD serves it (lock held)."""
@@ -182,7 +192,11 @@ class Controller:
         """This replica just became the leader: start from the stored state, then record the
         new fencing token in the store before anything else is written."""
         with self._lock:
-            self.restore()
+            # One replica without election (no fencing token) restored a moment ago at start,
+            # and nobody else writes its store: reading a million rows again is only waiting.
+            if not (self._restored_fresh and self.replication.fencing_token() is None):
+                self.restore()
+            self._restored_fresh = False
             audit = self.replication.lead_audit(at=self._wall())
             if audit is not None:
                 self._commit(self.state, audit=audit)

@@ -230,3 +230,17 @@ async def test_ready_waits_for_the_sd_answers_not_only_the_commit(tmp_path: Path
         publication.publish = publish  # type: ignore[method-assign]
         publication.publish(h.controller.state, h.controller.reconciler.target_map)
         assert (await client.get("/readyz")).status_code == 200
+
+
+def test_a_single_unfenced_replica_does_not_read_the_store_twice_at_start(tmp_path: Path) -> None:
+    """``build`` restored already; the loop's first pass (take_over) must not re-read a
+    million rows when no election runs. A fenced leader always re-reads (see test_replicas)."""
+    h = build(tmp_path)
+    reads: list[str] = []
+    store = h.controller.store
+    load = store.load
+    store.load = lambda: reads.append("load") or load()  # type: ignore[method-assign]
+    h.controller.take_over()
+    assert reads == []
+    h.controller.take_over()  # a second take-over (not at start) reads again
+    assert reads == ["load"]
