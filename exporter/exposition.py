@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
+from exporter import naming
 from exporter.catalogue import metrics_for
 from exporter.collection import Collection
 from exporter.models import GpuDevice, Snapshot
@@ -90,9 +91,11 @@ class SnapshotCollector:
                 for index, reading in snap.readings.items():
                     value = reading.values.get(spec.name)
                     if value is not None:
-                        metric.samples.append(Sample(out.name, labels[index], value / out.divisor))
+                        metric.samples.append(Sample(out.name, labels[index], out.convert(value)))
                 if metric.samples:
                     yield metric
+        if self._names != "3" and any(spec.name == "DCGM_FI_DEV_FB_USED" for spec in self._specs):
+            yield from self._capacity_family(snap, labels)
         if "xid" in fams:
             yield from self._xid_families(snap, labels)
         if "health" in fams:
@@ -136,6 +139,16 @@ class SnapshotCollector:
         for family in (up, *counters.values(), crc):
             if family.samples:
                 yield family
+
+    def _capacity_family(self, snap: Snapshot, labels: dict[int, dict[str, str]]) -> Iterator[Metric]:
+        """DCGM 4.x's total framebuffer in bytes (no 3.x counterpart), where the backend knows it."""
+        metric = _family(naming.CAPACITY, naming.CAPACITY_HELP, "gauge")
+        for device in snap.devices:
+            total = naming.capacity_bytes(device.memory_total_mib)
+            if total is not None and device.index in labels:
+                metric.samples.append(Sample(metric.name, labels[device.index], total))
+        if metric.samples:
+            yield metric
 
     def _xid_families(self, snap: Snapshot, labels: dict[int, dict[str, str]]) -> Iterator[Metric]:
         for out in exposed("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", self._names):

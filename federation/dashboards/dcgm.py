@@ -1,7 +1,8 @@
 """DCGM 3.x or 4.x names in dashboard queries: one expression that reads either.
 
-dcgm-exporter 4.9 (and `gpufed-exporter --dcgm-names 4`) renames some fields and turns
-utilisation from % into a 0-1 ratio. Panels query `metric()` instead of a bare name, so a
+dcgm-exporter 4.9 (and `gpufed-exporter --dcgm-names 4`) renames some fields and changes
+units (utilisation % -> 0-1, clocks MHz -> Hz, memory MiB -> bytes, energy mJ -> J).
+Panels query `metric()` (counters `rate()`) instead of a bare name, so a
 node on 3.x names, on 4.x names, or on both (a migration window: the two series carry
 the same labels, so `or` keeps one) draws the same line in the 3.x unit. Selectors that
 only need "a GPU exists" use `any_name()`, a `__name__` regex, valid where Grafana wants
@@ -11,19 +12,41 @@ a plain series selector (template variables). The table mirrors exporter/naming.
 
 from __future__ import annotations
 
-# 3.x name -> (4.x name, factor from the 4.x unit back to the 3.x unit)
-DCGM4: dict[str, tuple[str, float]] = {
-    "DCGM_FI_DEV_MEMORY_TEMP": ("DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", 1.0),
-    "DCGM_FI_DEV_GPU_TEMP": ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", 1.0),
-    "DCGM_FI_DEV_POWER_USAGE": ("DCGM_FI_DEV_BOARD_POWER_WATTS", 1.0),
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("DCGM_FI_DEV_PCIE_REPLAY_TOTAL", 1.0),
-    "DCGM_FI_DEV_GPU_UTIL": ("DCGM_FI_DEV_GPU_UTIL_RATIO", 100.0),
-    "DCGM_FI_DEV_XID_ERRORS": ("DCGM_FI_DEV_XID_ERROR", 1.0),
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", 1.0),
-    "DCGM_FI_PROF_SM_ACTIVE": ("DCGM_FI_PROF_SM_UTIL_RATIO", 1.0),
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("DCGM_FI_PROF_TENSOR_UTIL_RATIO", 1.0),
-    "DCGM_FI_PROF_DRAM_ACTIVE": ("DCGM_FI_PROF_DRAM_UTIL_RATIO", 1.0),
+from fractions import Fraction
+
+ONE = Fraction(1)
+MIB = 1 << 20
+
+# 3.x name -> (4.x name, exact factor from the 4.x unit back to the 3.x unit)
+DCGM4: dict[str, tuple[str, Fraction]] = {
+    "DCGM_FI_DEV_SM_CLOCK": ("DCGM_FI_DEV_SM_CLOCK_HERTZ", Fraction(1, 10**6)),
+    "DCGM_FI_DEV_MEM_CLOCK": ("DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", Fraction(1, 10**6)),
+    "DCGM_FI_DEV_MEMORY_TEMP": ("DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", ONE),
+    "DCGM_FI_DEV_GPU_TEMP": ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", ONE),
+    "DCGM_FI_DEV_POWER_USAGE": ("DCGM_FI_DEV_BOARD_POWER_WATTS", ONE),
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", Fraction(1000)),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("DCGM_FI_DEV_PCIE_REPLAY_TOTAL", ONE),
+    "DCGM_FI_DEV_GPU_UTIL": ("DCGM_FI_DEV_GPU_UTIL_RATIO", Fraction(100)),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": ("DCGM_FI_DEV_MEMORY_UTIL_RATIO", Fraction(100)),
+    "DCGM_FI_DEV_ENC_UTIL": ("DCGM_FI_DEV_ENC_UTIL_RATIO", Fraction(100)),
+    "DCGM_FI_DEV_DEC_UTIL": ("DCGM_FI_DEV_DEC_UTIL_RATIO", Fraction(100)),
+    "DCGM_FI_DEV_FB_FREE": ("DCGM_FI_DEV_FB_FREE_BYTES", Fraction(1, MIB)),
+    "DCGM_FI_DEV_FB_USED": ("DCGM_FI_DEV_FB_USED_BYTES", Fraction(1, MIB)),
+    "DCGM_FI_DEV_XID_ERRORS": ("DCGM_FI_DEV_XID_ERROR", ONE),
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", ONE),
+    "DCGM_FI_PROF_SM_ACTIVE": ("DCGM_FI_PROF_SM_UTIL_RATIO", ONE),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("DCGM_FI_PROF_TENSOR_UTIL_RATIO", ONE),
+    "DCGM_FI_PROF_DRAM_ACTIVE": ("DCGM_FI_PROF_DRAM_UTIL_RATIO", ONE),
 }
+
+
+def _scaled(series: str, factor: Fraction) -> str:
+    """``series`` times ``factor``, written as PromQL that stays exact (`/ 1048576`, `* 100`)."""
+    if factor == 1:
+        return series
+    if factor.denominator == 1:
+        return f"{series} * {factor.numerator}"
+    return f"{series} / {factor.denominator}" if factor.numerator == 1 else f"{series} * {float(factor)!r}"
 
 
 def metric(name: str, selector: str = "") -> str:
@@ -32,8 +55,18 @@ def metric(name: str, selector: str = "") -> str:
     if name not in DCGM4:
         return old
     new_name, factor = DCGM4[name]
-    new = f"{new_name}{{{selector}}}" + ("" if factor == 1.0 else f" * {factor:g}")
+    new = _scaled(f"{new_name}{{{selector}}}", factor)
     return f"({old} or {new})"
+
+
+def rate(name: str, selector: str, window: str = "$__rate_interval") -> str:
+    """``rate()`` of a counter under either name, in the 3.x unit per second (a range
+    selector cannot hold ``or``, so the two rates are joined instead)."""
+    old = f"rate({name}{{{selector}}}[{window}])"
+    if name not in DCGM4:
+        return old
+    new_name, factor = DCGM4[name]
+    return f"({old} or {_scaled(f'rate({new_name}{{{selector}}}[{window}])', factor)})"
 
 
 def any_name(name: str, selector: str = "") -> str:

@@ -45,8 +45,8 @@ def cluster_dashboard() -> Dashboard:
     gpus = f'count(group by (cluster, node, gpu) ({GPU_ANY}))'
     allocated = f'count(group by (cluster, node, gpu) ({GPU_ANY_POD}))'
     used = f"sum({per_gpu('DCGM_FI_DEV_FB_USED', REGION)}) * {MIB}"
-    total = (f"sum(max by (cluster, region, node, gpu) (DCGM_FI_DEV_FB_USED{{{REGION}}}"
-             f" + DCGM_FI_DEV_FB_FREE{{{REGION}}})) * {MIB}")
+    total = (f"sum(max by (cluster, region, node, gpu) ({dcgm.metric('DCGM_FI_DEV_FB_USED', REGION)}"
+             f" + {dcgm.metric('DCGM_FI_DEV_FB_FREE', REGION)})) * {MIB}")
     unhealthy_nodes = (
         f'count(group by (cluster, node) (max by (cluster, node) (up{{job="gpu", {REGION}}}) == 0)'
         f" or group by (cluster, node) (gpufed_gpu_health{{{REGION}}} == 0))"
@@ -169,7 +169,8 @@ def node_dashboard() -> Dashboard:
             width=4, height=5, thresholds=RED_IF_ANY),
         Panel("Devices", "table", (Query(
             f"max by (node, gpu, modelName, UUID, pci_bus_id) "
-            f"(DCGM_FI_DEV_FB_USED{{{GPU_SEL}}} + DCGM_FI_DEV_FB_FREE{{{GPU_SEL}}}) * {MIB}",
+            f"({dcgm.metric('DCGM_FI_DEV_FB_USED', GPU_SEL)} + {dcgm.metric('DCGM_FI_DEV_FB_FREE', GPU_SEL)})"
+            f" * {MIB}",
             instant=True),), "Each GPU's model, UUID, PCI bus id and framebuffer size.", unit="bytes",
             width=24, height=6),
     ))
@@ -200,8 +201,8 @@ def node_dashboard() -> Dashboard:
             thresholds=(("green", None), ("orange", 85.0), ("red", 90.0))),
         Panel("Power", "timeseries", (
             Query(per_gpu("DCGM_FI_DEV_POWER_USAGE", GPU_SEL, "node, gpu"), "{{node}} GPU {{gpu}}"),
-            Query(f"max by (node, gpu) (rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{GPU_SEL}}}"
-                  f"[$__rate_interval])) / 1000", "{{node}} GPU {{gpu}} (from energy)"),
+            Query(f"max by (node, gpu) ({dcgm.rate('DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION', GPU_SEL)}) / 1000",
+                  "{{node}} GPU {{gpu}} (from energy)"),
         ), "Instant draw (DCGM_FI_DEV_POWER_USAGE) and the average over the interval from the energy "
            "counter (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ).", unit="watt"),
         Panel("Clocks", "timeseries", (

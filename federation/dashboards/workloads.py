@@ -183,7 +183,8 @@ def quota_dashboard() -> Dashboard:
             "labels. Shows with neither HAMi nor kube-state-metrics. " + NO_ATTRIBUTION, width=8,
             stacked=True),
         Panel("GPU memory in use per namespace", "timeseries", (Query(
-            f"sum by (namespace) (max by (namespace, node, gpu) (DCGM_FI_DEV_FB_USED{{{NS_SEL}}})) * {MIB}",
+            f"sum by (namespace) (max by (namespace, node, gpu)"
+            f" ({dcgm.metric('DCGM_FI_DEV_FB_USED', NS_SEL)})) * {MIB}",
             "{{namespace}}"),), "Framebuffer used on the namespace's GPUs. " + NO_ATTRIBUTION,
             unit="bytes", width=8, stacked=True),
         Panel("HAMi-format GPU memory per node", "timeseries", (Query(

@@ -173,9 +173,13 @@ def test_dcgm4_table_matches_the_exporter() -> None:
     from exporter.naming import DCGM4 as EXPORTER_DCGM4
     from federation.dashboards import dcgm
 
-    assert {old: (new.name, new.divisor) for old, new in EXPORTER_DCGM4.items()} == dcgm.DCGM4
+    assert {old: (new.name, 1 / new.scale) for old, new in EXPORTER_DCGM4.items()} == dcgm.DCGM4
     assert dcgm.metric("DCGM_FI_DEV_GPU_UTIL", 'node="a"') == (
         '(DCGM_FI_DEV_GPU_UTIL{node="a"} or DCGM_FI_DEV_GPU_UTIL_RATIO{node="a"} * 100)')
-    assert dcgm.metric("DCGM_FI_DEV_FB_USED", 'node="a"') == 'DCGM_FI_DEV_FB_USED{node="a"}'
+    assert dcgm.metric("DCGM_FI_DEV_FB_USED", 'node="a"') == (
+        '(DCGM_FI_DEV_FB_USED{node="a"} or DCGM_FI_DEV_FB_USED_BYTES{node="a"} / 1048576)')
+    assert dcgm.metric("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION") == (
+        "(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{} or DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL{} * 1000)")
+    assert dcgm.metric("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL") == "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{}"
     expected = '{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_GPU_UTIL_RATIO"}'
     assert dcgm.any_name("DCGM_FI_DEV_GPU_UTIL") == expected

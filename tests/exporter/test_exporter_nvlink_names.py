@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import logging
+from fractions import Fraction
 
 import pytest
 from fake_nvml import NVML_ERROR_GPU_IS_LOST, NVML_ERROR_UNKNOWN, FakeGpu, FakeNvml
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from typer.testing import CliRunner
 
-from exporter import cli
+from exporter import cli, naming
 from exporter.catalogue import select_families
 from exporter.collection import Collection
 from exporter.errors import BackendError
 from exporter.exposition import LabelPolicy, SnapshotCollector
-from exporter.naming import DCGM4, UNCONFIRMED, DcgmNames, exposed
+from exporter.naming import DCGM4, DcgmNames, exposed
 from exporter.nvml_backend import NvmlBackend
 from exporter.simulated import SimulatedBackend
 
@@ -50,8 +53,17 @@ def test_dcgm4_names_and_units_exact() -> None:
     assert lines(text, "DCGM_FI_DEV_XID_ERROR") == [f"DCGM_FI_DEV_XID_ERROR{{{xid_labels}}} 0.0"]
     for old in DCGM4:
         assert not lines(text, old + "{"), f"{old} must not appear with --dcgm-names 4"
-    # Not confirmed for DCGM 4.7: kept under the 3.x name and unit.
-    assert lines(text, "DCGM_FI_DEV_FB_USED{") == [f"DCGM_FI_DEV_FB_USED{{{LABELS}}} 40000.0"]
+    # Clocks in Hz, energy in whole J, copy utilisation as a ratio, framebuffer in bytes.
+    expected = {
+        "DCGM_FI_DEV_SM_CLOCK_HERTZ": "1.98e+09",  # 1980 MHz
+        "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ": "2.619e+09",
+        "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL": "123456.0",  # 123,456,789 mJ, floored
+        "DCGM_FI_DEV_MEMORY_UTIL_RATIO": "0.4",
+        "DCGM_FI_DEV_FB_USED_BYTES": "4.194304e+10",  # 40,000 MiB
+        "DCGM_FI_DEV_FB_CAPACITY_BYTES": "8.5520809984e+10",  # 81,559 MiB
+    }
+    for name, value in expected.items():
+        assert lines(text, name + "{") == [f"{name}{{{LABELS}}} {value}"]
 
 
 def test_dcgm3_is_unchanged_and_both_writes_each_renamed_reading_twice() -> None:
@@ -61,14 +73,16 @@ def test_dcgm3_is_unchanged_and_both_writes_each_renamed_reading_twice() -> None
     assert lines(both, "DCGM_FI_DEV_GPU_UTIL") == [
         f"DCGM_FI_DEV_GPU_UTIL{{{LABELS}}} 70.0", f"DCGM_FI_DEV_GPU_UTIL_RATIO{{{LABELS}}} 0.7",
     ]
+    assert not lines(three, "DCGM_FI_DEV_FB_CAPACITY") and lines(both, "DCGM_FI_DEV_FB_CAPACITY_BYTES{")
     # every 3.x line is still there in `both`, with the same labels
     samples = [line for line in three.splitlines() if line.startswith("DCGM_FI")]
     assert set(samples) <= set(both.splitlines())
 
 
 def test_naming_table_is_consistent() -> None:
-    assert not set(DCGM4) & set(UNCONFIRMED)
-    assert exposed("DCGM_FI_DEV_FB_USED", "h", "4")[0].name == "DCGM_FI_DEV_FB_USED"
+    assert exposed("DCGM_FI_DEV_FB_USED", "h", "4")[0].name == "DCGM_FI_DEV_FB_USED_BYTES"
+    assert exposed("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "h", "4")[0].name == "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
+    assert len({r.name for r in DCGM4.values()}) == len(DCGM4)  # no two 3.x fields share a 4.x name
     assert [r.name for r in exposed("DCGM_FI_DEV_GPU_TEMP", "h", "both")] == [
         "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP_CELSIUS"]
 
@@ -243,3 +257,32 @@ def test_nvml_and_simulation_emit_the_same_names_in_range(names: DcgmNames) -> N
         if name.endswith("_RATIO"):
             assert all(0.0 <= v <= 1.0 for v in values), name
         assert all(v >= 0 for v in values), name
+
+
+@pytest.mark.parametrize(("old", "value", "expected"), [
+    ("DCGM_FI_DEV_GPU_UTIL", 70.0, 0.7), ("DCGM_FI_DEV_ENC_UTIL", 3.0, 0.03),
+    ("DCGM_FI_DEV_SM_CLOCK", 1335.0, 1_335_000_000.0), ("DCGM_FI_DEV_FB_FREE", 41559.0, 41559 * 2**20),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 123_456_789.0, 123_456.0),  # whole joules, floored
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 999.0, 0.0),
+])  # fmt: skip
+def test_each_unit_change_is_exact(old: str, value: float, expected: float) -> None:
+    assert DCGM4[old].convert(value) == expected
+
+
+@given(st.integers(min_value=0, max_value=10**9))
+def test_converted_readings_come_back_to_the_3x_value(value: int) -> None:
+    """What the dashboards do (dashboards/dcgm.py multiplies the 4.x series back): exact for
+    every unit but joules, which DCGM floors (back within one joule, i.e. 1000 mJ)."""
+    for old, rename in DCGM4.items():
+        back = Fraction(rename.convert(float(value))) / rename.scale
+        if rename.integer:
+            assert 0 <= value - back < 1000, old
+        elif rename.scale.denominator == 1:
+            assert back == value, old
+        else:
+            assert abs(back - value) <= Fraction(value, 10**12) + Fraction(1, 10**9), old
+
+
+def test_capacity_needs_a_known_total() -> None:
+    assert naming.capacity_bytes(0.0) is None
+    assert naming.capacity_bytes(81559.0) == 81559 * 2**20
