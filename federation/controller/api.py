@@ -17,24 +17,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from federation import meta_monitoring
-from federation.controller import errors, plans
-from federation.controller.auth import Authenticator, Caller
-from federation.controller.changes import ChangeRequest
+from federation.controller import errors, routes_changes, routes_registry
+from federation.controller.api_deps import Forbidden
+from federation.controller.auth import Authenticator
 from federation.controller.controller import Controller
 from federation.controller.http_guards import BodyGuard, RelativeRedirects, problem
 from federation.controller.ratelimit import RateLimited, RateLimiter
-from federation.controller.redact import redact_data, redact_file
+from federation.controller.redact import redact_file
 from federation.controller.store import StoreError
 from sharder.errors import SharderError
-from sharder.sources.registry import BatchInvalid, EndpointTaken, IdentityMismatch, RegistryFull
+from sharder.sources.registry import RegistryFull
 
 log = logging.getLogger(__name__)
 PROBLEM = "application/problem+json"
@@ -58,49 +57,6 @@ WEB_HEADERS = {
 }
 
 
-class RebalanceRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    version: str = Field(min_length=1, max_length=100, description="the version POST /v1/plan answered")
-
-
-class RegistryBatch(BaseModel):
-    """Entries are validated one by one by the registry (``parse_target``), so they stay raw here."""
-
-    model_config = ConfigDict(extra="forbid")
-    put: list[Any] = Field(default_factory=list)
-    delete: list[Any] = Field(default_factory=list)
-
-
-class PinRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    identity: str = Field(min_length=1, max_length=1000)
-    shard: str = Field(min_length=1, max_length=200)
-    reason: str = Field(default="", max_length=500)
-
-
-def _caller(request: Request, authorization: str | None, scope: str) -> Caller:
-    auth: Authenticator = request.app.state.auth
-    caller = auth.caller(authorization)
-    if caller is None:
-        raise errors.ControllerError("401")
-    if scope not in caller.scopes and not (scope == "register" and "write" in caller.scopes):
-        raise _Forbidden(f"token {caller.name!r} lacks the {scope!r} scope")
-    request.app.state.controller.check_writable()  # a follower answers 503 with the leader
-    return caller
-
-
-def writer(request: Request, authorization: Annotated[str | None, Header()] = None) -> Caller:
-    return _caller(request, authorization, "write")
-
-
-def registrar(request: Request, authorization: Annotated[str | None, Header()] = None) -> Caller:
-    return _caller(request, authorization, "register")
-
-
-Writer = Annotated[Caller, Depends(writer)]
-Registrar = Annotated[Caller, Depends(registrar)]
-
-
 def create_app(
     controller: Controller, *, auth: Authenticator, leader: Callable[[], str | None] | None = None
 ) -> FastAPI:
@@ -113,7 +69,9 @@ def create_app(
 
     app.state.auth = auth
     app.state.controller = controller
-    limiter = RateLimiter(rate=controller.options.registry_rate, burst=controller.options.registry_burst)
+    app.state.limiter = RateLimiter(
+        rate=controller.options.registry_rate, burst=controller.options.registry_burst
+    )
 
     # ---- errors -------------------------------------------------------------------------
     @app.exception_handler(RequestValidationError)
@@ -142,7 +100,7 @@ def create_app(
             return problem(422, "Invalid change", str(exc), field=exc.field)
         if isinstance(exc, errors.Unavailable):
             return problem(503, "Not the leader", str(exc), leader=exc.leader)
-        if isinstance(exc, _Forbidden):
+        if isinstance(exc, Forbidden):
             return problem(403, "Forbidden", str(exc))
         unauthorized = problem(401, "Unauthorized", "a bearer token is required (Authorization: Bearer ...)")
         unauthorized.headers["WWW-Authenticate"] = 'Bearer realm="gpufed"'
@@ -287,104 +245,8 @@ def create_app(
             "auth": "dev (no token needed)" if auth.dev else "bearer token",
         }
 
-    # ---- changes: plan first ------------------------------------------------------------------
-    @app.post("/v1/plan", tags=["changes"], summary="What a change would move; nothing is applied")
-    def plan(change: ChangeRequest, caller: Writer) -> dict[str, Any]:
-        return plans.dump_plan(controller.plan(change))
-
-    @app.post("/v1/rebalance", tags=["changes"], summary="Apply a plan by its version")
-    def rebalance(body: RebalanceRequest, caller: Writer) -> dict[str, Any]:
-        result = controller.apply(body.version, actor=caller.name)
-        out: dict[str, Any] = {
-            "applied": result.applied,
-            "version": result.version,
-            "message": result.message,
-            "current_version": controller.current_version(),
-            "assignment_version": controller.state.assignment_version,
-        }
-        if result.plan is not None:
-            out["counts"] = result.plan.counts.model_dump(mode="json")
-            out["moves"] = [m.model_dump(mode="json") for m in result.plan.moves]
-        return out
-
-    @app.post("/v1/shards/{shard}/drain", tags=["changes"], summary="Plan to empty a shard")
-    def drain(shard: str, caller: Writer) -> dict[str, Any]:
-        return plans.dump_plan(controller.plan(ChangeRequest(drain=[shard])))
-
-    @app.post("/v1/shards/{shard}/undrain", tags=["changes"], summary="Plan to use a drained shard again")
-    def undrain(shard: str, caller: Writer) -> dict[str, Any]:
-        return plans.dump_plan(controller.plan(ChangeRequest(undrain=[shard])))
-
-    @app.post("/v1/pins", tags=["changes"], summary="Plan to pin a target to a shard")
-    def pin(body: PinRequest, caller: Writer) -> dict[str, Any]:
-        return plans.dump_plan(
-            controller.plan(ChangeRequest(pin={body.identity: body.shard}, reason=body.reason))
-        )
-
-    @app.delete("/v1/pins/{identity:path}", tags=["changes"], summary="Plan to unpin a target")
-    def unpin(identity: str, caller: Writer) -> dict[str, Any]:
-        return plans.dump_plan(controller.plan(ChangeRequest(unpin=[identity])))
-
-    @app.get("/v1/audit", tags=["changes"])
-    def audit(
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-        before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
-    ) -> dict[str, Any]:
-        entries = controller.audit(limit=limit, before_id=before)
-        return {"entries": [redact_data(e.model_dump(mode="json")) for e in entries]}
-
-    # ---- built-in registry -------------------------------------------------------------------
-    @app.put("/v1/registry/targets/{identity:path}", tags=["registry"], status_code=200)
-    def register(identity: str, body: dict[str, Any], caller: Registrar) -> JSONResponse:
-        limiter.take(caller.name)
-        try:
-            target, created = controller.registry.put(identity, body)
-        except IdentityMismatch as exc:
-            return problem(422, "Invalid target", str(exc), field="identity")
-        except EndpointTaken as exc:
-            return problem(409, "Endpoint taken", str(exc), field="address")
-        return JSONResponse(
-            {"identity": target.identity, "expires_in_s": controller.registry.ttl_s},
-            status_code=201 if created else 200,
-        )
-
-    @app.post("/v1/registry/batch", tags=["registry"], status_code=200)
-    def register_batch(body: RegistryBatch, caller: Registrar) -> JSONResponse:
-        """Many registrations in one request, all or nothing (``gpufed-exporter fleet``).
-        Rate-limited per entry: a batch of N costs what N single calls do."""
-        limiter.take(caller.name, max(1, len(body.put) + len(body.delete)))
-        try:
-            result = controller.registry.batch(body.put, body.delete)
-        except BatchInvalid as exc:
-            return problem(422, "Invalid batch", str(exc), errors=exc.errors, invalid=exc.total)
-        except EndpointTaken as exc:  # taken by a PUT while the batch was being checked
-            return problem(409, "Endpoint taken", str(exc), field="address")
-        return JSONResponse(
-            {
-                "put": result.put,
-                "created": result.created,
-                "deleted": result.deleted,
-                "expires_in_s": controller.registry.ttl_s,
-            }
-        )
-
-    @app.delete("/v1/registry/targets/{identity:path}", tags=["registry"], status_code=204)
-    def deregister(identity: str, caller: Registrar) -> Response:
-        limiter.take(caller.name)
-        if not controller.registry.delete(identity):
-            raise errors.NotFound(f"no registered target {identity!r}")
-        return Response(status_code=204)
-
-    @app.get("/v1/registry/targets", tags=["registry"])
-    def registered() -> dict[str, Any]:
-        from sharder.lastknown import target_document
-
-        return {
-            "targets": [
-                {**target_document(t), "identity": t.identity, "expires_in_s": round(left, 1)}
-                for t, left in controller.registry.entries()
-            ]
-        }
+    app.include_router(routes_changes.router)
+    app.include_router(routes_registry.router)
 
     # ---- configs --------------------------------------------------------------------------------
     @app.get("/v1/configs", tags=["configs"], summary="Published config files and the last check")
@@ -429,7 +291,3 @@ def create_app(
     )
     app.add_middleware(RelativeRedirects)  # type: ignore[arg-type]
     return app
-
-
-class _Forbidden(errors.ControllerError):
-    pass
