@@ -6,13 +6,11 @@ or by a test with a fake clock) merges them, applies grace periods and shard-cou
 hysteresis, and assigns through ``assign_fn`` (sticky ``sharder.assign.assign`` unless
 the controller injects its own). Plain Python, no I/O: time comes from ``clock``.
 
-**Merge.** Sources merge by target identity. When two sources list the same identity
-the one earlier in ``precedence`` wins; sources not named there come after, in name
-order. So ``precedence=("file", "consul")`` lets a hand-kept file override Consul. A
-source pushing several sets (``consul/<service>@<dc>``) ranks by the part before "/".
-One endpoint is one target (``sharder.endpoints``): a second identity for an endpoint
-within a source is skipped; across sources the earlier in precedence keeps it and the
-other identity is left out, named in a log line and counted (``duplicate_endpoint``).
+**Merge.** What the sources say, merged, is :class:`sharder.merging.MergedSources`'s:
+by target identity, the source earlier in ``precedence`` first (so ``precedence=("file",
+"consul")`` lets a hand-kept file override Consul), one target per endpoint. Within a
+source a second identity for an endpoint is skipped; across sources the later one is
+left out, logged and counted (``duplicate_endpoint``). This module decides when to place.
 
 **Debounce.** The first unapplied change opens a window of ``debounce_s`` (default
 1 s); everything that arrives within it lands in one assignment at its end. So a burst
@@ -20,7 +18,7 @@ costs one re-assignment and no change waits longer than ``debounce_s``, even whe
 registry never settles (a trailing debounce would keep postponing it).
 
 **Grace.** A target that vanishes from every source is kept (in its shard) for
-``grace_s`` (default 2 min); one that comes back in time never left, so a flapping
+``grace_s`` (default 2 min, kept by ``MergedSources``); one that comes back in time never left, so a flapping
 target never changes shard. A source that fails keeps its last set: errors go to
 :meth:`Reconciler.on_error` and only count.
 
@@ -49,33 +47,15 @@ from sharder import documents, intake, sizing
 from sharder import overrides as overriding
 from sharder import plan as plan_mod
 from sharder.assignment import Assignment
-from sharder.endpoints import (
-    Duplicate,
-    Endpoint,
-    EndpointIndex,
-    cross_source_duplicates,
-    endpoint_of,
-    sharing,
-    show,
-    winner,
-)
 from sharder.errors import SharderError
 from sharder.incremental import IncrementalAssigner
 from sharder.intake import DiscoveryObserver
 from sharder.inventory import Target, sort_targets
+from sharder.merging import MergedSources
 from sharder.persisting import LastKnownStore, SetPersister
 from sharder.placer import AssignFn, Placer, sticky_assign
 from sharder.spec import FederationSpec
-from sharder.targetsets import (
-    Delta,
-    NodeCounts,
-    count_nodes,
-    merge_sets,
-    nodes_after,
-    note_change,
-    ranked_sources,
-    target_delta,
-)
+from sharder.targetsets import Delta, NodeCounts, count_nodes, nodes_after
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +84,8 @@ class Reconciler:
     ) -> None:
         self.spec = spec
         self._clock = clock
-        self.debounce_s, self.grace_s = debounce_s, grace_s
+        self.debounce_s = debounce_s
         self._sizer = sizing.ShardSizer(spec, hysteresis or sizing.Hysteresis(), previous=previous)
-        self._precedence = list(precedence)
         self.placer = Placer(spec, assign_fn=assign_fn)
         self._on_assignment = on_assignment
         self._observer = observer
@@ -114,18 +93,10 @@ class Reconciler:
         self._regions = set(spec.region_names())
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._sets: dict[str, dict[str, Target]] = {}
-        self._jobs = {job.name: job for job in spec.jobs}
-        self._endpoints: dict[str, EndpointIndex] = {}
-        """source -> its targets by endpoint, kept with ``_sets``."""
-        self._duplicates: frozenset[Duplicate] = frozenset()
-        self._versions: dict[str, str | None] = {}
-        self._missing_since: dict[str, float] = {}
+        jobs = {job.name: job for job in spec.jobs}
+        self.sources = MergedSources(jobs=jobs, precedence=precedence, grace_s=grace_s, observer=observer)
+        """What the sources say, merged; used only under ``_lock``."""
         self._first_dirty: float | None = None
-        self._dirty: set[str] | None = set()
-        self._dirty_endpoints: set[Endpoint] = set()
-        """Identities whose merged target may differ from what is placed (None: look at
-        all of them). Sources name them as they push, so a tick costs the change."""
         self._assignment = previous
         self._applied: dict[str, Target] = {}
         self.assignments = 0
@@ -157,6 +128,14 @@ class Reconciler:
             self.placer.set_overrides(checked)
 
     @property
+    def grace_s(self) -> float:
+        return self.sources.grace_s
+
+    @grace_s.setter
+    def grace_s(self, value: float) -> None:
+        self.sources.grace_s = value
+
+    @property
     def overrides(self) -> overriding.Overrides:
         return self.placer.overrides
 
@@ -183,59 +162,31 @@ class Reconciler:
     # ---- input from sources (any thread) -------------------------------------------------
     def on_change(self, source: str, targets: Iterable[Target], *, version: str | None = None) -> None:
         """``targets`` is the source's whole current set (not a delta)."""
-        index = EndpointIndex(self._jobs)
+        index = self.sources.new_index()
         with documents.gc_paused():  # a full set builds a tuple per target: no GC passes meanwhile
             kept = intake.screen_set(
                 source, targets, regions=self._regions, observer=self._observer, endpoints=index
             )
         with self._wake:
-            self._versions[source] = version
-            before = self._sets.get(source, {})
-            if before == kept:
+            changed = self.sources.replace(
+                source, kept, index=index, version=version, applied=self._applied, now=self._clock()
+            )
+            if changed is None:
                 return
-            self._sets[source] = kept
-            self._endpoints[source] = index
-            changed = {i for i in before.keys() | kept.keys() if before.get(i) != kept.get(i)}
-            for identity in changed:
-                self._note_dirty(identity, before.get(identity), kept.get(identity))
             if version != "persisted":  # a seed from the store is saved already
                 self._persister.note(source).update(changed)
-            now = self._clock()
-            for identity in before.keys() - kept.keys():  # the grace period starts now
-                if identity in self._applied and not any(identity in s for s in self._sets.values()):
-                    self._missing_since.setdefault(identity, now)
             self._mark_dirty()
 
     def on_delta(self, source: str, *, upserted: Sequence[Target], removed: Sequence[str]) -> None:
         """What changed in ``source``'s set (the built-in registry knows): the cost of the
         change, not of the set. Targets in unknown regions are skipped as ``on_change`` does."""
         kept = intake.screen_delta(source, upserted, regions=self._regions, observer=self._observer)
-        same_endpoint = 0
         with self._wake:
-            members = self._sets.setdefault(source, {})
-            index = self._endpoints.setdefault(source, EndpointIndex(self._jobs))
-            changed = False
-            now = self._clock()
-            unsaved = self._persister.note(source)
-            for identity in removed:
-                if (gone := members.pop(identity, None)) is not None:
-                    index.discard(identity)
-                    changed = True
-                    unsaved.add(identity)
-                    self._note_dirty(identity, gone)
-                    if identity in self._applied and not any(identity in s for s in self._sets.values()):
-                        self._missing_since.setdefault(identity, now)
-            for target in kept:
-                identity = target.identity
-                if members.get(identity) != target:
-                    if index.add(target) is not None:
-                        same_endpoint += 1
-                        continue
-                    self._note_dirty(identity, members.get(identity), target)
-                    members[identity] = target
-                    changed = True
-                    unsaved.add(identity)
-            size = len(members)
+            changed, same_endpoint = self.sources.apply_delta(
+                source, upserted=kept, removed=removed, applied=self._applied, now=self._clock()
+            )
+            self._persister.note(source).update(changed)
+            size = len(self.sources.sets[source])
             if changed:
                 self._mark_dirty()
         if same_endpoint:
@@ -252,13 +203,8 @@ class Reconciler:
     def endpoint_owner(self, target: Target, *, excluding: str) -> tuple[str, str] | None:
         """(source, identity) of another identity serving ``target``'s endpoint outside
         ``excluding`` (the registry asks before it accepts an entry), else None."""
-        endpoint = endpoint_of(target, self._jobs)
         with self._lock:
-            for name in ranked_sources(self._endpoints, self._precedence):
-                owner = self._endpoints[name].owner(endpoint) if name != excluding else None
-                if owner is not None and owner != target.identity:
-                    return name, owner
-        return None
+            return self.sources.endpoint_owner(target, excluding=excluding)
 
     def on_error(self, source: str, reason: str) -> None:
         """A failed poll or watch: the source's last set stays; only the count moves."""
@@ -282,13 +228,7 @@ class Reconciler:
             return None
         with self._lock:
             self._first_dirty = None
-            dirty, self._dirty = self._dirty, set()
-            endpoints, self._dirty_endpoints = self._dirty_endpoints, set()
-            if dirty is None:
-                targets = self._effective(now)
-                delta = target_delta(self._applied, targets)
-            else:
-                targets, delta = self._effective_delta(dirty, endpoints, now)
+            targets, delta = self.sources.effective(self._applied, now)
         nodes = self._nodes_after(delta)
         counts = self._sizer.counts_of(nodes.counts, now=now)
         same = not (delta[0] or delta[1] or delta[2])
@@ -331,24 +271,25 @@ class Reconciler:
         if self._persister.store is None:
             return
         with self._lock:
-            changes = self._persister.take(now, self._sets)
+            changes = self._persister.take(now, self.sources.sets)
         self._persister.write(changes, self._whole_sets)
 
     def _whole_sets(self) -> dict[str, list[Target]]:
         with self._lock:
-            return {name: list(members.values()) for name, members in self._sets.items()}
+            return self.sources.whole_sets()
 
     def next_due(self) -> float | None:
         """Seconds until ``tick`` has work (0: now), None when nothing is pending."""
         with self._lock:
             now = self._clock()
             waits = []
-            if self._assignment is None and not self._sets:
+            if self._assignment is None and not self.sources.sets:
                 return None  # ``tick`` has nothing to place yet: a due time now would spin the loop
             if self._first_dirty is not None:
                 waits.append(self._first_dirty + self.debounce_s)
-            if self._missing_since:
-                waits.append(min(self._missing_since.values()) + self.grace_s)
+            grace_ends = self.sources.grace_ends()
+            if grace_ends is not None:
+                waits.append(grace_ends)
             shrink = self._sizer.next_shrink_at()
             if shrink is not None:
                 waits.append(shrink)
@@ -422,8 +363,8 @@ class Reconciler:
             if targets is not None:
                 self._applied = dict(targets)
                 self._nodes = None
-                self._dirty = None  # compare every source with what is now placed
-                self._missing_since = {i: t for i, t in self._missing_since.items() if i in self._applied}
+                self.sources.look_at_everything()  # compare every source with what is now placed
+                self.sources.keep_grace_of(self._applied)
             if dirty:
                 self._mark_dirty()
 
@@ -450,70 +391,18 @@ class Reconciler:
 
     def source_sets(self) -> dict[str, list[Target]]:
         with self._lock:
-            return {name: sort_targets(members.values()) for name, members in self._sets.items()}
+            return self.sources.source_sets()
 
     def versions(self) -> dict[str, str | None]:
         with self._lock:
-            return dict(self._versions)
+            return self.sources.versions()
 
     def grace_remaining(self) -> dict[str, float]:
         """identity -> seconds until a vanished target is dropped."""
         with self._lock:
-            now = self._clock()
-            return {i: max(0.0, t + self.grace_s - now) for i, t in sorted(self._missing_since.items())}
+            return self.sources.grace_remaining(self._clock())
 
     # ---- internals (lock held) ---------------------------------------------------------
-    def _note_dirty(self, identity: str, *targets: Target | None) -> None:
-        """``identity`` changed (its targets before and after): it and whoever shares one of
-        their endpoints in another source are looked at by the next tick."""
-        if self._dirty is not None:
-            self._dirty.add(identity)
-            self._dirty_endpoints.update(endpoint_of(t, self._jobs) for t in targets if t is not None)
-
-    def _effective_delta(
-        self, dirty: set[str], endpoints: set[Endpoint], now: float
-    ) -> tuple[dict[str, Target], Delta]:
-        """:meth:`_effective` and :func:`target_delta` for the ``dirty`` identities alone (and
-        those sharing their endpoints, and any whose grace period ended): the same result,
-        at the cost of the change."""
-        applied = self._applied
-        endpoints.update(endpoint_of(applied[i], self._jobs) for i in dirty if i in applied)
-        looked_at = dirty | sharing(endpoints, self._endpoints)
-        looked_at.update(i for i, since in self._missing_since.items() if now >= since + self.grace_s)
-        order = ranked_sources(self._sets, self._precedence)
-        duplicates = {d for d in self._duplicates if d.identity not in looked_at}
-        added: list[Target] = []
-        removed: list[str] = []
-        relabelled: set[str] = set()
-        updates: dict[str, Target | None] = {}
-        for identity in looked_at:
-            target, duplicate = winner(identity, order, self._sets, self._endpoints, self._jobs)
-            if duplicate is not None:
-                duplicates.add(duplicate)
-            if target is not None:
-                self._missing_since.pop(identity, None)
-            elif identity in applied:
-                since = self._missing_since.setdefault(identity, now)
-                if now < since + self.grace_s:
-                    target = applied[identity]
-                else:
-                    del self._missing_since[identity]
-            before = applied.get(identity)
-            if before is target:
-                continue
-            updates[identity] = target
-            note_change((added, removed, relabelled), identity, before, target)
-        self._note_duplicates(frozenset(duplicates))
-        if not updates:
-            return applied, (added, removed, relabelled)
-        targets = dict(applied)
-        for identity, target in updates.items():
-            if target is None:
-                del targets[identity]
-            else:
-                targets[identity] = target
-        return targets, (added, removed, relabelled)
-
     def _mark_dirty(self) -> None:
         if self._first_dirty is None:
             self._first_dirty = self._clock()
@@ -521,58 +410,11 @@ class Reconciler:
         self._wake.notify_all()
 
     def _due(self, now: float) -> bool:
-        if self._assignment is None and not self._sets:
+        if self._assignment is None and not self.sources.sets:
             return False
         if self._first_dirty is not None and now >= self._first_dirty + self.debounce_s:
             return True
-        if any(now >= since + self.grace_s for since in self._missing_since.values()):
+        if self.sources.grace_ended(now):
             return True
         shrink = self._sizer.next_shrink_at()
         return shrink is not None and now >= shrink
-
-    def _merged(self) -> dict[str, Target]:
-        merged = merge_sets(self._sets, self._precedence)
-        if len(self._sets) < 2:
-            return merged
-        ranked = [(name, self._endpoints[name]) for name in ranked_sources(self._sets, self._precedence)]
-        duplicates = cross_source_duplicates(ranked, merged)
-        for dup in duplicates:
-            if merged.get(dup.identity) is self._sets[dup.source].get(dup.identity):
-                del merged[dup.identity]
-        self._note_duplicates(frozenset(duplicates))
-        return merged
-
-    def _note_duplicates(self, duplicates: frozenset[Duplicate]) -> None:
-        """Log and count each duplicate once, when it appears (not at every tick)."""
-        fresh = duplicates - self._duplicates
-        self._duplicates = duplicates
-        for dup in sorted(fresh, key=lambda d: (d.source, d.identity))[:20]:
-            log.warning(
-                "discovery source=%s left out target=%s reason=duplicate_endpoint endpoint=%s"
-                " kept=%s kept_source=%s",
-                dup.source,
-                dup.identity,
-                show(dup.endpoint),
-                dup.kept,
-                dup.kept_source,
-            )
-        if self._observer is not None:
-            counts = Counter(d.source for d in fresh)
-            for source, count in sorted(counts.items()):
-                self._observer.error(source, reason="duplicate_endpoint", count=count)
-
-    def _effective(self, now: float) -> dict[str, Target]:
-        """Merged targets plus vanished ones still in their grace period."""
-        merged = self._merged()
-        for identity in list(self._missing_since):
-            if identity in merged:
-                del self._missing_since[identity]
-        for identity, target in self._applied.items():
-            if identity in merged:
-                continue
-            since = self._missing_since.setdefault(identity, now)
-            if now < since + self.grace_s:
-                merged[identity] = target
-            else:
-                del self._missing_since[identity]
-        return merged

@@ -65,12 +65,12 @@ def test_a_tick_over_the_named_identities_equals_a_full_merge(ops: list[tuple[An
             _push(rec, op)
         if op[0] == "wait":
             clock.advance(float(op[1]))  # type: ignore[arg-type]
-        full._dirty = None  # the reference looks at every source each tick
+        full.sources.look_at_everything()  # the reference looks at every source each tick
         a, b = named.tick(), full.tick()
         assert (a is None) == (b is None)
         assert dict(named.target_map) == dict(full.target_map)
         assert named.grace_remaining() == full.grace_remaining()
-        left_out = [{(d.identity, d.source) for d in rec._duplicates} for rec in (named, full)]
+        left_out = [{(d.identity, d.source) for d in rec.sources.duplicates} for rec in (named, full)]
         assert left_out[0] == left_out[1]  # the same identities reported as left out
         if named.assignment is not None or full.assignment is not None:
             assert named.assignment is not None and full.assignment is not None
