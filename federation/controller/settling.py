@@ -55,8 +55,8 @@ class HandoverSettler:
     ) -> list[Handover]:
         """The hand-overs after ``previous`` -> ``current``; ``touched``: the only identities
         that may have moved (None: any of ``targets``)."""
-        if not self.options.handover:
-            return []
+        if not self.options.handover or (previous is None and not existing):
+            return []  # off, or a first assignment: nothing was scraped anywhere before it
         candidates = targets.keys() if touched is None else [i for i in touched if i in targets]
         return handing.reconcile(
             previous,
