@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 
 
 OnAssignment = Callable[[Assignment, plan_mod.Plan], None]
+OnSummary = Callable[[Assignment, plan_mod.PlanSummary], None]
 
 
 class Reconciler:
@@ -78,6 +79,7 @@ class Reconciler:
         precedence: Sequence[str] = (),
         assign_fn: AssignFn = sticky_assign,
         on_assignment: OnAssignment | None = None,
+        on_summary: OnSummary | None = None,
         observer: DiscoveryObserver | None = None,
         store: LastKnownStore | None = None,
         persist_interval_s: float = 5.0,
@@ -88,6 +90,8 @@ class Reconciler:
         self._sizer = sizing.ShardSizer(spec, hysteresis or sizing.Hysteresis(), previous=previous)
         self.placer = Placer(spec, assign_fn=assign_fn)
         self._on_assignment = on_assignment
+        self._on_summary = on_summary
+        """Like ``on_assignment`` with the plan's counts only (the controller's)."""
         self._observer = observer
         self._persister = SetPersister(store, interval_s=persist_interval_s)
         self._regions = set(spec.region_names())
@@ -248,14 +252,18 @@ class Reconciler:
             if self._observer is not None:
                 self._observer.error("reconcile", reason="assignment_failed")
             return None
-        plan = plan_mod.diff(self._assignment, new, only=self.touched)
+        previous, only = self._assignment, self.touched
+        plan = plan_mod.diff(previous, new, only=only) if self._on_assignment is not None else None
+        summary = plan_mod.summarize(previous, new, only=only) if self._on_summary is not None else None
         with self._lock:
             self._assignment, self._applied = new, targets
             self._nodes = nodes.nodes
             self._sizer.applied = counts
             self.assignments += 1
-        if self._on_assignment is not None:
+        if self._on_assignment is not None and plan is not None:
             self._on_assignment(new, plan)
+        if self._on_summary is not None and summary is not None:
+            self._on_summary(new, summary)
         self._persister.due = True
         if self._persister.wants(now):
             self._persist(now)

@@ -106,7 +106,7 @@ class Controller:
             grace_s=options.grace_s,
             hysteresis=options.hysteresis,
             precedence=options.precedence,
-            on_assignment=self._on_discovery,
+            on_summary=self._on_discovery,
             observer=self.discovery,
             store=LastKnownView(store),
             persist_interval_s=options.persist_interval_s,
@@ -279,7 +279,7 @@ class Controller:
             if self.reconciler.tick() is None and idle:
                 self.reconciler.prepare()
 
-    def _on_discovery(self, assignment: Assignment, plan: planning.Plan) -> None:
+    def _on_discovery(self, assignment: Assignment, plan: planning.PlanSummary) -> None:
         """A new assignment from the reconcile loop (lock held by ``_loop``)."""
         targets = self._known_targets()
         handovers = self._handovers(self.state.assignment, assignment, targets)
