@@ -23,7 +23,6 @@ injected by ``service.build_service``), ``load`` (measured load), ``store`` (sta
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
@@ -31,11 +30,10 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
+from federation.controller import adoption, plans, sdcache
 from federation.controller import changes as changing
 from federation.controller import load as loading
 from federation.controller import loop as looping
-from federation.controller import plans, sdcache
-from federation.controller import replica as replicating
 from federation.controller.children import Children
 from federation.controller.errors import Conflict, Unavailable
 from federation.controller.load_policy import LoadPolicy
@@ -61,7 +59,6 @@ from federation.spec import GpufedSpec
 from sharder import plan as planning
 from sharder.assignment import Assignment
 from sharder.discovery_metrics import DiscoveryMetrics
-from sharder.documents import gc_paused
 from sharder.inventory import Target
 from sharder.reconcile import Reconciler
 from sharder.sources.registry import SOURCE as REGISTRY
@@ -94,8 +91,8 @@ class Controller:
         self.replication = replication or Replication(store=store, metrics=metrics)
         self.load = load
         self._lock = threading.RLock()
-        self._restored_fresh = False
-        """``restore`` ran and no ``take_over`` since (see there)."""
+        self.restored_fresh = False
+        """``restore`` ran and no ``take_over`` since (``adoption.take_over``)."""
         self.jobs = {job.name: job for job in spec.jobs}
         self.discovery = DiscoveryMetrics(registry=metrics.registry)
         self.state = store.load() or ControllerState()
@@ -140,92 +137,31 @@ class Controller:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
-    # ---- start / stop ----------------------------------------------------------------
+    # ---- start / stop, and adopting a stored state (``adoption``) --------------------------
     def restore(self) -> None:
-        """Seed discovery from the persisted sets and serve the stored assignment at once.
+        adoption.restore(self)
 
-        Run at start and again by :meth:`take_over`: the state is read afresh, a source the
-        reconcile loop has not heard from yet starts from its stored set, and the loop starts
-        from the stored assignment and the targets it was made from, so nothing moves and
-        SD answers in full before the first tick. Like a long tick (``loop.tick``), it runs
-        with the cyclic GC paused and freezes what it read: a million stored targets."""
-        with self._lock, gc_paused():
-            self._restore()
-            self._restored_fresh = True
-        gc.freeze()
-
-    def _restore(self) -> None:
-        state = self.store.load() or ControllerState()
-        sets = self.store.load_sets()
-        self.registry.seed(sets.pop("registry", []))
-        live = self.reconciler.source_sets()
-        self.reconciler.seed({name: targets for name, targets in sets.items() if name not in live})
-        registered = self.registry.targets()
-        if registered:
-            self.reconciler.on_change("registry", registered, version="persisted")
-        self._adopt(state)
-
-    def _adopt(self, state: ControllerState) -> None:
-        """Make a stored state this replica's: the loop builds on it, SD serves it (lock held)."""
-        targets = self._targets_of(state.assignment, self.reconciler.source_sets())
-        self._serve_stored(state, targets, dirty=True)
-
-    def _serve_stored(
-        self, state: ControllerState, targets: dict[str, Target], *, dirty: bool = False
-    ) -> None:
-        self.reconciler.set_overrides(**overrides_of(state.desired))
-        self.reconciler.reset(previous=state.assignment, targets=targets, dirty=dirty)
-        self.replication.adopted()
-        if state.assignment is not None:
-            self._publish(targets=targets, state=state)  # SD first: never "ready" without answers
-        self.state = state
-
-    def _targets_of(
-        self, assignment: Assignment | None, sets: Mapping[str, Sequence[Target]]
-    ) -> dict[str, Target]:
-        return replicating.targets_of(
-            assignment, sets, live=self.reconciler.target_map, precedence=self.options.precedence
-        )
-
-    # ---- replication: the leader takes over, followers adopt the stored state ----------------
     def take_over(self) -> None:
-        """This replica just became the leader: start from the stored state, then record the
-        new fencing token in the store before anything else is written."""
-        with self._lock:
-            # One replica without election (no fencing token) restored a moment ago at start,
-            # and nobody else writes its store: reading a million rows again is only waiting.
-            if not (self._restored_fresh and self.replication.fencing_token() is None):
-                self.restore()
-            self._restored_fresh = False
-            audit = self.replication.lead_audit(at=self._wall())
-            if audit is not None:
-                self._commit(self.state, audit=audit)
-            fence = self.replication.fencing_token()
-            log.info("leading from revision %d (fence %s)", self.state.revision, fence)
+        adoption.take_over(self)
 
     def refresh_from_store(self) -> bool:
-        """Follower: adopt the leader's newest state; True when the SD snapshot changed."""
-        new = self.replication.read_state()
-        if new is None:
-            return False
-        with self._lock:
-            if not self.replication.should_adopt(self.state, new):
-                self.state = new
-                return False
-            targets = self._targets_of(new.assignment, self.store.load_sets())
-            missing = new.assignment is not None and len(targets) < len(new.assignment.targets)
-            if self.replication.withhold(missing=missing):
-                return False
-            self._serve_stored(new, targets)
-            return True
+        return adoption.refresh_from_store(self)
 
     def _resync(self) -> None:
-        """After a lost check-and-set: the stored state wins, is served, and the loop places
-        what this replica knows on top of it at the next tick."""
-        new = self.replication.read_state()
-        if new is not None:
-            with self._lock:
-                self._adopt(new)
+        adoption.resync(self)
+
+    @property
+    def lock(self) -> threading.RLock:  # what ``adoption.AdoptionHost`` reads
+        return self._lock
+
+    def now(self) -> float:
+        return self._wall()
+
+    def commit(self, state: ControllerState, *, audit: AuditEntry | None) -> None:
+        self._commit(state, audit=audit)
+
+    def publish(self, *, targets: Mapping[str, Target], state: ControllerState) -> None:
+        self._publish(targets=targets, state=state)
 
     def share_fetches(self) -> None:
         self.replication.share_fetches(self.children)
