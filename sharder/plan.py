@@ -114,10 +114,11 @@ class PlanSummary:
 def summarize(old: Assignment | None, new: Assignment, *, only: set[str] | None = None) -> PlanSummary:
     """:func:`diff`'s counts and shard lists, without the per-target lists."""
     moved, fresh, gone = _changes(old, new, only)
+    ordered = _ordered(old, new)
     return PlanSummary(
         counts=_counts(old, new, moved=len(moved), added=len(fresh), removed=len(gone)),
-        added_shards=[s for s in _ordered(old, new) if old is None or s not in old.shards],
-        removed_shards=[s for s in _ordered(old, new) if s not in new.shards],
+        added_shards=[s for s in ordered if old is None or s not in old.shards],
+        removed_shards=[s for s in ordered if s not in new.shards],
     )
 
 

@@ -11,7 +11,6 @@ Lease, ``lease``) then makes one of them the leader, the others followers.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import logging
 import os
 import re
@@ -218,12 +217,7 @@ class Service:
     _election: threading.Thread | None = None
 
     def start(self) -> None:
-        self.controller.restore()
-        # The restored fleet (up to a million targets) lives as long as the process: keep it
-        # out of the cyclic collector's full passes, which otherwise rescan it every few
-        # thousand allocations and cost seconds per change at that size.
-        gc.collect()
-        gc.freeze()
+        self.controller.restore()  # freezes what it read (``adoption.restore``)
         self._election = threading.Thread(
             target=self.elector.run, args=(self._election_stop,), daemon=True, name="leader-election"
         )
