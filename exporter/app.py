@@ -24,7 +24,7 @@ from exporter.errors import ConfigError
 from exporter.exposition import LabelPolicy, SnapshotCollector
 from exporter.registration import Registrar, Registry, ServiceDefinition, ServiceRegistry, service_definition
 from exporter.server import Handler, HttpServer, NodeRoutes
-from exporter.settings import ExporterSettings, parse_listen
+from exporter.settings import ExporterSettings, host_label, parse_listen
 from exporter.simulated import SimulatedBackend
 from exporter.target_entry import NODE_JOB, TargetEntry, target_entry
 
@@ -119,7 +119,7 @@ class ExporterApp:
         )
         placement = placement_labels(region=settings.region, rack=settings.rack, team=settings.team,
                                      cluster=settings.cluster)
-        policy = LabelPolicy(self.node, settings.hostname_label, placement, settings.hami_legacy)
+        policy = LabelPolicy(self.node, host_label(settings), placement, settings.hami_legacy)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(self.collection, policy, dcgm_names=settings.dcgm_names))
         self.loop = CollectionLoop([self.collection], interval=settings.collect_interval)

@@ -39,7 +39,8 @@ Consul = Annotated[str | None, typer.Option(help="local Consul agent host:port; 
 Interval = Annotated[float | None, typer.Option(help="seconds between collections (default 5)")]
 Families = Annotated[str | None, typer.Option(help="comma-separated families to add: pcie,gpm,process")]
 Deny = Annotated[str | None, typer.Option(help="comma-separated families to drop")]
-HostLabel = Annotated[str | None, typer.Option(help="Hostname (default) or hostname")]
+HostLabel = Annotated[str | None, typer.Option(
+    help="Hostname or hostname (default: hostname with --dcgm-names 4)")]
 Seed = Annotated[int | None, typer.Option(help="simulation seed")]
 RegisterUrl = Annotated[str | None, typer.Option(
     help="gpufed controller base URL: register there (not with --consul)")]
@@ -116,7 +117,8 @@ def serve(
     collect_interval: Interval = None, families: Families = None, exclude: Deny = None,
     hostname_label: HostLabel = None, seed: Seed = None,
     dcgm_names: Annotated[str | None, typer.Option(
-        help="DCGM names: 3 (default), 4 (dcgm-exporter 4.9 / DCGM 4.7) or both (migration)")] = None,
+        help="DCGM names: 3 (default), 4 (DCGM 4.6.0), both (migration) or 4-draft "
+        "(4 plus unproven names)")] = None,
     pod_attribution: Annotated[str | None, typer.Option(
         help="none (default) or kubelet: pod labels from kubelet's pod-resources API")] = None,
     pod_resources_socket: Annotated[str | None, typer.Option(help="kubelet pod-resources socket")] = None,
@@ -186,7 +188,8 @@ def bench(
     = "simulated",
     families: Families = None,
     collect_rounds: Annotated[int, typer.Option(help="collections timed for wall p50/p99")] = 20,
-    dcgm_names: Annotated[str | None, typer.Option(help="serve run's DCGM names: 3, 4 or both")] = None,
+    dcgm_names: Annotated[str | None, typer.Option(
+        help="serve run's DCGM names: 3, 4, both or 4-draft")] = None,
 ) -> None:
     """Single-process figures (no sub-command); `bench fleet` loads a fleet like Prometheus does."""
     if ctx.invoked_subcommand is not None:

@@ -8,9 +8,9 @@ call, no pod lookup.
 DCGM names are 3.x or 4.x (`exporter.naming`, `--dcgm-names`); the snapshot always holds
 3.x names and units, and the rename happens here, at render time.
 
-DCGM counters whose names do not end in `_total` are exposed as `untyped`: the
-prometheus-client text writer appends `_total` to counter names, which would rename the
-very series dashboards query. Our own counters are proper counters.
+DCGM counters are typed `counter` under their own names, as dcgm-exporter writes them
+(`textformat.ExactCounter`: no `_total` is added). The driver version rides on every GPU
+series as the `DCGM_FI_DRIVER_VERSION` label, as dcgm-exporter's `label` rows do.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from exporter.catalogue import metrics_for
 from exporter.collection import Collection
 from exporter.models import GpuDevice, Snapshot
 from exporter.naming import DcgmNames, exposed
+from exporter.textformat import ExactCounter
 
 MIB = 1024.0 * 1024.0
 # NvLinkReading attribute -> (series name without _total, help); names are fixed (dashboards).
@@ -45,8 +46,10 @@ class LabelPolicy:
     hostname_label: str = "Hostname"
     placement: Mapping[str, str] = field(default_factory=dict)
     hami_legacy: bool = False
+    driver_label: str = "DCGM_FI_DRIVER_VERSION"
 
-    def gpu_labels(self, device: GpuDevice, pod: Mapping[str, str] | None = None) -> dict[str, str]:
+    def gpu_labels(self, device: GpuDevice, pod: Mapping[str, str] | None = None, *,
+                   driver: str = "") -> dict[str, str]:
         labels = {
             "gpu": str(device.index),
             "UUID": device.uuid,
@@ -56,6 +59,8 @@ class LabelPolicy:
             self.hostname_label: self.node,
             **self.placement,
         }
+        if driver:
+            labels[self.driver_label] = driver
         if pod:
             labels.update(pod)
         return labels
@@ -63,6 +68,11 @@ class LabelPolicy:
 
 def _family(name: str, doc: str, kind: str) -> Metric:
     return Metric(name, doc, kind)
+
+
+def _dcgm_family(name: str, doc: str, kind: str) -> Metric:
+    """A DCGM family: counters keep their exact name (`# TYPE NAME counter`)."""
+    return ExactCounter(name, doc) if kind == "counter" else Metric(name, doc, "gauge")
 
 
 class SnapshotCollector:
@@ -83,18 +93,19 @@ class SnapshotCollector:
     def _gpu_families(self, snap: Snapshot) -> Iterator[Metric]:
         fams = self._collection.families
         labels = {
-            d.index: self._policy.gpu_labels(d, snap.pod_labels.get(d.uuid)) for d in snap.devices
+            d.index: self._policy.gpu_labels(d, snap.pod_labels.get(d.uuid), driver=snap.driver_version)
+            for d in snap.devices
         }
         for spec in self._specs:
             for out in exposed(spec.name, spec.help, self._names):
-                metric = _family(out.name, out.help, "gauge" if spec.kind == "gauge" else "unknown")
+                metric = _dcgm_family(out.name, out.help, spec.kind)
                 for index, reading in snap.readings.items():
                     value = reading.values.get(spec.name)
                     if value is not None:
                         metric.samples.append(Sample(out.name, labels[index], out.convert(value)))
                 if metric.samples:
                     yield metric
-        if self._names != "3" and any(spec.name == "DCGM_FI_DEV_FB_USED" for spec in self._specs):
+        if any(spec.name == "DCGM_FI_DEV_FB_USED" for spec in self._specs):
             yield from self._capacity_family(snap, labels)
         if "xid" in fams:
             yield from self._xid_families(snap, labels)
@@ -141,8 +152,11 @@ class SnapshotCollector:
                 yield family
 
     def _capacity_family(self, snap: Snapshot, labels: dict[int, dict[str, str]]) -> Iterator[Metric]:
-        """DCGM 4.x's total framebuffer in bytes (no 3.x counterpart), where the backend knows it."""
-        metric = _family(naming.CAPACITY, naming.CAPACITY_HELP, "gauge")
+        """The total framebuffer in bytes (`--dcgm-names 4-draft` only), where the backend knows it."""
+        found = exposed(naming.CAPACITY_READING, "", self._names)
+        if not found or found[0].name != naming.CAPACITY:
+            return
+        metric = _family(naming.CAPACITY, found[0].help, "gauge")
         for device in snap.devices:
             total = naming.capacity_bytes(device.memory_total_mib)
             if total is not None and device.index in labels:

@@ -27,7 +27,7 @@ from exporter.errors import ConfigError
 from exporter.exposition import LabelPolicy, SnapshotCollector
 from exporter.registration import Registrar, Registry, ServiceDefinition, ServiceRegistry, service_definition
 from exporter.server import NOT_FOUND, TEXT, NodeRoutes, Response
-from exporter.settings import ExporterSettings
+from exporter.settings import ExporterSettings, host_label
 from exporter.simulated import SimulatedBackend
 from exporter.target_entry import TargetEntry, target_entry
 
@@ -88,7 +88,7 @@ class FleetApp:
             # Simulated reads never hang, so no per-read watchdog thread (timeout=None).
             collection = Collection(backend, families, timeout=None, health_window=settings.health_window,
                                     clock=clock)
-            policy = LabelPolicy(node.name, settings.hostname_label,
+            policy = LabelPolicy(node.name, host_label(settings),
                                  {"region": node.region, "rack": node.rack, "team": node.team,
                                   **({"cluster": settings.cluster} if settings.cluster else {})},
                                  settings.hami_legacy)

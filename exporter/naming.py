@@ -1,147 +1,157 @@
-"""DCGM 3.x or 4.x metric names on the wire (`--dcgm-names 3|4|both`).
+"""DCGM names on the wire (`--dcgm-names 3|4|both|4-draft`), read from one table.
 
-Backends and the catalogue speak DCGM 3.x names in 3.x units; this pure table says what
-dcgm-exporter 4.9 (DCGM 4.7's field-naming standard) calls the same reading and how its
-unit changes, and `exposed()` turns one catalogue metric into the series to write.
-`both` writes each renamed reading twice (old name and unit, new name and unit) for a
-migration window: the rule pack reads `old or new`, so such a node is counted once.
+`exporter/dcgm_names.csv` lists every DCGM name the exporter writes: the reading it comes
+from (backends and the catalogue speak DCGM 3.x names in 3.x units), its DCGM field id,
+Prometheus type, unit, the naming modes that emit it, the exact factor from the reading's
+unit, and the upstream file that defines it (a key of `exporter/dcgm_sources.csv`:
+repository, path and commit). Nothing else in the exporter spells a 4.x name.
 
-Sources (exporter/README.md has the table): the alias block "renamed per DCGM Field Naming
-Standard" in DCGM's `dcgm_fields` (temperatures, power, PCIe replays, utilisation, XID and
-the profiling ratios); go-dcgm's field constants for DCGM 4.6.1/4.7 (the hertz clocks
-1603/1604 and joules 1611, each marked as the replacement of the 3.x field); and NVIDIA's
-field identifiers for DCGM 4.7 (the copy/encoder/decoder ratios 1614-1616 and the
-framebuffer bytes 1625-1627). dcgm-exporter 4.9.0's release note counts eleven unit
-changes: clocks MHz -> Hz, energy mJ -> J, utilisation % -> 0-1, memory MiB -> bytes and
-NVLink throughput; all but NVLink throughput (which gpufed does not export under a DCGM
-name) are here.
+Modes:
+- ``3``: the names of dcgm-exporter's `default-counters.csv` (4.5.3-4.8.2), DCGM 3.x units.
+- ``4``: the names DCGM 4.6.0's `dcgm_fields.h` (and go-dcgm 4.6.1's bindings, for the
+  hertz clocks and joules) give the same fields, in the unit DCGM 4.6.0 fills them:
+  `DCGM_FI_DEV_GPU_UTIL_RATIO` is field 203 and reads 0-100, as DCGM 4.6.0 fills it.
+- ``both``: every reading under its 3.x row and its 4 row (a migration window).
+- ``4-draft``: ``4`` with the names no upstream file in reach defines (the dcgm-exporter
+  4.9.0 release note's framebuffer bytes and copy/encoder/decoder ratios) and its 0-1
+  `GPU_UTIL_RATIO`. Emitted only when asked for by name.
 """
 
 from __future__ import annotations
 
+import csv
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cache
+from pathlib import Path
 from typing import Literal
 
-DcgmNames = Literal["3", "4", "both"]
-NAMINGS: tuple[str, ...] = ("3", "4", "both")
-
+DcgmNames = Literal["3", "4", "both", "4-draft"]
+NAMINGS: tuple[str, ...] = ("3", "4", "both", "4-draft")
+TABLE = Path(__file__).with_name("dcgm_names.csv")
+SOURCES = Path(__file__).with_name("dcgm_sources.csv")
+DRAFT_SOURCE = "release-note"
 MIB = 1 << 20
-CAPACITY = "DCGM_FI_DEV_FB_CAPACITY_BYTES"
-"""Total framebuffer in bytes: dcgm-exporter 4.9 collects it by default; no 3.x series."""
-CAPACITY_HELP = "Total framebuffer memory (in bytes)."
+ONE = Fraction(1)
 
 
 @dataclass(frozen=True, slots=True)
 class Rename:
-    """The DCGM 4.x name of a 3.x field, the exact factor from the 3.x unit, and its help.
+    """One emitted name: its exact factor from the reading's unit, help, type and source.
 
     ``scale`` is a fraction, so 70 % is exactly 0.7 (70 * Fraction(1, 100)) and 1335 MHz
-    exactly 1335000000 Hz. ``integer``: the 4.x field is an integer count (joules), so the
+    exactly 1335000000 Hz. ``integer``: the field is an integer count (joules), so the
     converted value is floored as DCGM does."""
 
     name: str
     scale: Fraction
     help: str
     integer: bool = False
+    kind: str = "gauge"
+    field_id: int | None = None
+    unit: str = ""
+    source: str = ""
 
     def convert(self, value: float) -> float:
-        """``value`` (3.x unit) in this name's unit."""
+        """``value`` (the reading's unit) in this name's unit."""
         if self.scale == 1:
             return value
         exact = Fraction(value) * self.scale
         return float(math.floor(exact)) if self.integer else float(exact)
 
 
-ONE = Fraction(1)
-PERCENT = Fraction(1, 100)
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of `dcgm_names.csv`."""
 
-DCGM4: dict[str, Rename] = {
-    "DCGM_FI_DEV_SM_CLOCK": Rename(
-        "DCGM_FI_DEV_SM_CLOCK_HERTZ", Fraction(10**6),
-        "SM clock frequency (in Hz).",
-    ),
-    "DCGM_FI_DEV_MEM_CLOCK": Rename(
-        "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", Fraction(10**6),
-        "Memory clock frequency (in Hz).",
-    ),
-    "DCGM_FI_DEV_MEMORY_TEMP": Rename(
-        "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", ONE,
-        "Memory temperature (in C).",
-    ),
-    "DCGM_FI_DEV_GPU_TEMP": Rename(
-        "DCGM_FI_DEV_GPU_TEMP_CELSIUS", ONE,
-        "GPU temperature (in C).",
-    ),
-    "DCGM_FI_DEV_POWER_USAGE": Rename(
-        "DCGM_FI_DEV_BOARD_POWER_WATTS", ONE,
-        "Board power draw (in W).",
-    ),
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": Rename(
-        "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", Fraction(1, 1000),
-        "Total energy consumption since the driver was loaded (in J).", integer=True,
-    ),
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": Rename(
-        "DCGM_FI_DEV_PCIE_REPLAY_TOTAL", ONE,
-        "Total number of PCIe retries.",
-    ),
-    "DCGM_FI_DEV_GPU_UTIL": Rename(
-        "DCGM_FI_DEV_GPU_UTIL_RATIO", PERCENT,
-        "GPU utilization (ratio 0-1).",
-    ),
-    "DCGM_FI_DEV_MEM_COPY_UTIL": Rename(
-        "DCGM_FI_DEV_MEMORY_UTIL_RATIO", PERCENT,
-        "Memory utilization (ratio 0-1).",
-    ),
-    "DCGM_FI_DEV_ENC_UTIL": Rename(
-        "DCGM_FI_DEV_ENC_UTIL_RATIO", PERCENT,
-        "Encoder utilization (ratio 0-1).",
-    ),
-    "DCGM_FI_DEV_DEC_UTIL": Rename(
-        "DCGM_FI_DEV_DEC_UTIL_RATIO", PERCENT,
-        "Decoder utilization (ratio 0-1).",
-    ),
-    "DCGM_FI_DEV_FB_FREE": Rename(
-        "DCGM_FI_DEV_FB_FREE_BYTES", Fraction(MIB),
-        "Framebuffer memory free (in bytes).",
-    ),
-    "DCGM_FI_DEV_FB_USED": Rename(
-        "DCGM_FI_DEV_FB_USED_BYTES", Fraction(MIB),
-        "Framebuffer memory used (in bytes).",
-    ),
-    "DCGM_FI_DEV_XID_ERRORS": Rename(
-        "DCGM_FI_DEV_XID_ERROR", ONE,
-        "Value of the last XID error encountered.",
-    ),
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": Rename(
-        "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", ONE,
-        "Ratio of time the graphics engine is active.",
-    ),
-    "DCGM_FI_PROF_SM_ACTIVE": Rename(
-        "DCGM_FI_PROF_SM_UTIL_RATIO", ONE,
-        "The ratio of cycles an SM has at least 1 warp assigned.",
-    ),
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": Rename(
-        "DCGM_FI_PROF_TENSOR_UTIL_RATIO", ONE,
-        "Ratio of cycles the tensor (HMMA) pipe is active.",
-    ),
-    "DCGM_FI_PROF_DRAM_ACTIVE": Rename(
-        "DCGM_FI_PROF_DRAM_UTIL_RATIO", ONE,
-        "Ratio of cycles the device memory interface is active sending or receiving data.",
-    ),
-}
+    reading: str
+    rename: Rename
+    modes: frozenset[str]
+    family: str
+
+
+def _rows_of(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(line for line in handle if not line.startswith("#")))
+
+
+@cache
+def sources() -> dict[str, dict[str, str]]:
+    """Source key -> repository, path, commit and what it is."""
+    out = {}
+    for line in SOURCES.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        key, repo, path, commit, what = line.split(",", 4)
+        out[key] = {"repository": repo, "path": path, "commit": commit, "what": what}
+    return out
+
+
+@cache
+def table() -> tuple[Row, ...]:
+    """Every row of the name table, in file order."""
+    out = []
+    for raw in _rows_of(TABLE):
+        rename = Rename(
+            name=raw["name"], scale=Fraction(raw["scale"]), help=raw["help"],
+            integer=raw["integer"] == "1", kind=raw["type"],
+            field_id=int(raw["field_id"]) if raw["field_id"] else None,
+            unit=raw["unit"], source=raw["source"],
+        )
+        out.append(Row(raw["reading"], rename, frozenset(raw["modes"].split()), raw["family"]))
+    return tuple(out)
+
+
+def _mode_rows(reading: str, mode: str) -> list[Row]:
+    return [row for row in table() if row.reading == reading and mode in row.modes]
 
 
 def exposed(name: str, help_text: str, names: DcgmNames) -> tuple[Rename, ...]:
-    """The series one 3.x-named reading becomes: (name, scale, help) per series, in order."""
-    old = Rename(name, ONE, help_text)
-    new = DCGM4.get(name)
-    if new is None or names == "3":
-        return (old,)
-    if names == "4":
-        return (new,)
-    return (old, new)
+    """The series one reading becomes under ``names``, in order (3.x first under ``both``).
+
+    A reading the table does not list (gpufed's own series) keeps its name and help."""
+    if not any(row.reading == name for row in table()):
+        return (Rename(name, ONE, help_text),)
+    if names == "both":
+        picked = _mode_rows(name, "3") + _mode_rows(name, "4")
+    elif names == "4-draft":
+        picked = _mode_rows(name, "4-draft") or _mode_rows(name, "4")
+    else:
+        picked = _mode_rows(name, names)
+    seen: set[str] = set()
+    out = []
+    for row in picked:
+        if row.rename.name not in seen:
+            seen.add(row.rename.name)
+            out.append(row.rename)
+    return tuple(out)
+
+
+def renames(mode: str) -> dict[str, Rename]:
+    """Reading -> its ``mode`` name where that differs from the 3.x row (name or scale)."""
+    out = {}
+    for row in table():
+        if mode not in row.modes or "3" in row.modes:
+            continue
+        old = _mode_rows(row.reading, "3")
+        if old:
+            out[row.reading] = row.rename
+    return out
+
+
+DCGM4: dict[str, Rename] = renames("4")
+"""3.x reading -> its DCGM 4.6 name (proven); the dashboards' table mirrors this one."""
+DCGM4_DRAFT: dict[str, Rename] = renames("4-draft")
+"""3.x reading -> its draft name, emitted only with ``--dcgm-names 4-draft``."""
+CAPACITY = "DCGM_FI_DEV_FB_CAPACITY_BYTES"
+CAPACITY_READING = "DCGM_FI_DEV_FB_TOTAL"
+
+
+def label_name(reading: str, names: DcgmNames) -> str:
+    """The label a `label`-typed row (the driver version) is written under."""
+    rows = exposed(reading, "", names)
+    return rows[0].name
 
 
 def capacity_bytes(total_mib: float) -> float | None:

@@ -58,6 +58,19 @@ NVLINK_FIELDS: dict[str, tuple[str, float]] = {
     "replay_errors": ("NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY", 1.0),
     "recovery_errors": ("NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY", 1.0),
 }
+# Per-GPU NVLink totals (family `nvlink_gpu`), one field-values call per GPU. The data
+# throughput fields with scopeId UINT_MAX mean "all links", as DCGM 4.6.0 reads its field
+# 449 (DcgmCacheManager::ReadAndCacheNvLinkBandwidth); cumulative KiB.
+ALL_LINKS = 0xFFFFFFFF
+NVLINK_GPU_FIELDS: dict[str, tuple[str, int]] = {
+    "tx_kib": ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", ALL_LINKS),
+    "rx_kib": ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", ALL_LINKS),
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": ("NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", 0),
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": ("NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", 0),
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": ("NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", 0),
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": ("NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", 0),
+}
+KIB = 1024.0
 # CRC errors by type have no per-link field beyond link 11; the error-counter call has.
 NVLINK_CRC = {
     "crc_flit_errors": "NVML_NVLINK_ERROR_DL_CRC_FLIT",
@@ -102,6 +115,7 @@ class NvmlBackend:
         self._links: dict[int, int] = {}  # GPU index -> NVLink count, probed once
         self._nvlink_warned: set[tuple[int, str, Any]] = set()
         self._pcie_total: dict[tuple[int, str], float] = {}
+        self._nvlink_prev: dict[int, tuple[float, float, float]] = {}  # GPU -> (time, tx KiB, rx KiB)
         self._pcie_at: float | None = None
         self._stop = threading.Event()
         self._event_timeout_ms = event_timeout_ms
@@ -172,12 +186,19 @@ class NvmlBackend:
                 counter = getattr(nvml, f"NVML_PCIE_UTIL_{direction}_BYTES")
                 kb_per_s = opt(partial(nvml.nvmlDeviceGetPcieThroughput, handle, counter))
                 if kb_per_s is not None:
-                    # NVML gives a 20 ms rate in KB/s; integrate it into DCGM's KB counter.
+                    # NVML gives a 20 ms rate in KB/s (1024 bytes, as nvml.h counts KB):
+                    # dcgm-exporter's DCGM_FI_PROF_PCIE_*_BYTES is that rate in B/s; the
+                    # deprecated DCGM 3.x KB counter (`--dcgm-names 3`) is its integral.
                     key = (index, direction)
                     self._pcie_total[key] = self._pcie_total.get(key, 0.0) + kb_per_s * elapsed
                     values[metric] = float(int(self._pcie_total[key]))
+                    values[f"DCGM_FI_PROF_PCIE_{direction}_BYTES"] = float(kb_per_s) * KIB
         if "gpm" in wanted:
             values.update(self._read_gpm(index, handle))
+        if "ecc" in wanted:
+            values.update(self._read_row_remap(handle))
+        if "nvlink_gpu" in wanted:
+            values.update(self._read_nvlink_gpu(index, handle))
         links = self._read_nvlinks(index, handle) if "nvlink" in wanted else ()
         processes: tuple[ProcessUsage, ...] = ()
         if "process" in wanted:
@@ -186,6 +207,46 @@ class NvmlBackend:
                 ProcessUsage(int(p.pid), (p.usedGpuMemory or 0) / MIB) for p in procs
             )
         return Reading(index, values, processes, links=links)
+
+    def _read_row_remap(self, handle: Any) -> dict[str, float]:
+        """Row remapping (Ampere+): nvmlDeviceGetRemappedRows -> (correctable rows,
+        uncorrectable rows, remap pending, remap failed), DCGM fields 393-396."""
+        rows = self._optional(lambda: self._nvml.nvmlDeviceGetRemappedRows(handle))
+        if rows is None:
+            return {}
+        correctable, uncorrectable, pending, failed = rows
+        return {
+            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": float(correctable),
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": float(uncorrectable),
+            "DCGM_FI_DEV_ROW_REMAP_PENDING": 1.0 if pending else 0.0,
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE": 1.0 if failed else 0.0,
+        }
+
+    def _read_nvlink_gpu(self, index: int, handle: Any) -> dict[str, float]:
+        """Per-GPU NVLink totals: DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL (TX + RX KiB, a counter,
+        as DCGM 4.6.0 sums them), DCGM_FI_PROF_NVLINK_{TX,RX}_BYTES (bytes per second since
+        the previous collection) and the four error totals. A GPU without NVLink answers
+        "not supported" per field, which leaves those series out."""
+        nvml = self._nvml
+        ids = [(getattr(nvml, name), scope) for name, scope in NVLINK_GPU_FIELDS.values()]
+        answers = self._nvlink_call(index, "gpu fields", nvml.nvmlDeviceGetFieldValues, handle, ids)
+        if answers is None:
+            return {}
+        got: dict[str, float] = {}
+        for key, fv in zip(NVLINK_GPU_FIELDS, answers, strict=True):
+            if fv.nvmlReturn == nvml.NVML_SUCCESS:
+                got[key] = float(getattr(fv.value, VALUE_MEMBERS[fv.valueType]))
+        tx, rx = got.pop("tx_kib", None), got.pop("rx_kib", None)
+        if tx is not None and rx is not None:
+            got["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] = tx + rx
+            now = self._clock()
+            prev = self._nvlink_prev.get(index)
+            self._nvlink_prev[index] = (now, tx, rx)
+            if prev is not None and now > prev[0]:
+                span = now - prev[0]
+                got["DCGM_FI_PROF_NVLINK_TX_BYTES"] = max(0.0, tx - prev[1]) * KIB / span
+                got["DCGM_FI_PROF_NVLINK_RX_BYTES"] = max(0.0, rx - prev[2]) * KIB / span
+        return got
 
     def _link_count(self, handle: Any) -> int:
         """Links that answer nvmlDeviceGetNvLinkState; a GPU without NVLink has none.
@@ -270,7 +331,7 @@ class NvmlBackend:
         util = opt(lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
         enc = opt(lambda: nvml.nvmlDeviceGetEncoderUtilization(handle))
         dec = opt(lambda: nvml.nvmlDeviceGetDecoderUtilization(handle))
-        mem = opt(lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
+        mem = opt(lambda: self._memory(handle))
         sm = opt(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
         memclk = opt(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM))
         pairs: list[tuple[str, Any]] = [
@@ -281,6 +342,7 @@ class NvmlBackend:
             ("DCGM_FI_DEV_DEC_UTIL", dec and dec[0]),
             ("DCGM_FI_DEV_FB_USED", mem and mem.used // MIB),
             ("DCGM_FI_DEV_FB_FREE", mem and mem.free // MIB),
+            ("DCGM_FI_DEV_FB_RESERVED", mem.reserved // MIB if mem and hasattr(mem, "reserved") else None),
             ("DCGM_FI_DEV_SM_CLOCK", sm),
             ("DCGM_FI_DEV_MEM_CLOCK", memclk),
         ]
@@ -289,6 +351,14 @@ class NvmlBackend:
             milliwatts = opt(lambda: nvml.nvmlDeviceGetPowerUsage(handle))
             if milliwatts is not None:
                 values["DCGM_FI_DEV_POWER_USAGE"] = milliwatts / 1000.0
+
+    def _memory(self, handle: Any) -> Any:
+        """Memory info v2 where the binding has it (it adds `reserved`, DCGM field 253)."""
+        nvml = self._nvml
+        version = getattr(nvml, "nvmlMemory_v2", None)
+        if version is None:
+            return nvml.nvmlDeviceGetMemoryInfo(handle)
+        return nvml.nvmlDeviceGetMemoryInfo(handle, version=version)
 
     def _read_gpm(self, index: int, handle: Any) -> dict[str, float]:
         """GPM metrics between the previous collection's sample and this one."""

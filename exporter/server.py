@@ -31,7 +31,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 
 import h11
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
 from exporter import textformat
 from exporter.errors import ConfigError
@@ -88,7 +88,7 @@ class NodeRoutes:
 
     def exposition(self) -> bytes:
         fast = textformat.render(self._registry.collect(), remembered=self._label_sets)
-        return fast if fast is not None else generate_latest(self._registry)
+        return fast if fast is not None else textformat.fallback(self._registry)
 
     def body(self) -> Body:
         if not self.cache or self._version is None:

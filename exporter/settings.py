@@ -87,9 +87,12 @@ class ExporterSettings(BaseSettings):
     health_window: float = Field(default=600.0, gt=0, description="seconds a bad XID marks a GPU down")
     families_include: Annotated[list[str], NoDecode] = Field(default_factory=list)
     families_exclude: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    hostname_label: Literal["Hostname", "hostname"] = "Hostname"
-    dcgm_names: Literal["3", "4", "both"] = Field(
-        default="3", description="DCGM metric names: 3 (dcgm-exporter <= 4.8), 4 (4.9+, DCGM 4.7) or both")
+    hostname_label: Literal["Hostname", "hostname"] | None = Field(
+        default=None, description="default: hostname with --dcgm-names 4 or 4-draft (dcgm-exporter main), "
+        "else Hostname")
+    dcgm_names: Literal["3", "4", "both", "4-draft"] = Field(
+        default="3", description="DCGM metric names: 3 (dcgm-exporter default-counters.csv), 4 (DCGM 4.6.0), "
+        "both, or 4-draft (4 plus names no upstream file defines)")
     hami_legacy: bool = False
     node_name: str | None = Field(
         default=None, validation_alias=AliasChoices("GPUFED_EXPORTER_NODE_NAME", "NODE_NAME", "node_name")
@@ -185,3 +188,11 @@ class ExporterSettings(BaseSettings):
     @property
     def max_age(self) -> float:
         return self.ready_max_age or 3 * self.collect_interval
+
+
+def host_label(settings: ExporterSettings) -> str:
+    """The host label: the setting, else `hostname` under DCGM 4 names (dcgm-exporter renamed
+    `Hostname` to `hostname` after 4.5.3-4.8.2, commit d5e5f510), else `Hostname`."""
+    if settings.hostname_label:
+        return settings.hostname_label
+    return "hostname" if settings.dcgm_names in ("4", "4-draft") else "Hostname"

@@ -129,6 +129,7 @@ class SimulatedBackend:
                     "DCGM_FI_DEV_DEC_UTIL": float(round(noise * 3)),
                     "DCGM_FI_DEV_FB_FREE": float(spec.memory_mib - used),
                     "DCGM_FI_DEV_FB_USED": float(used),
+                    "DCGM_FI_DEV_FB_RESERVED": 0.0,
                 }
             )
         if "ecc" in wanted:
@@ -139,11 +140,17 @@ class SimulatedBackend:
                     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0.0,
                     "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": sbe + p["agg_sbe"],
                     "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": 0.0,
+                    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": p["agg_sbe"],
+                    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0.0,
+                    "DCGM_FI_DEV_ROW_REMAP_PENDING": 0.0,
+                    "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0.0,
                 }
             )
         if "pcie" in wanted:
             values["DCGM_FI_DEV_PCIE_TX_THROUGHPUT"] = float(int(up * 2_000_000 * p["base"] / 100))
             values["DCGM_FI_DEV_PCIE_RX_THROUGHPUT"] = float(int(up * 3_000_000 * p["base"] / 100))
+            values["DCGM_FI_PROF_PCIE_TX_BYTES"] = 2_000_000 * 1024 * util / 100
+            values["DCGM_FI_PROF_PCIE_RX_BYTES"] = 3_000_000 * 1024 * util / 100
         if "gpm" in wanted and spec.gpm:
             values.update(
                 {
@@ -157,7 +164,11 @@ class SimulatedBackend:
         if "process" in wanted and util > 10:
             pid = 10_000 + 100 * dev.index
             processes = (ProcessUsage(pid, float(used - 512)), ProcessUsage(pid + 1, 512.0))
-        links = self._links(dev, up, p) if "nvlink" in wanted else ()
+        links = self._links(dev, up, p) if {"nvlink", "nvlink_gpu"} & wanted else ()
+        if "nvlink_gpu" in wanted and links:
+            values.update(_link_totals(links, up))
+        if "nvlink" not in wanted:
+            links = ()
         return Reading(dev.index, values, processes, links=links)
 
     def _links(self, dev: GpuDevice, up: float, p: dict[str, float]) -> tuple[NvLinkReading, ...]:
@@ -193,3 +204,23 @@ class SimulatedBackend:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _link_totals(links: tuple[NvLinkReading, ...], up: float) -> dict[str, float]:
+    """Per-GPU NVLink totals from the links (family `nvlink_gpu`): bytes per second are the
+    links' mean rate since boot, since their counters are linear in uptime."""
+    tx = sum(link.tx_bytes or 0.0 for link in links)
+    rx = sum(link.rx_bytes or 0.0 for link in links)
+
+    def rate(total: float) -> float:
+        return total / up if up > 0 else 0.0
+
+    return {
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": float(int((tx + rx) / 1024)),
+        "DCGM_FI_PROF_NVLINK_TX_BYTES": rate(tx),
+        "DCGM_FI_PROF_NVLINK_RX_BYTES": rate(rx),
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": sum(link.crc_flit_errors or 0.0 for link in links),
+        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": sum(link.crc_data_errors or 0.0 for link in links),
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": sum(link.replay_errors or 0.0 for link in links),
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": sum(link.recovery_errors or 0.0 for link in links),
+    }

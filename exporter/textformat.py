@@ -16,13 +16,45 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from prometheus_client import generate_latest
 from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _TYPES = {"gauge": "gauge", "counter": "counter", "unknown": "untyped", "untyped": "untyped"}
 _OPENMETRICS_SUFFIXES = ("_created", "_gsum", "_gcount")
+
+
+class ExactCounter(Metric):
+    """A counter whose series keep their own name: DCGM's, as dcgm-exporter writes them
+    (`# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter`, no `_total` added).
+
+    `generate_latest` would head such a family `NAME_total`, so for these families only
+    this writer's bytes are right; the fallback below is never taken for them."""
+
+    def __init__(self, name: str, documentation: str) -> None:
+        super().__init__(name, documentation, "counter")
+
+
+def fallback(registry: Collector) -> bytes:
+    """`generate_latest`, with the headers of `ExactCounter` families named as their series.
+
+    Used where `render` defers (an odd label name, a histogram): only the two header lines
+    of each exact counter differ from prometheus-client's, so they are rewritten here."""
+    exact = {m.name for m in registry.collect() if isinstance(m, ExactCounter)}
+    text = generate_latest(registry)
+    if not exact:
+        return text
+    out = []
+    for line in text.split(b"\n"):
+        if line.startswith((b"# HELP ", b"# TYPE ")):
+            head, name, rest = line[:7], *line[7:].split(b" ", 1)
+            if name.endswith(b"_total") and name[:-6].decode() in exact:
+                line = head + name[:-6] + b" " + rest
+        out.append(line)
+    return b"\n".join(out)
 
 
 def _help(text: str) -> str:
@@ -78,11 +110,12 @@ def render(metrics: Iterable[Metric], *, remembered: LabelCache | None = None) -
         kind = _TYPES.get(metric.type)
         if kind is None:
             return None
-        name = metric.name + "_total" if metric.type == "counter" else metric.name
+        exact = isinstance(metric, ExactCounter)
+        name = metric.name + "_total" if metric.type == "counter" and not exact else metric.name
         if not _METRIC_NAME.match(name):
             return None
         out.append(f"# HELP {name} {_help(metric.documentation)}\n# TYPE {name} {kind}\n")
-        openmetrics_only = {metric.name + suffix for suffix in _OPENMETRICS_SUFFIXES}
+        openmetrics_only = set() if exact else {metric.name + suffix for suffix in _OPENMETRICS_SUFFIXES}
         for sample in metric.samples:
             if sample.timestamp is not None or sample.exemplar is not None or sample.name in openmetrics_only:
                 return None

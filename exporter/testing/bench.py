@@ -108,7 +108,7 @@ def _collect_wall(collection: Collection, rounds: int) -> dict[str, float]:
 def bench_serve(*, gpus: int = 8, scrapes: int = 2000, scrape_interval: float = 15.0,
                 collect_interval: float = 5.0, backend: Literal["nvml", "simulated"] = "simulated",
                 families: tuple[str, ...] = (), collect_rounds: int = 20,
-                dcgm_names: Literal["3", "4", "both"] = "3") -> dict[str, Any]:
+                dcgm_names: Literal["3", "4", "both", "4-draft"] = "3") -> dict[str, Any]:
     settings = ExporterSettings(backend=backend, gpus=gpus, listen="127.0.0.1:0", node_name="bench-node",
                                 collect_interval=collect_interval, families_include=list(families),
                                 dcgm_names=dcgm_names)

@@ -1,7 +1,8 @@
 """DCGM 3.x or 4.x names in dashboard queries: one expression that reads either.
 
-dcgm-exporter 4.9 (and `gpufed-exporter --dcgm-names 4`) renames some fields and changes
-units (utilisation % -> 0-1, clocks MHz -> Hz, memory MiB -> bytes, energy mJ -> J).
+DCGM 4.6.0 (and `gpufed-exporter --dcgm-names 4`) renames some fields and changes units
+(clocks MHz -> Hz, energy mJ -> J; GPU_UTIL_RATIO stays 0-100, as DCGM 4.6.0 fills it).
+`--dcgm-names 4-draft` names are not read here.
 Panels query `metric()` (counters `rate()`) instead of a bare name, so a
 node on 3.x names, on 4.x names, or on both (a migration window: the two series carry
 the same labels, so `or` keeps one) draws the same line in the 3.x unit. Selectors that
@@ -15,28 +16,30 @@ from __future__ import annotations
 from fractions import Fraction
 
 ONE = Fraction(1)
-MIB = 1 << 20
 
 # 3.x name -> (4.x name, exact factor from the 4.x unit back to the 3.x unit)
 DCGM4: dict[str, tuple[str, Fraction]] = {
-    "DCGM_FI_DEV_SM_CLOCK": ("DCGM_FI_DEV_SM_CLOCK_HERTZ", Fraction(1, 10**6)),
-    "DCGM_FI_DEV_MEM_CLOCK": ("DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", Fraction(1, 10**6)),
+    "DCGM_FI_DEV_SM_CLOCK": ("DCGM_FI_DEV_SM_CLOCK_HERTZ", Fraction(1, 1000000)),
+    "DCGM_FI_DEV_MEM_CLOCK": ("DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", Fraction(1, 1000000)),
     "DCGM_FI_DEV_MEMORY_TEMP": ("DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", ONE),
     "DCGM_FI_DEV_GPU_TEMP": ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", ONE),
     "DCGM_FI_DEV_POWER_USAGE": ("DCGM_FI_DEV_BOARD_POWER_WATTS", ONE),
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", Fraction(1000)),
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("DCGM_FI_DEV_PCIE_REPLAY_TOTAL", ONE),
-    "DCGM_FI_DEV_GPU_UTIL": ("DCGM_FI_DEV_GPU_UTIL_RATIO", Fraction(100)),
-    "DCGM_FI_DEV_MEM_COPY_UTIL": ("DCGM_FI_DEV_MEMORY_UTIL_RATIO", Fraction(100)),
-    "DCGM_FI_DEV_ENC_UTIL": ("DCGM_FI_DEV_ENC_UTIL_RATIO", Fraction(100)),
-    "DCGM_FI_DEV_DEC_UTIL": ("DCGM_FI_DEV_DEC_UTIL_RATIO", Fraction(100)),
-    "DCGM_FI_DEV_FB_FREE": ("DCGM_FI_DEV_FB_FREE_BYTES", Fraction(1, MIB)),
-    "DCGM_FI_DEV_FB_USED": ("DCGM_FI_DEV_FB_USED_BYTES", Fraction(1, MIB)),
+    "DCGM_FI_DEV_GPU_UTIL": ("DCGM_FI_DEV_GPU_UTIL_RATIO", ONE),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL", ONE),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL", ONE),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("DCGM_FI_DEV_ROW_REMAP_FAILED", ONE),
     "DCGM_FI_DEV_XID_ERRORS": ("DCGM_FI_DEV_XID_ERROR", ONE),
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", ONE),
     "DCGM_FI_PROF_SM_ACTIVE": ("DCGM_FI_PROF_SM_UTIL_RATIO", ONE),
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("DCGM_FI_PROF_TENSOR_UTIL_RATIO", ONE),
     "DCGM_FI_PROF_DRAM_ACTIVE": ("DCGM_FI_PROF_DRAM_UTIL_RATIO", ONE),
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": ("DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL", ONE),
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_TOTAL", ONE),
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": ("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_TOTAL", ONE),
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_TOTAL", ONE),
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_TOTAL", ONE),
 }
 
 

@@ -175,9 +175,8 @@ def test_dcgm4_table_matches_the_exporter() -> None:
 
     assert {old: (new.name, 1 / new.scale) for old, new in EXPORTER_DCGM4.items()} == dcgm.DCGM4
     assert dcgm.metric("DCGM_FI_DEV_GPU_UTIL", 'node="a"') == (
-        '(DCGM_FI_DEV_GPU_UTIL{node="a"} or DCGM_FI_DEV_GPU_UTIL_RATIO{node="a"} * 100)')
-    assert dcgm.metric("DCGM_FI_DEV_FB_USED", 'node="a"') == (
-        '(DCGM_FI_DEV_FB_USED{node="a"} or DCGM_FI_DEV_FB_USED_BYTES{node="a"} / 1048576)')
+        '(DCGM_FI_DEV_GPU_UTIL{node="a"} or DCGM_FI_DEV_GPU_UTIL_RATIO{node="a"})')
+    assert dcgm.metric("DCGM_FI_DEV_FB_USED", 'node="a"') == 'DCGM_FI_DEV_FB_USED{node="a"}'  # same in 4.6.0
     assert dcgm.metric("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION") == (
         "(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{} or DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL{} * 1000)")
     assert dcgm.metric("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL") == "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{}"

@@ -39,6 +39,10 @@ NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
 NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY = 161
 NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY = 162
+NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL = 38
+NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL = 45
+NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL = 52
+NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL = 59
 NVML_FI_DEV_ECC_SBE_VOL_TOTAL = 3
 NVML_FI_DEV_ECC_DBE_VOL_TOTAL = 4
 NVML_FI_DEV_ECC_SBE_AGG_TOTAL = 5
@@ -88,6 +92,8 @@ class FakeGpu:
     bus_id: str = "00000000:18:00.0"
     memory_total: int = 81559 * MIB
     memory_used: int = 40000 * MIB
+    memory_reserved: int = 0
+    remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)  # correctable, uncorrectable, pending, failed
     util: int = 70
     mem_util: int = 40
     temp: int = 55
@@ -126,9 +132,15 @@ _FIELD_NAMES = {
     5: "NVML_FI_DEV_ECC_SBE_AGG_TOTAL", 6: "NVML_FI_DEV_ECC_DBE_AGG_TOTAL", 82: "NVML_FI_DEV_MEMORY_TEMP",
     83: "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 94: "NVML_FI_DEV_PCIE_REPLAY_COUNTER",
     186: "NVML_FI_DEV_POWER_INSTANT", 138: "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX",
+    38: "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", 45: "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+    52: "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", 59: "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
     139: "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", 161: "NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY",
     162: "NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY",
 }
+
+
+ALL_LINKS = 0xFFFFFFFF
+nvmlMemory_v2 = 33554472  # pynvml's value: (sizeof(c_nvmlMemory_v2_t) | 2 << 24)
 
 
 class FakeNvml:
@@ -138,6 +150,7 @@ class FakeNvml:
     NVMLError_NotSupported = NVMLError_NotSupported
     NVMLError_Timeout = NVMLError_Timeout
     c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t
+    nvmlMemory_v2 = nvmlMemory_v2
 
     def __init__(self, gpus: list[FakeGpu], *, driver: str = "550.54.15", init_error: bool = False) -> None:
         self.gpus = gpus
@@ -198,10 +211,20 @@ class FakeNvml:
             # pynvml takes a field id, or (field id, scopeId) for per-link NVLink fields.
             field_id, link = requested if isinstance(requested, tuple) else (requested, None)
             ret = NVML_ERROR_NOT_SUPPORTED if _FIELD_NAMES[field_id] in gpu.unsupported else NVML_SUCCESS
+            nvlink_field = field_id in (38, 45, 52, 59, 138, 139)
+            if nvlink_field and not gpu.nvlinks:
+                ret = NVML_ERROR_NOT_SUPPORTED  # a GPU without NVLink
             kind = _FIELD_TYPES.get(field_id, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG)
             # A union: only the member of this value type holds the answer.
             value = SimpleNamespace(**{member: 0 for member in _MEMBERS})
-            if link is not None:
+            if link == ALL_LINKS or (link is not None and field_id in (38, 45, 52, 59)):
+                # scopeId UINT_MAX: the sum over the GPU's links, as DCGM reads field 449
+                links = range(gpu.nvlinks)
+                totals = {138: sum(gpu.nvlink_tx_kib * (i + 1) for i in links),
+                          139: sum(gpu.nvlink_tx_kib * (i + 1) // 2 for i in links),
+                          38: sum(10 + i for i in links), 45: sum(links), 52: sum(links), 59: 0}
+                setattr(value, _MEMBERS[kind], totals[field_id])
+            elif link is not None:
                 per_link = {138: gpu.nvlink_tx_kib * (link + 1), 139: gpu.nvlink_tx_kib * (link + 1) // 2,
                             161: link, 162: 0}
                 setattr(value, _MEMBERS[kind], per_link[field_id])
@@ -237,10 +260,17 @@ class FakeNvml:
         self._gpu(handle, "nvmlDeviceGetDecoderUtilization")
         return [5, 167000]
 
-    def nvmlDeviceGetMemoryInfo(self, handle: FakeGpu) -> SimpleNamespace:
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeGpu, version: int | None = None) -> SimpleNamespace:
         gpu = self._gpu(handle, "nvmlDeviceGetMemoryInfo")
+        if version == nvmlMemory_v2:  # v2 adds `reserved` (and `used` leaves it out)
+            return SimpleNamespace(total=gpu.memory_total, used=gpu.memory_used, reserved=gpu.memory_reserved,
+                                   free=gpu.memory_total - gpu.memory_used - gpu.memory_reserved)
         return SimpleNamespace(total=gpu.memory_total, used=gpu.memory_used,
                                free=gpu.memory_total - gpu.memory_used)
+
+    def nvmlDeviceGetRemappedRows(self, handle: FakeGpu) -> tuple[int, int, int, int]:
+        gpu = self._gpu(handle, "nvmlDeviceGetRemappedRows")
+        return gpu.remapped_rows
 
     def nvmlDeviceGetClockInfo(self, handle: FakeGpu, clock: int) -> int:
         gpu = self._gpu(handle, "nvmlDeviceGetClockInfo")

@@ -12,17 +12,17 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from typer.testing import CliRunner
 
-from exporter import cli, naming
+from exporter import cli, naming, textformat
 from exporter.catalogue import select_families
 from exporter.collection import Collection
 from exporter.errors import BackendError
 from exporter.exposition import LabelPolicy, SnapshotCollector
-from exporter.naming import DCGM4, DcgmNames, exposed
+from exporter.naming import DCGM4, DCGM4_DRAFT, DcgmNames, exposed
 from exporter.nvml_backend import NvmlBackend
 from exporter.simulated import SimulatedBackend
 
 UUID = "GPU-00000000-0000-0000-0000-000000000000"
-LABELS = (f'Hostname="node-a",UUID="{UUID}",device="nvidia0",gpu="0",'
+LABELS = (f'DCGM_FI_DRIVER_VERSION="550.54.15",Hostname="node-a",UUID="{UUID}",device="nvidia0",gpu="0",'
           'modelName="NVIDIA H100 80GB HBM3",pci_bus_id="00000000:18:00.0"')
 
 
@@ -33,7 +33,7 @@ def scrape(gpu: FakeGpu, families: frozenset[str], names: DcgmNames = "3") -> st
         assert collection.collect_once()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(SnapshotCollector(collection, LabelPolicy("node-a"), dcgm_names=names))
-        return generate_latest(registry).decode()
+        return textformat.fallback(registry).decode()
     finally:
         backend.close()
 
@@ -43,8 +43,9 @@ def lines(text: str, prefix: str) -> list[str]:
 
 
 def test_dcgm4_names_and_units_exact() -> None:
+    """`4`: DCGM 4.6.0's names, in the unit DCGM 4.6.0 fills them (GPU_UTIL_RATIO is 0-100)."""
     text = scrape(FakeGpu(uuid=UUID), select_families(), "4")
-    assert lines(text, "DCGM_FI_DEV_GPU_UTIL") == [f"DCGM_FI_DEV_GPU_UTIL_RATIO{{{LABELS}}} 0.7"]
+    assert lines(text, "DCGM_FI_DEV_GPU_UTIL") == [f"DCGM_FI_DEV_GPU_UTIL_RATIO{{{LABELS}}} 70.0"]
     assert lines(text, "DCGM_FI_DEV_GPU_TEMP") == [f"DCGM_FI_DEV_GPU_TEMP_CELSIUS{{{LABELS}}} 55.0"]
     power = lines(text, "DCGM_FI_DEV_BOARD_POWER_WATTS")
     assert power == [f"DCGM_FI_DEV_BOARD_POWER_WATTS{{{LABELS}}} 450.0"]
@@ -53,17 +54,34 @@ def test_dcgm4_names_and_units_exact() -> None:
     assert lines(text, "DCGM_FI_DEV_XID_ERROR") == [f"DCGM_FI_DEV_XID_ERROR{{{xid_labels}}} 0.0"]
     for old in DCGM4:
         assert not lines(text, old + "{"), f"{old} must not appear with --dcgm-names 4"
-    # Clocks in Hz, energy in whole J, copy utilisation as a ratio, framebuffer in bytes.
+    for draft in DCGM4_DRAFT.values():
+        if draft.source == naming.DRAFT_SOURCE and draft.name not in {r.name for r in DCGM4.values()}:
+            assert not lines(text, draft.name + "{"), f"{draft.name} is 4-draft only"
     expected = {
         "DCGM_FI_DEV_SM_CLOCK_HERTZ": "1.98e+09",  # 1980 MHz
         "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ": "2.619e+09",
         "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL": "123456.0",  # 123,456,789 mJ, floored
-        "DCGM_FI_DEV_MEMORY_UTIL_RATIO": "0.4",
-        "DCGM_FI_DEV_FB_USED_BYTES": "4.194304e+10",  # 40,000 MiB
-        "DCGM_FI_DEV_FB_CAPACITY_BYTES": "8.5520809984e+10",  # 81,559 MiB
+        "DCGM_FI_DEV_MEM_COPY_UTIL": "40.0",  # DCGM 4.6.0 keeps field 204's name
+        "DCGM_FI_DEV_FB_USED": "40000.0",  # and 252's, in MiB
+        "DCGM_FI_DEV_ROW_REMAP_FAILED": "0.0",
     }
     for name, value in expected.items():
         assert lines(text, name + "{") == [f"{name}{{{LABELS}}} {value}"]
+    assert "# TYPE DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL counter\n" in text
+
+
+def test_dcgm4_draft_adds_the_release_note_names_in_ratios_and_bytes() -> None:
+    text = scrape(FakeGpu(uuid=UUID), select_families(), "4-draft")
+    expected = {
+        "DCGM_FI_DEV_GPU_UTIL_RATIO": "0.7",
+        "DCGM_FI_DEV_MEMORY_UTIL_RATIO": "0.4",
+        "DCGM_FI_DEV_FB_USED_BYTES": "4.194304e+10",  # 40,000 MiB
+        "DCGM_FI_DEV_FB_CAPACITY_BYTES": "8.5520809984e+10",  # 81,559 MiB
+        "DCGM_FI_DEV_SM_CLOCK_HERTZ": "1.98e+09",
+    }
+    for name, value in expected.items():
+        assert lines(text, name + "{") == [f"{name}{{{LABELS}}} {value}"]
+    assert not lines(text, "DCGM_FI_DEV_FB_USED{") and not lines(text, "DCGM_FI_DEV_MEM_COPY_UTIL{")
 
 
 def test_dcgm3_is_unchanged_and_both_writes_each_renamed_reading_twice() -> None:
@@ -71,17 +89,19 @@ def test_dcgm3_is_unchanged_and_both_writes_each_renamed_reading_twice() -> None
     both = scrape(FakeGpu(uuid=UUID), select_families(), "both")
     assert lines(three, "DCGM_FI_DEV_GPU_UTIL") == [f"DCGM_FI_DEV_GPU_UTIL{{{LABELS}}} 70.0"]
     assert lines(both, "DCGM_FI_DEV_GPU_UTIL") == [
-        f"DCGM_FI_DEV_GPU_UTIL{{{LABELS}}} 70.0", f"DCGM_FI_DEV_GPU_UTIL_RATIO{{{LABELS}}} 0.7",
+        f"DCGM_FI_DEV_GPU_UTIL{{{LABELS}}} 70.0", f"DCGM_FI_DEV_GPU_UTIL_RATIO{{{LABELS}}} 70.0",
     ]
-    assert not lines(three, "DCGM_FI_DEV_FB_CAPACITY") and lines(both, "DCGM_FI_DEV_FB_CAPACITY_BYTES{")
+    assert not lines(three, "DCGM_FI_DEV_FB_CAPACITY") and not lines(both, "DCGM_FI_DEV_FB_CAPACITY")
     # every 3.x line is still there in `both`, with the same labels
     samples = [line for line in three.splitlines() if line.startswith("DCGM_FI")]
     assert set(samples) <= set(both.splitlines())
 
 
 def test_naming_table_is_consistent() -> None:
-    assert exposed("DCGM_FI_DEV_FB_USED", "h", "4")[0].name == "DCGM_FI_DEV_FB_USED_BYTES"
+    assert exposed("DCGM_FI_DEV_FB_USED", "h", "4")[0].name == "DCGM_FI_DEV_FB_USED"
+    assert exposed("DCGM_FI_DEV_FB_USED", "h", "4-draft")[0].name == "DCGM_FI_DEV_FB_USED_BYTES"
     assert exposed("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "h", "4")[0].name == "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
+    assert exposed("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "h", "4") == ()  # deprecated in 4.6.0: PROF_PCIE
     assert len({r.name for r in DCGM4.values()}) == len(DCGM4)  # no two 3.x fields share a 4.x name
     assert [r.name for r in exposed("DCGM_FI_DEV_GPU_TEMP", "h", "both")] == [
         "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP_CELSIUS"]
@@ -149,7 +169,7 @@ def test_simulated_nvlink_counters_grow() -> None:
     assert all(b.tx_bytes > a.tx_bytes > 0 for a, b in zip(first, second, strict=True))  # type: ignore[operator]
 
 
-@pytest.mark.parametrize(("value", "ok"), [("4", True), ("both", True), ("5", False)])
+@pytest.mark.parametrize(("value", "ok"), [("4", True), ("both", True), ("4-draft", True), ("5", False)])
 def test_cli_flag_validates(value: str, ok: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = {}
 
@@ -238,7 +258,7 @@ def _twice(backend: NvmlBackend | SimulatedBackend, families: frozenset[str], na
     return generate_latest(registry).decode()
 
 
-@pytest.mark.parametrize("names", ["3", "4", "both"])
+@pytest.mark.parametrize("names", ["3", "4", "both", "4-draft"])
 def test_nvml_and_simulation_emit_the_same_names_in_range(names: DcgmNames) -> None:
     """What the GPU run compares on real hardware, here against the fake NVML: every name the
     simulation emits comes from NVML too, and the 4.x units are in range."""
@@ -253,15 +273,19 @@ def test_nvml_and_simulation_emit_the_same_names_in_range(names: DcgmNames) -> N
     busy = SimulatedBackend(1, seed=SEED_BUSY, node="node-a", xid_probability=0.0, clock=lambda: now[0])
     simulated = _sample_values(_twice(busy, families, names, now))
     assert set(real) == set(simulated)
+    units = {row.rename.name: row.rename.unit for row in naming.table()
+             if names in row.modes or (names == "both" and row.modes & {"3", "4"})}
     for name, values in real.items():
-        if name.endswith("_RATIO"):
+        if units.get(name) == "ratio":
             assert all(0.0 <= v <= 1.0 for v in values), name
+        if units.get(name) == "percent":
+            assert all(0.0 <= v <= 100.0 for v in values), name
         assert all(v >= 0 for v in values), name
 
 
 @pytest.mark.parametrize(("old", "value", "expected"), [
-    ("DCGM_FI_DEV_GPU_UTIL", 70.0, 0.7), ("DCGM_FI_DEV_ENC_UTIL", 3.0, 0.03),
-    ("DCGM_FI_DEV_SM_CLOCK", 1335.0, 1_335_000_000.0), ("DCGM_FI_DEV_FB_FREE", 41559.0, 41559 * 2**20),
+    ("DCGM_FI_DEV_GPU_UTIL", 70.0, 70.0),
+    ("DCGM_FI_DEV_SM_CLOCK", 1335.0, 1_335_000_000.0),
     ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 123_456_789.0, 123_456.0),  # whole joules, floored
     ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 999.0, 0.0),
 ])  # fmt: skip
@@ -269,11 +293,19 @@ def test_each_unit_change_is_exact(old: str, value: float, expected: float) -> N
     assert DCGM4[old].convert(value) == expected
 
 
+@pytest.mark.parametrize(("old", "value", "expected"), [
+    ("DCGM_FI_DEV_GPU_UTIL", 70.0, 0.7), ("DCGM_FI_DEV_ENC_UTIL", 3.0, 0.03),
+    ("DCGM_FI_DEV_FB_FREE", 41559.0, 41559 * 2**20),
+])  # fmt: skip
+def test_each_draft_unit_change_is_exact(old: str, value: float, expected: float) -> None:
+    assert DCGM4_DRAFT[old].convert(value) == expected
+
+
 @given(st.integers(min_value=0, max_value=10**9))
 def test_converted_readings_come_back_to_the_3x_value(value: int) -> None:
     """What the dashboards do (dashboards/dcgm.py multiplies the 4.x series back): exact for
     every unit but joules, which DCGM floors (back within one joule, i.e. 1000 mJ)."""
-    for old, rename in DCGM4.items():
+    for old, rename in {**DCGM4, **DCGM4_DRAFT}.items():
         back = Fraction(rename.convert(float(value))) / rename.scale
         if rename.integer:
             assert 0 <= value - back < 1000, old

@@ -61,7 +61,8 @@ def test_init_once_handles_cached_fields_batched(backend: NvmlBackend, nvml: Fak
         backend.read(select_families())
     assert nvml.calls["nvmlInit"] == 1
     assert nvml.calls["nvmlDeviceGetHandleByIndex"] == 2
-    assert nvml.calls["nvmlDeviceGetFieldValues"] == 3 * 2  # one batched call per GPU per read
+    # per GPU per read: one batched call for the scalar fields, one for the NVLink totals
+    assert nvml.calls["nvmlDeviceGetFieldValues"] == 3 * 2 * 2
 
 
 def test_unsupported_leaves_series_out(nvml: FakeNvml) -> None:
