@@ -108,11 +108,20 @@ class ExporterApp:
                               "places every target in a region")
         self.node = node_name(settings.node_name)
         families = select_families(include=settings.families_include, exclude=settings.families_exclude)
-        self._attribution = pod_attribution(
-            settings.pod_attribution, socket_path=settings.pod_resources_socket,
-            interval=settings.pod_resources_interval,
-        )
         self.backend = backend or build_backend(settings, node=self.node, clock=clock)
+        migs = getattr(self.backend, "mig_slices", None)
+        try:
+            self._attribution = pod_attribution(
+                settings.pod_attribution, socket_path=settings.pod_resources_socket,
+                interval=settings.pod_resources_interval, timeout=settings.pod_resources_timeout,
+                max_age=settings.pod_resources_max_age, backoff_cap=settings.pod_resources_backoff_cap,
+                devices=self.backend.devices(),
+                migs=migs() if migs and settings.pod_attribution != "none" else (),
+                resource_slices=settings.dra_resource_slices, node=self.node,
+            )
+        except Exception:
+            self.backend.close()
+            raise
         self.collection = Collection(
             self.backend, families, attribution=self._attribution, timeout=settings.collect_timeout,
             health_window=settings.health_window, clock=clock,

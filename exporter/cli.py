@@ -122,6 +122,14 @@ def serve(
     pod_attribution: Annotated[str | None, typer.Option(
         help="none (default) or kubelet: pod labels from kubelet's pod-resources API")] = None,
     pod_resources_socket: Annotated[str | None, typer.Option(help="kubelet pod-resources socket")] = None,
+    pod_resources_interval: Annotated[float | None, typer.Option(
+        help="seconds between kubelet List calls (default 10)")] = None,
+    pod_resources_timeout: Annotated[float | None, typer.Option(
+        help="seconds one kubelet call may take (default 5)")] = None,
+    pod_resources_max_age: Annotated[float | None, typer.Option(
+        help="drop pod labels when kubelet's last answer is older (seconds, default 60)")] = None,
+    dra_resource_slices: Annotated[bool | None, typer.Option(
+        help="resolve DRA devices through the node's ResourceSlices (list/watch resourceslices)")] = None,
     node_name: Annotated[str | None, typer.Option(help="node name (default $NODE_NAME or host)")] = None,
     region: Annotated[str | None, typer.Option()] = None,
     rack: Annotated[str | None, typer.Option()] = None,
@@ -138,6 +146,8 @@ def serve(
         backend=backend, gpus=gpus, listen=listen, consul=consul, collect_interval=collect_interval,
         families_include=families, families_exclude=exclude, hostname_label=hostname_label, seed=seed,
         dcgm_names=dcgm_names, pod_attribution=pod_attribution, pod_resources_socket=pod_resources_socket,
+        pod_resources_interval=pod_resources_interval, pod_resources_timeout=pod_resources_timeout,
+        pod_resources_max_age=pod_resources_max_age, dra_resource_slices=dra_resource_slices,
         node_name=node_name, region=region, rack=rack, team=team, cluster=cluster, kubernetes=kubernetes,
         register_url=register_url, register_token=register_token, register_job=register_job,
         node_exporter_port=node_exporter_port, advertise_address=advertise_address,

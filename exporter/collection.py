@@ -12,14 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from exporter.attribution import NoPodAttribution, PodAttribution
 from exporter.backend import GpuBackend
 from exporter.catalogue import CRITICAL_XIDS
-from exporter.models import CollectionStats, Reading, Snapshot, XidTally
+from exporter.models import AttributionStatus, CollectionStats, PodLabels, Reading, Snapshot, XidTally
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +92,9 @@ class Collection:
             xids=dict(self._xids),
             last_xid=dict(self._last_xid),
             health=self._health(readings, now),
-            pod_labels=self._attribution.labels(),
+            pod_labels=_label_sets(self._attribution.labels()),
             driver_version=self.driver,
+            attribution=self._status(),
         )
         partial = not all(r.ok for r in readings.values())
         self._stats = replace(
@@ -104,6 +105,10 @@ class Collection:
             errors=self._stats.errors + int(partial),
         )
         return True
+
+    def _status(self) -> AttributionStatus | None:
+        status = getattr(self._attribution, "status", None)
+        return status() if status is not None else None
 
     def _health(self, readings: dict[int, Reading], now: float) -> dict[int, bool]:
         """Unhealthy: the read failed, or a critical XID was seen within the window."""
@@ -197,3 +202,7 @@ class CollectionLoop:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+
+def _label_sets(found: Mapping[str, Any]) -> PodLabels:
+    """One tuple of label sets per GPU; an attribution may answer one mapping per GPU."""
+    return {uuid: (value,) if isinstance(value, Mapping) else tuple(value) for uuid, value in found.items()}

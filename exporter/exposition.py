@@ -88,12 +88,16 @@ class SnapshotCollector:
         snap = self._collection.snapshot
         if snap is not None:
             yield from self._gpu_families(snap)
+            yield from self._attribution_families(snap)
         yield from self._self_families()
 
     def _gpu_families(self, snap: Snapshot) -> Iterator[Metric]:
         fams = self._collection.families
+        # One label set per pod holding the GPU (a shared GPU is written once per pod, as
+        # dcgm-exporter does); a GPU no pod holds has one set without pod labels.
         labels = {
-            d.index: self._policy.gpu_labels(d, snap.pod_labels.get(d.uuid), driver=snap.driver_version)
+            d.index: [self._policy.gpu_labels(d, pod, driver=snap.driver_version)
+                      for pod in snap.pod_labels.get(d.uuid) or (None,)]
             for d in snap.devices
         }
         for spec in self._specs:
@@ -102,7 +106,8 @@ class SnapshotCollector:
                 for index, reading in snap.readings.items():
                     value = reading.values.get(spec.name)
                     if value is not None:
-                        metric.samples.append(Sample(out.name, labels[index], out.convert(value)))
+                        converted = out.convert(value)
+                        metric.samples.extend(Sample(out.name, lab, converted) for lab in labels[index])
                 if metric.samples:
                     yield metric
         if any(spec.name == "DCGM_FI_DEV_FB_USED" for spec in self._specs):
@@ -113,7 +118,7 @@ class SnapshotCollector:
             health = _family("gpufed_gpu_health", "1 if the GPU read fine and had no critical XID "
                              "within the health window, else 0.", "gauge")
             for index, ok in snap.health.items():
-                health.samples.append(Sample("gpufed_gpu_health", labels[index], 1.0 if ok else 0.0))
+                health.samples.extend(Sample(health.name, lab, 1.0 if ok else 0.0) for lab in labels[index])
             yield health
         if "hami" in fams:
             yield from self._hami_families(snap, labels)
@@ -124,12 +129,12 @@ class SnapshotCollector:
                             "GPU memory used by one process.", "gauge")
             for index, reading in snap.readings.items():
                 for proc in reading.processes:
-                    procs.samples.append(Sample(
-                        procs.name, {**labels[index], "pid": str(proc.pid)}, proc.used_memory_mib * MIB
-                    ))
+                    procs.samples.extend(Sample(
+                        procs.name, {**lab, "pid": str(proc.pid)}, proc.used_memory_mib * MIB
+                    ) for lab in labels[index])
             yield procs
 
-    def _nvlink_families(self, snap: Snapshot, labels: dict[int, dict[str, str]]) -> Iterator[Metric]:
+    def _nvlink_families(self, snap: Snapshot, labels: dict[int, list[dict[str, str]]]) -> Iterator[Metric]:
         """Per-link series: the GPU's labels plus `link`; a value the GPU does not give is left out."""
         up = _family("gpufed_nvlink_link_up", "1 if the NVLink is active, else 0.", "gauge")
         counters = {
@@ -137,8 +142,8 @@ class SnapshotCollector:
         }
         crc = _family("gpufed_nvlink_crc_errors", "NVLink CRC errors, by type (flit, data).", "counter")
         for index, reading in snap.readings.items():
-            for link in reading.links:
-                link_labels = {**labels[index], "link": str(link.link)}
+            for link, base in ((link, base) for link in reading.links for base in labels[index]):
+                link_labels = {**base, "link": str(link.link)}
                 up.samples.append(Sample(up.name, link_labels, 1.0 if link.up else 0.0))
                 for attr, family in counters.items():
                     value = getattr(link, attr)
@@ -151,7 +156,7 @@ class SnapshotCollector:
             if family.samples:
                 yield family
 
-    def _capacity_family(self, snap: Snapshot, labels: dict[int, dict[str, str]]) -> Iterator[Metric]:
+    def _capacity_family(self, snap: Snapshot, labels: dict[int, list[dict[str, str]]]) -> Iterator[Metric]:
         """The total framebuffer in bytes (`--dcgm-names 4-draft` only), where the backend knows it."""
         found = exposed(naming.CAPACITY_READING, "", self._names)
         if not found or found[0].name != naming.CAPACITY:
@@ -160,16 +165,17 @@ class SnapshotCollector:
         for device in snap.devices:
             total = naming.capacity_bytes(device.memory_total_mib)
             if total is not None and device.index in labels:
-                metric.samples.append(Sample(metric.name, labels[device.index], total))
+                metric.samples.extend(Sample(metric.name, lab, total) for lab in labels[device.index])
         if metric.samples:
             yield metric
 
-    def _xid_families(self, snap: Snapshot, labels: dict[int, dict[str, str]]) -> Iterator[Metric]:
+    def _xid_families(self, snap: Snapshot, labels: dict[int, list[dict[str, str]]]) -> Iterator[Metric]:
         for out in exposed("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", self._names):
             last = _family(out.name, out.help, "gauge")
             for index in labels:
                 code = snap.last_xid.get(index, 0)
-                last.samples.append(Sample(last.name, {**labels[index], "err_code": str(code)}, float(code)))
+                last.samples.extend(Sample(last.name, {**lab, "err_code": str(code)}, float(code))
+                                    for lab in labels[index])
             yield last
         total = _family("gpufed_gpu_xid_errors", "XID errors reported by the driver, by code.", "counter")
         seen = _family("gpufed_gpu_xid_last_seen_timestamp_seconds",
@@ -177,13 +183,14 @@ class SnapshotCollector:
         for (index, code), tally in sorted(snap.xids.items()):
             if index not in labels:
                 continue
-            xid_labels = {**labels[index], "err_code": str(code)}
-            total.samples.append(Sample("gpufed_gpu_xid_errors_total", xid_labels, float(tally.count)))
-            seen.samples.append(Sample(seen.name, xid_labels, tally.last_seen))
+            for lab in labels[index]:
+                xid_labels = {**lab, "err_code": str(code)}
+                total.samples.append(Sample("gpufed_gpu_xid_errors_total", xid_labels, float(tally.count)))
+                seen.samples.append(Sample(seen.name, xid_labels, tally.last_seen))
         yield total
         yield seen
 
-    def _hami_families(self, snap: Snapshot, labels: dict[int, dict[str, str]]) -> Iterator[Metric]:
+    def _hami_families(self, snap: Snapshot, labels: dict[int, list[dict[str, str]]]) -> Iterator[Metric]:
         mem = _family("hami_host_gpu_memory_used_bytes", "GPU device memory used, in bytes.", "gauge")
         util = _family("hami_host_gpu_utilization_ratio", "GPU core utilisation, 0-1.", "gauge")
         legacy_mem = _family("HostGPUMemoryUsage", "GPU device memory usage", "gauge")
@@ -195,16 +202,39 @@ class SnapshotCollector:
             legacy = {"nodeid": self._policy.node, "deviceidx": str(index),
                       "deviceuuid": dev.uuid, "devicetype": dev.model}
             if used is not None:
-                mem.samples.append(Sample(mem.name, labels[index], used * MIB))
+                mem.samples.extend(Sample(mem.name, lab, used * MIB) for lab in labels[index])
                 legacy_mem.samples.append(Sample(legacy_mem.name, legacy, used * MIB))
             if busy is not None:
-                util.samples.append(Sample(util.name, labels[index], busy / 100.0))
+                util.samples.extend(Sample(util.name, lab, busy / 100.0) for lab in labels[index])
                 legacy_util.samples.append(Sample(legacy_util.name, legacy, busy))
         yield mem
         yield util
         if self._policy.hami_legacy:
             yield legacy_mem
             yield legacy_util
+
+    def _attribution_families(self, snap: Snapshot) -> Iterator[Metric]:
+        """Freshness of the GPU -> pod map and kubelet's allocatable GPUs (kubelet attribution)."""
+        status = snap.attribution
+        if status is None:
+            return
+        last = _family("gpufed_exporter_pod_attribution_last_success_timestamp_seconds",
+                       "Unix time of kubelet's last good pod-resources answer; 0 if none yet.", "gauge")
+        last.samples.append(Sample(last.name, {}, status.last_success or 0.0))
+        stale = _family("gpufed_exporter_pod_attribution_stale",
+                        "1 while pod labels are dropped because kubelet's last answer is too old.", "gauge")
+        stale.samples.append(Sample(stale.name, {}, 1.0 if status.stale else 0.0))
+        errors = _family("gpufed_exporter_pod_attribution_errors",
+                         "Failed kubelet pod-resources calls, by gRPC status code.", "counter")
+        for code, count in sorted(status.errors.items()):
+            errors.samples.append(Sample(f"{errors.name}_total", {"code": code}, float(count)))
+        yield from (last, stale, errors)
+        if status.allocatable:
+            alloc = _family("gpufed_kubelet_allocatable_gpus", "Devices kubelet can allocate, by GPU "
+                            "resource (GetAllocatableResources).", "gauge")
+            for resource, count in status.allocatable.items():
+                alloc.samples.append(Sample(alloc.name, {"resource": resource}, float(count)))
+            yield alloc
 
     def _self_families(self) -> Iterator[Metric]:
         stats = self._collection.stats

@@ -20,11 +20,21 @@ class GpuDevice:
     model: str
     pci_bus_id: str
     memory_total_mib: float = 0.0
-
+    minor: int = -1  # /dev/nvidia<minor>; -1: unknown, taken as the index
     @property
     def device(self) -> str:
         """DCGM's `device` label: the /dev node name."""
         return f"nvidia{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class MigSlice:
+    """One MIG device as NVML sees it: its UUID, its parent GPU, GPU instance and profile."""
+
+    uuid: str
+    parent_uuid: str
+    gpu_instance_id: int
+    profile: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +93,23 @@ class XidTally:
 
 
 @dataclass(frozen=True, slots=True)
+class AttributionStatus:
+    """How fresh the GPU -> pod map is (kubelet attribution), read into self-metrics.
+
+    `stale`: the last good answer is older than the configured age, so pod labels are
+    dropped instead of naming pods that may have left. `errors`: failed refreshes by gRPC
+    status code name. `allocatable`: GPU resource name -> devices kubelet can allocate."""
+
+    last_success: float | None = None
+    stale: bool = False
+    errors: Mapping[str, int] = field(default_factory=dict)
+    allocatable: Mapping[str, int] = field(default_factory=dict)
+
+
+PodLabels = Mapping[str, tuple[Mapping[str, str], ...]]
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one scrape serves; replaced whole, so scrapes never see a half update."""
 
@@ -92,8 +119,9 @@ class Snapshot:
     xids: Mapping[tuple[int, int], XidTally] = field(default_factory=dict)
     last_xid: Mapping[int, int] = field(default_factory=dict)
     health: Mapping[int, bool] = field(default_factory=dict)
-    pod_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    pod_labels: PodLabels = field(default_factory=dict)
     driver_version: str = ""
+    attribution: AttributionStatus | None = None
 
 
 @dataclass(frozen=True, slots=True)

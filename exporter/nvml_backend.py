@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any
 
 from exporter.errors import BackendError
-from exporter.models import GpuDevice, NvLinkReading, ProcessUsage, Reading, XidEvent
+from exporter.models import GpuDevice, MigSlice, NvLinkReading, ProcessUsage, Reading, XidEvent
 
 log = logging.getLogger(__name__)
 MIB = 1024 * 1024
@@ -131,7 +131,36 @@ class NvmlBackend:
             model=_text(nvml.nvmlDeviceGetName(handle)),
             pci_bus_id=_text(nvml.nvmlDeviceGetPciInfo(handle).busId),
             memory_total_mib=memory.total / MIB,
+            minor=self._minor(handle),
         )
+
+    def _minor(self, handle: Any) -> int:
+        """/dev/nvidia<minor>: NVIDIA's DRA driver names its devices `gpu-<minor>`."""
+        call: Callable[[Any], Any] | None = getattr(self._nvml, "nvmlDeviceGetMinorNumber", None)
+        minor = None if call is None else self._optional(partial(call, handle))
+        return -1 if minor is None else int(minor)
+
+    def mig_slices(self) -> tuple[MigSlice, ...]:
+        """The MIG devices of every MIG-enabled GPU, read now (pod attribution calls it once).
+
+        The profile is the part of the MIG device's NVML name after "MIG " ("1g.10gb")."""
+        nvml, out = self._nvml, []
+        if not hasattr(nvml, "nvmlDeviceGetMigMode"):
+            return ()
+        for device, handle in zip(self._devices, self._handles, strict=True):
+            mode = self._optional(partial(nvml.nvmlDeviceGetMigMode, handle))
+            if not mode or mode[0] != getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
+                continue
+            for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+                try:
+                    mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+                except nvml.NVMLError:
+                    continue  # an empty slot answers NotFound
+                name = _text(nvml.nvmlDeviceGetName(mig))
+                out.append(MigSlice(uuid=_text(nvml.nvmlDeviceGetUUID(mig)), parent_uuid=device.uuid,
+                                    gpu_instance_id=int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
+                                    profile=name.split("MIG ", 1)[-1]))
+        return tuple(out)
 
     def devices(self) -> tuple[GpuDevice, ...]:
         return self._devices

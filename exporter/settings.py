@@ -105,6 +105,13 @@ class ExporterSettings(BaseSettings):
     pod_resources_socket: str = Field(default="/var/lib/kubelet/pod-resources/kubelet.sock",
                                       min_length=1, description="kubelet pod-resources unix socket")
     pod_resources_interval: float = Field(default=10.0, gt=0, description="seconds between List calls")
+    pod_resources_timeout: float = Field(default=5.0, gt=0, description="seconds one kubelet call may take")
+    pod_resources_max_age: float = Field(default=60.0, gt=0, description="seconds after kubelet's last good "
+                                         "answer before pod labels are dropped")
+    pod_resources_backoff_cap: float = Field(default=5.0, gt=0, description="cap of the gRPC reconnect "
+                                             "backoff, seconds")
+    dra_resource_slices: bool = Field(default=False, description="resolve DRA devices through the node's "
+                                      "ResourceSlices (needs list/watch on resourceslices)")
     kubernetes: bool = Field(default=False, description="running as a DaemonSet: no Consul registration")
     consul: str | None = Field(default=None, description="local agent host:port; unset: no registration")
     consul_token: str | None = None

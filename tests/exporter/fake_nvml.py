@@ -28,6 +28,8 @@ NVML_VALUE_TYPE_DOUBLE = 0
 NVML_VALUE_TYPE_UNSIGNED_INT = 1
 NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
 NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_FOUND = 6
+NVML_DEVICE_MIG_ENABLE = 1
 NVML_ERROR_UNKNOWN = 999
 NVML_FEATURE_ENABLED = 1
 NVML_NVLINK_MAX_LINKS = 36
@@ -110,6 +112,22 @@ class FakeGpu:
     unsupported: set[str] = field(default_factory=set)  # method names or NVML_FI_* names
     failing: dict[str, int] = field(default_factory=dict)  # method name -> NVML error value it raises
     lost: bool = False
+    minor: int = -1  # /dev/nvidia<minor>; -1: the binding has no nvmlDeviceGetMinorNumber answer
+    migs: list[FakeMig] = field(default_factory=list)  # MIG mode is on when there are any
+
+
+@dataclass
+class FakeMig:
+    """A MIG device handle: NVML answers its UUID, name and GPU instance id."""
+
+    uuid: str
+    gpu_instance_id: int
+    profile: str = "1g.10gb"
+    parent: str = "NVIDIA H100 80GB HBM3"
+
+    @property
+    def name(self) -> str:
+        return f"{self.parent} MIG {self.profile}"
 
 
 class c_nvmlGpmMetricsGet_t:
@@ -244,6 +262,28 @@ class FakeNvml:
         if link >= gpu.nvlinks:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return {NVML_NVLINK_ERROR_DL_CRC_FLIT: 10 + link, NVML_NVLINK_ERROR_DL_CRC_DATA: link}[counter]
+
+    def nvmlDeviceGetMinorNumber(self, handle: FakeGpu) -> int:
+        gpu = self._gpu(handle, "nvmlDeviceGetMinorNumber")
+        if gpu.minor < 0:
+            raise NVMLError_NotSupported()
+        return gpu.minor
+
+    def nvmlDeviceGetMigMode(self, handle: FakeGpu) -> tuple[int, int]:
+        mode = 1 if self._gpu(handle, "nvmlDeviceGetMigMode").migs else 0
+        return mode, mode
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeGpu) -> int:
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeGpu, index: int) -> FakeMig:
+        migs = self._gpu(handle, "nvmlDeviceGetMigDeviceHandleByIndex").migs
+        if index >= len(migs):
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return migs[index]
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: FakeMig) -> int:
+        return handle.gpu_instance_id
 
     def nvmlDeviceGetTemperature(self, handle: FakeGpu, sensor: int) -> int:
         return self._gpu(handle, "nvmlDeviceGetTemperature").temp

@@ -1,15 +1,24 @@
-"""Pod attribution against an in-process kubelet stand-in: a gRPC server on a unix socket.
+"""Pod attribution as kubelet and NVIDIA's DRA driver really speak it.
 
-The stand-in serves `v1.PodResourcesLister` (`List` and `Get`) from the same committed
-`exporter/podresources_v1.proto` the client uses, with kubelet's field names and numbers.
+A stand-in kubelet (tests/fakes/kubelet.py) serves `List`, `Get` and
+`GetAllocatableResources` from kubelet's own `api.proto` (vendored unchanged). The node's
+answer is shaped like NVIDIA's drivers make it: device-plugin ids are GPU UUIDs (`::N`
+under time-slicing) or MIG UUIDs; DRA claim resources carry driver `gpu.nvidia.com`, the
+node's pool and the DRA driver's canonical device names (`gpu-<minor>`,
+`gpu-<minor>-mig-<profile>-<id>-<start>`), and CDI names
+`k8s.gpu.nvidia.com/claim=<claim UID>-<device>` with no UUID in them
+(k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/cdi.go, GetClaimDeviceName). The node's
+ResourceSlices (resource.k8s.io/v1, attributes `type`, `uuid`, `parentUUID`, `profile` as
+the driver's deviceinfo.go and mig.go publish them) come from the in-process Kubernetes
+API (tests/fakes/kube_api.py) through the `kubernetes` client.
 """
 
 from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Iterator
-from concurrent import futures
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,145 +26,289 @@ import pytest
 
 grpc = pytest.importorskip("grpc")  # the `podresources` extra
 
+from fake_nvml import FakeGpu, FakeMig, FakeNvml  # noqa: E402
+from fakes.kube_api import FakeKubeAPI  # noqa: E402
+from fakes.kubelet import FakeKubelet  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from exporter import podmap  # noqa: E402
+from exporter.app import ExporterApp  # noqa: E402
 from exporter.attribution import pod_attribution  # noqa: E402
 from exporter.errors import ConfigError  # noqa: E402
-from exporter.kubelet_podresources import (  # noqa: E402
-    KubeletPodAttribution,
-    PodResourcesClient,
-    gpu_id,
-    gpu_labels,
-)
+from exporter.kubelet_podresources import KubeletPodAttribution, PodResourcesClient  # noqa: E402
+from exporter.nvml_backend import NvmlBackend  # noqa: E402
 from exporter.podresources_messages import PROTO, RPCS, SERVICE, file_descriptor, message  # noqa: E402
+from exporter.settings import ExporterSettings  # noqa: E402
 
-GPU0 = "GPU-8f2c1d90-3e5a-4b17-9c2e-5da9abb51763"
-GPU1 = "GPU-11111111-2222-3333-4444-555555555555"
-GPU2 = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+NODE = "gpu-node-1"
+GPU = ["GPU-6f1a5c2e-8b3d-4e7f-9a10-2c4b6d8e0f12", "GPU-0b7e9d41-3c2a-4f58-8e61-7d9c0a1b2e34",
+       "GPU-a3c5e7f9-1b2d-4c6e-8f0a-1c3e5a7b9d0f", "GPU-d4e5f6a7-b8c9-4d0e-9f1a-2b3c4d5e6f70",
+       "GPU-19283746-5a6b-4c7d-8e9f-0a1b2c3d4e5f"]
+MIG_DRA = "MIG-5e2f8c1a-9b3d-5f7e-a1c4-6d8e0f2a4b6c"
+MIG_PLUGIN = "MIG-7a9c1e3f-5b7d-5e9f-b2d4-8f0a2c4e6a8b"
+CLAIM_UID = {"infer": "dab5ab50-d59a-42a6-af16-cfd4628c0f7a", "nb": "4c1f7e2a-6b8d-4e0f-a2c4-6e8a0c2e4f6a"}
+
+
+def nvml() -> FakeNvml:
+    """Five H100s, minors 0-4; GPU 3 in MIG mode with two 1g.10gb slices."""
+    gpus = [FakeGpu(uuid=uuid, minor=i, bus_id=f"00000000:{0x18 + i:02X}:00.0") for i, uuid in enumerate(GPU)]
+    gpus[3].migs = [FakeMig(MIG_DRA, 7), FakeMig(MIG_PLUGIN, 8)]
+    return FakeNvml(gpus, driver="580.95.05")
 
 
 def kubelet_answer() -> Any:
-    """A node with a device-plugin pod (time-sliced id), a DRA pod and a CPU-only pod."""
+    """List as kubelet answers on that node."""
     resp = message("ListPodResourcesResponse")()
-    train = resp.pod_resources.add(name="train-0", namespace="ml")
-    worker = train.containers.add(name="worker")
-    worker.devices.add(resource_name="nvidia.com/gpu", device_ids=[f"{GPU0}::1"])
-    worker.devices.add(resource_name="rdma/hca", device_ids=["mlx5_0"])
-    infer = resp.pod_resources.add(name="infer-7", namespace="serving")
-    server = infer.containers.add(name="server")
-    claim = server.dynamic_resources.add(class_name="gpu.nvidia.com", claim_name="infer-gpu",
-                                         claim_namespace="serving")
-    claim.claim_resources.add().cdi_devices.add(name=f"k8s.gpu.nvidia.com/gpu={GPU1}")
-    claim.claim_resources.add().cdi_devices.add(name="k8s.gpu.nvidia.com/claim=gpu-0")  # no UUID: skipped
+    # 1. device plugin, whole GPU 0 (resource nvidia.com/gpu, id = UUID); an RDMA device too
+    train = resp.pod_resources.add(name="train-0", namespace="ml").containers.add(name="worker")
+    train.devices.add(resource_name="nvidia.com/gpu", device_ids=[GPU[0]])
+    train.devices.add(resource_name="rdma/hca_shared_devices_a", device_ids=["mlx5_0"])
+    # 2. DRA, whole GPU 1 through a ResourceClaim
+    server = resp.pod_resources.add(name="infer-7", namespace="serving").containers.add(name="server")
+    claim = server.dynamic_resources.add(claim_name="infer-gpu", claim_namespace="serving")
+    dra = claim.claim_resources.add(driver_name="gpu.nvidia.com", pool_name=NODE, device_name="gpu-1")
+    dra.cdi_devices.add(name=f"k8s.gpu.nvidia.com/claim={CLAIM_UID['infer']}-gpu-1")
+    # 3. time-sliced GPU 2, two pods (device plugin replicas: UUID::N)
+    for name, replica in (("job-a", 0), ("job-b", 3)):
+        pod = resp.pod_resources.add(name=name, namespace="batch").containers.add(name="main")
+        pod.devices.add(resource_name="nvidia.com/gpu", device_ids=[f"{GPU[2]}::{replica}"])
+    # 4. MIG on GPU 3: a DRA MIG device, and a device-plugin MIG slice (mixed strategy)
+    nb = resp.pod_resources.add(name="notebook", namespace="research").containers.add(name="jupyter")
+    mig_claim = nb.dynamic_resources.add(claim_name="nb-mig", claim_namespace="research")
+    mig = mig_claim.claim_resources.add(driver_name="gpu.nvidia.com", pool_name=NODE,
+                                        device_name="gpu-3-mig-1g10gb-19-0")
+    mig.cdi_devices.add(name=f"k8s.gpu.nvidia.com/claim={CLAIM_UID['nb']}-gpu-3-mig-1g10gb-19-0")
+    small = resp.pod_resources.add(name="mig-small", namespace="research").containers.add(name="app")
+    small.devices.add(resource_name="nvidia.com/mig-1g.10gb", device_ids=[MIG_PLUGIN])
+    # not GPUs: another vendor's DRA claim, a CPU-only pod
+    other = resp.pod_resources.add(name="fpga", namespace="hw").containers.add(name="c")
+    other.dynamic_resources.add(claim_name="f", claim_namespace="hw").claim_resources.add(
+        driver_name="fpga.example.com", pool_name=NODE, device_name="gpu-4")
     resp.pod_resources.add(name="web", namespace="default").containers.add(name="nginx")
-    return resp
+    return resp  # 5. GPU 4 is idle
 
 
-class Kubelet:
-    """The stand-in: answers List with `answer`, Get by name, and can be made to fail."""
+def resource_slice(node: str, devices: list[dict[str, Any]], suffix: str = "x7k2p") -> dict[str, Any]:
+    return {"metadata": {"name": f"{node}-gpu.nvidia.com-{suffix}"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devices}}
 
-    def __init__(self) -> None:
-        self.answer = kubelet_answer()
-        self.fail = False
-        self.calls: list[str] = []
 
-    def handlers(self) -> Any:
-        def list_(request: Any, context: Any) -> Any:
-            self.calls.append("List")
-            if self.fail:
-                context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet restarting")
-            return self.answer
+def gpu_device(minor: int, uuid: str) -> dict[str, Any]:
+    return {"name": f"gpu-{minor}", "attributes": {
+        "type": {"string": "gpu"}, "uuid": {"string": uuid},
+        "productName": {"string": "NVIDIA H100 80GB HBM3"},
+        "architecture": {"string": "Hopper"}, "driverVersion": {"version": "580.95.5"},
+        "cudaComputeCapability": {"version": "9.0.0"},
+        "resource.kubernetes.io/pciBusID": {"string": f"0000:{0x18 + minor:02x}:00.0"}},
+        "capacity": {"memory": {"value": "81559Mi"}}}
 
-        def get(request: Any, context: Any) -> Any:
-            self.calls.append("Get")
-            for pod in self.answer.pod_resources:
-                if (pod.namespace, pod.name) == (request.pod_namespace, request.pod_name):
-                    return message("GetPodResourcesResponse")(pod_resources=pod)
-            context.abort(grpc.StatusCode.NOT_FOUND, "no such pod")
 
-        methods = {"List": list_, "Get": get}
-        return grpc.method_handlers_generic_handler("v1.PodResourcesLister", {
-            name: grpc.unary_unary_rpc_method_handler(
-                methods[name], request_deserializer=message(req).FromString,
-                response_serializer=lambda m: m.SerializeToString())
-            for name, (req, _) in RPCS.items()
-        })
+def mig_device(name: str, parent: str, uuid: str) -> dict[str, Any]:
+    return {"name": name, "attributes": {
+        "type": {"string": "mig"}, "parentUUID": {"string": parent}, "uuid": {"string": uuid},
+        "profile": {"string": "1g.10gb"}, "productName": {"string": "NVIDIA H100 80GB HBM3"}}}
+
+
+def node_slices() -> list[dict[str, Any]]:
+    devices = [gpu_device(i, GPU[i]) for i in (0, 1, 2, 4)]
+    devices.append(mig_device("gpu-3-mig-1g10gb-19-0", GPU[3], MIG_DRA))
+    other = resource_slice("gpu-node-2", [gpu_device(1, "GPU-ffffffff-ffff-4fff-bfff-ffffffffffff")], "q9")
+    return [resource_slice(NODE, devices), other]
+
+
+BASE = {"train": {"namespace": "ml", "pod": "train-0", "container": "worker"},
+        "infer": {"namespace": "serving", "pod": "infer-7", "container": "server",
+                  "dra_claim_name": "infer-gpu", "dra_claim_namespace": "serving",
+                  "dra_driver_name": "gpu.nvidia.com", "dra_pool_name": NODE, "dra_device_name": "gpu-1"},
+        "job-a": {"namespace": "batch", "pod": "job-a", "container": "main"},
+        "job-b": {"namespace": "batch", "pod": "job-b", "container": "main"},
+        "nb": {"namespace": "research", "pod": "notebook", "container": "jupyter",
+               "dra_claim_name": "nb-mig", "dra_claim_namespace": "research",
+               "dra_driver_name": "gpu.nvidia.com",
+               "dra_pool_name": NODE, "dra_device_name": "gpu-3-mig-1g10gb-19-0",
+               "dra_mig_profile": "1g.10gb", "dra_mig_device_uuid": MIG_DRA},
+        "small": {"namespace": "research", "pod": "mig-small", "container": "app",
+                  "GPU_I_PROFILE": "1g.10gb", "GPU_I_ID": "8"}}
+POD_KEYS = {key for labels in BASE.values() for key in labels}
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
 
 
 @pytest.fixture
-def kubelet() -> Iterator[tuple[Kubelet, str]]:
+def socket_path() -> Iterator[str]:
     with tempfile.TemporaryDirectory() as tmp:
-        path = str(Path(tmp) / "kubelet.sock")
-        fake = Kubelet()
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        server.add_generic_rpc_handlers((fake.handlers(),))
-        server.add_insecure_port(f"unix://{path}")
-        server.start()
-        yield fake, path
-        server.stop(None).wait()
+        yield str(Path(tmp) / "kubelet.sock")
 
 
-def test_proto_parse_keeps_kubelet_numbers() -> None:
+@pytest.fixture
+def kubelet(socket_path: str) -> Iterator[FakeKubelet]:
+    with FakeKubelet(socket_path) as fake:
+        fake.answer = kubelet_answer()
+        alloc = fake.allocatable
+        alloc.devices.add(resource_name="nvidia.com/gpu",
+                          device_ids=[GPU[0], GPU[2] + "::0", GPU[2] + "::3", GPU[4]])
+        alloc.devices.add(resource_name="nvidia.com/mig-1g.10gb", device_ids=[MIG_PLUGIN])
+        alloc.devices.add(resource_name="rdma/hca_shared_devices_a", device_ids=["mlx5_0"])
+        yield fake
+
+
+@pytest.fixture
+def kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKubeAPI]:
+    with FakeKubeAPI() as api:
+        for obj in node_slices():
+            api.apply("resourceslices", obj)
+        config = tmp_path / "kubeconfig"
+        config.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
+            f"clusters: [{{name: t, cluster: {{server: '{api.url}'}}}}]\n"
+            "contexts: [{name: t, context: {cluster: t, user: t}}]\nusers: [{name: t, user: {token: x}}]\n")
+        monkeypatch.setenv("KUBECONFIG", str(config))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        yield api
+
+
+def scrape(app: ExporterApp) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{app.http.port}/metrics", timeout=10) as response:
+        return {f.name: f for f in text_string_to_metric_families(response.read().decode())}
+
+
+def pods_by_gpu(families: dict[str, Any], name: str = "DCGM_FI_DEV_GPU_TEMP") -> dict[str, list[Any]]:
+    out: dict[str, list[dict[str, str]]] = {}
+    for sample in families[name].samples:
+        pod = {k: v for k, v in sample.labels.items() if k in POD_KEYS}
+        out.setdefault(sample.labels["UUID"], []).append(pod)
+    return {uuid: sorted(pods, key=lambda p: sorted(p.items())) for uuid, pods in out.items()}
+
+
+def test_proto_is_kubelets_whole_v1_api() -> None:
     fdp = file_descriptor(PROTO.read_text(encoding="utf-8"))
     fields = {(m.name, f.name): f.number for m in fdp.message_type for f in m.field}
-    assert fields[("ContainerResources", "dynamic_resources")] == 5
-    assert fields[("DynamicResource", "claim_namespace")] == 3
-    assert fields[("GetPodResourcesRequest", "pod_namespace")] == 2
+    assert fields[("ClaimResource", "driver_name")] == 2
+    assert fields[("ClaimResource", "pool_name")] == 3
+    assert fields[("ClaimResource", "device_name")] == 4
+    assert fields[("ClaimResource", "share_id")] == 5
+    assert ("DynamicResource", "class_name") not in fields  # removed in 1.31 (a tombstone comment)
+    assert fields[("AllocatableResourcesResponse", "devices")] == 1
     assert SERVICE == "/v1.PodResourcesLister/"
-    assert set(RPCS) == {"List", "Get"}
+    assert set(RPCS) == {"List", "Get", "GetAllocatableResources"}
+    claim = message("ClaimResource")(device_name="gpu-0")
+    assert not claim.HasField("share_id")  # proto3 optional: presence is tracked
 
 
-def test_device_ids() -> None:
-    assert gpu_id(f"{GPU0}::3") == GPU0
-    assert gpu_id(GPU0) == GPU0
-    assert gpu_id("mlx5_0") is None
-
-
-def test_list_and_get_over_the_socket(kubelet: tuple[Kubelet, str]) -> None:
-    fake, path = kubelet
-    client = PodResourcesClient(path)
+def test_every_kind_of_gpu_carries_exactly_its_pods(kubelet: FakeKubelet, kube: FakeKubeAPI,
+                                                    socket_path: str) -> None:
+    backend = NvmlBackend(nvml(), event_timeout_ms=20)
+    app = ExporterApp(ExporterSettings(
+        backend="nvml", listen="127.0.0.1:0", node_name=NODE, collect_interval=0.05,
+        pod_attribution="kubelet", pod_resources_socket=socket_path, pod_resources_interval=0.05,
+        dra_resource_slices=True), backend=backend)
+    app.start()
     try:
-        labels = gpu_labels(client.list())
-        assert labels == {
-            GPU0: {"namespace": "ml", "pod": "train-0", "container": "worker"},
-            GPU1: {"namespace": "serving", "pod": "infer-7", "container": "server",
-                   "claim_name": "infer-gpu", "claim_namespace": "serving"},
+        wait_for(lambda: len(pods_by_gpu(scrape(app)).get(GPU[3], [])) == 2)
+        families = scrape(app)
+        assert pods_by_gpu(families) == {
+            GPU[0]: [BASE["train"]],
+            GPU[1]: [BASE["infer"]],
+            GPU[2]: [BASE["job-a"], BASE["job-b"]],  # one series per pod on a shared GPU
+            GPU[3]: [BASE["small"], BASE["nb"]],  # MIG slices on their parent, with MIG labels
+            GPU[4]: [{}],  # idle: one series, no pod labels
         }
+        temps = families["DCGM_FI_DEV_GPU_TEMP"].samples
+        assert all(s.labels["DCGM_FI_DRIVER_VERSION"] == "580.95.05" for s in temps)
+        alloc = {s.labels["resource"]: s.value for s in families["gpufed_kubelet_allocatable_gpus"].samples}
+        assert alloc == {"nvidia.com/gpu": 4.0, "nvidia.com/mig-1g.10gb": 1.0}
+        last = families["gpufed_exporter_pod_attribution_last_success_timestamp_seconds"].samples[0].value
+        assert abs(last - time.time()) < 10
+        assert {"List", "GetAllocatableResources"} <= set(kubelet.calls)
+    finally:
+        app.stop()
+
+
+def test_nvml_identity_is_the_fallback_without_resource_slices(kubelet: FakeKubelet) -> None:
+    backend = NvmlBackend(nvml(), event_timeout_ms=20)
+    try:
+        gpus = podmap.node_gpus(backend.devices(), backend.mig_slices())
+    finally:
+        backend.close()
+    found = podmap.gpu_labels(kubelet.answer.pod_resources, gpus=gpus)
+    assert found[GPU[1]] == (BASE["infer"],)  # gpu-1 is minor 1
+    mig = {k: v for k, v in BASE["nb"].items() if not k.startswith("dra_mig")}
+    assert found[GPU[3]] == (BASE["small"], mig)  # the parent, from the canonical name; no slice, no profile
+    assert GPU[4] not in found
+
+
+def test_index_device_ids_resolve_through_nvml_index() -> None:
+    gpus = podmap.node_gpus(NvmlBackend(nvml(), event_timeout_ms=20).devices())
+    resp = message("ListPodResourcesResponse")()
+    pod = resp.pod_resources.add(name="p", namespace="n").containers.add(name="c")
+    pod.devices.add(resource_name="nvidia.com/gpu", device_ids=["4", "2::1", "9"])  # 9: no such GPU
+    found = podmap.gpu_labels(resp.pod_resources, gpus=gpus)
+    assert set(found) == {GPU[4], GPU[2]}
+
+
+def test_labels_go_after_max_age_and_come_back(kubelet: FakeKubelet, socket_path: str) -> None:
+    now = [1000.0]
+    gpus = podmap.node_gpus(NvmlBackend(nvml(), event_timeout_ms=20).devices())
+    client = PodResourcesClient(socket_path, timeout=1.0, backoff_cap=0.2)
+    attribution = KubeletPodAttribution(client, gpus=gpus, interval=0.05, max_age=30.0, clock=lambda: now[0])
+    try:
+        wait_for(lambda: GPU[0] in attribution.labels())
+        kubelet.stop()  # kubelet goes away
+        calls = len(kubelet.calls)
+        wait_for(lambda: attribution.status().errors.get("UNAVAILABLE", 0) >= 2)
+        assert len(kubelet.calls) == calls
+        assert GPU[0] in attribution.labels(), "within max age the last map stays"
+        now[0] += 31
+        assert attribution.labels() == {} and attribution.status().stale
+        assert attribution.status().last_success == 1000.0
+        kubelet.start()  # kubelet is back: labels return within an interval plus the backoff cap
+        started = time.monotonic()
+        wait_for(lambda: GPU[0] in attribution.labels(), timeout=5)
+        assert time.monotonic() - started < 3
+        assert not attribution.status().stale and attribution.status().last_success == 1031.0
+    finally:
+        attribution.close()
+
+
+def test_start_up_never_waits_on_kubelet(socket_path: str) -> None:
+    started = time.monotonic()
+    attribution = pod_attribution("kubelet", socket_path=socket_path + ".absent", interval=60, timeout=30)
+    try:
+        assert time.monotonic() - started < 1.0
+        assert attribution.labels() == {}
+    finally:
+        attribution.close()
+
+
+def test_a_slow_kubelet_within_the_timeout_still_refreshes(kubelet: FakeKubelet, socket_path: str) -> None:
+    """A timeout is a flag now: a kubelet that needs longer than gRPC's usual 5 s is served."""
+    client = PodResourcesClient(socket_path, timeout=0.01)
+    try:
+        assert len(client.list()) == len(kubelet.answer.pod_resources)  # fast enough here
+    finally:
+        client.close()
+    kubelet.fail = grpc.StatusCode.DEADLINE_EXCEEDED
+    attribution = KubeletPodAttribution(PodResourcesClient(socket_path), interval=60, start=False)
+    assert not attribution.refresh()
+    assert attribution.status().errors == {"DEADLINE_EXCEEDED": 1}
+    attribution.close()
+
+
+def test_get_one_pod(kubelet: FakeKubelet, socket_path: str) -> None:
+    client = PodResourcesClient(socket_path)
+    try:
         pod = client.get(namespace="serving", pod="infer-7")
-        assert pod.containers[0].dynamic_resources[0].claim_name == "infer-gpu"
-        assert fake.calls == ["List", "Get"]
+        assert pod.containers[0].dynamic_resources[0].claim_resources[0].device_name == "gpu-1"
     finally:
         client.close()
 
 
-def test_background_refresh_keeps_last_map_on_failure(kubelet: tuple[Kubelet, str]) -> None:
-    fake, path = kubelet
-    attribution = KubeletPodAttribution(PodResourcesClient(path), interval=0.05)
-    try:
-        assert set(attribution.labels()) == {GPU0, GPU1}
-        fake.fail = True
-        calls = len(fake.calls)
-        deadline = time.monotonic() + 5
-        while len(fake.calls) < calls + 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert set(attribution.labels()) == {GPU0, GPU1}, "a failed refresh must keep the last map"
-        fake.fail = False
-        moved = fake.answer.pod_resources[0].containers[0].devices[0]
-        del moved.device_ids[:]
-        moved.device_ids.append(GPU2)
-        deadline = time.monotonic() + 5
-        while GPU2 not in attribution.labels() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert attribution.labels()[GPU2]["pod"] == "train-0"
-        assert GPU0 not in attribution.labels()
-    finally:
-        attribution.close()
-
-
-def test_setting_builds_kubelet_attribution(kubelet: tuple[Kubelet, str]) -> None:
-    _, path = kubelet
-    attribution = pod_attribution("kubelet", socket_path=path, interval=60)
-    try:
-        assert attribution.labels()[GPU0]["container"] == "worker"
-    finally:
-        attribution.close()
+def test_unknown_attribution_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="unknown pod attribution 'cri'"):
         pod_attribution("cri")

@@ -8,7 +8,9 @@ answers 410 Gone. This fake does exactly those, the way the API server documents
     GET /api/v1/nodes
     GET /api/v1/namespaces/{ns}/pods
     GET /apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices
+    GET /apis/resource.k8s.io/v1/resourceslices   (cluster-scoped)
         ?labelSelector=k=v,k2=v2   equality selectors only
+        ?fieldSelector=spec.nodeName=N   (resourceslices: the one field the API server indexes)
         ?watch=1&resourceVersion=N&allowWatchBookmarks=true&timeoutSeconds=S
     GET|PUT|DELETE /api/v1/namespaces/{ns}/configmaps/{name}, POST .../configmaps
     GET|PUT|DELETE /apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}, POST .../leases
@@ -46,6 +48,7 @@ KINDS = {
     "nodes": ("Node", "v1"),
     "pods": ("Pod", "v1"),
     "endpointslices": ("EndpointSlice", "discovery.k8s.io/v1"),
+    "resourceslices": ("ResourceSlice", "resource.k8s.io/v1"),
 }
 
 
@@ -128,7 +131,12 @@ class FakeKubeAPI:
 
     def _matches(self, plural: str, namespace: str, obj: dict[str, Any], selector: str) -> bool:
         ns = obj.get("metadata", {}).get("namespace", "")
-        return (not namespace or ns == namespace) and self._selected(obj, selector)
+        labels, _, fields = selector.partition("|")
+        if fields:
+            key, _, value = fields.partition("=")
+            if key == "spec.nodeName" and (obj.get("spec") or {}).get("nodeName") != value.lstrip("="):
+                return False
+        return (not namespace or ns == namespace) and self._selected(obj, labels)
 
     def list(self, plural: str, namespace: str, selector: str) -> dict[str, Any]:
         kind, api_version = KINDS[plural]
@@ -238,12 +246,16 @@ class FakeKubeAPI:
                     plural, namespace = parts[4], parts[3]
                 elif parts[:4] == ["apis", "discovery.k8s.io", "v1", "namespaces"] and len(parts) == 6:
                     plural, namespace = parts[5], parts[4]
+                elif parts[:3] == ["apis", "resource.k8s.io", "v1"] and len(parts) == 4:
+                    plural, namespace = parts[3], ""
                 else:
                     missing = "the server could not find the requested resource"
                     return self._json(404, status(404, "NotFound", missing))
                 if plural not in KINDS:
                     return self._json(404, status(404, "NotFound", f"unknown resource {plural}"))
                 selector = query.get("labelSelector", "")
+                if query.get("fieldSelector"):
+                    selector += "|" + query["fieldSelector"]
                 if query.get("watch") in ("1", "true", "True"):
                     return self._watch(plural, namespace, selector, query)
                 return self._json(200, api.list(plural, namespace, selector))
