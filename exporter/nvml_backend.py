@@ -376,10 +376,31 @@ class NvmlBackend:
             ("DCGM_FI_DEV_MEM_CLOCK", memclk),
         ]
         values.update({name: float(v) for name, v in pairs if v is not None})
+        licence = self._vgpu_licence(handle)
+        if licence is not None:
+            values["DCGM_FI_DEV_VGPU_LICENSE_STATUS"] = licence
         if "DCGM_FI_DEV_POWER_USAGE" not in values:
             milliwatts = opt(lambda: nvml.nvmlDeviceGetPowerUsage(handle))
             if milliwatts is not None:
                 values["DCGM_FI_DEV_POWER_USAGE"] = milliwatts / 1000.0
+
+    def _vgpu_licence(self, handle: Any) -> float | None:
+        """DCGM field 526 as DCGM 4.6.0 reads it: nvmlDeviceGetGridLicensableFeatures; 0 when
+        licensing is not supported, else 1 if the vGPU feature's state is set. A GPU whose
+        driver answers "not supported" (bare metal) leaves the series out, as DCGM does."""
+        nvml = self._nvml
+        call = getattr(nvml, "nvmlDeviceGetGridLicensableFeatures", None)
+        features = None if call is None else self._optional(partial(call, handle))
+        if features is None:
+            return None
+        if not features.isGridLicenseSupported:
+            return 0.0
+        vgpu = getattr(nvml, "NVML_GRID_LICENSE_FEATURE_CODE_VGPU", 1)
+        for slot in range(features.licensableFeaturesCount):
+            feature = features.gridLicensableFeatures[slot]
+            if feature.featureCode == vgpu:
+                return 1.0 if feature.featureState > 0 else 0.0
+        return None
 
     def _memory(self, handle: Any) -> Any:
         """Memory info v2 where the binding has it (it adds `reserved`, DCGM field 253)."""

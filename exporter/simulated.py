@@ -130,6 +130,7 @@ class SimulatedBackend:
                     "DCGM_FI_DEV_FB_FREE": float(spec.memory_mib - used),
                     "DCGM_FI_DEV_FB_USED": float(used),
                     "DCGM_FI_DEV_FB_RESERVED": 0.0,
+                    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": 0.0,  # bare metal: licensing not supported
                 }
             )
         if "ecc" in wanted:

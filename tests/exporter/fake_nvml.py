@@ -29,6 +29,7 @@ NVML_VALUE_TYPE_UNSIGNED_INT = 1
 NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_FOUND = 6
+NVML_GRID_LICENSE_FEATURE_CODE_VGPU = 1
 NVML_DEVICE_MIG_ENABLE = 1
 NVML_ERROR_UNKNOWN = 999
 NVML_FEATURE_ENABLED = 1
@@ -95,6 +96,7 @@ class FakeGpu:
     memory_total: int = 81559 * MIB
     memory_used: int = 40000 * MIB
     memory_reserved: int = 0
+    vgpu_licensed: int = 1  # a vGPU guest whose licence is active
     remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)  # correctable, uncorrectable, pending, failed
     util: int = 70
     mem_util: int = 40
@@ -307,6 +309,11 @@ class FakeNvml:
                                    free=gpu.memory_total - gpu.memory_used - gpu.memory_reserved)
         return SimpleNamespace(total=gpu.memory_total, used=gpu.memory_used,
                                free=gpu.memory_total - gpu.memory_used)
+
+    def nvmlDeviceGetGridLicensableFeatures(self, handle: FakeGpu) -> SimpleNamespace:
+        gpu = self._gpu(handle, "nvmlDeviceGetGridLicensableFeatures")
+        feature = SimpleNamespace(featureCode=NVML_GRID_LICENSE_FEATURE_CODE_VGPU, featureState=gpu.vgpu_licensed)
+        return SimpleNamespace(isGridLicenseSupported=1, licensableFeaturesCount=1, gridLicensableFeatures=[feature])
 
     def nvmlDeviceGetRemappedRows(self, handle: FakeGpu) -> tuple[int, int, int, int]:
         gpu = self._gpu(handle, "nvmlDeviceGetRemappedRows")

@@ -1,0 +1,102 @@
+"""Golden comparison of /metrics with dcgm-exporter's own default set.
+
+`exporter/upstream/dcgm-exporter-default-counters.csv` is dcgm-exporter's
+`etc/default-counters.csv` at its newest tag (4.5.3-4.8.2), unchanged. Every active row
+(not a comment) must be on a default `gpufed-exporter serve`'s /metrics (NVML backend,
+`--dcgm-names 3`) with the same Prometheus type (`label` rows: a label on every DCGM
+series), or be listed in exporter/README.md's table of rows not emitted by default, with
+the `--families` value that emits it, which this test then proves.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from fake_nvml import FakeGpu, FakeNvml
+
+from exporter.app import ExporterApp
+from exporter.nvml_backend import NvmlBackend
+from exporter.settings import ExporterSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+CSV = ROOT / "exporter" / "upstream" / "dcgm-exporter-default-counters.csv"
+README = ROOT / "exporter" / "README.md"
+UUID = "GPU-6f1a5c2e-8b3d-4e7f-9a10-2c4b6d8e0f12"
+_LISTED = re.compile(r"^\| `(DCGM_FI_\w+)` \| `--families (\w+)` \| (.+) \|$")
+
+
+def active_rows() -> list[tuple[str, str]]:
+    """(field, type) of every row dcgm-exporter collects by default."""
+    rows = []
+    for line in CSV.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            field, kind, _ = (part.strip() for part in line.split(",", 2))
+            rows.append((field, kind))
+    return rows
+
+
+def readme_not_default() -> dict[str, tuple[str, str]]:
+    """Field -> (family that emits it, reason) from exporter/README.md."""
+    out = {}
+    for line in README.read_text(encoding="utf-8").splitlines():
+        if found := _LISTED.match(line):
+            out[found.group(1)] = (found.group(2), found.group(3))
+    return out
+
+
+def metrics(families: list[str] | None = None) -> str:
+    backend = NvmlBackend(FakeNvml([FakeGpu(uuid=UUID, nvlinks=18)], driver="580.95.05"), event_timeout_ms=20)
+    settings = ExporterSettings(backend="nvml", listen="127.0.0.1:0", node_name="n1", collect_interval=0.05,
+                                families_include=families or [])
+    app = ExporterApp(settings, backend=backend)
+    app.start()
+    try:
+        deadline = time.monotonic() + 10  # two collections: the NVLink rate needs a previous sample
+        while app.collection.stats.collections < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with urllib.request.urlopen(f"http://127.0.0.1:{app.http.port}/metrics", timeout=10) as response:
+            return str(response.read().decode())
+    finally:
+        app.stop()
+
+
+def types(text: str) -> dict[str, str]:
+    return dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
+
+
+def test_the_csv_is_the_default_set_we_compare_with() -> None:
+    rows = dict(active_rows())
+    assert len(rows) == 26
+    assert rows["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] == "counter"
+    assert rows["DCGM_FI_DRIVER_VERSION"] == "label"
+
+
+def test_every_active_row_is_on_metrics_with_its_type_or_listed() -> None:
+    text = metrics()
+    typed = types(text)
+    listed = readme_not_default()
+    missing = []
+    for field, kind in active_rows():
+        if kind == "label":
+            series = [line for line in text.splitlines() if line.startswith("DCGM_FI_")]
+            assert series and all(f'{field}="580.95.05"' in line for line in series), field
+        elif field in typed:
+            assert typed[field] == kind, f"{field}: {typed[field]} here, {kind} in dcgm-exporter"
+            assert re.search(rf"^{field}\{{", text, re.M), f"{field} has no sample"
+        elif field not in listed:
+            missing.append(field)
+    assert not missing, f"neither on /metrics nor listed in exporter/README.md: {missing}"
+
+
+@pytest.mark.parametrize("family", sorted({family for family, _ in readme_not_default().values()}))
+def test_each_listed_row_comes_with_its_family(family: str) -> None:
+    rows = dict(active_rows())
+    typed = types(metrics([family]))
+    for field, (needs, reason) in readme_not_default().items():
+        assert reason.strip(), field
+        if needs == family:
+            assert typed.get(field) == rows[field], f"--families {family} must emit {field} as {rows[field]}"
