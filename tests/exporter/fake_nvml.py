@@ -312,8 +312,10 @@ class FakeNvml:
 
     def nvmlDeviceGetGridLicensableFeatures(self, handle: FakeGpu) -> SimpleNamespace:
         gpu = self._gpu(handle, "nvmlDeviceGetGridLicensableFeatures")
-        feature = SimpleNamespace(featureCode=NVML_GRID_LICENSE_FEATURE_CODE_VGPU, featureState=gpu.vgpu_licensed)
-        return SimpleNamespace(isGridLicenseSupported=1, licensableFeaturesCount=1, gridLicensableFeatures=[feature])
+        feature = SimpleNamespace(featureCode=NVML_GRID_LICENSE_FEATURE_CODE_VGPU,
+                                  featureState=gpu.vgpu_licensed)
+        return SimpleNamespace(isGridLicenseSupported=1, licensableFeaturesCount=1,
+                               gridLicensableFeatures=[feature])
 
     def nvmlDeviceGetRemappedRows(self, handle: FakeGpu) -> tuple[int, int, int, int]:
         gpu = self._gpu(handle, "nvmlDeviceGetRemappedRows")
