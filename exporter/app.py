@@ -130,7 +130,8 @@ class ExporterApp:
                                      cluster=settings.cluster)
         policy = LabelPolicy(self.node, host_label(settings), placement, settings.hami_legacy)
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotCollector(self.collection, policy, dcgm_names=settings.dcgm_names))
+        self.registry.register(SnapshotCollector(self.collection, policy, dcgm_names=settings.dcgm_names,
+                                                 nvlink_series=settings.nvlink_series))
         self.loop = CollectionLoop([self.collection], interval=settings.collect_interval)
         host, _ = split_listen(settings.listen)
         self.routes = NodeRoutes(self.registry, ready=lambda: self.collection.ready(settings.max_age),

@@ -52,7 +52,7 @@ def _from_table() -> tuple[MetricSpec, ...]:
     """One spec per reading of exporter/dcgm_names.csv, in table order, typed by its 3.x row."""
     out: dict[str, MetricSpec] = {}
     for row in naming.table():
-        if row.reading in out or row.reading in _NOT_SERIES:
+        if row.reading in out or row.reading in _NOT_SERIES or row.reading.startswith(naming.LINK_PREFIX):
             continue
         kind: Kind = "counter" if row.rename.kind == "counter" else "gauge"
         out[row.reading] = MetricSpec(row.reading, kind, row.family, row.rename.help)

@@ -119,6 +119,9 @@ def serve(
     dcgm_names: Annotated[str | None, typer.Option(
         help="DCGM names: 3 (default), 4 (DCGM 4.6.0), both (migration) or 4-draft "
         "(4 plus unproven names)")] = None,
+    nvlink_series: Annotated[str | None, typer.Option(
+        help="per-link series of --families nvlink: gpufed (default) or dcgm (DCGM per-link fields, "
+        "dcgm-exporter's link labels)")] = None,
     pod_attribution: Annotated[str | None, typer.Option(
         help="none (default) or kubelet: pod labels from kubelet's pod-resources API")] = None,
     pod_resources_socket: Annotated[str | None, typer.Option(help="kubelet pod-resources socket")] = None,
@@ -145,7 +148,8 @@ def serve(
     settings = build_settings(
         backend=backend, gpus=gpus, listen=listen, consul=consul, collect_interval=collect_interval,
         families_include=families, families_exclude=exclude, hostname_label=hostname_label, seed=seed,
-        dcgm_names=dcgm_names, pod_attribution=pod_attribution, pod_resources_socket=pod_resources_socket,
+        dcgm_names=dcgm_names, nvlink_series=nvlink_series, pod_attribution=pod_attribution,
+        pod_resources_socket=pod_resources_socket,
         pod_resources_interval=pod_resources_interval, pod_resources_timeout=pod_resources_timeout,
         pod_resources_max_age=pod_resources_max_age, dra_resource_slices=dra_resource_slices,
         node_name=node_name, region=region, rack=rack, team=team, cluster=cluster, kubernetes=kubernetes,

@@ -65,6 +65,23 @@ class LabelPolicy:
             labels.update(pod)
         return labels
 
+    def link_labels(self, device: GpuDevice, link: int, *, driver: str = "") -> dict[str, str]:
+        """dcgm-exporter's labels for a GPU's NVLink entity (its `linkMetricsFormat`):
+        `nvlink`, `gpu`, `gpu_uuid`, `pci_bus_id`, `device`, `model_name`, the host label."""
+        labels = {
+            "nvlink": str(link),
+            "gpu": str(device.index),
+            "gpu_uuid": device.uuid,
+            "pci_bus_id": device.pci_bus_id,
+            "device": device.device,
+            "model_name": device.model,
+            self.hostname_label: self.node,
+            **self.placement,
+        }
+        if driver:
+            labels[self.driver_label] = driver
+        return labels
+
 
 def _family(name: str, doc: str, kind: str) -> Metric:
     return Metric(name, doc, kind)
@@ -78,11 +95,13 @@ def _dcgm_family(name: str, doc: str, kind: str) -> Metric:
 class SnapshotCollector:
     """Collector over one `Collection`; cheap enough to run on every scrape."""
 
-    def __init__(self, collection: Collection, policy: LabelPolicy, *, dcgm_names: DcgmNames = "3") -> None:
+    def __init__(self, collection: Collection, policy: LabelPolicy, *, dcgm_names: DcgmNames = "3",
+                 nvlink_series: str = "gpufed") -> None:
         self._collection = collection
         self._policy = policy
         self._specs = metrics_for(collection.families)
         self._names: DcgmNames = dcgm_names
+        self._nvlink_series = nvlink_series
 
     def collect(self) -> Iterator[Metric]:
         snap = self._collection.snapshot
@@ -122,7 +141,9 @@ class SnapshotCollector:
             yield health
         if "hami" in fams:
             yield from self._hami_families(snap, labels)
-        if "nvlink" in fams:
+        if "nvlink" in fams and self._nvlink_series == "dcgm":
+            yield from self._dcgm_link_families(snap)
+        elif "nvlink" in fams:
             yield from self._nvlink_families(snap, labels)
         if "process" in fams:
             procs = _family("gpufed_gpu_process_memory_used_bytes",
@@ -155,6 +176,30 @@ class SnapshotCollector:
         for family in (up, *counters.values(), crc):
             if family.samples:
                 yield family
+
+    def _dcgm_link_families(self, snap: Snapshot) -> Iterator[Metric]:
+        """Per-link series under DCGM 4.6.0's per-link field names, labelled as dcgm-exporter
+        labels its NVLink entities (`--nvlink-series dcgm`); links that are down are left
+        out, as dcgm-exporter watches only links whose state is up."""
+        devices = {d.index: d for d in snap.devices}
+        for row in naming.link_rows():
+            attr = row.reading.removeprefix(naming.LINK_PREFIX)
+            metric = _dcgm_family(row.rename.name, row.rename.help, row.rename.kind)
+            for index, reading in snap.readings.items():
+                for link in reading.links:
+                    if not link.up or index not in devices:
+                        continue
+                    if attr == "throughput":
+                        tx, rx = link.tx_bytes, link.rx_bytes
+                        value = None if tx is None or rx is None else tx + rx
+                    else:
+                        value = getattr(link, attr)
+                    if value is not None:
+                        labels = self._policy.link_labels(devices[index], link.link,
+                                                          driver=snap.driver_version)
+                        metric.samples.append(Sample(metric.name, labels, row.rename.convert(value)))
+            if metric.samples:
+                yield metric
 
     def _capacity_family(self, snap: Snapshot, labels: dict[int, list[dict[str, str]]]) -> Iterator[Metric]:
         """The total framebuffer in bytes (`--dcgm-names 4-draft` only), where the backend knows it."""

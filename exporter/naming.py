@@ -144,8 +144,16 @@ DCGM4: dict[str, Rename] = renames("4")
 """3.x reading -> its DCGM 4.6 name (proven); the dashboards' table mirrors this one."""
 DCGM4_DRAFT: dict[str, Rename] = renames("4-draft")
 """3.x reading -> its draft name, emitted only with ``--dcgm-names 4-draft``."""
+LINK_PREFIX = "link:"
+"""Readings of one NVLink (`NvLinkReading` attributes), written per link under DCGM 4.6.0's
+per-link field names with `--nvlink-series dcgm`."""
 CAPACITY = "DCGM_FI_DEV_FB_CAPACITY_BYTES"
 CAPACITY_READING = "DCGM_FI_DEV_FB_TOTAL"
+
+
+def link_rows() -> tuple[Row, ...]:
+    """The per-link rows, in table order (the same names in every mode)."""
+    return tuple(row for row in table() if row.reading.startswith(LINK_PREFIX))
 
 
 def label_name(reading: str, names: DcgmNames) -> str:

@@ -94,6 +94,9 @@ class ExporterSettings(BaseSettings):
         default="3", description="DCGM metric names: 3 (dcgm-exporter default-counters.csv), 4 (DCGM 4.6.0), "
         "both, or 4-draft (4 plus names no upstream file defines)")
     hami_legacy: bool = False
+    nvlink_series: Literal["gpufed", "dcgm"] = Field(
+        default="gpufed", description="the opt-in per-link nvlink family: gpufed_nvlink_* (link label) or "
+        "DCGM 4.6.0's per-link fields with dcgm-exporter's link labels")
     node_name: str | None = Field(
         default=None, validation_alias=AliasChoices("GPUFED_EXPORTER_NODE_NAME", "NODE_NAME", "node_name")
     )

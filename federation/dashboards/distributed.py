@@ -1,26 +1,34 @@
 """The **distributed training** dashboard: NVLink traffic and errors per job, GPU
 utilisation per job, and stragglers (a job's slowest GPU against the job's median).
 
-NVLink series come from gpufed-exporter's ``nvlink`` family (per GPU and ``link``, with
-pod labels when a pod holds the GPU); utilisation from the rule pack's
-``gpufed:gpu_utilization:percent``. A job is the pod's controlling owner in
-kube-state-metrics (``kube_pod_owner``), joined on namespace and pod.
+NVLink series are dcgm-exporter's default per-GPU set, which gpufed-exporter's default
+``nvlink_gpu`` family writes too: ``DCGM_FI_PROF_NVLINK_{TX,RX}_BYTES`` (bytes per second)
+and the NVLink error totals under either DCGM naming (`federation.dashboards.dcgm`), with
+pod labels when a pod holds the GPU. Only "NVLinks down" needs the opt-in per-link
+``nvlink`` family. Utilisation comes from the rule pack's ``gpufed:gpu_utilization:percent``.
+A job is the pod's controlling owner in kube-state-metrics (``kube_pod_owner``), joined on namespace and pod.
 """
 
 from __future__ import annotations
 
+from federation.dashboards import dcgm
 from federation.dashboards.grafana import Dashboard, Panel, Query, Row, Variable
 from federation.dashboards.training import BY_JOB, of_job
 
 SEL = 'pod!="", namespace=~"$namespace"'
-NO_NVLINK = (" Source: gpufed-exporter family `nvlink` with pod attribution, and kube-state-metrics; no data "
-             "without them.")
+NO_NVLINK = (" Source: DCGM NVLink fields (dcgm-exporter's default set, gpufed-exporter's default "
+             "`nvlink_gpu` family) with pod attribution, and kube-state-metrics; no data without them.")
+PER_LINK = (" Source: gpufed-exporter's opt-in per-link family (`--families nvlink`) with pod attribution, "
+            "and kube-state-metrics.")
+ERRORS = (("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "CRC flit"),
+          ("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "CRC data"),
+          ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "replay"),
+          ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "recovery"))
 
 
-def nvlink_rate(metric: str, *, keep: str = "") -> str:
-    """Per (job, GPU, link) rate, HA copies collapsed; ``keep`` names extra labels kept."""
-    return of_job(f"max by (namespace, pod, node, gpu, link{keep}) "
-                  f"(rate({metric}{{{SEL}}}[$__rate_interval]))")
+def per_gpu(expr: str) -> str:
+    """Per (job, GPU) value, HA copies collapsed."""
+    return of_job(f"max by (namespace, pod, node, gpu) ({expr})")
 
 
 LINKS_DOWN = f"max by (namespace, pod, node, gpu, link) (gpufed_nvlink_link_up{{{SEL}}}) == 0"
@@ -30,22 +38,20 @@ UTIL = of_job(f"max by (namespace, pod, node, gpu) (gpufed:gpu_utilization:perce
 def distributed_dashboard() -> Dashboard:
     nvlink = Row("NVLink per job", (
         Panel("NVLink throughput per job", "timeseries", (
-            Query(f"sum by ({BY_JOB}) ({nvlink_rate('gpufed_nvlink_tx_bytes_total')})", "{{owner_name}} tx"),
-            Query(f"sum by ({BY_JOB}) ({nvlink_rate('gpufed_nvlink_rx_bytes_total')})", "{{owner_name}} rx"),
+            Query(f"sum by ({BY_JOB}) ({per_gpu(dcgm.metric('DCGM_FI_PROF_NVLINK_TX_BYTES', SEL))})",
+                  "{{owner_name}} tx"),
+            Query(f"sum by ({BY_JOB}) ({per_gpu(dcgm.metric('DCGM_FI_PROF_NVLINK_RX_BYTES', SEL))})",
+                  "{{owner_name}} rx"),
         ), "Bytes per second over all NVLinks of the job's GPUs." + NO_NVLINK, unit="Bps"),
-        Panel("NVLink errors per job", "timeseries", (
-            Query(f"sum by ({BY_JOB}, type) ({nvlink_rate('gpufed_nvlink_crc_errors_total', keep=', type')})",
-                  "{{owner_name}} CRC {{type}}"),
-            Query(f"sum by ({BY_JOB}) ({nvlink_rate('gpufed_nvlink_replay_errors_total')})",
-                  "{{owner_name}} replay"),
-            Query(f"sum by ({BY_JOB}) ({nvlink_rate('gpufed_nvlink_recovery_errors_total')})",
-                  "{{owner_name}} recovery"),
+        Panel("NVLink errors per job", "timeseries", tuple(
+            Query(f"sum by ({BY_JOB}) ({per_gpu(dcgm.rate(name, SEL))})", "{{owner_name}} " + what)
+            for name, what in ERRORS
         ), "CRC, replay and recovery errors per second on the job's NVLinks; any sustained rate slows "
            "collectives." + NO_NVLINK, unit="cps"),
         Panel("NVLinks down per job", "table", (Query(
             f"count by ({BY_JOB}) ({of_job(LINKS_DOWN)})",
             "links down", instant=True),),
-            "Links whose state is down on the job's GPUs; empty when every link is up." + NO_NVLINK,
+            "Links whose state is down on the job's GPUs; empty when every link is up." + PER_LINK,
             width=24, height=6),
     ))
     stragglers = Row("Utilisation and stragglers", (

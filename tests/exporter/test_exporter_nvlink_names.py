@@ -318,3 +318,72 @@ def test_converted_readings_come_back_to_the_3x_value(value: int) -> None:
 def test_capacity_needs_a_known_total() -> None:
     assert naming.capacity_bytes(0.0) is None
     assert naming.capacity_bytes(81559.0) == 81559 * 2**20
+
+
+def test_nvlink_per_link_dcgm_series_with_dcgm_exporter_link_labels() -> None:
+    """`--nvlink-series dcgm`: DCGM 4.6.0's per-link fields (1525-1531), labelled the way
+    dcgm-exporter labels a GPU's NVLink entity; a link that is down is left out."""
+    backend = NvmlBackend(FakeNvml([FakeGpu(uuid=UUID, nvlinks=2, nvlinks_down={1})]), event_timeout_ms=20)
+    try:
+        collection = Collection(backend, frozenset({"nvlink"}), timeout=None, clock=lambda: 1.0,
+                                timer=lambda: 0.0)
+        assert collection.collect_once()
+        registry = CollectorRegistry(auto_describe=False)
+        policy = LabelPolicy("node-a", "hostname")
+        registry.register(SnapshotCollector(collection, policy, nvlink_series="dcgm"))
+        text = textformat.fallback(registry).decode()
+    finally:
+        backend.close()
+    link0 = ('DCGM_FI_DRIVER_VERSION="550.54.15",device="nvidia0",gpu="0",'
+             f'gpu_uuid="{UUID}",hostname="node-a",model_name="NVIDIA H100 80GB HBM3",nvlink="0",'
+             'pci_bus_id="00000000:18:00.0"')
+    assert [line for line in text.splitlines() if "NVLINK" in line] == [
+        "# HELP DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_PER_LINK_TOTAL NVLink flow-control CRC errors on this "
+        "link.",
+        "# TYPE DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_PER_LINK_TOTAL counter",
+        f"DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_PER_LINK_TOTAL{{{link0}}} 10.0",
+        "# HELP DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_PER_LINK_TOTAL NVLink data CRC errors on this link.",
+        "# TYPE DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_PER_LINK_TOTAL counter",
+        f"DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_PER_LINK_TOTAL{{{link0}}} 0.0",
+        "# HELP DCGM_FI_DEV_NVLINK_REPLAY_ERROR_PER_LINK_TOTAL NVLink replays on this link.",
+        "# TYPE DCGM_FI_DEV_NVLINK_REPLAY_ERROR_PER_LINK_TOTAL counter",
+        f"DCGM_FI_DEV_NVLINK_REPLAY_ERROR_PER_LINK_TOTAL{{{link0}}} 0.0",
+        "# HELP DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_PER_LINK_TOTAL NVLink recoveries on this link.",
+        "# TYPE DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_PER_LINK_TOTAL counter",
+        f"DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_PER_LINK_TOTAL{{{link0}}} 0.0",
+        "# HELP DCGM_FI_DEV_NVLINK_THROUGHPUT_PER_LINK NVLink data sent and received on this link (in KiB).",
+        "# TYPE DCGM_FI_DEV_NVLINK_THROUGHPUT_PER_LINK counter",
+        f"DCGM_FI_DEV_NVLINK_THROUGHPUT_PER_LINK{{{link0}}} 7.5e+06",  # 5,000,000 + 2,500,000 KiB
+        "# HELP DCGM_FI_DEV_NVLINK_TX_THROUGHPUT_PER_LINK NVLink data sent on this link (in KiB).",
+        "# TYPE DCGM_FI_DEV_NVLINK_TX_THROUGHPUT_PER_LINK counter",
+        f"DCGM_FI_DEV_NVLINK_TX_THROUGHPUT_PER_LINK{{{link0}}} 5e+06",
+        "# HELP DCGM_FI_DEV_NVLINK_RX_THROUGHPUT_PER_LINK NVLink data received on this link (in KiB).",
+        "# TYPE DCGM_FI_DEV_NVLINK_RX_THROUGHPUT_PER_LINK counter",
+        f"DCGM_FI_DEV_NVLINK_RX_THROUGHPUT_PER_LINK{{{link0}}} 2.5e+06",
+    ]
+    assert "gpufed_nvlink" not in text
+
+
+def test_nvlink_gpu_totals_and_rate_from_nvml() -> None:
+    """The default `nvlink_gpu` family: the all-links counters DCGM sums for field 449, and
+    bytes per second from two collections 5 s apart."""
+    gpu = FakeGpu(uuid=UUID, nvlinks=2)
+    backend = NvmlBackend(FakeNvml([gpu]), event_timeout_ms=20, clock=lambda: now[0])
+    now = [100.0]
+    try:
+        first = backend.read({"nvlink_gpu"})[0].values
+        gpu.nvlink_tx_kib += 1000  # 1,000 KiB more on link 0, 2,000 on link 1 (fake: x (link + 1))
+        now[0] += 5
+        second = backend.read({"nvlink_gpu"})[0].values
+    finally:
+        backend.close()
+    assert first["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == 5_000_000 * 3 + 2_500_000 * 3  # TX + RX KiB
+    assert "DCGM_FI_PROF_NVLINK_TX_BYTES" not in first  # a rate needs a previous sample
+    assert second["DCGM_FI_PROF_NVLINK_TX_BYTES"] == 3000 * 1024 / 5
+    assert second["DCGM_FI_PROF_NVLINK_RX_BYTES"] == 1500 * 1024 / 5
+    assert second["DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"] == 10 + 11
+    no_links = NvmlBackend(FakeNvml([FakeGpu(uuid=UUID)]), event_timeout_ms=20)
+    try:
+        assert not any("NVLINK" in name for name in no_links.read({"nvlink_gpu"})[0].values)
+    finally:
+        no_links.close()

@@ -64,8 +64,9 @@ def test_no_mode_writes_two_readings_under_one_name() -> None:
                 assert seen.setdefault(row.rename.name, row.reading) == row.reading, (mode, row)
 
 
+@pytest.mark.parametrize("links", ["gpufed", "dcgm"])
 @pytest.mark.parametrize("mode", ["3", "4", "both", "4-draft"])
-def test_every_dcgm_name_on_the_wire_is_in_the_table(mode: naming.DcgmNames) -> None:
+def test_every_dcgm_name_on_the_wire_is_in_the_table(mode: naming.DcgmNames, links: str) -> None:
     nvml = NvmlBackend(FakeNvml([FakeGpu(uuid=UUID, nvlinks=4)]), event_timeout_ms=20)
     now = [1000.0]
     try:
@@ -73,7 +74,7 @@ def test_every_dcgm_name_on_the_wire_is_in_the_table(mode: naming.DcgmNames) -> 
         for _ in range(2):
             now[0] += 5
             assert collection.collect_once()
-        registry = _registry(collection, mode)
+        registry = _registry(collection, mode, links)
         text = textformat.fallback(registry).decode()
     finally:
         nvml.close()
@@ -85,11 +86,11 @@ def test_every_dcgm_name_on_the_wire_is_in_the_table(mode: naming.DcgmNames) -> 
     assert labels == {"DCGM_FI_DRIVER_VERSION"}
 
 
-def _registry(collection: Collection, mode: naming.DcgmNames):  # type: ignore[no-untyped-def]
+def _registry(collection: Collection, mode: naming.DcgmNames, links: str):  # type: ignore[no-untyped-def]
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(collection, LabelPolicy("n"), dcgm_names=mode))
+    registry.register(SnapshotCollector(collection, LabelPolicy("n"), dcgm_names=mode, nvlink_series=links))
     return registry
 
 
