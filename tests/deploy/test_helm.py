@@ -137,6 +137,11 @@ def test_components_are_wired(chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
     plain = {name: e["value"].replace("$(NODE_NAME)", "gpu-7") for name, e in env.items() if "value" in e}
     settings = exporter_settings_from(plain, monkeypatch)
     assert (settings.node_name, settings.kubernetes, settings.pod_attribution) == ("gpu-7", True, "kubelet")
+    assert (settings.dra_resource_slices, settings.pod_resources_max_age) == (True, 60.0)
+    slice_rules = find(objects, "ClusterRole", "-exporter")["rules"]
+    assert {(r, v) for rule in slice_rules for r in rule["resources"] for v in rule["verbs"]} >= {
+        ("resourceslices", "list"), ("resourceslices", "watch")}
+    assert exporter["serviceAccountName"].endswith("-exporter")
     assert exporter["tolerations"] and exporter["nodeSelector"]["gpufed.io/monitored"] == "yes"
 
     children = [o for o in objects if o["kind"] == "StatefulSet" and "-child-" in o["metadata"]["name"]]
