@@ -29,12 +29,14 @@ log = logging.getLogger(__name__)
 
 
 def api_client(kubeconfig: str | None = None) -> kubernetes.client.ApiClient:
-    """In-cluster credentials when running in a pod, else the kubeconfig."""
+    """In-cluster credentials when running in a pod, else the kubeconfig (`$KUBECONFIG`, read
+    now: the client reads it once, when it is imported)."""
     configuration = kubernetes.client.Configuration()
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         kubernetes.config.load_incluster_config(client_configuration=configuration)
     else:
-        kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        kubernetes.config.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG"),
+                                           client_configuration=configuration)
     return kubernetes.client.ApiClient(configuration)
 
 

@@ -223,7 +223,7 @@ def test_every_kind_of_gpu_carries_exactly_its_pods(kubelet: FakeKubelet, kube: 
         assert all(s.labels["DCGM_FI_DRIVER_VERSION"] == "580.95.05" for s in temps)
         alloc = {s.labels["resource"]: s.value for s in families["gpufed_kubelet_allocatable_gpus"].samples}
         assert alloc == {"nvidia.com/gpu": 4.0, "nvidia.com/mig-1g.10gb": 1.0}
-        last = families["gpufed_exporter_pod_attribution_last_success_timestamp_seconds"].samples[0].value
+        last = families[stamp].samples[0].value
         assert abs(last - time.time()) < 10
         assert {"List", "GetAllocatableResources"} <= set(kubelet.calls)
     finally:
@@ -312,3 +312,61 @@ def test_get_one_pod(kubelet: FakeKubelet, socket_path: str) -> None:
 def test_unknown_attribution_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="unknown pod attribution 'cri'"):
         pod_attribution("cri")
+
+
+def test_resource_slices_are_watched(kube: FakeKubeAPI) -> None:
+    """The node's slices are listed once, then followed: a changed slice and a deleted one
+    show up without a relist; other nodes' slices never do (fieldSelector)."""
+    from exporter import resourceslices
+
+    watch = resourceslices.ResourceSliceWatch(resourceslices.api_client(), node=NODE, watch_timeout_s=5)
+    try:
+        wait_for(lambda: len(watch.devices()) == 5)
+        assert watch.devices()[("gpu.nvidia.com", NODE, "gpu-1")] == podmap.DraDevice(GPU[1])
+        assert watch.devices()[("gpu.nvidia.com", NODE, "gpu-3-mig-1g10gb-19-0")] == podmap.DraDevice(
+            GPU[3], MIG_DRA, "1g.10gb")
+        assert all(key[1] == NODE for key in watch.devices())
+        changed = resource_slice(NODE, [gpu_device(0, GPU[0])])
+        kube.apply("resourceslices", changed)
+        wait_for(lambda: len(watch.devices()) == 1)
+        kube.delete("resourceslices", changed["metadata"]["name"])
+        wait_for(lambda: watch.devices() == {})
+        lists = [r for r in kube.requests if "resourceslices" in r and "watch=" not in r]
+        assert len(lists) == 1 and "fieldSelector=spec.nodeName%3Dgpu-node-1" in lists[0]
+    finally:
+        watch.close()
+
+
+def test_slice_devices_reads_v1beta1_too() -> None:
+    """resource.k8s.io/v1beta1 (what dcgm-exporter's informer reads) nests attributes under `basic`."""
+    old = {"spec": {"driver": "gpu.nvidia.com", "pool": {"name": NODE}, "devices": [
+        {"name": "gpu-0", "basic": {"attributes": {"type": {"string": "gpu"}, "uuid": {"string": GPU[0]}}}},
+        {"name": "weird", "basic": {"attributes": {"type": {"string": "vfio"}}}},
+    ]}}
+    assert podmap.slice_devices([old]) == {("gpu.nvidia.com", NODE, "gpu-0"): podmap.DraDevice(GPU[0])}
+
+
+def test_stale_attribution_on_metrics(kubelet: FakeKubelet, socket_path: str) -> None:
+    """Stopping kubelet: the error counter moves by gRPC code, and after the max age the
+    pod labels go and the stale gauge says so; the timestamp stays at the last answer."""
+    backend = NvmlBackend(nvml(), event_timeout_ms=20)
+    app = ExporterApp(ExporterSettings(
+        backend="nvml", listen="127.0.0.1:0", node_name=NODE, collect_interval=0.05,
+        pod_attribution="kubelet", pod_resources_socket=socket_path, pod_resources_interval=0.05,
+        pod_resources_max_age=1.0, pod_resources_backoff_cap=0.2), backend=backend)
+    app.start()
+    try:
+        wait_for(lambda: pods_by_gpu(scrape(app)).get(GPU[0]) == [BASE["train"]])
+        stamp = "gpufed_exporter_pod_attribution_last_success_timestamp_seconds"
+        before = scrape(app)[stamp].samples[0].value
+        kubelet.stop()
+        wait_for(lambda: pods_by_gpu(scrape(app)).get(GPU[0]) == [{}])
+        families = scrape(app)
+        assert families["gpufed_exporter_pod_attribution_stale"].samples[0].value == 1.0
+        errors = {s.labels["code"]: s.value
+                  for s in families["gpufed_exporter_pod_attribution_errors"].samples}
+        assert errors.get("UNAVAILABLE", 0) >= 1
+        last = families[stamp].samples[0].value
+        assert before <= last < time.time() - 0.5
+    finally:
+        app.stop()
