@@ -223,7 +223,7 @@ def test_every_kind_of_gpu_carries_exactly_its_pods(kubelet: FakeKubelet, kube: 
         assert all(s.labels["DCGM_FI_DRIVER_VERSION"] == "580.95.05" for s in temps)
         alloc = {s.labels["resource"]: s.value for s in families["gpufed_kubelet_allocatable_gpus"].samples}
         assert alloc == {"nvidia.com/gpu": 4.0, "nvidia.com/mig-1g.10gb": 1.0}
-        last = families[stamp].samples[0].value
+        last = families["gpufed_exporter_pod_attribution_last_success_timestamp_seconds"].samples[0].value
         assert abs(last - time.time()) < 10
         assert {"List", "GetAllocatableResources"} <= set(kubelet.calls)
     finally:
