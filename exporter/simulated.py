@@ -72,6 +72,7 @@ class SimulatedBackend:
         self._lock = threading.Lock()
         self._devices = tuple(self._device(i, model) for i in range(gpus))
         self._params = [self._gpu_params(i) for i in range(gpus)]
+        self._link_seeds: dict[int, tuple[int, tuple[float, ...]]] = {}
 
     def _device(self, index: int, model: str) -> GpuDevice:
         digest = hashlib.sha1(f"{self._seed}:{self._node}:{index}".encode()).hexdigest()
@@ -172,14 +173,25 @@ class SimulatedBackend:
             links = ()
         return Reading(dev.index, values, processes, links=links)
 
+    def _link_params(self, index: int) -> tuple[int, tuple[float, ...]]:
+        """(the node's one seeded down link, each link's error rate) of GPU ``index``: seeded
+        once, since the default `nvlink_gpu` family reads them every collection."""
+        found = self._link_seeds.get(index)
+        if found is None:
+            down = _rng(self._seed, self._node, "nvlink-down").randrange(0, 64)
+            errs = tuple(_rng(self._seed, self._node, index, "nvlink", link).choice((0.0, 0.0, 0.0, 1 / 3600))
+                         for link in range(self._spec.nvlinks))
+            found = self._link_seeds[index] = (down, errs)
+        return found
+
     def _links(self, dev: GpuDevice, up: float, p: dict[str, float]) -> tuple[NvLinkReading, ...]:
         """Counters linear in uptime (so they only go up); one seeded link per node may be down."""
-        down = _rng(self._seed, self._node, "nvlink-down").randrange(0, 64)
+        down, rates = self._link_params(dev.index)
         out = []
         for link in range(self._spec.nvlinks):
             rate = 1e9 * p["base"] / 100 * (1.0 + 0.01 * link)  # ~0.25-0.75 GB/s per link
             is_up = down != dev.index * self._spec.nvlinks + link
-            errs = _rng(self._seed, self._node, dev.index, "nvlink", link).choice((0.0, 0.0, 0.0, 1 / 3600))
+            errs = rates[link]
             out.append(NvLinkReading(
                 link, is_up, tx_bytes=float(int(up * rate)), rx_bytes=float(int(up * rate * 0.9)),
                 crc_flit_errors=float(int(up * errs)), crc_data_errors=0.0,
