@@ -1,7 +1,8 @@
 """Realistic exposition for the training and distributed dashboards, served on loopback.
 
-One cluster as kube-state-metrics v2, dcgm-exporter (with pod attribution), gpufed's
-``nvlink`` family, the Kubeflow training-operator and an ElasticQuota custom-resource-state
+One cluster as kube-state-metrics v2, dcgm-exporter (with pod attribution; its default
+per-GPU NVLink fields), gpufed's per-link ``nvlink`` family (link state), the Kubeflow
+training-operator and an ElasticQuota custom-resource-state
 config would expose it: a PyTorchJob ``llama-ft`` (2 pods x 4 GPUs on gpu-node-1, GPU 6 a
 straggler at 30% against 95%), a running batch Job ``eval-nightly`` (1 GPU on gpu-node-2),
 a Pending PyTorchJob ``bert-pt`` (4 GPUs requested, no node), a completed and a failed
@@ -91,14 +92,18 @@ def exposition(elapsed: float) -> str:
         add(f"DCGM_FI_DEV_FB_FREE{_labels(**base)} {21559 if pod else 81559}")
         if node != "gpu-node-1":
             continue
+        # 4 links per GPU at 2 GB/s TX, 1.9 GB/s RX; GPU 5's links each see 1 CRC error/s of
+        # each kind, 0.5 replays/s and 0.25 recoveries/s (whole counts)
+        add(f"DCGM_FI_PROF_NVLINK_TX_BYTES{_labels(**base)} {4 * 2e9:.0f}")
+        add(f"DCGM_FI_PROF_NVLINK_RX_BYTES{_labels(**base)} {4 * 1.9e9:.0f}")
+        add(f"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{_labels(**base)} {4 * 3.9e9 * elapsed / 1024:.0f}")
+        bad = 4 * elapsed * (gpu == 5)
+        add(f"DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL{_labels(**base)} {bad:.0f}")
+        add(f"DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL{_labels(**base)} {bad:.0f}")
+        add(f"DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL{_labels(**base)} {bad / 2:.0f}")
+        add(f"DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL{_labels(**base)} {bad / 4:.0f}")
         for link in range(4):
             at = {**base, "link": str(link)}
-            add(f"gpufed_nvlink_tx_bytes_total{_labels(**at)} {2e9 * elapsed:.0f}")
-            add(f"gpufed_nvlink_rx_bytes_total{_labels(**at)} {1.9e9 * elapsed:.0f}")
-            for kind in ("flit", "data"):
-                add(f"gpufed_nvlink_crc_errors_total{_labels(**at, type=kind)} {elapsed * (gpu == 5):.0f}")
-            add(f"gpufed_nvlink_replay_errors_total{_labels(**at)} {elapsed * (gpu == 5) / 2:.0f}")
-            add(f"gpufed_nvlink_recovery_errors_total{_labels(**at)} {elapsed * (gpu == 5) / 4:.0f}")
             add(f"gpufed_nvlink_link_up{_labels(**at)} {int((node, gpu, link) != LINK_DOWN)}")
     return "\n".join(lines) + "\n"
 
