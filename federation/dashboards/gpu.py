@@ -238,12 +238,11 @@ def node_dashboard() -> Dashboard:
             "{{node}} GPU {{gpu}}"),), "PCIe link retries per second; a steady rate points at a bad "
             "riser or slot.", unit="ops"),
         Panel("PCIe throughput", "timeseries", (
-            Query(f"max by (node, gpu) (rate(DCGM_FI_DEV_PCIE_TX_THROUGHPUT{{{GPU_SEL}}}"
-                  f"[$__rate_interval])) * 1024", "{{node}} GPU {{gpu}} TX"),
-            Query(f"max by (node, gpu) (rate(DCGM_FI_DEV_PCIE_RX_THROUGHPUT{{{GPU_SEL}}}"
-                  f"[$__rate_interval])) * 1024", "{{node}} GPU {{gpu}} RX"),
-        ), "From the exporter family `pcie` (opt-in: NVML samples each direction for 20 ms). No data "
-           "when the family is off.", unit="Bps", width=24),
+            Query(f"max by (node, gpu) (DCGM_FI_PROF_PCIE_TX_BYTES{{{GPU_SEL}}})", "{{node}} GPU {{gpu}} TX"),
+            Query(f"max by (node, gpu) (DCGM_FI_PROF_PCIE_RX_BYTES{{{GPU_SEL}}})", "{{node}} GPU {{gpu}} RX"),
+        ), "DCGM_FI_PROF_PCIE_{TX,RX}_BYTES (bytes per second; dcgm-exporter's default set, the same "
+           "name under every DCGM naming). In gpufed-exporter from the family `pcie` (opt-in: NVML "
+           "samples each direction for 20 ms); no data when the family is off.", unit="Bps", width=24),
     ))
     return Dashboard(
         uid="gpufed-node", title="gpufed / GPU node",
