@@ -6,7 +6,7 @@ one `nvmlDeviceGetFieldValues` call per GPU, and XIDs arrive on an event thread
 (`nvmlEventSetWait`) instead of being polled into a sticky gauge. An answer of "not
 supported" leaves that series out; any other NVML error marks that GPU's reading failed
 (health 0) without failing the others, except in the opt-in `nvlink` family, where an
-error leaves only that link's series out. The nvml module is a constructor argument
+error leaves only that link's series out (`exporter.nvml_nvlink`). The nvml module is a constructor argument
 (default `import pynvml`), so tests hand in `tests/exporter/fake_nvml.py`. Measured on an
 H100 in exporter/MEASURED-H100.md.
 """
@@ -21,7 +21,8 @@ from functools import partial
 from typing import Any
 
 from exporter.errors import BackendError
-from exporter.models import GpuDevice, MigSlice, NvLinkReading, ProcessUsage, Reading, XidEvent
+from exporter.models import GpuDevice, MigSlice, ProcessUsage, Reading, XidEvent
+from exporter.nvml_nvlink import VALUE_MEMBERS, NvLinkReader
 
 log = logging.getLogger(__name__)
 MIB = 1024 * 1024
@@ -48,36 +49,7 @@ GPM_METRICS = {
     "NVML_GPM_METRIC_ANY_TENSOR_UTIL": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
     "NVML_GPM_METRIC_DRAM_BW_UTIL": "DCGM_FI_PROF_DRAM_ACTIVE",
 }
-# Per-link NVLink fields, read for every link in ONE nvmlDeviceGetFieldValues call with
-# (field id, scopeId = link): NvLinkReading attribute -> (pynvml constant, factor).
-# Throughput fields are cumulative KiB of data (no protocol overhead); the DL error fields
-# are per-link counters (nvml.h: NVML_FI_DEV_NVLINK_ERROR_DL_*).
-NVLINK_FIELDS: dict[str, tuple[str, float]] = {
-    "tx_bytes": ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", 1024.0),
-    "rx_bytes": ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", 1024.0),
-    "replay_errors": ("NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY", 1.0),
-    "recovery_errors": ("NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY", 1.0),
-}
-# Per-GPU NVLink totals (family `nvlink_gpu`), one field-values call per GPU. The data
-# throughput fields with scopeId UINT_MAX mean "all links", as DCGM 4.6.0 reads its field
-# 449 (DcgmCacheManager::ReadAndCacheNvLinkBandwidth); cumulative KiB.
-ALL_LINKS = 0xFFFFFFFF
-NVLINK_GPU_FIELDS: dict[str, tuple[str, int]] = {
-    "tx_kib": ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", ALL_LINKS),
-    "rx_kib": ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", ALL_LINKS),
-    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": ("NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", 0),
-    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": ("NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", 0),
-    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": ("NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", 0),
-    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": ("NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", 0),
-}
 KIB = 1024.0
-# CRC errors by type have no per-link field beyond link 11; the error-counter call has.
-NVLINK_CRC = {
-    "crc_flit_errors": "NVML_NVLINK_ERROR_DL_CRC_FLIT",
-    "crc_data_errors": "NVML_NVLINK_ERROR_DL_CRC_DATA",
-}
-# nvmlValue_t union member per nvmlValueType_t
-VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 
 
 def _text(value: str | bytes) -> str:
@@ -112,10 +84,8 @@ class NvmlBackend:
         self._events: list[XidEvent] = []
         self._events_lock = threading.Lock()
         self._gpm_prev: dict[int, Any] = {}
-        self._links: dict[int, int] = {}  # GPU index -> NVLink count, probed once
-        self._nvlink_warned: set[tuple[int, str, Any]] = set()
+        self._nvlink = NvLinkReader(nvml, clock=clock, unsupported=self._unsupported)
         self._pcie_total: dict[tuple[int, str], float] = {}
-        self._nvlink_prev: dict[int, tuple[float, float, float]] = {}  # GPU -> (time, tx KiB, rx KiB)
         self._pcie_at: float | None = None
         self._stop = threading.Event()
         self._event_timeout_ms = event_timeout_ms
@@ -227,8 +197,8 @@ class NvmlBackend:
         if "ecc" in wanted:
             values.update(self._read_row_remap(handle))
         if "nvlink_gpu" in wanted:
-            values.update(self._read_nvlink_gpu(index, handle))
-        links = self._read_nvlinks(index, handle) if "nvlink" in wanted else ()
+            values.update(self._nvlink.gpu_totals(index, handle))
+        links = self._nvlink.links(index, handle) if "nvlink" in wanted else ()
         processes: tuple[ProcessUsage, ...] = ()
         if "process" in wanted:
             procs = opt(lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle)) or []
@@ -250,109 +220,6 @@ class NvmlBackend:
             "DCGM_FI_DEV_ROW_REMAP_PENDING": 1.0 if pending else 0.0,
             "DCGM_FI_DEV_ROW_REMAP_FAILURE": 1.0 if failed else 0.0,
         }
-
-    def _read_nvlink_gpu(self, index: int, handle: Any) -> dict[str, float]:
-        """Per-GPU NVLink totals: DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL (TX + RX KiB, a counter,
-        as DCGM 4.6.0 sums them), DCGM_FI_PROF_NVLINK_{TX,RX}_BYTES (bytes per second since
-        the previous collection) and the four error totals. A GPU without NVLink answers
-        "not supported" per field, which leaves those series out."""
-        nvml = self._nvml
-        ids = [(getattr(nvml, name), scope) for name, scope in NVLINK_GPU_FIELDS.values()]
-        answers = self._nvlink_call(index, "gpu fields", nvml.nvmlDeviceGetFieldValues, handle, ids)
-        if answers is None:
-            return {}
-        got: dict[str, float] = {}
-        for key, fv in zip(NVLINK_GPU_FIELDS, answers, strict=True):
-            if fv.nvmlReturn == nvml.NVML_SUCCESS:
-                got[key] = float(getattr(fv.value, VALUE_MEMBERS[fv.valueType]))
-        tx, rx = got.pop("tx_kib", None), got.pop("rx_kib", None)
-        if tx is not None and rx is not None:
-            got["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] = tx + rx
-            now = self._clock()
-            prev = self._nvlink_prev.get(index)
-            self._nvlink_prev[index] = (now, tx, rx)
-            if prev is not None and now > prev[0]:
-                span = now - prev[0]
-                got["DCGM_FI_PROF_NVLINK_TX_BYTES"] = max(0.0, tx - prev[1]) * KIB / span
-                got["DCGM_FI_PROF_NVLINK_RX_BYTES"] = max(0.0, rx - prev[2]) * KIB / span
-        return got
-
-    def _link_count(self, handle: Any) -> int:
-        """Links that answer nvmlDeviceGetNvLinkState; a GPU without NVLink has none.
-
-        NVML_NVLINK_MAX_LINKS (36 in nvidia-ml-py 13) bounds every architecture; past a GPU's
-        own links the driver answers InvalidArgument (or NotSupported), which ends the walk.
-        """
-        nvml = self._nvml
-        count = 0
-        for link in range(nvml.NVML_NVLINK_MAX_LINKS):
-            try:
-                nvml.nvmlDeviceGetNvLinkState(handle, link)
-            except nvml.NVMLError as exc:
-                if self._unsupported(exc) or getattr(exc, "value", None) == nvml.NVML_ERROR_INVALID_ARGUMENT:
-                    break
-                raise
-            count = link + 1
-        return count
-
-    def _read_nvlinks(self, index: int, handle: Any) -> tuple[NvLinkReading, ...]:
-        """State per link, then every link's counters in one field-values call.
-
-        `nvlink` is an opt-in diagnostic family: an NVML error in it leaves that link's
-        series (or one value) out and is logged, instead of failing the GPU's whole reading
-        (health 0, temperature and utilisation gone). A lost GPU still fails the reading.
-        """
-        nvml = self._nvml
-        try:
-            links = self._links.get(index)
-            if links is None:
-                links = self._links[index] = self._link_count(handle)
-            if not links:
-                return ()
-            states = {link: self._nvlink_call(index, "state", nvml.nvmlDeviceGetNvLinkState, handle, link)
-                      for link in range(links)}
-            ids = [(getattr(nvml, name), link) for link in range(links) for name, _ in NVLINK_FIELDS.values()]
-            answers = self._nvlink_call(index, "fields", nvml.nvmlDeviceGetFieldValues, handle, ids)
-        except nvml.NVMLError as exc:
-            if getattr(exc, "value", None) == nvml.NVML_ERROR_GPU_IS_LOST:
-                raise
-            self._nvlink_failed(index, "link probe", exc)
-            return ()
-        out = []
-        for link in range(links):
-            if states[link] is None:
-                continue
-            values: dict[str, float | None] = {}
-            for slot, (attr, (_, scale)) in enumerate(NVLINK_FIELDS.items()):
-                values[attr] = None
-                fv: Any = None if answers is None else answers[link * len(NVLINK_FIELDS) + slot]
-                if fv is not None and fv.nvmlReturn == nvml.NVML_SUCCESS:
-                    values[attr] = float(getattr(fv.value, VALUE_MEMBERS[fv.valueType])) * scale
-            for attr, counter in NVLINK_CRC.items():
-                got = self._nvlink_call(index, attr, nvml.nvmlDeviceGetNvLinkErrorCounter,
-                                        handle, link, getattr(nvml, counter))
-                values[attr] = None if got is None else float(got)
-            out.append(NvLinkReading(link, states[link] == nvml.NVML_FEATURE_ENABLED, **values))
-        return tuple(out)
-
-    def _nvlink_call(self, index: int, what: str, call: Callable[..., Any], *args: Any) -> Any:
-        """One NVLink call's answer, or None on any NVML error but a lost GPU."""
-        nvml = self._nvml
-        try:
-            return call(*args)
-        except nvml.NVMLError as exc:
-            if getattr(exc, "value", None) == nvml.NVML_ERROR_GPU_IS_LOST:
-                raise
-            if not self._unsupported(exc):
-                self._nvlink_failed(index, what, exc)
-            return None
-
-    def _nvlink_failed(self, index: int, what: str, exc: Exception) -> None:
-        """Warn once per GPU, call and error: a link that keeps failing must not flood the log."""
-        key = (index, what, getattr(exc, "value", None))
-        if key not in self._nvlink_warned:
-            self._nvlink_warned.add(key)
-            log.warning("nvlink read failed gpu=%d call=%s error=%r (series left out)", index, what, str(exc))
 
     def _read_core(self, handle: Any, values: dict[str, float]) -> None:
         nvml, opt = self._nvml, self._optional

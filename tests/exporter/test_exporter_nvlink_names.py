@@ -190,7 +190,7 @@ def test_cli_flag_validates(value: str, ok: bool, monkeypatch: pytest.MonkeyPatc
 
 def test_nvlink_error_leaves_that_value_out_not_the_gpu(caplog: pytest.LogCaptureFixture) -> None:
     gpu = FakeGpu(uuid=UUID, nvlinks=2, failing={"nvmlDeviceGetNvLinkErrorCounter": NVML_ERROR_UNKNOWN})
-    with caplog.at_level(logging.WARNING, logger="exporter.nvml_backend"):
+    with caplog.at_level(logging.WARNING, logger="exporter.nvml_nvlink"):
         text = scrape(gpu, select_families(include=["nvlink"]))
     assert lines(text, "gpufed_gpu_health{") == [f"gpufed_gpu_health{{{LABELS}}} 1.0"]
     assert lines(text, "DCGM_FI_DEV_GPU_TEMP{") == [f"DCGM_FI_DEV_GPU_TEMP{{{LABELS}}} 55.0"]
