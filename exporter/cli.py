@@ -251,6 +251,23 @@ def bench_fleet_load(
     _print({"fleet_load": result}, as_json=as_json)
 
 
+@bench_cli.command("attribution")
+def bench_attribution_cmd(
+    containers: Annotated[int, typer.Option(help="containers in kubelet's answer", min=1)] = 10_000,
+    gpus: Annotated[int, typer.Option(min=1, max=64)] = 8,
+    shared: Annotated[int, typer.Option(help="pods holding each GPU (time-slicing, DRA)", min=1)] = 4,
+    rounds: Annotated[int, typer.Option(help="refreshes timed", min=1)] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Kubelet pod attribution: refresh cost off the scrape path, series per shared GPU."""
+    try:
+        from exporter.testing.attribution_bench import bench_attribution
+    except ImportError as exc:  # grpc and protobuf: the `podresources` extra
+        fail(f"bench attribution needs the podresources extra; missing: {exc.name}")
+    _print({"attribution": bench_attribution(containers=containers, gpus=gpus, shared=shared, rounds=rounds)},
+           as_json=as_json)
+
+
 cli.add_typer(bench_cli, name="bench")
 
 

@@ -130,10 +130,11 @@ class KubeletPodAttribution:
             self._failing = True
             return False
         slices = self._slices.devices() if self._slices is not None else {}
-        self._labels = podmap.gpu_labels(pods, gpus=self._gpus, slices=slices)
+        labels = podmap.gpu_labels(pods, gpus=self._gpus, slices=slices)
+        self._refresh_allocatable()  # first, so a reader that sees the new map sees its allocatable too
+        self._labels = labels
         self._last_success = self._clock()
         self._failing = False
-        self._refresh_allocatable()
         return True
 
     def _refresh_allocatable(self) -> None:

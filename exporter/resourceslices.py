@@ -112,6 +112,8 @@ class ResourceSliceWatch:
                 self.watch_once()
                 delay = 0.5
             except Exception as exc:  # the client's errors are many; keep the last slices, retry
+                if self._stop.is_set():
+                    return  # close() shut the watch's socket
                 self.errors += 1
                 self._version = None
                 log.warning("resourceslices list/watch failed error=%r retry_s=%.1f", str(exc), delay)

@@ -58,3 +58,15 @@ def test_cli_bench_backend_and_families() -> None:
     assert bad.exit_code == 2
     bad_names = runner.invoke(cli, ["bench", "--dcgm-names", "5", "--fleet-nodes", "0"])
     assert bad_names.exit_code == 2 and "--dcgm-names" in bad_names.output
+
+
+def test_bench_attribution_counts_what_it_served() -> None:
+    """`bench attribution`: the stand-in kubelet's pods are all mapped, and a GPU held by N pods
+    is written N times (the one series per pod that shared GPUs cost)."""
+    result = CliRunner().invoke(cli, ["bench", "attribution", "--containers", "200", "--gpus", "2",
+                                      "--shared", "3", "--rounds", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.output)["attribution"]
+    assert run["label_sets"] == 2 * 3
+    assert run["with_pods"]["series"] > 2.5 * run["without_pods"]["series"]
+    assert run["refresh_wall_ms_p50"] > 0 and run["answer_bytes"] > 0

@@ -1,4 +1,5 @@
-"""An in-process kubelet pod-resources server on a unix socket, built on kubelet's own proto.
+"""A kubelet pod-resources stand-in on a unix socket, built on kubelet's own proto (tests and
+``gpufed-exporter bench attribution``).
 
 It serves `v1.PodResourcesLister` (`List`, `Get`, `GetAllocatableResources`) with the
 message classes `exporter.podresources_messages` builds from the vendored upstream
