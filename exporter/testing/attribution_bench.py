@@ -87,17 +87,19 @@ def bench_attribution(*, containers: int = 10_000, gpus: int = 8, shared: int = 
                 assert attribution.refresh(), "the stand-in kubelet did not answer"
                 wall.append((time.perf_counter() - started) * 1000)
                 cpu.append((time.process_time() - used) * 1000)
+            label_sets = sum(len(sets) for sets in attribution.labels().values())
             plain = Collection(backend, select_families(), timeout=None)
             attributed = Collection(backend, select_families(), attribution=attribution, timeout=None)
             plain.collect_once()
             attributed.collect_once()
-            without, with_pods = _render(plain, renders), _render(attributed, renders)
+            without = _render(plain, renders)
+            with_pods = _render(attributed, max(1, renders * len(devices) // max(len(devices), label_sets)))
         finally:
             attribution.close()
     return {
         "containers": containers, "gpus": gpus, "pods_per_gpu": shared,
         "answer_bytes": kubelet.answer.ByteSize(),
-        "label_sets": sum(len(sets) for sets in attribution.labels().values()),
+        "label_sets": label_sets,
         "refresh_wall_ms_p50": round(statistics.median(wall), 1),
         "refresh_wall_ms_max": round(max(wall), 1),
         "refresh_cpu_ms_p50": round(statistics.median(cpu), 1),
