@@ -372,3 +372,25 @@ def test_stale_attribution_on_metrics(kubelet: FakeKubelet, socket_path: str) ->
         assert before <= last < time.time() - 0.5
     finally:
         app.stop()
+
+
+def test_answers_over_grpcs_default_4_mib_are_read(kubelet: FakeKubelet, socket_path: str) -> None:
+    """gRPC refuses answers over 4 MiB by default; the client takes 16 MiB (as dcgm-exporter's
+    does), and past its limit the refresh fails as RESOURCE_EXHAUSTED, counted, never raised."""
+    big = kubelet.answer.pod_resources.add(name="many-nics", namespace="net").containers.add(name="c")
+    ids = [f"vf-{n:07d}-" + "x" * 40 for n in range(110_000)]
+    big.devices.add(resource_name="example.com/vf", device_ids=ids)
+    assert kubelet.answer.ByteSize() > 5 * 1024 * 1024
+    attribution = KubeletPodAttribution(PodResourcesClient(socket_path), gpus=podmap.node_gpus(
+        NvmlBackend(nvml(), event_timeout_ms=20).devices()), interval=60, start=False)
+    try:
+        assert attribution.refresh() and GPU[0] in attribution.labels()
+    finally:
+        attribution.close()
+    small = KubeletPodAttribution(PodResourcesClient(socket_path, max_message_bytes=4 * 1024 * 1024),
+                                  interval=60, start=False)
+    try:
+        assert not small.refresh()
+        assert small.status().errors == {"RESOURCE_EXHAUSTED": 1}
+    finally:
+        small.close()
