@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 #: Lead fields in reading order; each takes the first label present among its sources
-#: (dcgm-exporter spells the node ``Hostname``; the node-level temperature alert lists ``gpus``).
+#: (dcgm-exporter spells the node ``Hostname``, and ``hostname`` since after 4.5.3-4.8.2 and
+#: under ``gpufed-exporter --dcgm-names 4``; the node-level temperature alert lists ``gpus``).
 LEAD_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("node", ("node", "Hostname", "kubernetes_node")),
+    ("node", ("node", "Hostname", "hostname", "kubernetes_node")),
     ("gpu", ("gpu", "gpus", "gpu_index")),
     ("region", ("region",)),
     ("team", ("team", "owner")),

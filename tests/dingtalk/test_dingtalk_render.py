@@ -145,3 +145,9 @@ def test_many_noisy_alerts_still_split_under_the_limit_and_all_lead() -> None:
     assert len(parts) > 1 and all(part.size() <= 19_000 for part in parts)
     heads = [line for part in parts for line in part.text.splitlines() if line.startswith("- **")]
     assert len(heads) == 300 and all(" · team=llm-pretrain" in line for line in heads)
+
+
+def test_lead_reads_dcgm_exporters_newer_hostname_label_too() -> None:
+    labels = {"hostname": "n8", "gpu": "1", "alertname": "GPURowRemapping", "x": "1"}
+    assert alert_labels.lead(labels) == "node=n8 · gpu=1"
+    assert alert_labels.folded(labels) == "x=1"
