@@ -166,11 +166,9 @@ class SimulatedBackend:
         if "process" in wanted and util > 10:
             pid = 10_000 + 100 * dev.index
             processes = (ProcessUsage(pid, float(used - 512)), ProcessUsage(pid + 1, 512.0))
-        links = self._links(dev, up, p) if {"nvlink", "nvlink_gpu"} & wanted else ()
-        if "nvlink_gpu" in wanted and links:
-            values.update(_link_totals(links, up))
-        if "nvlink" not in wanted:
-            links = ()
+        if "nvlink_gpu" in wanted and self._spec.nvlinks:
+            values.update(self._link_totals(dev.index, up, p))
+        links = self._links(dev, up, p) if "nvlink" in wanted else ()
         return Reading(dev.index, values, processes, links=links)
 
     def _link_params(self, index: int) -> tuple[int, tuple[float, ...]]:
@@ -199,6 +197,25 @@ class SimulatedBackend:
             ))
         return tuple(out)
 
+    def _link_totals(self, index: int, up: float, p: dict[str, float]) -> dict[str, float]:
+        """Per-GPU NVLink totals (family `nvlink_gpu`) in closed form, without building every
+        link: the sums of `_links`' linear counters (to within a byte per link), and bytes per
+        second as their mean rate since boot."""
+        _, errs = self._link_params(index)
+        n = self._spec.nvlinks
+        tx_rate = 1e9 * p["base"] / 100 * (n + 0.01 * n * (n - 1) / 2)
+        erring = sum(1 for rate in errs if rate)
+        flits = erring * float(int(up / 3600))
+        return {
+            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": float(int(up * tx_rate * 1.9 / 1024)),
+            "DCGM_FI_PROF_NVLINK_TX_BYTES": tx_rate if up > 0 else 0.0,
+            "DCGM_FI_PROF_NVLINK_RX_BYTES": tx_rate * 0.9 if up > 0 else 0.0,
+            "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": flits,
+            "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": 0.0,
+            "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": erring * float(int(up / 7200)),
+            "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": 0.0,
+        }
+
     def drain_xid_events(self) -> list[XidEvent]:
         """XIDs whose seeded time falls between the previous drain and now."""
         with self._lock:
@@ -217,23 +234,3 @@ class SimulatedBackend:
 
     def close(self) -> None:
         """Nothing to release."""
-
-
-def _link_totals(links: tuple[NvLinkReading, ...], up: float) -> dict[str, float]:
-    """Per-GPU NVLink totals from the links (family `nvlink_gpu`): bytes per second are the
-    links' mean rate since boot, since their counters are linear in uptime."""
-    tx = sum(link.tx_bytes or 0.0 for link in links)
-    rx = sum(link.rx_bytes or 0.0 for link in links)
-
-    def rate(total: float) -> float:
-        return total / up if up > 0 else 0.0
-
-    return {
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": float(int((tx + rx) / 1024)),
-        "DCGM_FI_PROF_NVLINK_TX_BYTES": rate(tx),
-        "DCGM_FI_PROF_NVLINK_RX_BYTES": rate(rx),
-        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": sum(link.crc_flit_errors or 0.0 for link in links),
-        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": sum(link.crc_data_errors or 0.0 for link in links),
-        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": sum(link.replay_errors or 0.0 for link in links),
-        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": sum(link.recovery_errors or 0.0 for link in links),
-    }
