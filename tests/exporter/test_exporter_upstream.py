@@ -94,7 +94,7 @@ def _registry(collection: Collection, mode: naming.DcgmNames, links: str):  # ty
     return registry
 
 
-def test_default_families_are_unchanged_by_the_table() -> None:
+def test_default_families_include_the_per_gpu_nvlink_totals() -> None:
     assert select_families() == {"core", "ecc", "xid", "health", "hami", "nvlink_gpu"}
 
 
