@@ -124,7 +124,7 @@ class KubeletPodAttribution:
         try:
             pods = self._client.list()
         except PodResourcesError as exc:
-            self._errors[exc.code] = self._errors.get(exc.code, 0) + 1
+            self._count(exc.code)
             if not self._failing:
                 log.warning("pod attribution refresh failed error=%r (labels kept until max age)", str(exc))
             self._failing = True
@@ -146,7 +146,11 @@ class KubeletPodAttribution:
             if exc.code == "UNIMPLEMENTED":  # kubelet without the feature: ask once
                 self._allocatable_unimplemented = True
                 return
-            self._errors[exc.code] = self._errors.get(exc.code, 0) + 1
+            self._count(exc.code)
+
+    def _count(self, code: str) -> None:
+        # replaced whole, never mutated: status() copies it from another thread
+        self._errors = {**self._errors, code: self._errors.get(code, 0) + 1}
 
     def _run(self) -> None:
         self.refresh()
