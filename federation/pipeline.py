@@ -25,6 +25,7 @@ from federation import compose as composing
 from federation import master as mastering
 from federation.dashboards import dashboard_files
 from federation.spec import GpufedSpec, load_gpufed_spec
+from logs.render import render_logs_bundle
 from sharder import assign as assigning
 from sharder import output
 from sharder import plan as planning
@@ -68,7 +69,18 @@ def thanos_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment)
     return render_thanos_bundle(spec.thanos, masters=mastering.master_instances(spec))
 
 
-BUNDLE_PARTS: tuple[BundlePart, ...] = (sharder_part, alerting_part, master_part, thanos_part)
+def logs_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
+    """``logs/`` (Promtail, Loki, the XID ruler rules) when the spec has a logs section."""
+    del targets, assignment
+    if spec.logs is None or spec.thanos is None:
+        return {}
+    alertmanagers = [f"http://{r.address}" for r in spec.alerting.replicas] if spec.alerting else []
+    remote_write = spec.thanos.receive_url() if spec.thanos.receive is not None else None
+    return render_logs_bundle(spec.logs, cluster=spec.cluster, objstore=spec.thanos.objstore,
+                              alertmanagers=alertmanagers, remote_write=remote_write)
+
+
+BUNDLE_PARTS: tuple[BundlePart, ...] = (sharder_part, alerting_part, master_part, thanos_part, logs_part)
 TARGETS = ("prometheus", "compose")
 
 

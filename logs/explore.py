@@ -1,0 +1,107 @@
+"""Grafana Explore links with the LogQL for one node (and GPU), over a window: pure.
+
+Used by the DingTalk relay (one link per alert, around its start) and the dashboards (a
+data link per series, ``${__field.labels.node}`` over the dashboard's range). The URL is
+Explore's pane state (Grafana 10.1+: ``/explore?schemaVersion=1&panes=<JSON>``, one pane
+keyed by an id, with the datasource uid, the queries and the range), as Grafana's own
+links write it (grafana/grafana public/app/core/utils/explore.ts, ``urlUtil.renderUrl``).
+
+The query reads the streams Promtail ships (``logs.promtail``): the node's journal (kernel
+ring with the XID lines, fabric manager, kubelet, containerd) and its container logs. The
+GPU is named in the kernel's XID lines by its PCI address (``NVRM: Xid (PCI:0000:3b:00)``),
+so a GPU alert's ``pci_bus_id`` (NVML: ``00000000:3B:00.0``) becomes a line filter.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta
+from urllib.parse import quote
+
+LOKI_UID = "loki"
+DEFAULT_BEFORE = timedelta(minutes=15)
+DEFAULT_AFTER = timedelta(minutes=15)
+_NVML_PCI = re.compile(r"^[0-9A-Fa-f]{4,8}:([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.[0-7]\Z")
+
+
+def kernel_pci(pci_bus_id: str) -> str | None:
+    """NVML's ``00000000:3B:00.0`` -> the kernel's ``PCI:0000:3b:00``; None if not a bus id."""
+    match = _NVML_PCI.match(pci_bus_id.strip())
+    if match is None:
+        return None
+    domain = pci_bus_id.strip().split(":", 1)[0][-4:].lower()
+    return f"PCI:{domain}:{match[1].lower()}:{match[2].lower()}"
+
+
+def _quote_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def node_query(node: str, *, pci_bus_id: str = "", node_is_template: bool = False) -> str:
+    """LogQL for every stream of ``node``; with a PCI bus id, only lines naming that GPU.
+
+    ``node_is_template``: ``node`` is a Grafana placeholder (``${__field.labels.node}``)
+    inserted verbatim."""
+    value = node if node_is_template else _quote_label(node)
+    query = f'{{node="{value}"}}'
+    pci = kernel_pci(pci_bus_id) if pci_bus_id else None
+    if pci:
+        query += f' |= "{pci}"'
+    return query
+
+
+def _pane(query: str, *, start: str, end: str, datasource: str) -> str:
+    panes = {
+        "gpufed": {
+            "datasource": datasource,
+            "queries": [
+                {
+                    "refId": "A",
+                    "expr": query,
+                    "queryType": "range",
+                    "datasource": {"type": "loki", "uid": datasource},
+                }
+            ],
+            "range": {"from": start, "to": end},
+        }
+    }
+    return json.dumps(panes, separators=(",", ":"), sort_keys=True)
+
+
+def explore_url(
+    grafana_url: str,
+    query: str,
+    *,
+    start: datetime,
+    before: timedelta = DEFAULT_BEFORE,
+    after: timedelta = DEFAULT_AFTER,
+    datasource: str = LOKI_UID,
+    org_id: int = 1,
+) -> str:
+    """An absolute Explore link over ``[start - before, start + after]`` (epoch ms)."""
+    begin = int((start - before).timestamp() * 1000)
+    end = int((start + after).timestamp() * 1000)
+    panes = _pane(query, start=str(begin), end=str(end), datasource=datasource)
+    return f"{grafana_url.rstrip('/')}/explore?schemaVersion=1&orgId={org_id}&panes={quote(panes, safe='')}"
+
+
+def data_link_url(*, datasource: str = LOKI_UID) -> str:
+    """A relative Explore link for a dashboard data link: the series' node over the
+    dashboard's range. Grafana substitutes ``${...}`` in data-link URLs before opening them,
+    so the placeholders stay unencoded and the JSON around them is encoded."""
+    marker_node, marker_from, marker_to = "@@NODE@@", "@@FROM@@", "@@TO@@"
+    pane = _pane(
+        node_query(marker_node, node_is_template=True),
+        start=marker_from,
+        end=marker_to,
+        datasource=datasource,
+    )
+    encoded = quote(pane, safe="")
+    for marker, placeholder in (
+        (marker_node, "${__field.labels.node}"),
+        (marker_from, "${__from}"),
+        (marker_to, "${__to}"),
+    ):
+        encoded = encoded.replace(quote(marker, safe=""), placeholder)
+    return f"/explore?schemaVersion=1&orgId=1&panes={encoded}"
