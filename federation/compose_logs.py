@@ -52,13 +52,23 @@ def loki_service(
         "volumes": [dict(mount), {"type": "volume", "source": "loki-data", "target": data}],
         "ports": [f"${{GPUFED_LOKI_PORT:-{LOKI_PORT}}}:{config['server']['http_listen_port']}"],
         "healthcheck": {
-            "test": ["CMD", "/busybox/wget", "-qO-", f"http://127.0.0.1:{config['server']['http_listen_port']}/ready"],
-            "interval": "30s", "timeout": "5s", "retries": 3, "start_period": "30s",
+            "test": [
+                "CMD",
+                "/busybox/wget",
+                "-qO-",
+                f"http://127.0.0.1:{config['server']['http_listen_port']}/ready",
+            ],
+            "interval": "30s",
+            "timeout": "5s",
+            "retries": 3,
+            "start_period": "30s",
         },
     }
     store = config["storage_config"]["object_store"]
     if "filesystem" in store:  # one machine: the bucket volume Thanos writes to
-        service["volumes"].append({"type": "volume", "source": "thanos-bucket", "target": store["filesystem"]["dir"]})
+        service["volumes"].append(
+            {"type": "volume", "source": "thanos-bucket", "target": store["filesystem"]["dir"]}
+        )
         volumes["thanos-bucket"] = {}
     env = secrets_env(files)
     if env:

@@ -28,8 +28,9 @@ INVENTORY = ROOT / "examples" / "inventory.yaml"
 
 
 def compose(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(compose_binary()), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=60, check=False)
+    return subprocess.run(
+        [str(compose_binary()), *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +38,21 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("parent") / "out"
     app = typer.Typer(pretty_exceptions_enable=False)
     render.register(app)
-    result = CliRunner().invoke(app, ["render", "--spec", str(SPEC), "--inventory", str(INVENTORY), "--out", str(out),
-                                      "--target", "compose", "--no-check"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "render",
+            "--spec",
+            str(SPEC),
+            "--inventory",
+            str(INVENTORY),
+            "--out",
+            str(out),
+            "--target",
+            "compose",
+            "--no-check",
+        ],
+    )
     assert result.exit_code == 0, result.output
     return out
 
@@ -46,11 +60,14 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def monitoring(rendered: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     example = (rendered / "compose" / ".env.example").read_text().splitlines()
-    lines = [re.sub(r"^((?![A-Z0-9_]*_FLAGS=)[A-Z0-9_]+)=$", r"\1=x-0123456789abcdef", line) for line in example]
+    lines = [
+        re.sub(r"^((?![A-Z0-9_]*_FLAGS=)[A-Z0-9_]+)=$", r"\1=x-0123456789abcdef", line) for line in example
+    ]
     env = tmp_path_factory.mktemp("env") / "m.env"
     env.write_text("\n".join([*lines, f"GPUFED_SPEC={SPEC}"]) + "\n")
-    done = compose("--env-file", str(env), "-f", "monitoring.yml", "config", "--format", "json",
-                   cwd=rendered / "compose")
+    done = compose(
+        "--env-file", str(env), "-f", "monitoring.yml", "config", "--format", "json", cwd=rendered / "compose"
+    )
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout))
 
@@ -68,7 +85,10 @@ def test_loki_service_runs_the_rendered_config_in_the_thanos_bucket(
     store = config.storage_config.object_store
     assert store is not None and store.s3 is not None and store.storage_prefix == "loki"
     objstore = yaml.safe_load((rendered / "thanos" / "objstore.yml").read_text())
-    assert (store.s3.bucket_name, store.s3.endpoint) == (objstore["config"]["bucket"], objstore["config"]["endpoint"])
+    assert (store.s3.bucket_name, store.s3.endpoint) == (
+        objstore["config"]["bucket"],
+        objstore["config"]["endpoint"],
+    )
     assert store.s3.access_key_id == "${S3_ACCESS_KEY}" and loki["environment"]["S3_ACCESS_KEY"]
     # the ruler reads the rendered rules from the mounted tree
     assert config.ruler_storage is not None and config.ruler_storage.local is not None
@@ -81,18 +101,32 @@ def test_loki_service_runs_the_rendered_config_in_the_thanos_bucket(
 
 def test_node_file_runs_promtail_only_with_the_logs_profile() -> None:
     compose_dir = ROOT / "compose"
-    plain = compose("--env-file", "node.env.example", "-f", "node.yml", "config", "--format", "json",
-                    cwd=compose_dir)
+    plain = compose(
+        "--env-file", "node.env.example", "-f", "node.yml", "config", "--format", "json", cwd=compose_dir
+    )
     assert plain.returncode == 0, plain.stderr
     assert "promtail" not in json.loads(plain.stdout)["services"]
-    done = compose("--env-file", "node.env.example", "-f", "node.yml", "--profile", "logs", "config",
-                   "--format", "json", cwd=compose_dir)
+    done = compose(
+        "--env-file",
+        "node.env.example",
+        "-f",
+        "node.yml",
+        "--profile",
+        "logs",
+        "config",
+        "--format",
+        "json",
+        cwd=compose_dir,
+    )
     assert done.returncode == 0, done.stderr
     promtail = json.loads(done.stdout)["services"]["promtail"]
     assert promtail["command"] == ["-config.file=/etc/promtail/promtail.yml", "-config.expand-env=true"]
     env = promtail["environment"]
     assert (env["NODE_NAME"], env["GPUFED_REGION"], env["GPUFED_LOKI_URL"]) == (
-        "gpu-node-001", "cn-beijing", "http://monitoring-host:3100")
+        "gpu-node-001",
+        "cn-beijing",
+        "http://monitoring-host:3100",
+    )
     targets = {v["target"]: v for v in promtail["volumes"]}
     assert targets["/var/log/journal"]["read_only"] and targets["/etc/machine-id"]["read_only"]
     assert targets["/etc/promtail/promtail.yml"]["source"] == "/etc/gpufed/promtail.yml"
