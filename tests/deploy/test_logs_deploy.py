@@ -131,3 +131,83 @@ def test_node_file_runs_promtail_only_with_the_logs_profile() -> None:
     assert targets["/var/log/journal"]["read_only"] and targets["/etc/machine-id"]["read_only"]
     assert targets["/etc/promtail/promtail.yml"]["source"] == "/etc/gpufed/promtail.yml"
     assert promtail["restart"] == "unless-stopped" and promtail["healthcheck"]["test"]
+
+
+# ---- Helm: the opt-in DaemonSet and Loki, rendered by the Helm v4 SDK ----------------------------
+
+CHART = ROOT / "helm" / "gpufed"
+LOGS_VALUES = CHART / "ci" / "logs-values.yaml"
+
+
+def _chart_objects(values: dict[str, Any]) -> list[dict[str, Any]]:
+    import helm_python as helm
+
+    out = helm.Chart.load(CHART).render(values, name="gpufed", namespace="monitoring")
+    return [doc for path, text in sorted(out.items()) if not path.endswith("NOTES.txt")
+            for doc in yaml.safe_load_all(text) if doc]
+
+
+def _named(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return next(o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+def test_chart_logs_tier_runs_what_the_controller_renders(tmp_path: Path) -> None:
+    """The chart's spec, rendered by gpufed, names exactly the Services and mounts the chart makes."""
+    from federation.pipeline import logs_part
+    from federation.spec import load_gpufed_spec
+    from logs import loki, promtail, rules
+
+    objects = _chart_objects(yaml.safe_load(LOGS_VALUES.read_text()))
+    spec_file = tmp_path / "federation.yaml"
+    spec_file.write_text(_named(objects, "ConfigMap", "gpufed-spec")["data"]["federation.yaml"])
+    spec = load_gpufed_spec(spec_file)
+    assert spec.logs is not None and spec.logs.loki.host == "gpufed-loki"
+    bundle = logs_part(spec, [], None)  # type: ignore[arg-type]
+    config = formats.parse_loki(bundle[loki.SCALABLE_FILE])
+    assert config.memberlist is not None
+    members = {m.split(":")[0] for m in config.memberlist.join_members}
+    assert members == {_named(objects, "Service", "gpufed-loki-memberlist")["metadata"]["name"]}
+    assert config.common.compactor_address == "http://gpufed-loki-backend:3100"
+    for target in ("read", "write", "backend"):
+        kind = "Deployment" if target == "read" else "StatefulSet"
+        pod = _named(objects, kind, f"gpufed-loki-{target}")["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        assert f"-target={target}" in container["args"] and "-config.expand-env=true" in container["args"]
+        assert container["envFrom"] == [{"secretRef": {"name": "gpufed-objstore-env"}}]
+        assert pod["initContainers"][0]["env"][1] == {"name": "FILES", "value": loki.SCALABLE_FILE}
+    # the backend (ruler) mounts the XID rules where the rendered config reads them, per tenant
+    backend = _named(objects, "StatefulSet", "gpufed-loki-backend")["spec"]["template"]["spec"]
+    mount = next(m for m in backend["containers"][0]["volumeMounts"] if m["name"] == "rules")
+    assert config.ruler_storage is not None and config.ruler_storage.local is not None
+    assert mount["mountPath"] == f"{config.ruler_storage.local.directory}/fake"
+    rules_map = _named(objects, "ConfigMap", "gpufed-loki-rules")["data"]["gpufed-xid.yml"]
+    assert rules_map.encode() + b"\n" == bundle[rules.rules_file(spec.logs)]
+    # Promtail: every ${VAR} its config expands comes from the DaemonSet's env
+    daemon = _named(objects, "DaemonSet", "gpufed-promtail")["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in daemon["containers"][0]["env"]}
+    wanted = set(re.findall(r"\$\{([A-Z_]+)", bundle[promtail.CONFIG_FILE].decode()))
+    assert wanted <= set(env), sorted(wanted - set(env))
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["GPUFED_LOKI_URL"]["value"] == "http://gpufed-loki-write.monitoring.svc:3100"
+    assert (env["GPUFED_REGION"]["value"], env["GPUFED_RACK"]["value"]) == ("cn-beijing", "r01")
+    mounts = {m["mountPath"]: m for m in daemon["containers"][0]["volumeMounts"]}
+    assert mounts["/var/log/journal"]["readOnly"] and mounts["/var/log/pods"]["readOnly"]
+
+
+def test_chart_rules_copy_equals_the_renderer() -> None:
+    from logs.models import LogsSpec
+    from logs.rules import xid_rules
+    from sharder.output import dump_yaml
+
+    assert (CHART / "logs" / "gpufed-xid.yml").read_bytes() == dump_yaml(xid_rules(LogsSpec()))
+
+
+def test_chart_logs_needs_the_federation_sections() -> None:
+    import helm_python as helm
+
+    values = yaml.safe_load(LOGS_VALUES.read_text())
+    del values["federation"]["logs"]
+    with pytest.raises(helm.HelmError, match="logs.enabled needs federation.logs"):
+        _chart_objects(values)
+    assert not any(o["metadata"]["name"].startswith("gpufed-loki")
+                   for o in _chart_objects({"controller": {"token": {"value": "ci-token-0123456789abcdef"}}}))

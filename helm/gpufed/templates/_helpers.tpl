@@ -149,6 +149,12 @@ HAMi's jobs, the Alertmanager pods). A key the user set in .Values.federation wi
 {{- end -}}
 {{- $_ := set $spec "alerting" $alerting -}}
 {{- end -}}
+{{- if and .Values.logs.enabled (hasKey $spec "logs") -}}
+{{- $logs := deepCopy ($spec.logs | default dict) -}}
+{{- $_ := set $logs "loki" (merge (deepCopy ($logs.loki | default dict)) (dict "host" (printf "%s-loki" $fullname))) -}}
+{{- $_ := set $logs "config_dir" ($logs.config_dir | default "/etc/loki") -}}
+{{- $_ := set $spec "logs" $logs -}}
+{{- end -}}
 {{- toYaml $spec -}}
 {{- end -}}
 
