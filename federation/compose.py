@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from federation import compose_logs
+from federation import compose_grafana, compose_logs
 from sharder.errors import OutputError
 from sharder.output import Bundle, dump_yaml
 
@@ -201,6 +201,7 @@ def render_compose_bundle(
         f"http://{_first_master(files)}:9090" if "master/flags.json" in files else None
     )
     grafana_files = _grafana(services, volumes, tree=tree, datasource=datasource, dashboards=dashboards)
+    compose_grafana.grafana_services(services, volumes, files=files, tree=tree)
     logs_files = compose_logs.loki_service(services, volumes, files=files, tree=tree,
                                            mount=_service("", host="", command=[], health={})["volumes"][0],
                                            secrets_env=_objstore_env)

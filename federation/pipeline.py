@@ -24,6 +24,7 @@ from alertmanager.render import ALERTMANAGER_FILE, render_alerting_bundle
 from federation import compose as composing
 from federation import master as mastering
 from federation.dashboards import dashboard_files
+from federation.grafana.render import render_grafana_bundle
 from federation.spec import GpufedSpec, load_gpufed_spec
 from logs.render import render_logs_bundle
 from sharder import assign as assigning
@@ -80,7 +81,34 @@ def logs_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -
                               alertmanagers=alertmanagers, remote_write=remote_write)
 
 
-BUNDLE_PARTS: tuple[BundlePart, ...] = (sharder_part, alerting_part, master_part, thanos_part, logs_part)
+def grafana_prometheus_url(spec: GpufedSpec) -> str | None:
+    """What Grafana reads metrics from by default: Thanos Query, else the first master; agent-mode
+    children alone cannot be queried, so without either there is none."""
+    if spec.thanos is not None:
+        return f"http://thanos-query:{spec.thanos.query.http_port}"
+    if spec.master is not None:
+        return f"http://{mastering.master_instances(spec)[0].host}:{spec.master.port}"
+    return None
+
+
+def grafana_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
+    """``grafana/`` (datasources linked by node, one folder per team, HA) when the spec has grafana."""
+    del assignment  # teams and their regions come from the targets' labels
+    if spec.grafana is None:
+        return {}
+    return render_grafana_bundle(
+        spec.grafana,
+        targets=targets,
+        regions=spec.region_names(),
+        dashboards={p.name: p.read_bytes() for p in dashboard_files()},
+        prometheus_url=grafana_prometheus_url(spec),
+        loki_url=spec.logs.loki.url if spec.logs is not None else None,
+    )
+
+
+BUNDLE_PARTS: tuple[BundlePart, ...] = (
+    sharder_part, alerting_part, master_part, thanos_part, logs_part, grafana_part,
+)
 TARGETS = ("prometheus", "compose")
 
 

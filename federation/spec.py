@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import model_validator
 
 from alertmanager.models import AlertingSpec, check_regions
+from federation.grafana.models import GrafanaSpec
 from federation.master_spec import MasterSpec
 from logs.models import LogsSpec
 from sharder.loading import parse_model, read_document
@@ -23,6 +24,7 @@ class GpufedSpec(FederationSpec):
     master: MasterSpec | None = None
     thanos: ThanosSpec | None = None
     logs: LogsSpec | None = None
+    grafana: GrafanaSpec | None = None
 
     @model_validator(mode="after")
     def _alerting_regions(self) -> GpufedSpec:
@@ -72,6 +74,19 @@ class GpufedSpec(FederationSpec):
                 f"logs.storage_prefix {self.logs.storage_prefix!r} is thanos.objstore.prefix too:"
                 " Loki and Thanos need their own prefixes in the bucket"
             )
+        return self
+
+
+    @model_validator(mode="after")
+    def _grafana_sources(self) -> GpufedSpec:
+        if self.grafana is None:
+            return self
+        for team, spec in self.grafana.teams.items():
+            unknown = sorted(set(spec.regions) - set(self.region_names()))
+            if unknown:
+                raise ValueError(
+                    f"grafana.teams.{team}.regions names regions {unknown} the spec does not have"
+                )
         return self
 
 

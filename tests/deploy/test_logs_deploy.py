@@ -207,7 +207,7 @@ def test_chart_logs_needs_the_federation_sections() -> None:
 
     values = yaml.safe_load(LOGS_VALUES.read_text())
     del values["federation"]["logs"]
-    with pytest.raises(helm.HelmError, match="logs.enabled needs federation.logs"):
+    with pytest.raises(helm.HelmError, match=r"logs\.enabled needs federation\.logs"):
         _chart_objects(values)
     assert not any(o["metadata"]["name"].startswith("gpufed-loki")
                    for o in _chart_objects({"controller": {"token": {"value": "ci-token-0123456789abcdef"}}}))
