@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from alertmanager.amtool import ConfigTool
-from alertmanager.render import ALERTMANAGER_FILE, render_alerting_bundle
+from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
 from federation import compose as composing
 from federation import master as mastering
 from federation.dashboards import dashboard_files
-from federation.grafana.render import render_grafana_bundle
+from federation.grafana.render import relay_with_grafana, render_grafana_bundle
 from federation.spec import GpufedSpec, load_gpufed_spec
 from logs.render import render_logs_bundle
 from sharder import assign as assigning
@@ -51,7 +51,10 @@ def alerting_part(spec: GpufedSpec, targets: list[Target], assignment: Assignmen
     del targets, assignment  # routing depends on the spec's regions, not on placement
     if spec.alerting is None:
         return {}
-    return render_alerting_bundle(spec.alerting, cluster=spec.cluster, regions=spec.region_names())
+    bundle = render_alerting_bundle(spec.alerting, cluster=spec.cluster, regions=spec.region_names())
+    if spec.grafana is not None and RELAY_FILE in bundle:  # messages link to Grafana and the nodes' logs
+        bundle[RELAY_FILE] = relay_with_grafana(bundle[RELAY_FILE], spec.grafana.url)
+    return bundle
 
 
 def master_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:

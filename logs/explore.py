@@ -1,6 +1,6 @@
 """Grafana Explore links with the LogQL for one node (and GPU), over a window: pure.
 
-Used by the DingTalk relay (one link per alert, around its start) and the dashboards (a
+Used by the DingTalk relay (one link per message: its alerts' nodes around their starts) and the dashboards (a
 data link per series, ``${__field.labels.node}`` over the dashboard's range). The URL is
 Explore's pane state (Grafana 10.1+: ``/explore?schemaVersion=1&panes=<JSON>``, one pane
 keyed by an id, with the datasource uid, the queries and the range), as Grafana's own
@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from urllib.parse import quote
 
 LOKI_UID = "loki"
 DEFAULT_BEFORE = timedelta(minutes=15)
 DEFAULT_AFTER = timedelta(minutes=15)
+_REGEX_META = re.compile(r"[.+*?()\[\]{}|^$\\]")
 _NVML_PCI = re.compile(r"^[0-9A-Fa-f]{4,8}:([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.[0-7]\Z")
 
 
@@ -51,6 +53,14 @@ def node_query(node: str, *, pci_bus_id: str = "", node_is_template: bool = Fals
     return query
 
 
+def nodes_query(nodes: Sequence[str], *, pci_bus_id: str = "") -> str:
+    """LogQL for several nodes at once (``node=~"a|b"``); one node is :func:`node_query`."""
+    if len(nodes) == 1:
+        return node_query(nodes[0], pci_bus_id=pci_bus_id)
+    alternation = "|".join(_REGEX_META.sub(r"\\\g<0>", n) for n in nodes)
+    return f'{{node=~"{_quote_label(alternation)}"}}'
+
+
 def _pane(query: str, *, start: str, end: str, datasource: str) -> str:
     panes = {
         "gpufed": {
@@ -74,15 +84,16 @@ def explore_url(
     query: str,
     *,
     start: datetime,
+    end: datetime | None = None,
     before: timedelta = DEFAULT_BEFORE,
     after: timedelta = DEFAULT_AFTER,
     datasource: str = LOKI_UID,
     org_id: int = 1,
 ) -> str:
-    """An absolute Explore link over ``[start - before, start + after]`` (epoch ms)."""
+    """An absolute Explore link over ``[start - before, (end or start) + after]`` (epoch ms)."""
     begin = int((start - before).timestamp() * 1000)
-    end = int((start + after).timestamp() * 1000)
-    panes = _pane(query, start=str(begin), end=str(end), datasource=datasource)
+    until = int(((end or start) + after).timestamp() * 1000)
+    panes = _pane(query, start=str(begin), end=str(until), datasource=datasource)
     return f"{grafana_url.rstrip('/')}/explore?schemaVersion=1&orgId={org_id}&panes={quote(panes, safe='')}"
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 
+import yaml
+
 from federation.grafana import datasources, ha, teams
 from federation.grafana.models import GrafanaSpec
 from sharder.inventory import Target
@@ -62,3 +64,11 @@ def render_grafana_bundle(
     if grafana.ha is not None:
         bundle[HA_FILE] = dump_json(ha.ha_document(grafana.ha))
     return bundle
+
+
+def relay_with_grafana(relay_file: bytes, grafana_url: str) -> bytes:
+    """The relay's config with ``grafana_url`` set (unless the file already names one), so its
+    messages link to Grafana and to the Explore view of the alerts' nodes' logs."""
+    config = yaml.safe_load(relay_file)
+    config.setdefault("grafana_url", grafana_url)
+    return dump_yaml(config)
