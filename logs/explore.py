@@ -97,22 +97,29 @@ def explore_url(
     return f"{grafana_url.rstrip('/')}/explore?schemaVersion=1&orgId={org_id}&panes={quote(panes, safe='')}"
 
 
-def data_link_url(*, datasource: str = LOKI_UID) -> str:
-    """A relative Explore link for a dashboard data link: the series' node over the
-    dashboard's range. Grafana substitutes ``${...}`` in data-link URLs before opening them,
-    so the placeholders stay unencoded and the JSON around them is encoded."""
-    marker_node, marker_from, marker_to = "@@NODE@@", "@@FROM@@", "@@TO@@"
-    pane = _pane(
-        node_query(marker_node, node_is_template=True),
-        start=marker_from,
-        end=marker_to,
-        datasource=datasource,
-    )
+def _templated(query: str, placeholders: dict[str, str], *, datasource: str) -> str:
+    """A relative Explore URL whose markers Grafana fills in when the link is opened: the
+    JSON around them is percent-encoded, the ``${...}`` placeholders stay as they are."""
+    pane = _pane(query, start="@@FROM@@", end="@@TO@@", datasource=datasource)
     encoded = quote(pane, safe="")
-    for marker, placeholder in (
-        (marker_node, "${__field.labels.node}"),
-        (marker_from, "${__from}"),
-        (marker_to, "${__to}"),
-    ):
+    for marker, placeholder in {**placeholders, "@@FROM@@": "${__from}", "@@TO@@": "${__to}"}.items():
         encoded = encoded.replace(quote(marker, safe=""), placeholder)
     return f"/explore?schemaVersion=1&orgId=1&panes={encoded}"
+
+
+def data_link_url(*, datasource: str = LOKI_UID) -> str:
+    """A data link (per series): that series' node over the dashboard's range."""
+    return _templated(node_query("@@NODE@@", node_is_template=True),
+                      {"@@NODE@@": "${__field.labels.node}"}, datasource=datasource)
+
+
+def panel_link_url(variables: Sequence[str] = ("region", "node"), *, datasource: str = LOKI_UID) -> str:
+    """A panel link: the streams the dashboard's variables select (``region``, ``node``:
+    each a stream label of the same name), over its range.
+
+    ``:percentencode`` keeps ``|`` of several values (and a ``.*`` "All") URL-safe; the
+    ``job=~".+"`` matcher keeps the selector valid when every variable is "All" (Loki
+    refuses a selector whose every matcher matches the empty string)."""
+    matchers = ", ".join(['job=~".+"', *(f'{v}=~"@@{v.upper()}@@"' for v in variables)])
+    return _templated(f"{{{matchers}}}", {f"@@{v.upper()}@@": f"${{{v}:percentencode}}" for v in variables},
+                      datasource=datasource)
