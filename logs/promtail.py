@@ -10,7 +10,8 @@ its metrics carry and a query moves from one to the other by label.
 The identity labels are set by ``relabel_configs`` rather than ``external_labels``: a
 relabel ``replace`` that yields an empty value removes the label (Prometheus relabelling,
 which Promtail reuses), so a node without a rack sends no ``rack`` label, exactly as its
-metrics have none, instead of an empty one.
+metrics have none, instead of an empty one. (Expansion happens on the text before YAML
+parsing, so an empty variable leaves ``replacement:`` null, which yaml.v2 decodes as "".)
 
 Journal labels follow Promtail's journal target (``__journal_<field>``, lower-cased,
 grafana/loki clients/pkg/promtail/targets/journal/journaltarget.go); kernel-ring entries

@@ -24,8 +24,13 @@ def pane_of(url: str, values: dict[str, str]) -> dict[str, Any]:
     return dict(pane)
 
 
-FILLED = {"${__from}": "1714556700000", "${__to}": "1714558500000", "${__field.labels.node}": "bj-r00-n007",
-          "${region:percentencode}": "cn-beijing%7Ccn-shanghai", "${node:percentencode}": ".%2A"}
+FILLED = {
+    "${__from}": "1714556700000",
+    "${__to}": "1714558500000",
+    "${__field.labels.node}": "bj-r00-n007",
+    "${region:percentencode}": "cn-beijing%7Ccn-shanghai",
+    "${node:percentencode}": ".%2A",
+}
 
 
 @pytest.mark.parametrize("uid", GPU_DASHBOARDS)
