@@ -24,8 +24,14 @@ from logs import explore, promtail, rules
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / "scripts" / "logql" / "check.cjs"
-FILLED = {"${__from}": "1", "${__to}": "2", "${__field.labels.node}": "bj-r00-n007", "${node}": "bj-r00-n007",
-          "${region:percentencode}": "cn-beijing%7Ccn-shanghai", "${node:percentencode}": ".%2A"}
+FILLED = {
+    "${__from}": "1",
+    "${__to}": "2",
+    "${__field.labels.node}": "bj-r00-n007",
+    "${node}": "bj-r00-n007",
+    "${region:percentencode}": "cn-beijing%7Ccn-shanghai",
+    "${node:percentencode}": ".%2A",
+}
 
 
 def parse(queries: list[str]) -> list[dict[str, object]]:
@@ -34,8 +40,15 @@ def parse(queries: list[str]) -> list[dict[str, object]]:
     node = require_tool("node")
     if not (CHECK.parent / "node_modules" / "@grafana" / "lezer-logql").is_dir():
         pytest.fail("scripts/logql/node_modules is missing: run scripts/bootstrap.sh (npm ci)")
-    done = subprocess.run([node, str(CHECK)], input=json.dumps(queries), capture_output=True, text=True,
-                          timeout=60, check=False, cwd=CHECK.parent)
+    done = subprocess.run(
+        [node, str(CHECK)],
+        input=json.dumps(queries),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=CHECK.parent,
+    )
     assert done.returncode == 0, done.stderr
     return list(json.loads(done.stdout))
 
@@ -62,7 +75,9 @@ def rendered_queries() -> dict[str, str]:
     grafana = yaml.safe_load(grafana_part(spec, targets, None)[DATASOURCES_FILE])  # type: ignore[arg-type]
     for source in grafana["datasources"]:
         for link in source.get("correlations", []):
-            queries[f"correlation {source['uid']}"] = link["config"]["target"]["expr"].replace("${node}", "n1")
+            queries[f"correlation {source['uid']}"] = link["config"]["target"]["expr"].replace(
+                "${node}", "n1"
+            )
     queries["relay one GPU"] = explore.nodes_query(["bj-r00-n007"], pci_bus_id="00000000:3B:00.0")
     queries["relay nodes"] = explore.nodes_query(["bj-r00-n007", "gpu.node-2"])
     for uid in ("gpufed-cluster", "gpufed-node"):
@@ -82,8 +97,9 @@ def test_every_rendered_logql_query_parses() -> None:
     assert not bad, bad
 
 
-@pytest.mark.parametrize("broken", ['{node="a" |= ', 'sum by (node (count_over_time({a="b"}[5m]))',
-                                    'count_over_time({a="b"} |= "x" [5m'])
+@pytest.mark.parametrize(
+    "broken",
+    ['{node="a" |= ', 'sum by (node (count_over_time({a="b"}[5m]))', 'count_over_time({a="b"} |= "x" [5m'],
+)
 def test_the_grammar_refuses_broken_queries(broken: str) -> None:
     assert parse([broken])[0]["errors"]
-
