@@ -111,7 +111,7 @@ def test_sync_script_copies_every_grafana_file(tmp_path: Path, separators: tuple
     ).encode()
 
     class Controller(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             path = self.path.removeprefix("/v1/configs").lstrip("/")
             body = listing if not path else published.get(path)
             self.send_response(200 if body is not None else 404)
