@@ -14,7 +14,9 @@ Why a generator and not hand-written JSON or Grafana's ``grafana-foundation-sdk`
 breaks dashboards is PromQL, variable references and layout, and neither JSON by hand nor
 the SDK's typed builders (versioned with one Grafana release) check those. Here each
 query is data the tests run against a real Prometheus, and the committed JSON is checked
-to equal this output byte for byte.
+to equal this output byte for byte. (SDK ``1769699379!11.6.0`` tried: it lays panels out
+and refuses widths over 24 as ``layout`` does, leaves panel ids null, and checks no query;
+see the README's "Logs and Grafana".)
 """
 
 from __future__ import annotations
