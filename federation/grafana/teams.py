@@ -136,18 +136,13 @@ def team_dashboards(
     dashboards: Mapping[str, bytes], *, regions: Mapping[str, list[str]], teams: Mapping[str, TeamSpec]
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """team -> file name -> pinned dashboard, for the dashboards a team view makes sense of."""
+    models = {name: json.loads(dashboards[name]) for name in TEAM_DASHBOARDS if name in dashboards}
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for team, team_regions_ in regions.items():
         spec = teams.get(team, TeamSpec())
         out[team] = {
-            name: pin_dashboard(
-                json.loads(dashboards[name]),
-                team=team,
-                regions=team_regions_,
-                namespaces=list(spec.namespaces),
-            )
-            for name in TEAM_DASHBOARDS
-            if name in dashboards
+            name: pin_dashboard(model, team=team, regions=team_regions_, namespaces=list(spec.namespaces))
+            for name, model in models.items()
         }
     return out
 
