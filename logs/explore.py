@@ -18,7 +18,7 @@ import json
 import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 LOKI_UID = "loki"
 DEFAULT_BEFORE = timedelta(minutes=15)
@@ -123,3 +123,19 @@ def panel_link_url(variables: Sequence[str] = ("region", "node"), *, datasource:
     matchers = ", ".join(['job=~".+"', *(f'{v}=~"@@{v.upper()}@@"' for v in variables)])
     return _templated(f"{{{matchers}}}", {f"@@{v.upper()}@@": f"${{{v}:percentencode}}" for v in variables},
                       datasource=datasource)
+
+
+_PLACEHOLDER = re.compile(r"%24%7B(.+?)%7D")
+
+
+def scope_link(url: str, labels: dict[str, str]) -> str:
+    """An Explore link (as :func:`panel_link_url` makes them) whose LogQL selector also
+    requires ``labels``, e.g. a team dashboard's ``team``; Grafana placeholders stay intact."""
+    head, _, panes = url.partition("panes=")
+    state = json.loads(unquote(panes))
+    matchers = ", ".join(f'{k}="{_quote_label(v)}"' for k, v in sorted(labels.items()))
+    for pane in state.values():
+        for query in pane["queries"]:
+            query["expr"] = query["expr"].replace("{", f"{{{matchers}, ", 1)
+    encoded = quote(json.dumps(state, separators=(",", ":"), sort_keys=True), safe="")
+    return head + "panes=" + _PLACEHOLDER.sub(lambda m: "${" + unquote(m[1]) + "}", encoded)

@@ -7,7 +7,8 @@ holding the cluster, node, workload and quota dashboards with:
 - ``team``: a hidden constant, and ``team="$team"`` added to every selector that already
   matches ``region=~"$region"`` (the GPU and ``up`` series carry the node's ``team``);
 - ``region``: a custom variable listing only the team's regions, "All" = exactly those;
-- ``namespace``: a custom variable listing only the team's namespaces, likewise.
+- ``namespace``: a custom variable listing only the team's namespaces, likewise;
+- log links (panel and data links to Loki Explore) with ``team="<team>"`` in their selector.
 
 Panels over region-wide recording rules (``gpufed:region_*``, ``gpufed:scheduler_*``) are
 dropped: those series are aggregated over every team and carry no ``team`` label.
@@ -29,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from federation.grafana.models import MAX_UID, TeamSpec
+from logs.explore import scope_link
 from sharder.inventory import Target
 
 TEAM_DASHBOARDS = ("gpufed-cluster.json", "gpufed-node.json", "gpufed-workloads.json", "gpufed-quota.json")
@@ -127,6 +129,11 @@ def pin_dashboard(
             continue
         for target in panel.get("targets", []):
             target["expr"] = _pin_expr(target["expr"])
+        # log links open the team's streams only (Promtail labels them with `team` too)
+        data_links = panel.get("fieldConfig", {}).get("defaults", {}).get("links", [])
+        for link in [*panel.get("links", []), *data_links]:
+            if "/explore?" in link["url"]:
+                link["url"] = scope_link(link["url"], {"team": team})
         panels.append(panel)
     out["panels"] = panels
     return out

@@ -14,6 +14,7 @@ import re
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
@@ -102,6 +103,11 @@ def test_team_dashboards_are_pinned(bundle: Bundle) -> None:
             wanted = spec.grafana.teams[team].namespaces if team in spec.grafana.teams else []
             assert [o["value"] for o in variables["namespace"]["options"]] == wanted
         for panel in model["panels"]:
+            data_links = panel.get("fieldConfig", {}).get("defaults", {}).get("links", [])
+            for link in [*panel.get("links", []), *data_links]:
+                url = re.sub(r"\$\{[^}]+\}", "x", link["url"])  # Grafana's placeholders, filled
+                (pane,) = json.loads(parse_qs(urlsplit(url).query)["panes"][0]).values()
+                assert pane["queries"][0]["expr"].startswith(f'{{team="{team}", '), (path, link["title"])
             for target in panel.get("targets", []):
                 assert "gpufed:region_" not in target["expr"]
                 for body in re.findall(r"\{([^{}]*)\}", target["expr"]):
