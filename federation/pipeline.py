@@ -21,6 +21,7 @@ from typing import Any
 
 from alertmanager.amtool import ConfigTool
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
+from federation import bundle_formats
 from federation import compose as composing
 from federation import master as mastering
 from federation.dashboards import dashboard_files
@@ -291,8 +292,9 @@ def check_bundle(
 ) -> BundleCheck:
     """The one check of a bundle staged at ``root``, used by ``gpufed render``, the
     controller's publisher and the demo: promtool on every child config and the master's,
-    amtool on Alertmanager's. With ``previous`` (the bundle served now) only files whose
-    bytes changed are checked: target lists and the assignment need no promtool at all.
+    amtool on Alertmanager's, strict models for Promtail, Loki and Grafana files. With
+    ``previous`` (the bundle served now) only files whose bytes changed are checked: target
+    lists and the assignment need no promtool at all.
     Raises ``ConfigCheckError`` (or the checker's error) on the first refusal."""
 
     def changed(path: str) -> bool:
@@ -308,6 +310,8 @@ def check_bundle(
     if alert_checker is not None and ALERTMANAGER_FILE in bundle and changed(ALERTMANAGER_FILE):
         alert_checker.check_config(root / ALERTMANAGER_FILE)
         alerting = True
+    # Promtail, Loki and Grafana files: no binary here, so their upstream structs' models
+    bundle_formats.check_formats(bundle, [p for p in bundle if p.startswith(bundle_formats.PREFIXES) and changed(p)])
     return BundleCheck(configs=checked, master=master, alerting=alerting)
 
 

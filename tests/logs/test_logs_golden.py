@@ -179,3 +179,21 @@ def test_loki_model_refuses_what_loki_refuses(mutate, message: str) -> None:  # 
 def test_selector_check_refuses_empty_and_malformed(query: str) -> None:
     with pytest.raises(ValueError):
         formats.check_selector(query)
+
+
+def test_the_one_bundle_check_refuses_a_bad_logs_or_grafana_file(tmp_path: Path) -> None:
+    """``pipeline.check_bundle`` (render, controller, demo) parses these files before a swap."""
+    from federation.pipeline import check_bundle
+    from sharder.errors import ConfigCheckError
+
+    bundle = dict(bundle_for("logs-example"))
+    done = check_bundle(tmp_path, bundle, checker=None, alert_checker=None, agent=False)
+    assert done.configs == 0
+    bad = yaml.safe_load(bundle[loki.CONFIG_FILE])
+    bad["limits_config"]["retention"] = "30d"
+    bundle[loki.CONFIG_FILE] = yaml.safe_dump(bad).encode()
+    with pytest.raises(ConfigCheckError) as caught:
+        check_bundle(tmp_path, bundle, checker=None, alert_checker=None, agent=False)
+    assert caught.value.path == loki.CONFIG_FILE and "retention" in str(caught.value)
+    # an unchanged file is not checked again (the controller passes what it serves now)
+    check_bundle(tmp_path, bundle, checker=None, alert_checker=None, agent=False, previous=bundle)
