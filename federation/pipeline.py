@@ -311,7 +311,8 @@ def check_bundle(
         alert_checker.check_config(root / ALERTMANAGER_FILE)
         alerting = True
     # Promtail, Loki and Grafana files: no binary here, so their upstream structs' models
-    bundle_formats.check_formats(bundle, [p for p in bundle if p.startswith(bundle_formats.PREFIXES) and changed(p)])
+    modelled = [p for p in bundle if p.startswith(bundle_formats.PREFIXES) and changed(p)]
+    bundle_formats.check_formats(bundle, modelled)
     return BundleCheck(configs=checked, master=master, alerting=alerting)
 
 
