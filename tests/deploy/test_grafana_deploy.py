@@ -150,3 +150,18 @@ def test_sync_script_copies_every_grafana_file(tmp_path: Path, separators: tuple
         if p.is_file()
     }
     assert copied == bundle and PROVIDERS_FILE in copied
+
+
+def test_chart_sidecar_datasources_link_logs_like_the_renderer() -> None:
+    """The sidecar ConfigMap (Grafana run elsewhere) carries the same links as gpufed's render."""
+    from federation.grafana import datasources
+
+    objects = _chart_objects(yaml.safe_load(LOGS_VALUES.read_text()))
+    data = yaml.safe_load(_named(objects, "ConfigMap", "gpufed-datasource")["data"]["gpufed-datasource.yaml"])
+    parsed = formats.parse_datasources(data, source="gpufed-datasource.yaml")
+    by_uid = {d.uid: d for d in parsed.datasources}
+    ours = datasources.datasources_file(prometheus_url="http://p", loki_url="http://l")["datasources"]
+    assert [c.model_dump(exclude_defaults=True) for c in by_uid["gpufed"].correlations] == [
+        {k: v for k, v in ours[0]["correlations"][0].items() if k != "description"}]
+    assert by_uid["loki"].jsonData["derivedFields"] == ours[1]["jsonData"]["derivedFields"]
+    assert by_uid["loki"].url == "http://gpufed-loki-read.monitoring.svc:3100"
