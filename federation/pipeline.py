@@ -107,6 +107,7 @@ def grafana_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment
         dashboards={p.name: p.read_bytes() for p in dashboard_files()},
         prometheus_url=grafana_prometheus_url(spec),
         loki_url=spec.logs.loki.url if spec.logs is not None else None,
+        loki_tenant=spec.logs.loki.tenant if spec.logs is not None else "",
     )
 
 

@@ -49,8 +49,9 @@ def prometheus_datasource(url: str) -> dict[str, Any]:
     }
 
 
-def loki_datasource(url: str) -> dict[str, Any]:
-    return {
+def loki_datasource(url: str, *, tenant: str = "") -> dict[str, Any]:
+    """``tenant``: Loki with ``auth_enabled`` wants ``X-Scope-OrgID`` on every query."""
+    source: dict[str, Any] = {
         "name": "loki",
         "uid": LOKI_UID,
         "type": "loki",
@@ -72,9 +73,15 @@ def loki_datasource(url: str) -> dict[str, Any]:
             ],
         },
     }
+    if tenant:
+        source["jsonData"]["httpHeaderName1"] = "X-Scope-OrgID"
+        source["secureJsonData"] = {"httpHeaderValue1": tenant}
+    return source
 
 
-def datasources_file(*, prometheus_url: str | None, loki_url: str | None) -> dict[str, Any]:
+def datasources_file(
+    *, prometheus_url: str | None, loki_url: str | None, loki_tenant: str = ""
+) -> dict[str, Any]:
     """Either datasource may be absent (no master or Thanos to query; no logs tier): the
     links towards an absent one are left out."""
     sources: list[dict[str, Any]] = []
@@ -83,7 +90,7 @@ def datasources_file(*, prometheus_url: str | None, loki_url: str | None) -> dic
         if loki_url is None:
             del sources[0]["correlations"]
     if loki_url is not None:
-        sources.append(loki_datasource(loki_url))
+        sources.append(loki_datasource(loki_url, tenant=loki_tenant))
         if prometheus_url is None:
             del sources[-1]["jsonData"]["derivedFields"]
     return {"apiVersion": 1, "datasources": sources}

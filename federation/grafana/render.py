@@ -44,12 +44,15 @@ def render_grafana_bundle(
     dashboards: Mapping[str, bytes],
     prometheus_url: str | None,
     loki_url: str | None,
+    loki_tenant: str = "",
 ) -> Bundle:
     by_team = teams.team_regions(targets, grafana.teams, all_regions=regions)
     bundle: Bundle = {
         DATASOURCES_FILE: dump_yaml(
             datasources.datasources_file(
-                prometheus_url=grafana.prometheus_url or prometheus_url, loki_url=grafana.loki_url or loki_url
+                prometheus_url=grafana.prometheus_url or prometheus_url,
+                loki_url=grafana.loki_url or loki_url,
+                loki_tenant=loki_tenant,
             )
         ),
         PROVIDERS_FILE: dump_yaml(teams.providers(by_team, root=ROOT_ENV)),

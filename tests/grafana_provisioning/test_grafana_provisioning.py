@@ -198,3 +198,14 @@ def test_provider_model_refuses_misspelt_folder_uid(bundle: Bundle) -> None:
     data["providers"][1]["folderUID"] = data["providers"][1].pop("folderUid")
     with pytest.raises(formats.GrafanaFormatError, match="folderUID"):
         formats.parse_providers(data)
+
+
+def test_a_loki_tenant_is_sent_as_x_scope_orgid() -> None:
+    from federation.grafana.datasources import datasources_file
+
+    data = datasources_file(prometheus_url="http://p", loki_url="http://l", loki_tenant="gpu-dc1")
+    loki = {d.uid: d for d in formats.parse_datasources(data).datasources}["loki"]
+    assert loki.jsonData["httpHeaderName1"] == "X-Scope-OrgID"
+    assert loki.secureJsonData == {"httpHeaderValue1": "gpu-dc1"}
+    bare = {d["uid"]: d for d in datasources_file(prometheus_url=None, loki_url="http://l")["datasources"]}
+    assert list(bare) == ["loki"] and "derivedFields" not in bare["loki"]["jsonData"]
