@@ -103,6 +103,8 @@ def container_jobs(*, cluster: str) -> list[dict[str, Any]]:
         "relabel_configs": _identity(cluster),
         "pipeline_stages": [
             {"cri": {}},
+            # the extracted map starts with the entry's labels, `filename` among them
+            # (grafana/loki clients/pkg/logentry/stages/pipeline.go, Pipeline.Run)
             {"regex": {"source": "filename", "expression": POD_PATH_REGEX}},
             {"labels": {"namespace": None, "pod": None, "container": None}},
         ],
