@@ -197,3 +197,13 @@ def test_the_one_bundle_check_refuses_a_bad_logs_or_grafana_file(tmp_path: Path)
     assert caught.value.path == loki.CONFIG_FILE and "retention" in str(caught.value)
     # an unchanged file is not checked again (the controller passes what it serves now)
     check_bundle(tmp_path, bundle, checker=None, alert_checker=None, agent=False, previous=bundle)
+
+
+def test_bench_prints_json() -> None:
+    from federation.testing import bench_logs
+
+    result = bench_logs.measure(targets=300, teams=3, repeat=1)
+    # 7 shared dashboards, 4 provisioning/API/HA files, 4 pinned per team: the 3 synthetic
+    # teams and the example spec's own 2 (llm, vision; they have no synthetic nodes)
+    assert result["grafana_part_synthetic"]["files"] == 7 + 4 + 4 * (3 + 2)
+    assert result["logs_part_example"]["files"] == 4
