@@ -15,6 +15,7 @@ in provisioning files): compose and the chart set it to where this directory is 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 
@@ -46,13 +47,38 @@ def render_grafana_bundle(
     loki_url: str | None,
     loki_tenant: str = "",
 ) -> Bundle:
+    """The files depend on the targets only through team -> regions, so once that is known
+    the rest is memoised: the controller re-renders on every change of the fleet, and a
+    node joining a team's known region changes none of these files."""
     by_team = teams.team_regions(targets, grafana.teams, all_regions=regions)
+    return dict(
+        _render(
+            grafana.model_dump_json(),
+            tuple((team, tuple(rs)) for team, rs in by_team.items()),
+            tuple(sorted(dashboards.items())),
+            grafana.prometheus_url or prometheus_url,
+            grafana.loki_url or loki_url,
+            loki_tenant,
+        )
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _render(
+    grafana_json: str,
+    by_team_key: tuple[tuple[str, tuple[str, ...]], ...],
+    dashboards_key: tuple[tuple[str, bytes], ...],
+    prometheus_url: str | None,
+    loki_url: str | None,
+    loki_tenant: str,
+) -> tuple[tuple[str, bytes], ...]:
+    grafana = GrafanaSpec.model_validate_json(grafana_json)
+    by_team = {team: list(rs) for team, rs in by_team_key}
+    dashboards = dict(dashboards_key)
     bundle: Bundle = {
         DATASOURCES_FILE: dump_yaml(
             datasources.datasources_file(
-                prometheus_url=grafana.prometheus_url or prometheus_url,
-                loki_url=grafana.loki_url or loki_url,
-                loki_tenant=loki_tenant,
+                prometheus_url=prometheus_url, loki_url=loki_url, loki_tenant=loki_tenant
             )
         ),
         PROVIDERS_FILE: dump_yaml(teams.providers(by_team, root=ROOT_ENV)),
@@ -66,7 +92,7 @@ def render_grafana_bundle(
             bundle[f"grafana/dashboards/teams/{team}/{name}"] = _dump(model)
     if grafana.ha is not None:
         bundle[HA_FILE] = dump_json(ha.ha_document(grafana.ha))
-    return bundle
+    return tuple(bundle.items())
 
 
 def relay_with_grafana(relay_file: bytes, grafana_url: str) -> bytes:
