@@ -40,7 +40,11 @@ DEFAULT_UNITS = (
 
 class JournalSpec(StrictModel):
     max_age: str = Field(default="12h", description="oldest entry Promtail reads on a first start")
-    path: str = Field(default="/var/log/journal", description="the persistent journal on the host")
+    path: str = Field(
+        default="",
+        description="a journal directory; empty: libsystemd's own search, /var/log/journal (persistent)"
+        " then /run/log/journal (volatile), both of which compose and the chart mount",
+    )
 
     @field_validator("max_age")
     @classmethod

@@ -62,7 +62,7 @@ def journal_job(logs: LogsSpec, *, cluster: str) -> dict[str, Any]:
         "job_name": "journal",
         "journal": {
             "max_age": logs.journal.max_age,
-            "path": logs.journal.path,
+            **({"path": logs.journal.path} if logs.journal.path else {}),
             "labels": {"job": "journal"},
         },
         "relabel_configs": [
