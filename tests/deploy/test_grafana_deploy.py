@@ -99,12 +99,17 @@ def test_chart_refuses_grafana_ha_without_a_database() -> None:
         _chart_objects(values)
 
 
-@pytest.mark.parametrize("separators", [(",", ":"), (", ", ": ")])
-def test_sync_script_copies_every_grafana_file(tmp_path: Path, separators: tuple[str, str]) -> None:
+@pytest.mark.parametrize(("separators", "prefix"), [((",", ":"), "grafana/"), ((", ", ": "), "logs/")])
+def test_tree_sync_script_copies_every_file_under_its_prefix(
+    tmp_path: Path, separators: tuple[str, str], prefix: str
+) -> None:
     """The chart's init script, run by the real sh + wget, against /v1/configs's answer shape."""
+    from federation.pipeline import logs_part
+
     spec = load_gpufed_spec(ROOT / "examples" / "federation.yaml")
-    bundle = grafana_part(spec, [], None)  # type: ignore[arg-type]
-    published = {**bundle, "master/prometheus.yml": b"global: {}\n"}
+    parts = {"grafana/": grafana_part(spec, [], None), "logs/": logs_part(spec, [], None)}  # type: ignore[arg-type]
+    bundle = parts[prefix]
+    published = {**parts["grafana/"], **parts["logs/"], "master/prometheus.yml": b"global: {}\n"}
     listing = json.dumps(
         {"files": [{"path": p, "bytes": len(b)} for p, b in sorted(published.items())], "status": {}},
         separators=separators,
@@ -124,8 +129,8 @@ def test_sync_script_copies_every_grafana_file(tmp_path: Path, separators: tuple
     server = ThreadingHTTPServer(("127.0.0.1", 0), Controller)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     objects = _chart_objects(yaml.safe_load(LOGS_VALUES.read_text()))
-    script = tmp_path / "grafana-sync.sh"
-    script.write_text(_named(objects, "ConfigMap", "gpufed-grafana-sync")["data"]["grafana-sync.sh"])
+    script = tmp_path / "tree-sync.sh"
+    script.write_text(_named(objects, "ConfigMap", "gpufed-tree-sync")["data"]["tree-sync.sh"])
     try:
         done = subprocess.run(
             [require_tool("sh"), str(script)],
@@ -138,6 +143,7 @@ def test_sync_script_copies_every_grafana_file(tmp_path: Path, separators: tuple
                 "GPUFED_URL": f"http://127.0.0.1:{server.server_address[1]}",
                 "CONFIG_DIR": str(tmp_path / "config"),
                 "RETRIES": "1",
+                "PREFIX": prefix,
             },
         )
     finally:
@@ -149,7 +155,7 @@ def test_sync_script_copies_every_grafana_file(tmp_path: Path, separators: tuple
         for p in (tmp_path / "config").rglob("*")
         if p.is_file()
     }
-    assert copied == bundle and PROVIDERS_FILE in copied
+    assert copied == bundle and (PROVIDERS_FILE in copied or "logs/rules/fake/gpufed-xid.yml" in copied)
 
 
 def test_chart_sidecar_datasources_link_logs_like_the_renderer() -> None:
@@ -162,6 +168,7 @@ def test_chart_sidecar_datasources_link_logs_like_the_renderer() -> None:
     by_uid = {d.uid: d for d in parsed.datasources}
     ours = datasources.datasources_file(prometheus_url="http://p", loki_url="http://l")["datasources"]
     assert [c.model_dump(exclude_defaults=True) for c in by_uid["gpufed"].correlations] == [
-        {k: v for k, v in ours[0]["correlations"][0].items() if k != "description"}]
+        {k: v for k, v in ours[0]["correlations"][0].items() if k != "description"}
+    ]
     assert by_uid["loki"].jsonData["derivedFields"] == ours[1]["jsonData"]["derivedFields"]
     assert by_uid["loki"].url == "http://gpufed-loki-read.monitoring.svc:3100"

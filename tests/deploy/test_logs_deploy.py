@@ -143,8 +143,13 @@ def _chart_objects(values: dict[str, Any]) -> list[dict[str, Any]]:
     import helm_python as helm
 
     out = helm.Chart.load(CHART).render(values, name="gpufed", namespace="monitoring")
-    return [doc for path, text in sorted(out.items()) if not path.endswith("NOTES.txt")
-            for doc in yaml.safe_load_all(text) if doc]
+    return [
+        doc
+        for path, text in sorted(out.items())
+        if not path.endswith("NOTES.txt")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
 
 
 def _named(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -174,14 +179,14 @@ def test_chart_logs_tier_runs_what_the_controller_renders(tmp_path: Path) -> Non
         container = pod["containers"][0]
         assert f"-target={target}" in container["args"] and "-config.expand-env=true" in container["args"]
         assert container["envFrom"] == [{"secretRef": {"name": "gpufed-objstore-env"}}]
-        assert pod["initContainers"][0]["env"][1] == {"name": "FILES", "value": loki.SCALABLE_FILE}
-    # the backend (ruler) mounts the XID rules where the rendered config reads them, per tenant
-    backend = _named(objects, "StatefulSet", "gpufed-loki-backend")["spec"]["template"]["spec"]
-    mount = next(m for m in backend["containers"][0]["volumeMounts"] if m["name"] == "rules")
+        init = pod["initContainers"][0]
+        assert {e["name"]: e["value"] for e in init["env"]}["PREFIX"] == "logs/"
+        assert f"-config.file=/config/{loki.SCALABLE_FILE}" in container["args"]
+    # the ruler reads the rendered rule files where the tree sync puts them: <config_dir>/rules/<tenant>/
     assert config.ruler_storage is not None and config.ruler_storage.local is not None
-    assert mount["mountPath"] == f"{config.ruler_storage.local.directory}/fake"
-    rules_map = _named(objects, "ConfigMap", "gpufed-loki-rules")["data"]["gpufed-xid.yml"]
-    assert rules_map.encode() + b"\n" == bundle[rules.rules_file(spec.logs)]
+    assert f"/config/{rules.rules_file(spec.logs)}".startswith(
+        config.ruler_storage.local.directory + "/fake/"
+    )
     # Promtail: every ${VAR} its config expands comes from the DaemonSet's env
     daemon = _named(objects, "DaemonSet", "gpufed-promtail")["spec"]["template"]["spec"]
     env = {e["name"]: e for e in daemon["containers"][0]["env"]}
@@ -194,14 +199,6 @@ def test_chart_logs_tier_runs_what_the_controller_renders(tmp_path: Path) -> Non
     assert mounts["/var/log/journal"]["readOnly"] and mounts["/var/log/pods"]["readOnly"]
 
 
-def test_chart_rules_copy_equals_the_renderer() -> None:
-    from logs.models import LogsSpec
-    from logs.rules import xid_rules
-    from sharder.output import dump_yaml
-
-    assert (CHART / "logs" / "gpufed-xid.yml").read_bytes() == dump_yaml(xid_rules(LogsSpec()))
-
-
 def test_chart_logs_needs_the_federation_sections() -> None:
     import helm_python as helm
 
@@ -209,5 +206,7 @@ def test_chart_logs_needs_the_federation_sections() -> None:
     del values["federation"]["logs"]
     with pytest.raises(helm.HelmError, match=r"logs\.enabled needs federation\.logs"):
         _chart_objects(values)
-    assert not any(o["metadata"]["name"].startswith("gpufed-loki")
-                   for o in _chart_objects({"controller": {"token": {"value": "ci-token-0123456789abcdef"}}}))
+    assert not any(
+        o["metadata"]["name"].startswith("gpufed-loki")
+        for o in _chart_objects({"controller": {"token": {"value": "ci-token-0123456789abcdef"}}})
+    )

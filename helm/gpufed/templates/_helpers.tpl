@@ -152,7 +152,7 @@ HAMi's jobs, the Alertmanager pods). A key the user set in .Values.federation wi
 {{- if and .Values.logs.enabled (hasKey $spec "logs") -}}
 {{- $logs := deepCopy ($spec.logs | default dict) -}}
 {{- $_ := set $logs "loki" (merge (deepCopy ($logs.loki | default dict)) (dict "host" (printf "%s-loki" $fullname))) -}}
-{{- $_ := set $logs "config_dir" ($logs.config_dir | default "/etc/loki") -}}
+{{- $_ := set $logs "config_dir" ($logs.config_dir | default "/config/logs") -}}
 {{- $_ := set $spec "logs" $logs -}}
 {{- end -}}
 {{- if and .Values.grafana.server.enabled (hasKey $spec "grafana") -}}
