@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from federation import compose_grafana, compose_logs
 from sharder.errors import OutputError
 from sharder.output import Bundle, dump_yaml
 
@@ -56,7 +57,7 @@ OPTIONAL_HELP = {
     "GPUFED_RENDER_PARENT": "the directory holding the rendered tree, relative to monitoring.yml",
     "GPUFED_IMAGE": "built from this repository's Dockerfile",
 }
-HOST_PORTS = {"controller": 8080, "grafana": 3000, "query": 10904, "minio": 9001}
+HOST_PORTS = {"controller": 8080, "grafana": 3000, "query": 10904, "minio": 9001, "loki": 3100}
 ENV_NAME = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -200,6 +201,10 @@ def render_compose_bundle(
         f"http://{_first_master(files)}:9090" if "master/flags.json" in files else None
     )
     grafana_files = _grafana(services, volumes, tree=tree, datasource=datasource, dashboards=dashboards)
+    compose_grafana.grafana_services(services, volumes, files=files, tree=tree)
+    logs_files = compose_logs.loki_service(services, volumes, files=files, tree=tree,
+                                           mount=_service("", host="", command=[], health={})["volumes"][0],
+                                           secrets_env=_objstore_env)
 
     if consul:
         services["consul"] = {
@@ -221,6 +226,7 @@ def render_compose_bundle(
         MONITORING_FILE: dump_yaml(document),
         ENV_EXAMPLE_FILE: env_example.encode(),
         **grafana_files,
+        **logs_files,
     }
 
 

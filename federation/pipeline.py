@@ -20,11 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from alertmanager.amtool import ConfigTool
-from alertmanager.render import ALERTMANAGER_FILE, render_alerting_bundle
+from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
+from federation import bundle_formats
 from federation import compose as composing
 from federation import master as mastering
 from federation.dashboards import dashboard_files
+from federation.grafana.render import relay_with_grafana, render_grafana_bundle
 from federation.spec import GpufedSpec, load_gpufed_spec
+from logs.render import render_logs_bundle
 from sharder import assign as assigning
 from sharder import output
 from sharder import plan as planning
@@ -49,7 +52,10 @@ def alerting_part(spec: GpufedSpec, targets: list[Target], assignment: Assignmen
     del targets, assignment  # routing depends on the spec's regions, not on placement
     if spec.alerting is None:
         return {}
-    return render_alerting_bundle(spec.alerting, cluster=spec.cluster, regions=spec.region_names())
+    bundle = render_alerting_bundle(spec.alerting, cluster=spec.cluster, regions=spec.region_names())
+    if spec.grafana is not None and RELAY_FILE in bundle:  # messages link to Grafana and the nodes' logs
+        bundle[RELAY_FILE] = relay_with_grafana(bundle[RELAY_FILE], spec.grafana.url)
+    return bundle
 
 
 def master_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
@@ -68,7 +74,46 @@ def thanos_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment)
     return render_thanos_bundle(spec.thanos, masters=mastering.master_instances(spec))
 
 
-BUNDLE_PARTS: tuple[BundlePart, ...] = (sharder_part, alerting_part, master_part, thanos_part)
+def logs_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
+    """``logs/`` (Promtail, Loki, the XID ruler rules) when the spec has a logs section."""
+    del targets, assignment
+    if spec.logs is None or spec.thanos is None:
+        return {}
+    alertmanagers = [f"http://{r.address}" for r in spec.alerting.replicas] if spec.alerting else []
+    remote_write = spec.thanos.receive_url() if spec.thanos.receive is not None else None
+    return render_logs_bundle(spec.logs, cluster=spec.cluster, objstore=spec.thanos.objstore,
+                              alertmanagers=alertmanagers, remote_write=remote_write)
+
+
+def grafana_prometheus_url(spec: GpufedSpec) -> str | None:
+    """What Grafana reads metrics from by default: Thanos Query, else the first master; agent-mode
+    children alone cannot be queried, so without either there is none."""
+    if spec.thanos is not None:
+        return f"http://thanos-query:{spec.thanos.query.http_port}"
+    if spec.master is not None:
+        return f"http://{mastering.master_instances(spec)[0].host}:{spec.master.port}"
+    return None
+
+
+def grafana_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
+    """``grafana/`` (datasources linked by node, one folder per team, HA) when the spec has grafana."""
+    del assignment  # teams and their regions come from the targets' labels
+    if spec.grafana is None:
+        return {}
+    return render_grafana_bundle(
+        spec.grafana,
+        targets=targets,
+        regions=spec.region_names(),
+        dashboards={p.name: p.read_bytes() for p in dashboard_files()},
+        prometheus_url=grafana_prometheus_url(spec),
+        loki_url=spec.logs.loki.url if spec.logs is not None else None,
+        loki_tenant=spec.logs.loki.tenant if spec.logs is not None else "",
+    )
+
+
+BUNDLE_PARTS: tuple[BundlePart, ...] = (
+    sharder_part, alerting_part, master_part, thanos_part, logs_part, grafana_part,
+)
 TARGETS = ("prometheus", "compose")
 
 
@@ -248,8 +293,9 @@ def check_bundle(
 ) -> BundleCheck:
     """The one check of a bundle staged at ``root``, used by ``gpufed render``, the
     controller's publisher and the demo: promtool on every child config and the master's,
-    amtool on Alertmanager's. With ``previous`` (the bundle served now) only files whose
-    bytes changed are checked: target lists and the assignment need no promtool at all.
+    amtool on Alertmanager's, strict models for Promtail, Loki and Grafana files. With
+    ``previous`` (the bundle served now) only files whose bytes changed are checked: target
+    lists and the assignment need no promtool at all.
     Raises ``ConfigCheckError`` (or the checker's error) on the first refusal."""
 
     def changed(path: str) -> bool:
@@ -265,6 +311,9 @@ def check_bundle(
     if alert_checker is not None and ALERTMANAGER_FILE in bundle and changed(ALERTMANAGER_FILE):
         alert_checker.check_config(root / ALERTMANAGER_FILE)
         alerting = True
+    # Promtail, Loki and Grafana files: no binary here, so their upstream structs' models
+    modelled = [p for p in bundle if p.startswith(bundle_formats.PREFIXES) and changed(p)]
+    bundle_formats.check_formats(bundle, modelled)
     return BundleCheck(configs=checked, master=master, alerting=alerting)
 
 

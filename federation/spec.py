@@ -11,7 +11,9 @@ from pathlib import Path
 from pydantic import model_validator
 
 from alertmanager.models import AlertingSpec, check_regions
+from federation.grafana.models import GrafanaSpec
 from federation.master_spec import MasterSpec
+from logs.models import LogsSpec
 from sharder.loading import parse_model, read_document
 from sharder.spec import FederationSpec
 from thanos.models import ThanosSpec
@@ -21,6 +23,8 @@ class GpufedSpec(FederationSpec):
     alerting: AlertingSpec | None = None
     master: MasterSpec | None = None
     thanos: ThanosSpec | None = None
+    logs: LogsSpec | None = None
+    grafana: GrafanaSpec | None = None
 
     @model_validator(mode="after")
     def _alerting_regions(self) -> GpufedSpec:
@@ -55,6 +59,34 @@ class GpufedSpec(FederationSpec):
                         f"hashring {ring.name!r} names tenants {unknown} the master never sends"
                         f" (it sends {sorted(sent)})"
                     )
+        return self
+
+
+    @model_validator(mode="after")
+    def _logs_bucket(self) -> GpufedSpec:
+        # Loki keeps its chunks in the bucket thanos.objstore names, under its own prefix.
+        if self.logs is None:
+            return self
+        if self.thanos is None:
+            raise ValueError("logs stores Loki's data in the thanos.objstore bucket: add a thanos section")
+        if self.thanos.objstore.prefix.strip("/") == self.logs.storage_prefix:
+            raise ValueError(
+                f"logs.storage_prefix {self.logs.storage_prefix!r} is thanos.objstore.prefix too:"
+                " Loki and Thanos need their own prefixes in the bucket"
+            )
+        return self
+
+
+    @model_validator(mode="after")
+    def _grafana_sources(self) -> GpufedSpec:
+        if self.grafana is None:
+            return self
+        for team, spec in self.grafana.teams.items():
+            unknown = sorted(set(spec.regions) - set(self.region_names()))
+            if unknown:
+                raise ValueError(
+                    f"grafana.teams.{team}.regions names regions {unknown} the spec does not have"
+                )
         return self
 
 

@@ -31,6 +31,16 @@ fi
 if [ ! -x /usr/bin/chromium ]; then
   apt_install chromium
 fi
+# Every rendered LogQL query is parsed by Grafana's own LogQL grammar (@grafana/lezer-logql,
+# pinned with integrity hashes in scripts/logql/package-lock.json).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  apt_install nodejs npm
+fi
+logql_want="$(sha256sum scripts/logql/package-lock.json | cut -d' ' -f1)"
+if [ "$(cat scripts/logql/node_modules/.gpufed-installed 2>/dev/null)" != "$logql_want" ]; then
+  npm ci --prefix scripts/logql --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null
+  echo "$logql_want" > scripts/logql/node_modules/.gpufed-installed
+fi
 
 if [ "${GPUFED_UNLOCKED:-}" = "1" ]; then
   want="unlocked $(date +%s)"  # never matches: the drift check always resolves afresh

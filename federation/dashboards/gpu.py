@@ -14,10 +14,13 @@ labels), a plain Prometheus master does not, and sums and counts would double.
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from typing import Any
 
 from federation.dashboards import dcgm
-from federation.dashboards.grafana import Dashboard, Panel, Query, Row, Variable
+from federation.dashboards.grafana import Dashboard, Link, Panel, Query, Row, Variable
+from logs import explore
 
 MIB = 1048576
 REGION = 'region=~"$region"'
@@ -30,6 +33,25 @@ NODE_SEL = 'region=~"$region", node=~"$node"'
 HEALTH_MAP = (("1", "Healthy", "green"), ("0", "Unhealthy", "red"))
 UP_MAP = (("1", "Up", "green"), ("0", "Down", "red"))
 RED_IF_ANY = (("green", None), ("red", 1.0))
+
+
+# Logs next to the metrics (the logs tier, ``logs/``): every panel links to the journal and
+# container logs of the nodes the dashboard selects; series that carry a node link to theirs.
+NODES_LOGS = Link("Logs of the selected nodes (Loki)", explore.panel_link_url(("region", "node")))
+REGION_LOGS = Link("Logs of the selected regions (Loki)", explore.panel_link_url(("region",)))
+NODE_LOGS = Link("Logs of ${__field.labels.node} (Loki)", explore.data_link_url())
+# The outermost aggregation keeps ``node`` (``max by (node, gpu) (...)``, ``topk(5, sum by (node)
+# ...)``): an inner ``by (node)`` under ``count(...)`` does not count.
+_BY_NODE = re.compile(
+    r"^\s*(?:time\(\) - )?(?:(?:topk|bottomk)\(\d+,\s*)?(?:max|min|sum|avg|count|group) by \([^)]*\bnode\b"
+)
+
+
+def with_node_logs(rows: tuple[Row, ...]) -> tuple[Row, ...]:
+    """A data link to the node's logs on every panel whose series all keep a ``node`` label."""
+    return tuple(Row(row.title, tuple(
+        replace(p, data_links=(NODE_LOGS,)) if all(_BY_NODE.match(q.expr) for q in p.queries) else p
+        for p in row.panels)) for row in rows)
 
 
 def per_gpu(metric: str, selector: str, by: str = "cluster, region, node, gpu") -> str:
@@ -137,7 +159,8 @@ def cluster_dashboard() -> Dashboard:
         description="Fleet-wide GPU capacity, health, utilisation and per-region breakdown.",
         tags=("gpufed", "gpu"),
         variables=(Variable("region", "Region", dcgm.any_name("DCGM_FI_DEV_GPU_UTIL")),),
-        rows=(fleet, regions, hot),
+        rows=with_node_logs((fleet, regions, hot)),
+        panel_links=(REGION_LOGS,),
     )
 
 
@@ -253,5 +276,6 @@ def node_dashboard() -> Dashboard:
             Variable("node", "Node", dcgm.any_name("DCGM_FI_DEV_GPU_UTIL", REGION)),
             Variable("gpu", "GPU", dcgm.any_name("DCGM_FI_DEV_GPU_UTIL", 'region=~"$region", node=~"$node"')),
         ),
-        rows=(health, usage, physical, errors),
+        rows=with_node_logs((health, usage, physical, errors)),
+        panel_links=(NODES_LOGS,),
     )

@@ -14,7 +14,9 @@ Why a generator and not hand-written JSON or Grafana's ``grafana-foundation-sdk`
 breaks dashboards is PromQL, variable references and layout, and neither JSON by hand nor
 the SDK's typed builders (versioned with one Grafana release) check those. Here each
 query is data the tests run against a real Prometheus, and the committed JSON is checked
-to equal this output byte for byte.
+to equal this output byte for byte. (SDK ``1769699379!11.6.0`` tried: it lays panels out
+and refuses widths over 24 as ``layout`` does, leaves panel ids null, and checks no query;
+see the README's "Logs and Grafana".)
 """
 
 from __future__ import annotations
@@ -42,6 +44,14 @@ class Query:
 
 
 @dataclass(frozen=True)
+class Link:
+    """A link Grafana shows on a panel (``links``) or on each of its series (data links)."""
+
+    title: str
+    url: str
+
+
+@dataclass(frozen=True)
 class Panel:
     """One visualisation. ``description`` is required: it says what the panel shows and
     what it shows when its source metrics are absent."""
@@ -62,6 +72,8 @@ class Panel:
     """(value, display text, colour) value mappings, e.g. health 0/1."""
     stacked: bool = False
     legend_table: bool = False
+    data_links: tuple[Link, ...] = ()
+    """Per-series links (``fieldConfig.defaults.links``); left out of the JSON when empty."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +124,8 @@ class Dashboard:
     links_tag: str = "gpufed"
     time_from: str = "now-6h"
     refresh: str = "1m"
+    panel_links: tuple[Link, ...] = ()
+    """Links every panel carries (its corner menu); left out of the JSON when empty."""
 
 
 def _ref_id(index: int) -> str:
@@ -152,6 +166,8 @@ def _field_config(panel: Panel) -> dict[str, Any]:
             defaults[key] = value
     if panel.no_value is not None:
         defaults["noValue"] = panel.no_value
+    if panel.data_links:
+        defaults["links"] = [_link(link) for link in panel.data_links]
     if panel.kind == "timeseries":
         defaults["custom"] = {
             "drawStyle": "line",
@@ -183,6 +199,10 @@ def _options(panel: Panel) -> dict[str, Any]:
         extra = {"displayMode": "gradient", "orientation": "horizontal"} if panel.kind == "bargauge" else {}
         return {"reduceOptions": reduce, "showThresholdLabels": False, "showThresholdMarkers": True, **extra}
     return {"showHeader": True, "cellHeight": "sm", "footer": {"show": False, "reducer": ["sum"]}}
+
+
+def _link(link: Link) -> dict[str, Any]:
+    return {"title": link.title, "url": link.url, "targetBlank": True}
 
 
 def render_panel(panel: Panel, *, panel_id: int, x: int, y: int) -> dict[str, Any]:
@@ -243,7 +263,7 @@ def datasource_variable() -> dict[str, Any]:
     }
 
 
-def layout(rows: tuple[Row, ...]) -> list[dict[str, Any]]:
+def layout(rows: tuple[Row, ...], links: tuple[Link, ...] = ()) -> list[dict[str, Any]]:
     """Rows and their panels with sequential ids and non-overlapping grid positions."""
     panels: list[dict[str, Any]] = []
     next_id, y = 1, 0
@@ -258,6 +278,8 @@ def layout(rows: tuple[Row, ...]) -> list[dict[str, Any]]:
             if x + panel.width > GRID_COLUMNS:
                 x, y, line_height = 0, y + line_height, 0
             panels.append(render_panel(panel, panel_id=next_id, x=x, y=y))
+            if links:
+                panels[-1]["links"] = [_link(link) for link in links]
             next_id, x, line_height = next_id + 1, x + panel.width, max(line_height, panel.height)
         y += line_height
     return panels
@@ -285,5 +307,5 @@ def render_dashboard(dashboard: Dashboard) -> dict[str, Any]:
         "links": [{"title": "gpufed dashboards", "type": "dashboards", "tags": [dashboard.links_tag],
                    "asDropdown": True, "includeVars": True, "keepTime": True}],
         "templating": {"list": [datasource_variable(), *(render_variable(v) for v in dashboard.variables)]},
-        "panels": layout(dashboard.rows),
+        "panels": layout(dashboard.rows, dashboard.panel_links),
     }

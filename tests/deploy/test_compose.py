@@ -319,7 +319,7 @@ def test_compose_target_needs_http_sd_agent_children(tmp_path: Path) -> None:
 
 def test_a_spec_without_master_thanos_or_alerting_still_composes(tmp_path: Path) -> None:
     spec = yaml.safe_load(SPEC.read_text())
-    for section in ("master", "thanos", "alerting", "remote_write"):
+    for section in ("master", "thanos", "alerting", "remote_write", "logs", "grafana"):
         del spec[section]
     spec_file = tmp_path / "federation.yaml"
     spec_file.write_text(yaml.safe_dump(spec))

@@ -294,3 +294,19 @@ def test_one_alertmanager_killed_node_down_reaches_the_region_once_gpu_alert_inh
     assert timeline.inhibited and all(a["status"]["state"] == "suppressed" for a in timeline.inhibited)
     assert timeline.gpu_down_messages == []
 
+
+
+def test_node_down_message_links_to_the_nodes_logs_around_its_start(timeline: Timeline) -> None:
+    """The relay's DingTalk message carries a Grafana Explore link whose LogQL names the node
+    and whose range brackets the alert's start (the demo's spec names a Grafana URL)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    message = timeline.node_down["region-1-oncall"][0]
+    link = message.text.split("[Logs](", 1)[1].split(")", 1)[0]
+    parts = urlsplit(link)
+    assert f"{parts.scheme}://{parts.netloc}{parts.path}" == "http://127.0.0.1:3000/explore"
+    (pane,) = json.loads(parse_qs(parts.query)["panes"][0]).values()
+    assert pane["queries"][0]["expr"] == f'{{node="{EXTRA_NODE}"}}'
+    start, end = int(pane["range"]["from"]), int(pane["range"]["to"])
+    assert end - start == 30 * 60 * 1000  # 15 minutes either side of the alert's start
+    assert start < message.at * 1000 < end  # sent after the alert started, within the window

@@ -149,6 +149,21 @@ HAMi's jobs, the Alertmanager pods). A key the user set in .Values.federation wi
 {{- end -}}
 {{- $_ := set $spec "alerting" $alerting -}}
 {{- end -}}
+{{- if and .Values.logs.enabled (hasKey $spec "logs") -}}
+{{- $logs := deepCopy ($spec.logs | default dict) -}}
+{{- $_ := set $logs "loki" (merge (deepCopy ($logs.loki | default dict)) (dict "host" (printf "%s-loki" $fullname))) -}}
+{{- $_ := set $logs "config_dir" ($logs.config_dir | default "/config/logs") -}}
+{{- $_ := set $spec "logs" $logs -}}
+{{- end -}}
+{{- if and .Values.grafana.server.enabled (hasKey $spec "grafana") -}}
+{{- $grafana := deepCopy ($spec.grafana | default dict) -}}
+{{- $prom := ternary (printf "http://%s-thanos-query.%s.svc:10904" $fullname $ns) (printf "http://%s-master.%s.svc:9090" $fullname $ns) .Values.thanos.enabled -}}
+{{- $_ := set $grafana "prometheus_url" ($grafana.prometheus_url | default $prom) -}}
+{{- if .Values.logs.enabled -}}
+{{- $_ := set $grafana "loki_url" ($grafana.loki_url | default (printf "http://%s-loki-read.%s.svc:3100" $fullname $ns)) -}}
+{{- end -}}
+{{- $_ := set $spec "grafana" $grafana -}}
+{{- end -}}
 {{- toYaml $spec -}}
 {{- end -}}
 
