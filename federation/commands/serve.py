@@ -130,6 +130,17 @@ def serve_command(
     registry_burst: Annotated[
         int, typer.Option(min=1, help="registrations a token may send at once before --registry-rate applies")
     ] = 100_000,
+    read_rate: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="list-read units/s per client without a 'read' token (a request or 100 rows; "
+            "more: 429); 0: off",
+        ),
+    ] = 20.0,
+    read_burst: Annotated[
+        int, typer.Option(min=1, help="list-read units a client without a 'read' token may spend at once")
+    ] = 100,
     init: Annotated[
         bool,
         typer.Option(
@@ -246,6 +257,8 @@ def serve_command(
         registry_max_entries=registry_max_entries,
         registry_rate=registry_rate,
         registry_burst=registry_burst,
+        read_rate=read_rate,
+        read_burst=read_burst,
         child_urls=_child_urls(child_url or []),
         child_url_template=child_url_template,
     )

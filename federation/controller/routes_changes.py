@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from federation.controller import plans
 from federation.controller.api_deps import Ctl, Writer
 from federation.controller.changes import ChangeRequest
+from federation.controller.read_guard import Reader
 from federation.controller.redact import redact_data
 
 router = APIRouter()
@@ -77,8 +78,10 @@ def unpin(identity: str, caller: Writer, controller: Ctl) -> dict[str, Any]:
 @router.get("/v1/audit", tags=["changes"])
 def audit(
     controller: Ctl,
+    budget: Reader,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
 ) -> dict[str, Any]:
     entries = controller.audit(limit=limit, before_id=before)
+    budget.charge(len(entries))
     return {"entries": [redact_data(e.model_dump(mode="json")) for e in entries]}

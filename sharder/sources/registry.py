@@ -122,6 +122,11 @@ class BuiltinRegistry:
         self._clock = clock
         self.max_entries = max_entries
         self._entries: dict[str, Entry] = {}
+        self.members = 0
+        """Bumped when an identity comes or goes (what the sorted listing is cached on)."""
+        self.revision = 0
+        """Bumped when an entry's target changes too (the listing's ETag)."""
+        self._listing: tuple[int, list[str]] = (-1, [])
         self._lock = threading.Lock()
         self._push_lock = threading.Lock()  # keeps pushes in the order of their changes
         self._pending = _Pending()
@@ -136,6 +141,7 @@ class BuiltinRegistry:
             for target in targets:
                 if target.identity not in self._entries and self._endpoints.add(target) is None:
                     self._entries[target.identity] = Entry(target, expires)
+                    self._member_changed()
 
     def put(self, identity: str, body: Any) -> tuple[Target, bool]:
         """Validate and (re)register; (target, created). Raises ``InventoryError`` naming the field."""
@@ -180,6 +186,7 @@ class BuiltinRegistry:
                 if self._entries.pop(identity, None) is not None:
                     self._endpoints.discard(identity)
                     self._pending.changes[identity] = None
+                    self._member_changed()
                     deleted += 1
             changed = sum(self._store(t) for t in targets)
         if changed or deleted:
@@ -193,6 +200,7 @@ class BuiltinRegistry:
         with self._lock:
             found = self._entries.pop(identity, None) is not None
             if found:
+                self._member_changed()
                 self._endpoints.discard(identity)
                 self._pending.changes[identity] = None
         if found:
@@ -205,6 +213,18 @@ class BuiltinRegistry:
         with self._lock:
             return [(e.target, max(0.0, e.expires_at - now)) for _, e in sorted(self._entries.items())]
 
+    def page(self, *, offset: int, limit: int) -> tuple[int, list[tuple[Target, float]]]:
+        """(entries in all, one page of (target, seconds until it expires) by identity): the
+        identities are sorted once per membership change, then sliced, so a page costs its rows."""
+        now = self._clock()
+        with self._lock:
+            members, keys = self._listing
+            if members != self.members:
+                keys = sorted(self._entries)
+                self._listing = (self.members, keys)
+            page = [self._entries[i] for i in keys[offset : offset + limit]]
+            return len(keys), [(e.target, max(0.0, e.expires_at - now)) for e in page]
+
     def targets(self) -> list[Target]:
         with self._lock:
             return [e.target for e in self._entries.values()]
@@ -216,6 +236,7 @@ class BuiltinRegistry:
             gone = [i for i, e in self._entries.items() if e.expires_at <= now]
             for identity in gone:
                 del self._entries[identity]
+                self._member_changed()
                 self._endpoints.discard(identity)
                 self._pending.changes[identity] = None
         if gone:
@@ -291,7 +312,14 @@ class BuiltinRegistry:
         )
         if changed:
             self._pending.changes[identity] = target
+            self.revision += 1
+            if old is None:
+                self.members += 1
         return changed
+
+    def _member_changed(self) -> None:
+        self.members += 1
+        self.revision += 1
 
     def _validate(
         self, puts: Sequence[Any], deletes: Sequence[Any]

@@ -1,0 +1,83 @@
+"""The target list's index: identities sorted once per assignment, so a page costs its rows.
+
+``GET /v1/targets`` used to sort and build a row for every target before it sliced the
+page, so a loop of ``?limit=1&offset=<end>`` cost the whole fleet per request. The index is
+built once per assignment object (the committed state replaces it on every change, so
+the object is the version): one sorted tuple of identities, with the region and shard
+selections cut from it on first use. A text filter (``q``) is one pass over precomputed
+lower-case haystacks, and its answer is kept (a few per version), so a client looping on
+the same query pays for it once. Rows are built by the caller for the page only.
+
+An index's selections never change once made, and a newer assignment simply gets a newer
+index (a racing second build is wasted work, not a wrong answer); only the small query
+cache takes a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sharder.assignment import Assignment
+from sharder.inventory import Target
+
+CACHED_QUERIES = 32
+"""Filtered selections kept per index (region/shard/q combinations)."""
+
+
+@dataclass
+class TargetIndex:
+    assignment: Assignment
+    order: tuple[str, ...]
+    regions: dict[str, str]
+    haystacks: dict[str, str]
+    _selections: OrderedDict[tuple[str, str, str], tuple[str, ...]] = field(default_factory=OrderedDict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def build(cls, assignment: Assignment, targets: Mapping[str, Target]) -> TargetIndex:
+        placed = assignment.targets
+        order = tuple(sorted(i for i in targets if i in placed))
+        regions = {i: targets[i].region for i in order}
+        haystacks = {i: f"{i.lower()}\n{targets[i].node.lower()}" for i in order}
+        return cls(assignment=assignment, order=order, regions=regions, haystacks=haystacks)
+
+    def select(self, *, region: str | None, shard: str | None, q: str | None) -> Sequence[str]:
+        """The identities a filter keeps, in order (cached per filter, oldest dropped first)."""
+        key = (region or "", shard or "", (q or "").lower())
+        if key == ("", "", ""):
+            return self.order
+        with self._lock:
+            found = self._selections.get(key)
+            if found is not None:
+                self._selections.move_to_end(key)
+                return found
+        placed = self.assignment.targets
+        region_, shard_, needle = key
+        found = tuple(
+            i
+            for i in self.order
+            if (not region_ or self.regions[i] == region_)
+            and (not shard_ or placed[i] == shard_)
+            and (not needle or needle in self.haystacks[i])
+        )
+        with self._lock:
+            self._selections[key] = found
+            while len(self._selections) > CACHED_QUERIES:
+                self._selections.popitem(last=False)
+        return found
+
+
+class IndexCache:
+    """The index of the newest assignment seen; rebuilt when the assignment object changes."""
+
+    def __init__(self) -> None:
+        self._index: TargetIndex | None = None
+
+    def get(self, assignment: Assignment, targets: Mapping[str, Target]) -> TargetIndex:
+        index = self._index
+        if index is None or index.assignment is not assignment:
+            index = self._index = TargetIndex.build(assignment, targets)
+        return index
