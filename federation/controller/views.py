@@ -41,10 +41,7 @@ class ReadViews:
         assignment = state.assignment
         if assignment is None:
             return []
-        load = assignment.load()
-        sizes: dict[str, int] = dict.fromkeys(assignment.shards, 0)
-        for shard in assignment.targets.values():
-            sizes[shard] += 1
+        load, sizes = assignment.load(), assignment.sizes()  # per-assignment caches, not a pass
         means: dict[str, float] = {}
         for region in self.spec.region_names():
             active = [

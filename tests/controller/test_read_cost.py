@@ -150,3 +150,20 @@ async def test_list_reads_without_a_read_token_are_budgeted_per_client(harness: 
             ).status_code == 200
             assert (await client.get("/v1/sd/r1-0")).status_code == 200
             assert (await client.get("/readyz")).status_code == 200
+
+
+def test_the_text_filter_finds_what_a_plain_scan_finds(tmp_path: Path) -> None:
+    """``q`` runs ``str.find`` over one text of every line; it must keep exactly what a
+    per-target substring test keeps, hits at line ends and across the tab included."""
+    h = build(tmp_path)
+    h.feed(fleet(300, region="r1") + fleet(200, region="r2", start=777))
+    state, targets = h.controller.state, h.controller._known_targets()
+    index = target_index.TargetIndex.build(state.assignment, targets)
+    for needle in ("n07", "0:9400", "R2-N0", "\t", ":9400\tr1", "1-n0001", "n0999", "zz", "10.0.", "4"):
+        lowered = needle.lower()
+        expected = tuple(i for i in index.order if lowered in i.lower() or lowered in targets[i].node.lower())
+        if "\t" in needle:
+            expected = ()
+        assert tuple(index.select(region=None, shard=None, q=needle)) == expected, needle
+        in_r2 = tuple(i for i in expected if targets[i].region == "r2")
+        assert tuple(index.select(region="r2", shard=None, q=needle)) == in_r2, needle
