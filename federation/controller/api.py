@@ -58,6 +58,11 @@ WEB_HEADERS = {
 }
 
 
+def _cut(text: str, most: int = 200) -> str:
+    """A field name or message from the request, short enough to echo (a key may be 100 kB)."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text)} characters)"
+
+
 def create_app(
     controller: Controller, *, auth: Authenticator, leader: Callable[[], str | None] | None = None
 ) -> FastAPI:
@@ -82,8 +87,8 @@ def create_app(
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [
             {
-                "field": ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body",
-                "message": str(e.get("msg", "")),
+                "field": ".".join(_cut(str(p)) for p in e.get("loc", ()) if p != "body") or "body",
+                "message": _cut(str(e.get("msg", ""))),
             }
             for e in exc.errors()[:20]
         ]
