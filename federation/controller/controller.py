@@ -57,6 +57,7 @@ from federation.controller.store import (
 from federation.controller.views import ReadViews
 from federation.spec import GpufedSpec
 from sharder import plan as planning
+from sharder import sizing
 from sharder.assignment import Assignment
 from sharder.discovery_metrics import DiscoveryMetrics
 from sharder.inventory import Target
@@ -117,6 +118,9 @@ class Controller:
             max_entries=options.registry_max_entries,
             regions=spec.region_names(),
             journal=self._journal_registry,
+            region_room=lambda region, nodes: sizing.region_refusal(
+                spec, options.hysteresis, region, known=self.reconciler.nodes_in(region), new=nodes
+            ),
         )
         self.sources: list[Any] = [self.registry]
         self.children = Children(

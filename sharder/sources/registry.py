@@ -58,6 +58,10 @@ class RegistryFull(InventoryError):
     """The registry holds ``max_entries`` already (``--registry-max-entries``); HTTP 429."""
 
 
+class RegionFull(RegistryFull):
+    """New nodes would grow a sized region past its shard cap; HTTP 429 like a full registry."""
+
+
 class BatchInvalid(InventoryError):
     """A batch with bad entries; ``errors`` names each (index, identity, field, value, message)."""
 
@@ -110,6 +114,7 @@ class BuiltinRegistry:
         endpoint_owner: EndpointOwner | None = None,
         regions: Collection[str] = (),
         journal: Journal | None = None,
+        region_room: Callable[[str, set[str]], str | None] | None = None,
     ) -> None:
         self._sink = sink
         self._endpoint_owner = endpoint_owner
@@ -118,6 +123,8 @@ class BuiltinRegistry:
         self._regions = frozenset(regions)
         """Empty: any region (a registry built without a spec, in tests)."""
         self._journal = journal
+        self._region_room = region_room
+        """(region, nodes) -> why those nodes may not join it (a sized region at its shard cap)."""
         self.ttl_s = ttl_s
         self._clock = clock
         self.max_entries = max_entries
@@ -145,7 +152,7 @@ class BuiltinRegistry:
 
     def put(self, identity: str, body: Any) -> tuple[Target, bool]:
         """Validate and (re)register; (target, created). Raises ``InventoryError`` naming the field."""
-        target = self._admit(parse_target(body, source=SOURCE, jobs=self._jobs))
+        target = self._admit(parse_target(body, source=SOURCE, jobs=self._jobs, strict_numbers=True))
         identity = normalise_identity(identity)
         if target.identity != identity:
             raise IdentityMismatch(
@@ -156,6 +163,7 @@ class BuiltinRegistry:
                 source=SOURCE,
             )
         self._check_elsewhere(target)
+        self._check_regions([target])
         with self._lock:
             created = identity not in self._entries
             if created and len(self._entries) >= self.max_entries:
@@ -174,6 +182,7 @@ class BuiltinRegistry:
         if errors:
             raise BatchInvalid(errors, total=len(errors))
         gone = [normalise_identity(str(d)) for d in deletes]
+        self._check_regions(targets)
         with self._lock:
             self._check_room(targets, gone)
             self._check_endpoints(targets, gone)
@@ -332,7 +341,7 @@ class BuiltinRegistry:
         for index, raw in enumerate(puts):
             named = raw.get("identity") if isinstance(raw, dict) else None
             try:
-                target = self._admit(parse_target(raw, source=SOURCE, jobs=self._jobs))
+                target = self._admit(parse_target(raw, source=SOURCE, jobs=self._jobs, strict_numbers=True))
             except SpecError as exc:
                 errors.append(_error("put", index, named, exc.field or "body", exc.value, exc.reason))
                 continue
@@ -352,7 +361,7 @@ class BuiltinRegistry:
                 errors.append(
                     _error("delete", index, None, "delete", identity, "expected an identity string")
                 )
-            elif identity in seen:
+            elif normalise_identity(identity) in seen:  # 10.0.0.1:9400 is [::ffff:a00:1]:9400 too
                 errors.append(
                     _error("delete", index, identity, "delete", identity, "both put and deleted in one batch")
                 )
@@ -385,6 +394,18 @@ class BuiltinRegistry:
         except EndpointTaken as exc:
             return str(exc.reason)
         return None
+
+    def _check_regions(self, targets: Sequence[Target]) -> None:
+        """``RegionFull`` when new nodes would grow a sized region past its shard cap."""
+        if self._region_room is None:
+            return
+        by_region: dict[str, set[str]] = {}
+        for target in targets:
+            by_region.setdefault(target.region, set()).add(target.node)
+        for region, nodes in sorted(by_region.items()):
+            why = self._region_room(region, nodes)
+            if why is not None:
+                raise RegionFull(why, field="region", value=region, source=SOURCE)
 
     def _full(self) -> RegistryFull:
         return RegistryFull(
