@@ -58,7 +58,7 @@ from typing import Any
 import consul
 import requests
 
-from federation.controller import kvblob, kvblocks
+from federation.controller import kvblob, kvblocks, store_guard
 from federation.controller.consul_kv import READ_ATTEMPTS, ConsulKV, Head
 from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError, newest_audit
@@ -81,8 +81,12 @@ class ConsulStore(ConsulKV):
         audit_keep: int = 1000,
         chunk_bytes: int = kvblob.CHUNK_BYTES,
         where: str = "consul",
+        init: bool = False,
     ) -> None:
         super().__init__(client, prefix=prefix, chunk_bytes=chunk_bytes, where=where)
+        self.init = init
+        """``--init``: a missing head with leftovers starts empty (``store_guard``)."""
+        self._watch = store_guard.RevisionWatch()
         self.audit_keep = audit_keep
         self._lock = threading.RLock()
         self._sets: tuple[str, dict[str, list[Target]]] | None = None  # (digest, parsed sets)
@@ -111,7 +115,9 @@ class ConsulStore(ConsulKV):
             for _ in range(READ_ATTEMPTS):
                 head, document = self._load_blob(self.state_key, "state-chunks")
                 if head is None:
+                    self._without_head()
                     return None
+                self._watch.saw(head.int("revision"), where=self.where)
                 if head.doc.get("format") == 1:
                     return self._validated(document, head)
                 digest = str(head.doc.get("digest"))
@@ -125,8 +131,28 @@ class ConsulStore(ConsulKV):
                 self._loaded = (digest, state)
                 return state
         raise StoreError(
-            f"state store {self.where}: {self.state_key} kept changing under {READ_ATTEMPTS} reads"
+            f"state store {self.where}: {self.state_key} kept changing under {READ_ATTEMPTS} reads "
+            f"(or a block it names is missing); {store_guard.INIT_HINT} if it stays so"
         )
+
+    def _without_head(self) -> None:
+        """No head: a first start, or a deleted state (refused unless ``--init``). Leftovers are
+        audit entries and chunk or block sets past the first generation (a first save's
+        chunks may be in flight before its head)."""
+        leftovers: list[str] = []
+        for area in ("audit", "state-chunks", "state-blocks"):
+            _, keys = self._call(f"list {area}", self.client.kv.get, f"{self.prefix}/{area}/", keys=True)
+            for key in keys or []:
+                generation = str(key).removeprefix(f"{self.prefix}/{area}/").partition("-")[0]
+                if area == "audit" or (generation.isdigit() and int(generation) > 1):
+                    leftovers.append(str(key))
+        if not leftovers:
+            return
+        if not self.init:
+            raise store_guard.missing_head(self.where, self.state_key, leftovers)
+        log.warning("state store %s: --init removes %d keys of a lost state", self.where, len(leftovers))
+        for area in ("audit", "state-chunks", "state-blocks"):
+            self._call(f"delete {area}", self.client.kv.delete, f"{self.prefix}/{area}/", recurse=True)
 
     def _validated(self, document: Any, head: Head) -> ControllerState:
         try:
@@ -215,6 +241,7 @@ class ConsulStore(ConsulKV):
             self._blocks, self._blocks_of = blocks, stored.assignment
             self._block_cache = {str(d[1]): blocks[shard] for shard, d in named.items()}
             self._loaded = (str(described["digest"]), stored)
+            self._watch.saw(revision, where=self.where)
             self._collect("state-chunks", current=revision)
             self._collect_blocks(named, current=revision)
             if audit is not None:
