@@ -30,6 +30,10 @@ def sd(
             "prints SD p99 under each (0: the plain SD bench)",
         ),
     ] = 0,
+    read_rate: Annotated[
+        float | None,
+        typer.Option(min=0, help="with --abuse: the controller's --read-rate (0: no read budget)"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """HTTP SD latency under load, against uvicorn serving constant bytes (the floor)."""
@@ -41,6 +45,7 @@ def sd(
             pollers=pollers,
             clients=clients,
             duration_s=duration,
+            read_rate=read_rate,
         )
     else:
         result = run_sd_bench(

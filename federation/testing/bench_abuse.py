@@ -31,12 +31,12 @@ from federation.testing.bench_controller import _build, _get, _summary, _targets
 BATCH = 20_000
 
 
-def _serve(directory: str, targets: int, shards: int, port: int, ready: Any) -> None:
+def _serve(directory: str, targets: int, shards: int, port: int, ready: Any, read_rate: float | None) -> None:
     import uvicorn
 
     from sharder.lastknown import target_document
 
-    service = _build(Path(directory), targets=0, shards=shards, port=port)
+    service = _build(Path(directory), targets=0, shards=shards, port=port, read_rate=read_rate)
     controller = service.controller
     documents = [{**target_document(t), "identity": t.identity} for t in _targets(targets)]
     for start in range(0, len(documents), BATCH):
@@ -122,7 +122,10 @@ def run_abuse_bench(
     clients: int = 20,
     duration_s: float = 10.0,
     rounds: int = 4,
+    read_rate: float | None = None,
 ) -> dict[str, Any]:
+    """``read_rate``: the controller's ``--read-rate`` (None: its default; 0: no budget, so
+    only the paging index stands between the abusers and HTTP SD)."""
     ctx = multiprocessing.get_context("spawn")
     children = [f"r1-{i}" for i in range(shards)]
     modes = {"readyz": ["/readyz"], "lists": list_paths(targets)}
@@ -130,7 +133,7 @@ def run_abuse_bench(
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-abuse-") as tmp:
         ready: Any = ctx.Queue()
         port = free_port()
-        server = ctx.Process(target=_serve, args=(tmp, targets, shards, port, ready), daemon=True)
+        server = ctx.Process(target=_serve, args=(tmp, targets, shards, port, ready, read_rate), daemon=True)
         server.start()
         try:
             placed = ready.get(timeout=600)
@@ -162,6 +165,7 @@ def run_abuse_bench(
         "clients": clients,
         "duration_s": duration_s,
         "rounds": rounds,
+        "read_rate": read_rate,
         "cpus": os.cpu_count(),
         "loadavg": Path("/proc/loadavg").read_text().strip() if Path("/proc/loadavg").exists() else None,
     }
