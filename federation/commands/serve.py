@@ -155,12 +155,12 @@ def serve_command(
         float,
         typer.Option(
             min=0,
-            help="list-read units/s per client without a 'read' token (a request or 100 rows; "
+            help="list-read units/s per client without a token (a request or 100 rows; "
             "more: 429); 0: off",
         ),
     ] = 20.0,
     read_burst: Annotated[
-        int, typer.Option(min=1, help="list-read units a client without a 'read' token may spend at once")
+        int, typer.Option(min=1, help="list-read units a client without a token may spend at once")
     ] = 100,
     init: Annotated[
         bool,

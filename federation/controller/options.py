@@ -29,7 +29,7 @@ class ControllerOptions:
     registry_burst: int = 100_000
     """Registrations a token may send at once (two full batch bodies)."""
     read_rate: float = 20.0
-    """List-read units per second per client address without a ``read`` token (0: no limit;
+    """List-read units per second per client address without a token (0: no limit;
     ``federation.controller.read_guard``)."""
     read_burst: int = 100
     precedence: tuple[str, ...] = ("file", "registry", "consul", "kubernetes")

@@ -1,10 +1,11 @@
-"""Reads of lists: a budget per client without a ``read`` token, and cheap ETags.
+"""Reads of lists: a budget per client without a token, and cheap ETags.
 
 HTTP SD must stay open (children fetch it without a token), and so do the list reads the
 web page makes. A list read costs work in proportion to what it returns, so a client that
 loops on them could take the CPU HTTP SD needs. The choice (see the README, "Reads"):
 
-* a request with a valid bearer token that holds the ``read`` scope is not limited;
+* a request with a valid bearer token (any scope: ``read``, or an exporter's ``register``
+  token listing the registry) is not limited;
 * any other list read is charged to its client address: one unit per request, plus one
   per :data:`ROWS_PER_UNIT` rows it returned, from a token bucket (``--read-rate`` units
   per second, ``--read-burst`` at once); an empty bucket answers 429 with ``Retry-After``
@@ -39,7 +40,7 @@ def read_limiter(*, rate: float, burst: int) -> RateLimiter:
         rate=rate,
         burst=burst,
         what=lambda client: (
-            f"client {client} reads lists faster than {rate:g} units/s without a 'read' token "
+            f"client {client} reads lists faster than {rate:g} units/s without a token "
             f"(--read-rate; a unit is a request or {ROWS_PER_UNIT} rows)"
         ),
     )
@@ -47,7 +48,7 @@ def read_limiter(*, rate: float, burst: int) -> RateLimiter:
 
 @dataclass(frozen=True)
 class ReadBudget:
-    """Who pays for a list read: ``client`` is None for a ``read`` token (nothing charged)."""
+    """Who pays for a list read: ``client`` is None for a valid token (nothing charged)."""
 
     limiter: RateLimiter
     client: str | None
@@ -61,10 +62,8 @@ async def read_budget(request: Request, authorization: Annotated[str | None, Hea
     """Admit a list read (runs on the event loop, so a refusal never waits for a worker thread)."""
     limiter: RateLimiter = request.app.state.read_limiter
     auth: Authenticator = request.app.state.auth
-    if authorization is not None:
-        caller = auth.caller(authorization)
-        if caller is not None and "read" in caller.scopes:
-            return ReadBudget(limiter=limiter, client=None)
+    if authorization is not None and auth.caller(authorization) is not None:
+        return ReadBudget(limiter=limiter, client=None)
     client = request.client.host if request.client is not None else "unknown"
     limiter.take(client)
     return ReadBudget(limiter=limiter, client=client)

@@ -84,7 +84,9 @@ def _build(directory: Path, *, targets: int, shards: int, port: int, read_rate: 
             dev=True,
             env={},
             options=ControllerOptions(
-                debounce_s=0.0, grace_s=0.0, **({} if read_rate is None else {"read_rate": read_rate})
+                debounce_s=0.0,
+                grace_s=0.0,
+                read_rate=ControllerOptions.read_rate if read_rate is None else read_rate,
             ),
         )
     )
