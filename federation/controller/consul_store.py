@@ -67,6 +67,8 @@ from sharder.lastknown import parse_entries, target_document
 
 log = logging.getLogger(__name__)
 FORMAT = 2
+AUDIT_SINGLE_READS = 32
+"""An audit page of at most this many entries is read key by key."""
 MAX_AUDIT_BYTES = 32 * 1024
 """An audit entry larger than this (a change naming thousands of targets) keeps its
 summary only, so the head stays small."""
@@ -326,9 +328,7 @@ class ConsulStore(ConsulKV):
             head = self._head(self.state_key)
             if head is None:
                 return []
-            _, entries = self._call(
-                "read the audit log", self.client.kv.get, f"{self.prefix}/audit/", recurse=True
-            )
+            entries = self._audit_page(limit=limit, before_id=before_id)
         found: dict[int, Any] = {}
         for entry in entries or []:
             suffix = str(entry["Key"]).rsplit("/", 1)[-1]
@@ -340,6 +340,26 @@ class ConsulStore(ConsulKV):
         if isinstance(head.doc.get("audit"), dict):  # committed, maybe not copied yet
             found[head.int("revision")] = head.doc["audit"]
         return newest_audit(found, limit=limit, top=None if before_id is None else before_id - 1)
+
+    def _audit_page(self, *, limit: int, before_id: int | None) -> list[dict[str, Any]]:
+        """The entries of one page: the key names first (cheap), then only the page's keys,
+        so a page of one costs one entry, not the whole log (``audit_keep`` entries)."""
+        prefix = f"{self.prefix}/audit/"
+        _, keys = self._call("list the audit log", self.client.kv.get, prefix, keys=True)
+        ids = sorted(
+            (int(k.rsplit("/", 1)[-1]) for k in keys or [] if str(k).rsplit("/", 1)[-1].isdigit()),
+            reverse=True,
+        )
+        wanted = [i for i in ids if before_id is None or i < before_id][:limit]
+        if len(wanted) > AUDIT_SINGLE_READS:  # a big page: one recursive read beats many GETs
+            _, entries = self._call("read the audit log", self.client.kv.get, prefix, recurse=True)
+            return list(entries or [])
+        page = []
+        for audit_id in wanted:
+            _, entry = self._call("read an audit entry", self.client.kv.get, self._audit_key(audit_id))
+            if entry is not None:
+                page.append(entry)
+        return page
 
     def save_sets(self, sets: Mapping[str, Sequence[Target]]) -> None:
         doc = {

@@ -159,3 +159,20 @@ def test_consul_an_older_generation_than_seen_is_refused(agent: FakeConsulAgent)
     client(agent).kv.put("gpufed/state", old)
     with pytest.raises(StoreError, match=r"revision 2, older than revision 3 this replica already saw"):
         opened.load()
+
+
+def test_consul_an_audit_page_reads_what_it_holds(agent: FakeConsulAgent) -> None:
+    """Issue 29 item 3: a page of one reads one entry, not the whole log."""
+    opened = store(agent)
+    committed(opened, revisions=40)
+    agent.requests.clear()
+    (newest,) = opened.audit_log(limit=1)
+    assert newest.action == "save-39"
+    reads = [path for method, path in agent.requests if method == "GET" and "/audit/" in path]
+    assert not any("recurse" in path for path in reads), reads
+    assert len([p for p in reads if "keys" not in p]) <= 1, reads
+    assert [e.action for e in opened.audit_log(limit=3, before_id=newest.id)] == [
+        "save-38",
+        "save-37",
+        "save-36",
+    ]
