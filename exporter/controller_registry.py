@@ -6,7 +6,7 @@ For fleets without Consul or Kubernetes, `gpufed serve` keeps a registry of targ
     POST   /v1/registry/batch                {"put": [{identity, ...entry}], "delete": [identity]};
                                              200 {"put", "created", "deleted", "expires_in_s"}
     DELETE /v1/registry/targets/{identity}   204, or 404 when already gone
-    GET    /v1/registry/targets              {"targets": [{identity, ...fields, expires_in_s}]}
+    GET    /v1/registry/targets?offset=&limit=  {"total", "offset", "limit", "targets": [...]}
 
 every call with `Authorization: Bearer <token>`. Entries are leases: the controller drops
 one `ttl` seconds after its last PUT, so `expires_entries` is True and the registrar
@@ -37,6 +37,8 @@ from exporter.target_entry import TargetEntry
 log = logging.getLogger(__name__)
 
 TARGETS = "/v1/registry/targets"
+LIST_PAGE = 1000
+"""``GET /v1/registry/targets`` pages (the controller's most)."""
 BATCH = "/v1/registry/batch"
 BATCH_CHUNK = 1000  # entries per POST: well under the controller's 1 MiB body limit
 TOKEN_HINT = "--register-token, GPUFED_EXPORTER_REGISTER_TOKEN or GPUFED_TOKEN"
@@ -145,14 +147,24 @@ class ControllerRegistry:
             raise self._error(response, f"deregister {service_id}")
 
     def service_ids(self) -> set[str]:
-        response = self._send("GET", TARGETS)
-        if response.status_code != 200:
-            raise self._error(response, "list targets")
-        body = _json(response, "list targets")
-        targets = body.get("targets") if isinstance(body, dict) else None
-        if not isinstance(targets, list) or not all(isinstance(t, dict) and "identity" in t for t in targets):
-            raise RegistryError(f"list targets: not a target list: {_excerpt(response)}")
-        return {str(t["identity"]) for t in targets}
+        """Every registered identity, page by page (the listing is paged, 1,000 a page)."""
+        found: set[str] = set()
+        offset = 0
+        while True:
+            response = self._send("GET", TARGETS, params={"offset": offset, "limit": LIST_PAGE})
+            if response.status_code != 200:
+                raise self._error(response, "list targets")
+            body = _json(response, "list targets")
+            targets = body.get("targets") if isinstance(body, dict) else None
+            if not isinstance(targets, list) or not all(
+                isinstance(t, dict) and "identity" in t for t in targets
+            ):
+                raise RegistryError(f"list targets: not a target list: {_excerpt(response)}")
+            found.update(str(t["identity"]) for t in targets)
+            offset += len(targets)
+            total = body.get("total") if isinstance(body, dict) else None
+            if not targets or not isinstance(total, int) or offset >= total:
+                return found
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import reprlib
 from typing import Any
 
+from sharder import secrets
+
 MAX_SHOWN = 120
 _repr = reprlib.Repr()
 _repr.maxlevel, _repr.maxdict, _repr.maxlist, _repr.maxtuple, _repr.maxset = 2, 4, 4, 4, 4
@@ -54,7 +56,11 @@ class SpecError(SharderError):
         self.reason = message
         parts = [source + ":" if source else "", f"field '{clip(field)}'" if field else ""]
         prefix = " ".join(p for p in parts if p)
-        shown = f" (value {preview(value)})" if value is not None else ""
+        value = secrets.shown(value, field=field)
+        if isinstance(value, secrets.Shape):
+            shown = f" (value: {value})"  # the value's shape; a secret never appears in output
+        else:
+            shown = f" (value {preview(value)})" if value is not None else ""
         super().__init__(f"{prefix} {message}{shown}".strip() if prefix else f"{message}{shown}")
 
 

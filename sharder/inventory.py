@@ -71,6 +71,13 @@ class Target(BaseModel):
                 raise ValueError(f"not a valid label name: {name!r}")
             if name in RESERVED_LABELS:
                 raise ValueError(f"label {name!r} is reserved (set by gpufed itself)")
+        for name, value in labels.items():
+            try:
+                value.encode("utf-8")  # a lone surrogate (JSON "\udfff") is no UTF-8 at all
+            except UnicodeEncodeError as exc:
+                raise ValueError(
+                    f"label {name!r} is not valid UTF-8 (a lone surrogate at character {exc.start})"
+                ) from None
         return labels
 
     @model_validator(mode="after")

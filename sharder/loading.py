@@ -129,8 +129,13 @@ def parse_target(
     source: str = "",
     jobs: Mapping[str, JobSpec] | None = None,
     rename: Mapping[str, str] | None = None,
+    strict_numbers: bool = False,
 ) -> Target:
     """One raw target mapping -> a validated, normalised ``Target``, or ``InventoryError``.
+
+    ``strict_numbers``: a JSON body (the registry's REST API) gives numbers as numbers, so
+    ``"port": "9400"`` is refused there; sources whose metadata are strings only (Consul
+    service meta, Kubernetes labels) keep reading ``"8"`` as 8.
 
     ``where`` is the entry's path in its document (``targets[3]``), prefixed to field names
     in errors. With ``jobs`` (the spec's jobs by name) a target without an explicit
@@ -139,11 +144,13 @@ def parse_target(
     """
     if not isinstance(raw, dict):
         raise InventoryError(f"expected a mapping, got {_kind(raw)}", field=where, value=raw, source=source)
-    for name in INTEGER_FIELDS:  # pydantic's lax mode reads true as 1
-        if type(raw.get(name)) is bool:
+    refused = (bool, str) if strict_numbers else (bool,)
+    for name in INTEGER_FIELDS:  # pydantic's lax mode reads true as 1 and "9400" as 9400
+        if isinstance(raw.get(name), refused):
             field = (rename or {}).get(name, name)
+            kind = "a boolean" if isinstance(raw[name], bool) else "a string"
             raise InventoryError(
-                "expected an integer, got a boolean",
+                f"expected an integer, got {kind}",
                 field=_join(where, field),
                 value=raw[name],
                 source=source,

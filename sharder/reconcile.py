@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 from sharder import documents, intake, sizing
@@ -268,6 +268,13 @@ class Reconciler:
         if self._persister.wants(now):
             self._persist(now)
         return new
+
+    def nodes_in(self, region: str) -> Collection[str]:
+        """The distinct nodes of ``region`` placed now (for the registry's region cap)."""
+        nodes = self._nodes
+        if nodes is None:  # a racing tick may build it too: the same counts, twice
+            nodes = self._nodes = count_nodes(self._applied.values())
+        return nodes.get(region, ())
 
     def _nodes_after(self, delta: Delta) -> NodeCounts:
         if self._nodes is None:  # built once, then follows each change

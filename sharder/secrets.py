@@ -11,37 +11,36 @@ masks by the same names as defence in depth. Errors name the field and the value
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import unquote, urlsplit
 
-SECRET_NAMES = (
-    "password",
-    "passwd",
-    "pwd",
-    "secret",
-    "token",
-    "credentials",
-    "credential",
-    "access_key",
-    "accesskey",
-    "secret_key",
-    "private_key",
-    "api_key",
-    "apikey",
-    "api-key",
-    "auth",
-    "authorization",
-    "signature",
-    "sig",
-    "sign",
-    "key",
-    "session",
-    "cookie",
-)
-"""Name endings (case-insensitive, any of ``-``/``_`` before them) that carry a credential."""
-SECRET_NAME = re.compile(
-    r"(^|[-_.])(" + "|".join(re.escape(n) for n in SECRET_NAMES) + r")$|^x-.*(token|key|auth)$",
-    re.IGNORECASE,
-)
+SECRET_WORDS = frozenset(
+    {
+        "password", "passwd", "pass", "pwd", "passphrase", "secret", "secrets", "token", "tokens",
+        "credential", "credentials", "auth", "authorization", "signature", "sig", "sign", "key",
+        "session", "cookie", "jwt", "bearer", "otp", "apikey", "accesskey", "secretkey",
+        "privatekey", "authkey", "passkey",
+    }
+)  # fmt: skip
+"""A name whose *last* word is one of these carries a credential: ``X-Api-Key``,
+``accessToken``, ``MyApiKey``, ``?pass=``, ``?jwt=``, ``routing_key``. A name whose last
+word is ``file``, ``path``, ``id``, ``url``, ``type``... does not (``password_file`` names
+where the secret is; ``token_url`` is an endpoint; ``access_key_id`` is an account name)."""
+SECRET_ENDINGS = (
+    "password", "passwd", "secret", "token", "apikey", "accesskey", "secretkey", "privatekey",
+    "passphrase", "credentials", "authorization",
+)  # fmt: skip
+"""Endings of one run-together lower-case word (``accesstoken``, ``xapikey``, ``clientsecret``)."""
+SECRET_HEADERS = frozenset(
+    {
+        "x-honeycomb-team", "x-pass", "x-api-pass", "proxy-authorization", "x-registry-auth",
+        "slack_api_url", "webhook_url", "mattermost_webhook_url", "token_id", "rocketchat_token_id",
+    }
+)  # fmt: skip
+"""Whole names that carry a credential although their last word says nothing (Honeycomb's
+team key; Alertmanager's ``<secret>`` URLs, whose path is the credential)."""
+WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+SECRET_NAMES = tuple(sorted(SECRET_WORDS))
+"""Kept for callers of the first list (one list: these words, endings and headers)."""
 REFERENCE = re.compile(r"^(\$\{[A-Za-z_][A-Za-z0-9_]*(:?[-?][^}]*)?\}|\$\([A-Za-z_][A-Za-z0-9_]*\))$")
 """``${NAME}`` (expanded by the relay, the shell or Helm) or ``$(NAME)`` (Kubernetes)."""
 
@@ -51,8 +50,18 @@ LITERAL = "a literal credential"
 
 
 def is_secret_name(name: str) -> bool:
-    """``X-Api-Key``, ``access_token``, ``password``... (a header, query parameter or key name)."""
-    return bool(SECRET_NAME.search(name.replace(" ", "")))
+    """``X-Api-Key``, ``accessToken``, ``MyApiKey``, ``password``, ``X-Honeycomb-Team``... (a
+    header, query parameter or key name), case-insensitive and camelCase-aware."""
+    if len(name) > 256:  # no credential is named by a paragraph; bounds the work per name
+        name = name[-256:]
+    lowered = name.strip().lower()
+    if lowered in SECRET_HEADERS:
+        return True
+    words = WORD.findall(name)
+    if not words:
+        return False
+    last = words[-1].lower()
+    return last in SECRET_WORDS or last.endswith(SECRET_ENDINGS)
 
 
 def is_reference(value: str) -> bool:
@@ -64,8 +73,23 @@ def shape(value: str) -> str:
     return f"a {len(value)}-character literal"
 
 
+def _pairs(component: str) -> list[tuple[str, str]]:
+    """``name=value`` pairs of a query, fragment or path parameters, split on ``&`` and ``;``."""
+    out = []
+    for pair in re.split(r"[&;]", component):
+        name, sep, value = pair.partition("=")
+        if sep:
+            out.append((unquote(name), unquote(value)))
+    return out
+
+
+def _secret_pair(name: str, value: str) -> bool:
+    return is_secret_name(name) and bool(value) and not is_reference(value)
+
+
 def url_secret(url: str) -> str | None:
-    """Why ``url`` holds a literal credential (userinfo, a key-like query parameter), or None."""
+    """Why ``url`` holds a literal credential (userinfo, a key-like query parameter, path
+    parameter or fragment parameter), or None."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -74,14 +98,26 @@ def url_secret(url: str) -> str | None:
         return f"a password in the URL's userinfo ({shape(parts.password)})"
     if parts.username is not None and parts.username and "@" in parts.netloc:
         return f"a user name in the URL's userinfo ({shape(parts.username)})"
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if is_secret_name(name) and value and not is_reference(value):
-            return f"query parameter {name!r} holds {shape(value)}"
+    params = parts.path.partition(";")[2]
+    for where, component in (("query", parts.query), ("path", params), ("fragment", parts.fragment)):
+        for name, value in _pairs(component):
+            if _secret_pair(name, value):
+                return f"{where} parameter {name!r} holds {shape(value)}"
     return None
 
 
+def _mask_pairs(component: str, mask: str) -> str:
+    pieces = re.split(r"([&;])", component)  # linear: the separators are kept as pieces
+    for i, piece in enumerate(pieces):
+        name, sep, value = piece.partition("=")
+        if sep and _secret_pair(unquote(name), unquote(value)):
+            pieces[i] = f"{name}={mask}"
+    return "".join(pieces)
+
+
 def mask_url(url: str, mask: str) -> str:
-    """``url`` with userinfo and key-like query values replaced by ``mask`` (references kept)."""
+    """``url`` with userinfo and key-like query, path-parameter and fragment values replaced by
+    ``mask`` (references kept)."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -89,10 +125,31 @@ def mask_url(url: str, mask: str) -> str:
     netloc = parts.netloc
     if "@" in netloc:
         netloc = f"{mask}@{netloc.rpartition('@')[2]}"
-    query = "&".join(
-        f"{name}={mask}" if is_secret_name(name) and value and not is_reference(value) else pair
-        for pair in parts.query.split("&")
-        if pair
-        for name, _, value in [pair.partition("=")]
-    )
-    return parts._replace(netloc=netloc, query=query).geturl()
+    path, sep, params = parts.path.partition(";")
+    return parts._replace(
+        netloc=netloc,
+        path=path + sep + _mask_pairs(params, mask) if sep else path,
+        query=_mask_pairs(parts.query, mask),
+        fragment=_mask_pairs(parts.fragment, mask),
+    ).geturl()
+
+
+def shown(value: object, *, field: str = "") -> object:
+    """What an error may show of ``value`` found at ``field``: the shape of a string under a
+    secret name or holding a credential URL, the value otherwise."""
+    if isinstance(value, dict):
+        return {k: shown(v, field=str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shown(v, field=field) for v in value]
+    if not isinstance(value, str):
+        return value
+    last = re.split(r"[.\[\] ]+", field.replace(" (key)", "").strip(".[] "))[-1] if field else ""
+    if last and is_secret_name(last):
+        return Shape(shape(value))
+    if ("://" in value or "=" in value) and url_secret(value) is not None:
+        return Shape(shape(value))
+    return value
+
+
+class Shape(str):
+    """A value's description in place of the value (``a 12-character literal``)."""

@@ -17,7 +17,7 @@ inside the band. Pure: the caller passes ``now``; used by ``sharder.reconcile``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from sharder.assignment import Assignment
@@ -33,9 +33,19 @@ class Hysteresis:
     """Shrink only when the smaller count would still be this fraction below the target."""
     shrink_after_s: float = 600.0
     """... continuously for this long."""
+    max_shards: int = 2000
+    """Shards a sized region grows to at most (``--max-shards-per-region``): past it the
+    registry refuses new nodes (429) and other sources overfill the shards instead of
+    growing the topology (each shard is a child to render, start and hand over to)."""
 
     def __post_init__(self) -> None:
-        if self.grow_margin < 0 or not 0 <= self.shrink_margin < 1 or self.shrink_after_s < 0:
+        if (
+            not all(math.isfinite(x) for x in (self.grow_margin, self.shrink_margin, self.shrink_after_s))
+            or self.grow_margin < 0
+            or not 0 <= self.shrink_margin < 1
+            or self.shrink_after_s < 0
+            or self.max_shards < 1
+        ):
             raise ValueError(f"hysteresis out of range: {self}")
 
 
@@ -70,14 +80,14 @@ class ShardSizer:
 
     def _count(self, region: str, n: int, *, now: float) -> int:
         t = self.per_shard
-        raw = max(1, math.ceil(n / t))
+        raw = min(self.rules.max_shards, max(1, math.ceil(n / t)))
         current = self.applied.get(region)
         if current is None:
             return raw
         if n > current * t * (1 + self.rules.grow_margin):
             self._below_since.pop(region, None)
             return raw
-        smaller = max(1, math.ceil(n / (t * (1 - self.rules.shrink_margin))))
+        smaller = min(self.rules.max_shards, max(1, math.ceil(n / (t * (1 - self.rules.shrink_margin)))))
         if smaller >= current:
             self._below_since.pop(region, None)
             return current
@@ -92,3 +102,21 @@ class ShardSizer:
         if not self._below_since:
             return None
         return min(self._below_since.values()) + self.rules.shrink_after_s
+
+
+def region_refusal(
+    spec: FederationSpec, rules: Hysteresis, region: str, *, known: Collection[str], new: Iterable[str]
+) -> str | None:
+    """Why ``new`` nodes may not join a sized ``region`` that holds ``known`` nodes (it would
+    need more than ``rules.max_shards`` shards), or None."""
+    if not any(r.name == region and r.shards is None for r in spec.regions):
+        return None
+    most = rules.max_shards * spec.sharding.targets_per_shard
+    fresh = {n for n in new if n not in known}
+    if not fresh or len(known) + len(fresh) <= most:
+        return None
+    return (
+        f"region {region!r} is at its cap of {rules.max_shards} shards of "
+        f"{spec.sharding.targets_per_shard} nodes (--max-shards-per-region): {len(known)} nodes "
+        f"placed, {len(fresh)} more refused"
+    )

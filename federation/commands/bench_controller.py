@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from federation.testing.bench_abuse import run_abuse_bench
 from federation.testing.bench_controller import MAX_TARGETS, run_rebalance_bench, run_sd_bench
 
 
@@ -20,12 +21,36 @@ def sd(
     pollers: Annotated[int, typer.Option(min=0, max=2000, help="children polling once a second")] = 100,
     clients: Annotated[int, typer.Option(min=0, max=2000, help="clients asking back to back")] = 200,
     duration: Annotated[float, typer.Option(min=1, max=600, help="seconds of load per server")] = 10.0,
+    abuse: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=200,
+            help="N clients without a token loop on list reads, then on /readyz (the floor); "
+            "prints SD p99 under each (0: the plain SD bench)",
+        ),
+    ] = 0,
+    read_rate: Annotated[
+        float | None,
+        typer.Option(min=0, help="with --abuse: the controller's --read-rate (0: no read budget)"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """HTTP SD latency under load, against uvicorn serving constant bytes (the floor)."""
-    result = run_sd_bench(
-        targets=targets, shards=shards, pollers=pollers, clients=clients, duration_s=duration
-    )
+    if abuse:
+        result = run_abuse_bench(
+            targets=targets,
+            shards=shards,
+            abusers=abuse,
+            pollers=pollers,
+            clients=clients,
+            duration_s=duration,
+            read_rate=read_rate,
+        )
+    else:
+        result = run_sd_bench(
+            targets=targets, shards=shards, pollers=pollers, clients=clients, duration_s=duration
+        )
     if as_json:
         typer.echo(json.dumps(result, sort_keys=True))
     else:

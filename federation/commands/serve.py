@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import re
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, SettingsError, build_service
 from federation.controller.store import StoreError
 from federation.spec import GpufedSpec, load_gpufed_spec
+from sharder.sizing import Hysteresis
 from sharder.sources.consul import ConsulConfig
 from sharder.sources.kubernetes import KubernetesConfig
 
@@ -79,6 +81,17 @@ def _child_urls(values: list[str]) -> dict[str, str]:
     return urls
 
 
+def _check_numbers(**flags: tuple[float | None, float]) -> None:
+    """Refuse a non-finite (``inf``, ``nan``) or absurd number at start: ``--registry-ttl inf``
+    once started and then answered every PUT with 500."""
+    for name, (value, most) in flags.items():
+        if value is not None and not (math.isfinite(value) and value <= most):
+            raise typer.BadParameter(
+                f"expected a finite number of at most {most:g}, got {value!r}",
+                param_hint="--" + name.replace("_", "-"),
+            )
+
+
 def serve_command(
     spec: SpecOpt,
     data_dir: Annotated[Path, typer.Option("--data-dir", help="state (SQLite) and rendered configs")],
@@ -130,6 +143,25 @@ def serve_command(
     registry_burst: Annotated[
         int, typer.Option(min=1, help="registrations a token may send at once before --registry-rate applies")
     ] = 100_000,
+    max_shards_per_region: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=10_000,
+            help="shards a sized region grows to at most; past it the registry refuses new nodes (429)",
+        ),
+    ] = 2000,
+    read_rate: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="list-read units/s per client without a token (a request or 100 rows; "
+            "more: 429); 0: off",
+        ),
+    ] = 20.0,
+    read_burst: Annotated[
+        int, typer.Option(min=1, help="list-read units a client without a token may spend at once")
+    ] = 100,
     init: Annotated[
         bool,
         typer.Option(
@@ -216,6 +248,16 @@ def serve_command(
     from federation.controller.http_guards import DeadlineH11Protocol
     from federation.controller.redact import RedactingFilter
 
+    _check_numbers(
+        debounce=(debounce, 3600.0),
+        grace=(grace, 30 * 86400.0),
+        handover_window=(handover_window, 86400.0),
+        registry_ttl=(registry_ttl, 30 * 86400.0),
+        registry_rate=(registry_rate, 1e9),
+        read_rate=(read_rate, 1e9),
+        load_interval=(load_interval, 86400.0),
+        auto_rebalance_imbalance=(auto_rebalance_imbalance, 1000.0),
+    )
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     for handler in logging.getLogger().handlers:  # the same list as the spec and the API's masking
         handler.addFilter(RedactingFilter())
@@ -246,6 +288,9 @@ def serve_command(
         registry_max_entries=registry_max_entries,
         registry_rate=registry_rate,
         registry_burst=registry_burst,
+        read_rate=read_rate,
+        read_burst=read_burst,
+        hysteresis=Hysteresis(max_shards=max_shards_per_region),
         child_urls=_child_urls(child_url or []),
         child_url_template=child_url_template,
     )

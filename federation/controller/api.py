@@ -30,6 +30,7 @@ from federation.controller.auth import Authenticator
 from federation.controller.controller import Controller
 from federation.controller.http_guards import BodyGuard, RelativeRedirects, problem
 from federation.controller.ratelimit import RateLimited, RateLimiter
+from federation.controller.read_guard import Reader, etag, not_modified, read_limiter
 from federation.controller.redact import redact_file
 from federation.controller.store import StoreError
 from sharder.errors import SharderError
@@ -57,6 +58,11 @@ WEB_HEADERS = {
 }
 
 
+def _cut(text: str, most: int = 200) -> str:
+    """A field name or message from the request, short enough to echo (a key may be 100 kB)."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text)} characters)"
+
+
 def create_app(
     controller: Controller, *, auth: Authenticator, leader: Callable[[], str | None] | None = None
 ) -> FastAPI:
@@ -72,14 +78,17 @@ def create_app(
     app.state.limiter = RateLimiter(
         rate=controller.options.registry_rate, burst=controller.options.registry_burst
     )
+    app.state.read_limiter = read_limiter(
+        rate=controller.options.read_rate, burst=controller.options.read_burst
+    )
 
     # ---- errors -------------------------------------------------------------------------
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [
             {
-                "field": ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body",
-                "message": str(e.get("msg", "")),
+                "field": ".".join(_cut(str(p)) for p in e.get("loc", ()) if p != "body") or "body",
+                "message": _cut(str(e.get("msg", ""))),
             }
             for e in exc.errors()[:20]
         ]
@@ -182,39 +191,47 @@ def create_app(
 
     # ---- shards and targets ------------------------------------------------------------------
     @app.get("/v1/shards", tags=["shards"])
-    def shards() -> dict[str, Any]:
+    def shards(budget: Reader) -> dict[str, Any]:
         rows = controller.shard_rows()
+        budget.charge(len(rows))
         return {"assignment_version": controller.state.assignment_version, "shards": rows}
 
     @app.get("/v1/load", tags=["shards"], summary="Observed samples/s per shard next to the GPU load")
-    def load() -> dict[str, Any]:
+    def load(budget: Reader) -> dict[str, Any]:
         return controller.load_report()
 
-    @app.get("/v1/targets", tags=["targets"])
+    @app.get("/v1/targets", tags=["targets"], response_model=None)
     def targets(
-        region: str | None = None,
-        shard: str | None = None,
+        request: Request,
+        budget: Reader,
+        region: Annotated[str | None, Query(max_length=200)] = None,
+        shard: Annotated[str | None, Query(max_length=200)] = None,
         q: Annotated[str | None, Query(max_length=200)] = None,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=2**53)] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
-    ) -> dict[str, Any]:
-        rows = controller.target_rows(region=region, shard=shard, q=q)
-        return {
-            "total": len(rows),
-            "offset": offset,
-            "limit": limit,
-            "targets": rows[offset : offset + limit],
-        }
+    ) -> Response:
+        """One page of targets, by identity; rows are built for the page only (an index kept
+        per assignment). ``ETag``/``If-None-Match`` answer 304 while nothing changed."""
+        tag = etag("targets", controller.read_version(), region, shard, q, offset, limit)
+        unchanged = not_modified(request, tag)
+        if unchanged is not None:
+            return unchanged
+        total, rows = controller.target_page(region=region, shard=shard, q=q, offset=offset, limit=limit)
+        budget.charge(len(rows))
+        body = {"total": total, "offset": offset, "limit": limit, "targets": rows}
+        return JSONResponse(body, headers={"ETag": tag})
 
     @app.get(
         "/v1/targets/{identity:path}", tags=["targets"], summary="Which children scrape a target, and why"
     )
-    def target(identity: str) -> dict[str, Any]:
+    def target(identity: str, budget: Reader) -> dict[str, Any]:
         return controller.explain(identity)
 
     @app.get("/v1/handovers", tags=["shards"])
-    def handovers() -> dict[str, Any]:
+    def handovers(budget: Reader) -> dict[str, Any]:
         now = time.time()
+        moving = controller.state.handovers
+        budget.charge(len(moving))
         return {
             "handovers": [
                 {
@@ -222,7 +239,7 @@ def create_app(
                     "age_s": round(now - h.started_at, 1),
                     "remaining_s": round(max(0.0, h.deadline - now), 1),
                 }
-                for h in controller.state.handovers
+                for h in moving
             ]
         }
 
@@ -250,7 +267,7 @@ def create_app(
 
     # ---- configs --------------------------------------------------------------------------------
     @app.get("/v1/configs", tags=["configs"], summary="Published config files and the last check")
-    def configs() -> dict[str, Any]:
+    def configs(budget: Reader) -> dict[str, Any]:
         if controller.publisher is None:
             return {"files": [], "status": None}
         files = controller.publisher.files
@@ -260,7 +277,7 @@ def create_app(
         }
 
     @app.get("/v1/configs/{path:path}", tags=["configs"], summary="One published file (secrets never shown)")
-    def config_file(path: str) -> Response:
+    def config_file(path: str, budget: Reader) -> Response:
         files = controller.publisher.files if controller.publisher is not None else {}
         if path not in files:
             raise errors.NotFound(f"no published file {path!r}")

@@ -20,7 +20,13 @@ MAX_ENTRIES = 10_000
 """Entries one change may list per field (pins, drains, weights...): a plan holds the lock."""
 MAX_STEPS = 1_000
 """add_shard/remove_shard entries: one per shard added, so a region grows by at most this much."""
-Items = Annotated[list[Annotated[str, Field(max_length=1000)]], Field(max_length=MAX_ENTRIES)]
+MAX_ID = 1000
+"""Characters of one target identity or shard id a change may name."""
+MAX_NAME = 200
+"""Characters of one region name."""
+Identity = Annotated[str, Field(max_length=MAX_ID)]
+Name = Annotated[str, Field(max_length=MAX_NAME)]
+Items = Annotated[list[Identity], Field(max_length=MAX_ENTRIES)]
 
 
 class ChangeError(ValueError):
@@ -35,22 +41,22 @@ class ChangeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # StrictInt: JSON ``true`` is not a count (pydantic's lax mode would read it as 1).
-    shard_counts: dict[str, StrictInt] = Field(
+    shard_counts: dict[Name, StrictInt] = Field(
         default_factory=dict, max_length=MAX_ENTRIES, description="region -> shards"
     )
-    add_shard: list[str] = Field(
+    add_shard: list[Name] = Field(
         default_factory=list, max_length=MAX_STEPS, description="regions that get one more shard"
     )
-    remove_shard: list[str] = Field(
+    remove_shard: list[Name] = Field(
         default_factory=list, max_length=MAX_STEPS, description="regions that lose their last shard"
     )
     drain: Items = Field(default_factory=list, description="shard ids to empty (the child keeps running)")
     undrain: Items = Field(default_factory=list)
-    pin: dict[str, str] = Field(
+    pin: dict[Identity, Identity] = Field(
         default_factory=dict, max_length=MAX_ENTRIES, description="target identity -> shard id"
     )
     unpin: Items = Field(default_factory=list)
-    weights: dict[str, StrictInt | None] = Field(
+    weights: dict[Identity, StrictInt | None] = Field(
         default_factory=dict,
         max_length=MAX_ENTRIES,
         description="target identity -> weight (null: back to the GPU count)",

@@ -50,6 +50,7 @@ class Children:
         self.metrics = metrics
         self._wall = wall_clock
         self.health: dict[str, ChildHealth] = {}
+        self._health_rounds = 0
         self.sd_fetched: dict[str, float] = {}
         """shard -> when one of its children last fetched HTTP SD from this replica."""
         self.remote_fetched: dict[str, float] = {}
@@ -98,6 +99,10 @@ class Children:
                 return False
         return bool(children)
 
+    def health_stamp(self) -> int:
+        """Changes whenever a health answer does (for the ETag of the target list)."""
+        return self._health_rounds
+
     def check_health(self, assignment: Assignment | None) -> None:
         if assignment is None or self.probe is None:
             return
@@ -113,6 +118,7 @@ class Children:
                     health.up = sum(1 for s in scrapes.values() if s.health == "up")
                     health.scrapes = scrapes
                 self.health[child] = health
+                self._health_rounds += 1
 
     def health_loop(self, stop: threading.Event, assignment: Callable[[], Assignment | None]) -> None:
         while not stop.wait(self.options.health_interval_s):

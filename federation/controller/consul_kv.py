@@ -109,7 +109,10 @@ class ConsulKV:
                 continue
             self._cache[key] = (digest, document)
             return head, document
-        raise StoreError(f"state store {self.where}: {key} kept changing under {READ_ATTEMPTS} reads")
+        raise StoreError(
+            f"state store {self.where}: {key} kept changing under {READ_ATTEMPTS} reads (or a chunk it "
+            "names is missing); start afresh with --init if it stays so"
+        )
 
     def _collect(self, area: str, *, current: int) -> None:
         prefix = f"{self.prefix}/{area}/"

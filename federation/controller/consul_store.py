@@ -58,7 +58,7 @@ from typing import Any
 import consul
 import requests
 
-from federation.controller import kvblob, kvblocks
+from federation.controller import kvblob, kvblocks, store_guard
 from federation.controller.consul_kv import READ_ATTEMPTS, ConsulKV, Head
 from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError, newest_audit
@@ -67,6 +67,8 @@ from sharder.lastknown import parse_entries, target_document
 
 log = logging.getLogger(__name__)
 FORMAT = 2
+AUDIT_SINGLE_READS = 32
+"""An audit page of at most this many entries is read key by key."""
 MAX_AUDIT_BYTES = 32 * 1024
 """An audit entry larger than this (a change naming thousands of targets) keeps its
 summary only, so the head stays small."""
@@ -81,8 +83,12 @@ class ConsulStore(ConsulKV):
         audit_keep: int = 1000,
         chunk_bytes: int = kvblob.CHUNK_BYTES,
         where: str = "consul",
+        init: bool = False,
     ) -> None:
         super().__init__(client, prefix=prefix, chunk_bytes=chunk_bytes, where=where)
+        self.init = init
+        """``--init``: a missing head with leftovers starts empty (``store_guard``)."""
+        self._watch = store_guard.RevisionWatch()
         self.audit_keep = audit_keep
         self._lock = threading.RLock()
         self._sets: tuple[str, dict[str, list[Target]]] | None = None  # (digest, parsed sets)
@@ -111,7 +117,9 @@ class ConsulStore(ConsulKV):
             for _ in range(READ_ATTEMPTS):
                 head, document = self._load_blob(self.state_key, "state-chunks")
                 if head is None:
+                    self._without_head()
                     return None
+                self._watch.saw(head.int("revision"), where=self.where)
                 if head.doc.get("format") == 1:
                     return self._validated(document, head)
                 digest = str(head.doc.get("digest"))
@@ -125,8 +133,28 @@ class ConsulStore(ConsulKV):
                 self._loaded = (digest, state)
                 return state
         raise StoreError(
-            f"state store {self.where}: {self.state_key} kept changing under {READ_ATTEMPTS} reads"
+            f"state store {self.where}: {self.state_key} kept changing under {READ_ATTEMPTS} reads "
+            f"(or a block it names is missing); {store_guard.INIT_HINT} if it stays so"
         )
+
+    def _without_head(self) -> None:
+        """No head: a first start, or a deleted state (refused unless ``--init``). Leftovers are
+        audit entries and chunk or block sets past the first generation (a first save's
+        chunks may be in flight before its head)."""
+        leftovers: list[str] = []
+        for area in ("audit", "state-chunks", "state-blocks"):
+            _, keys = self._call(f"list {area}", self.client.kv.get, f"{self.prefix}/{area}/", keys=True)
+            for key in keys or []:
+                generation = str(key).removeprefix(f"{self.prefix}/{area}/").partition("-")[0]
+                if area == "audit" or (generation.isdigit() and int(generation) > 1):
+                    leftovers.append(str(key))
+        if not leftovers:
+            return
+        if not self.init:
+            raise store_guard.missing_head(self.where, self.state_key, leftovers)
+        log.warning("state store %s: --init removes %d keys of a lost state", self.where, len(leftovers))
+        for area in ("audit", "state-chunks", "state-blocks"):
+            self._call(f"delete {area}", self.client.kv.delete, f"{self.prefix}/{area}/", recurse=True)
 
     def _validated(self, document: Any, head: Head) -> ControllerState:
         try:
@@ -215,6 +243,7 @@ class ConsulStore(ConsulKV):
             self._blocks, self._blocks_of = blocks, stored.assignment
             self._block_cache = {str(d[1]): blocks[shard] for shard, d in named.items()}
             self._loaded = (str(described["digest"]), stored)
+            self._watch.saw(revision, where=self.where)
             self._collect("state-chunks", current=revision)
             self._collect_blocks(named, current=revision)
             if audit is not None:
@@ -299,9 +328,7 @@ class ConsulStore(ConsulKV):
             head = self._head(self.state_key)
             if head is None:
                 return []
-            _, entries = self._call(
-                "read the audit log", self.client.kv.get, f"{self.prefix}/audit/", recurse=True
-            )
+            entries = self._audit_page(limit=limit, before_id=before_id)
         found: dict[int, Any] = {}
         for entry in entries or []:
             suffix = str(entry["Key"]).rsplit("/", 1)[-1]
@@ -313,6 +340,26 @@ class ConsulStore(ConsulKV):
         if isinstance(head.doc.get("audit"), dict):  # committed, maybe not copied yet
             found[head.int("revision")] = head.doc["audit"]
         return newest_audit(found, limit=limit, top=None if before_id is None else before_id - 1)
+
+    def _audit_page(self, *, limit: int, before_id: int | None) -> list[dict[str, Any]]:
+        """The entries of one page: the key names first (cheap), then only the page's keys,
+        so a page of one costs one entry, not the whole log (``audit_keep`` entries)."""
+        prefix = f"{self.prefix}/audit/"
+        _, keys = self._call("list the audit log", self.client.kv.get, prefix, keys=True)
+        ids = sorted(
+            (int(k.rsplit("/", 1)[-1]) for k in keys or [] if str(k).rsplit("/", 1)[-1].isdigit()),
+            reverse=True,
+        )
+        wanted = [i for i in ids if before_id is None or i < before_id][:limit]
+        if len(wanted) > AUDIT_SINGLE_READS:  # a big page: one recursive read beats many GETs
+            _, entries = self._call("read the audit log", self.client.kv.get, prefix, recurse=True)
+            return list(entries or [])
+        page = []
+        for audit_id in wanted:
+            _, entry = self._call("read an audit entry", self.client.kv.get, self._audit_key(audit_id))
+            if entry is not None:
+                page.append(entry)
+        return page
 
     def save_sets(self, sets: Mapping[str, Sequence[Target]]) -> None:
         doc = {

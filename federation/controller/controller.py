@@ -57,6 +57,7 @@ from federation.controller.store import (
 from federation.controller.views import ReadViews
 from federation.spec import GpufedSpec
 from sharder import plan as planning
+from sharder import sizing
 from sharder.assignment import Assignment
 from sharder.discovery_metrics import DiscoveryMetrics
 from sharder.inventory import Target
@@ -117,6 +118,9 @@ class Controller:
             max_entries=options.registry_max_entries,
             regions=spec.region_names(),
             journal=self._journal_registry,
+            region_room=lambda region, nodes: sizing.region_refusal(
+                spec, options.hysteresis, region, known=self.reconciler.nodes_in(region), new=nodes
+            ),
         )
         self.sources: list[Any] = [self.registry]
         self.children = Children(
@@ -381,7 +385,21 @@ class Controller:
         return self.views.shard_rows(self.state)
 
     def target_rows(self, *, region: str | None, shard: str | None, q: str | None) -> list[dict[str, Any]]:
-        return self.views.target_rows(self.state, self._known_targets(), region=region, shard=shard, q=q)
+        """Every matching row (tests and small fleets; the API pages with :meth:`target_page`)."""
+        return self.target_page(region=region, shard=shard, q=q, offset=0, limit=1 << 62)[1]
+
+    def target_page(
+        self, *, region: str | None, shard: str | None, q: str | None, offset: int, limit: int
+    ) -> tuple[int, list[dict[str, Any]]]:
+        return self.views.target_page(
+            self.state, self._known_targets(), region=region, shard=shard, q=q, offset=offset, limit=limit
+        )
+
+    def read_version(self) -> tuple[object, ...]:
+        """What the target rows were built from (their ETag): the assignment and the children's
+        last health answers."""
+        state = self.state
+        return (state.assignment_version, id(state.assignment), self.children.health_stamp())
 
     def explain(self, identity: str) -> dict[str, Any]:
         return self.views.explain(self.state, self._known_targets(), identity)

@@ -39,7 +39,23 @@ ASGIApp = Callable[
 
 def problem(status: int, title: str, detail: str, **extra: Any) -> JSONResponse:
     body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
-    return JSONResponse(body, status_code=status, media_type=PROBLEM)
+    return JSONResponse(_utf8(body), status_code=status, media_type=PROBLEM)
+
+
+def _utf8(value: Any) -> Any:
+    """A refusal may quote the input, and the input may hold a lone surrogate (JSON ``"\\udfff"``)
+    that UTF-8 cannot carry: such characters are written as ``\\udfff`` instead of failing."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_utf8(k): _utf8(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_utf8(v) for v in value]
+    return value
 
 
 class BodyGuard:
@@ -62,6 +78,15 @@ class BodyGuard:
         self.timeout_s, self._clock = timeout_s, clock
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and _framed_twice(scope):
+            # RFC 9112 §6.1: a request with both may be refused, and the connection MUST be
+            # closed after it (what follows on it may be a smuggled request).
+            refused = problem(
+                400, "Bad request", "a request must not carry both Content-Length and Transfer-Encoding"
+            )
+            refused.headers["Connection"] = "close"
+            await refused(scope, receive, send)
+            return
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD"):
             await self.app(scope, receive, send)
             return
@@ -101,6 +126,11 @@ class BodyGuard:
             return await receive()  # after the body: waits for the disconnect, as uvicorn does
 
         await self.app(scope, replay, send)
+
+
+def _framed_twice(scope: MutableMapping[str, Any]) -> bool:
+    names = {name.lower() for name, _ in scope.get("headers", [])}
+    return b"content-length" in names and b"transfer-encoding" in names
 
 
 class RelativeRedirects:

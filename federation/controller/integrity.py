@@ -28,6 +28,9 @@ from pathlib import Path
 
 from federation.controller.state import AuditEntry
 from federation.controller.store import StoreError
+from sharder import loading
+from sharder.errors import InventoryError
+from sharder.inventory import Target
 
 log = logging.getLogger(__name__)
 
@@ -216,3 +219,45 @@ def json_row(path: Path, *, table: str, key: str, body: str) -> object:
             f"state store {path}: table {table}, key {key!r}: the row is not JSON ({exc}); "
             "delete the row or restore the file"
         ) from exc
+
+
+def member_row(path: Path, *, source: str, identity: str, body: str) -> Target:
+    """One stored target of a discovery set, or one ``StoreError`` naming the table and key
+    (a row that is JSON but not a valid target is refused, not skipped)."""
+    key = f"{source}/{identity}"
+    raw = json_row(path, table="members", key=key, body=body)
+    try:
+        return loading.parse_target(raw, source=f"{path}:members")
+    except InventoryError as exc:
+        raise StoreError(
+            f"state store {path}: table members, key {key!r}: not a valid target "
+            f"({exc.field or 'row'}: {exc.reason}); start afresh with --init"
+        ) from exc
+
+
+def bad_placement(path: Path, *, identity: object, shard: object, weight: object) -> StoreError:
+    """A ``placements`` row whose columns are not (text, text, positive integer)."""
+    key = identity if isinstance(identity, str) else repr(identity)
+    what = (
+        "the weight is not a positive integer"
+        if isinstance(identity, str) and isinstance(shard, str)
+        else "the identity or shard is not text"
+    )
+    return StoreError(
+        f"state store {path}: table placements, key {key!r}: {what} "
+        f"(a {type(weight).__name__} weight); start afresh with --init"
+    )
+
+
+def move_aside(path: Path) -> Path:
+    """Rename a damaged database (and its WAL and shared-memory files) to ``<name>.broken-<n>``
+    beside it, the first free ``n``; the new name of the database."""
+    n = 1
+    while any(path.with_name(f"{path.name}.broken-{n}{s}").exists() for s in ("", "-wal", "-shm")):
+        n += 1
+    target = path.with_name(f"{path.name}.broken-{n}")
+    for suffix in ("-wal", "-shm", ""):
+        source = path.with_name(path.name + suffix)
+        if source.exists():
+            source.rename(target.with_name(target.name + suffix))
+    return target

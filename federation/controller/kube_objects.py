@@ -91,6 +91,10 @@ class ConfigMaps:
         )
         return {str(item.metadata.name): dict(item.data or {}) for item in found.items}
 
+    def list_names(self, role: str) -> list[str]:
+        """Names of this store's objects of one role."""
+        return sorted(self.list_data(role))
+
     def get(self, name: str) -> V1ConfigMap | None:
         return self._call(
             f"read configmap {name}",
@@ -218,7 +222,7 @@ class ConfigMaps:
             except kube_parts.PartError as exc:
                 again = self.head(name)
                 if again is not None and again.version == head.version:  # not torn: broken
-                    raise StoreError(f"state store {self.where}: {exc}") from exc
+                    raise StoreError(f"state store {self.where}: {exc}; start afresh with --init") from exc
                 log.info("re-reading %s after a torn read: %s", name, exc)
                 last = exc
         raise StoreError(

@@ -49,7 +49,7 @@ from typing import Any
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from federation.controller import kube_parts
+from federation.controller import kube_parts, store_guard
 from federation.controller.kube_objects import FORMAT, ConfigMaps, Head
 from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError, newest_audit
@@ -83,8 +83,14 @@ class KubeStore:
         prefix: str = "gpufed-state",
         audit_keep: int = 1000,
         piece_bytes: int = kube_parts.PIECE_BYTES,
+        init: bool = False,
     ) -> None:
+        """``init`` (``--init``): a missing head with leftovers starts empty (and the leftovers
+        go) instead of being refused (``store_guard``)."""
         self.maps = ConfigMaps(api, namespace=namespace, prefix=prefix, piece_bytes=piece_bytes)
+        self.init = init
+        self._watch = store_guard.RevisionWatch()
+        self._collected = False
         self.prefix, self.audit_keep, self.where = prefix, audit_keep, self.maps.where
         self._lock = threading.RLock()
         self._loaded: tuple[str, ControllerState] | None = None  # (head resourceVersion, state)
@@ -100,7 +106,12 @@ class KubeStore:
         with self._lock:
             head, parts = self.maps.load_parts(self.prefix)
             if head is None:
+                self._without_head()
                 return None
+            self._watch.saw(head.revision, where=self.where)
+            if not self._collected:
+                self._collected = True
+                self._collect_orphans(head)
             if self._loaded is not None and self._loaded[0] == head.version:
                 return self._loaded[1]
             try:
@@ -171,6 +182,7 @@ class KubeStore:
             # (a StoreError from the commit propagates and deletes nothing: a timed-out
             # write may have landed, and its pieces are then the state)
             self.maps.collect(head, doc)
+            self._watch.saw(revision, where=self.where)
             if stored.assignment is not None:
                 self._written = Written(revision, buckets, stored.assignment.targets, members)
             if audit is not None:
@@ -214,6 +226,47 @@ class KubeStore:
                 new.targets, new.weights, written.members[bucket]
             )
         return raw, written.members
+
+    # ---- strictness on read (``store_guard``) -------------------------------------------------
+    def _without_head(self) -> None:
+        """No head: a first start, or a deleted state (refused unless ``--init``). Leftovers
+        are audit pages and pieces the sets' head does not reference, of a generation past
+        the first (a first save's pieces may be in flight before its head)."""
+        sets = self.maps.head(self.sets_name)
+        keep = set() if sets is None else sets.objects() | {str(n) for n in sets.doc.get("previous", [])}
+        unreferenced = [n for n in self.maps.list_names("piece") if n not in keep]
+        leftovers = self.maps.list_names("audit") + [
+            n for n in unreferenced if (_generation(self.prefix, n) or 0) > 1
+        ]
+        if not leftovers:
+            return
+        if not self.init:
+            raise store_guard.missing_head(self.where, self.prefix, leftovers)
+        gone = sorted(set(leftovers) | set(unreferenced))
+        log.warning("state store %s: --init removes %d objects of a lost state", self.where, len(gone))
+        for name in gone:
+            self.maps.delete(name)
+
+    def _collect_orphans(self, head: Head) -> None:
+        """Delete pieces no head references that no writer can still commit: a writer's pieces
+        carry the generation after the head it read, so an unreferenced piece of a generation
+        both heads have passed belongs to a writer that died or lost the race."""
+        sets = self.maps.head(self.sets_name)
+        keep = head.objects() | {str(n) for n in head.doc.get("previous", [])}
+        if sets is not None:
+            keep |= sets.objects() | {str(n) for n in sets.doc.get("previous", [])}
+        passed = min(head.revision, sets.revision if sets is not None else head.revision)
+        stale = [
+            name
+            for name in self.maps.list_names("piece")
+            if name not in keep
+            and (generation := _generation(self.prefix, name)) is not None
+            and generation <= passed
+        ]
+        for name in stale:
+            self.maps.delete(name)
+        if stale:
+            log.info("state store %s: collected %d orphaned pieces", self.where, len(stale))
 
     # ---- audit ------------------------------------------------------------------------------------
     def _page_name(self, page: int) -> str:
@@ -362,3 +415,10 @@ def _dns_label(text: str) -> str:
     """A replica id as part of an object name: lowercase, [-a-z0-9], at most 63 characters."""
     label = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:40] or "replica"
     return f"{label}-{zlib.crc32(text.encode()):08x}"
+
+
+def _generation(prefix: str, name: str) -> int | None:
+    """The generation in a piece's name ``<prefix>-<gen>-<digest12>-<i>``, or None."""
+    rest = name.removeprefix(f"{prefix}-")
+    generation, _, tail = rest.partition("-")
+    return int(generation) if rest != name and generation.isdigit() and tail else None

@@ -28,6 +28,10 @@ class ControllerOptions:
     often share one token: a fleet refreshing every 30 s sends targets/30 a second (1M: 33,000)."""
     registry_burst: int = 100_000
     """Registrations a token may send at once (two full batch bodies)."""
+    read_rate: float = 20.0
+    """List-read units per second per client address without a token (0: no limit;
+    ``federation.controller.read_guard``)."""
+    read_burst: int = 100
     precedence: tuple[str, ...] = ("file", "registry", "consul", "kubernetes")
     child_urls: Mapping[str, str] = field(default_factory=dict)
     """child id -> base URL of its Prometheus (for hand-over proof, health and reloads)."""

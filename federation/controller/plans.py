@@ -111,6 +111,10 @@ class Planner:
             for identity in identities:
                 if identity not in targets:
                     raise NotFound(f"unknown target {identity!r} (in {field_name})")
+        for identity in change.unpin:  # like a pin: naming what is not there is refused
+            if identity not in state.desired.pins:
+                known = "target" if identity in targets else "unknown target"
+                raise NotFound(f"{known} {identity!r} is not pinned (in unpin)")
         try:
             assignment = assign_change(self.spec, change, desired, targets, previous=state.assignment)
         except AssignmentError as exc:

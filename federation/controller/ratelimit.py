@@ -21,11 +21,11 @@ from dataclasses import dataclass
 class RateLimited(Exception):
     """The caller's bucket is empty; ``retry_after_s`` is when ``cost`` fits again."""
 
-    def __init__(self, *, caller: str, retry_after_s: int, rate: float) -> None:
+    def __init__(self, *, caller: str, retry_after_s: int, rate: float, what: str | None = None) -> None:
         self.caller, self.retry_after_s = caller, retry_after_s
         super().__init__(
-            f"token {caller!r} sends registrations faster than {rate:g}/s "
-            f"(--registry-rate); retry in {retry_after_s} s"
+            (what or f"token {caller!r} sends registrations faster than {rate:g}/s (--registry-rate)")
+            + f"; retry in {retry_after_s} s"
         )
 
 
@@ -36,11 +36,21 @@ class _Bucket:
 
 
 class RateLimiter:
-    def __init__(self, *, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        rate: float,
+        burst: int,
+        clock: Callable[[], float] = time.monotonic,
+        what: Callable[[str], str] | None = None,
+        max_callers: int = 100_000,
+    ) -> None:
         if rate < 0 or burst < 1:
             raise ValueError(f"rate must be >= 0 and burst >= 1, got rate={rate}, burst={burst}")
         self.rate, self.burst = rate, float(burst)
         self._clock = clock
+        self._what = what
+        self._max_callers = max_callers
         self._buckets: dict[str, _Bucket] = {}
         self._lock = threading.Lock()
 
@@ -50,13 +60,30 @@ class RateLimiter:
             return
         now = self._clock()
         with self._lock:
-            bucket = self._buckets.get(caller)
-            if bucket is None:
-                bucket = self._buckets[caller] = _Bucket(level=self.burst, at=now)
-            bucket.level = min(self.burst, bucket.level + (now - bucket.at) * self.rate)
-            bucket.at = now
+            bucket = self._bucket(caller, now)
             need = min(float(cost), self.burst)
             if bucket.level < need:
                 wait = math.ceil((need - bucket.level) / self.rate)
-                raise RateLimited(caller=caller, retry_after_s=max(1, wait), rate=self.rate)
+                what = None if self._what is None else self._what(caller)
+                raise RateLimited(caller=caller, retry_after_s=max(1, wait), rate=self.rate, what=what)
             bucket.level -= cost  # may go below zero: the debt of a batch larger than the bucket
+
+    def spend(self, caller: str, cost: float) -> None:
+        """Charge ``cost`` after the fact (what a read turned out to return); never refuses,
+        the debt delays the caller's next request."""
+        if self.rate == 0 or cost <= 0:
+            return
+        with self._lock:
+            self._bucket(caller, self._clock()).level -= cost
+
+    def _bucket(self, caller: str, now: float) -> _Bucket:
+        bucket = self._buckets.get(caller)
+        if bucket is None:
+            if len(self._buckets) >= self._max_callers:  # full buckets carry nothing: forget them
+                self._buckets = {
+                    k: b for k, b in self._buckets.items() if b.level + (now - b.at) * self.rate < self.burst
+                }
+            bucket = self._buckets[caller] = _Bucket(level=self.burst, at=now)
+        bucket.level = min(self.burst, bucket.level + (now - bucket.at) * self.rate)
+        bucket.at = now
+        return bucket

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from typing import Any
 
 import yaml
 
+from federation.controller import url_scan
 from sharder import secrets
 
 MASK = "<redacted>"
-URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s\"'<>]+", re.I)
 
 
 def _walk(value: Any) -> tuple[Any, bool]:
@@ -46,7 +45,7 @@ def _walk(value: Any) -> tuple[Any, bool]:
 
 def redact_text(text: str) -> str:
     """URL userinfo and secret-looking query parameters in free text (log lines, errors) masked."""
-    return URL.sub(lambda m: secrets.mask_url(m.group(0), MASK), text)
+    return url_scan.substitute(text, lambda url: secrets.mask_url(url, MASK))
 
 
 def redact_data(value: Any) -> Any:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from federation.controller import plans
 from federation.controller.api_deps import Ctl, Writer
-from federation.controller.changes import ChangeRequest
+from federation.controller.changes import MAX_ID, ChangeRequest
+from federation.controller.read_guard import Reader
 from federation.controller.redact import redact_data
 
 router = APIRouter()
@@ -26,7 +27,7 @@ class RebalanceRequest(BaseModel):
 
 class PinRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    identity: str = Field(min_length=1, max_length=1000)
+    identity: str = Field(min_length=1, max_length=MAX_ID)
     shard: str = Field(min_length=1, max_length=200)
     reason: str = Field(default="", max_length=500)
 
@@ -53,12 +54,14 @@ def rebalance(body: RebalanceRequest, caller: Writer, controller: Ctl) -> dict[s
 
 
 @router.post("/v1/shards/{shard}/drain", tags=["changes"], summary="Plan to empty a shard")
-def drain(shard: str, caller: Writer, controller: Ctl) -> dict[str, Any]:
+def drain(shard: Annotated[str, Path(max_length=MAX_ID)], caller: Writer, controller: Ctl) -> dict[str, Any]:
     return plans.dump_plan(controller.plan(ChangeRequest(drain=[shard])))
 
 
 @router.post("/v1/shards/{shard}/undrain", tags=["changes"], summary="Plan to use a drained shard again")
-def undrain(shard: str, caller: Writer, controller: Ctl) -> dict[str, Any]:
+def undrain(
+    shard: Annotated[str, Path(max_length=MAX_ID)], caller: Writer, controller: Ctl
+) -> dict[str, Any]:
     return plans.dump_plan(controller.plan(ChangeRequest(undrain=[shard])))
 
 
@@ -70,15 +73,19 @@ def pin(body: PinRequest, caller: Writer, controller: Ctl) -> dict[str, Any]:
 
 
 @router.delete("/v1/pins/{identity:path}", tags=["changes"], summary="Plan to unpin a target")
-def unpin(identity: str, caller: Writer, controller: Ctl) -> dict[str, Any]:
+def unpin(
+    identity: Annotated[str, Path(max_length=MAX_ID)], caller: Writer, controller: Ctl
+) -> dict[str, Any]:
     return plans.dump_plan(controller.plan(ChangeRequest(unpin=[identity])))
 
 
 @router.get("/v1/audit", tags=["changes"])
 def audit(
     controller: Ctl,
+    budget: Reader,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
 ) -> dict[str, Any]:
     entries = controller.audit(limit=limit, before_id=before)
+    budget.charge(len(entries))
     return {"entries": [redact_data(e.model_dump(mode="json")) for e in entries]}

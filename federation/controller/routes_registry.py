@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,10 +17,13 @@ from federation.controller import errors
 from federation.controller.api_deps import Ctl, Registrar
 from federation.controller.http_guards import problem
 from federation.controller.ratelimit import RateLimiter
+from federation.controller.read_guard import Reader, etag, not_modified
 from sharder.lastknown import target_document
 from sharder.sources.registry import BatchInvalid, EndpointTaken, IdentityMismatch
 
 router = APIRouter()
+MAX_PAGE = 1000
+"""``GET /v1/registry/targets`` pages (the default and the most)."""
 
 
 def _limiter(request: Request) -> RateLimiter:
@@ -85,11 +88,24 @@ def deregister(identity: str, caller: Registrar, controller: Ctl, limiter: Limit
     return Response(status_code=204)
 
 
-@router.get("/v1/registry/targets", tags=["registry"])
-def registered(controller: Ctl) -> dict[str, Any]:
-    return {
-        "targets": [
-            {**target_document(t), "identity": t.identity, "expires_in_s": round(left, 1)}
-            for t, left in controller.registry.entries()
-        ]
-    }
+@router.get("/v1/registry/targets", tags=["registry"], response_model=None)
+def registered(
+    request: Request,
+    controller: Ctl,
+    budget: Reader,
+    offset: Annotated[int, Query(ge=0, le=2**53)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = MAX_PAGE,
+) -> Response:
+    """One page of registrations by identity (sorted once per membership change, then sliced)."""
+    registry = controller.registry
+    tag = etag("registry", id(registry), registry.revision, offset, limit)
+    unchanged = not_modified(request, tag)
+    if unchanged is not None:
+        return unchanged
+    total, page = registry.page(offset=offset, limit=limit)
+    budget.charge(len(page))
+    rows = [
+        {**target_document(t), "identity": t.identity, "expires_in_s": round(left, 1)} for t, left in page
+    ]
+    body = {"total": total, "offset": offset, "limit": limit, "targets": rows}
+    return JSONResponse(body, headers={"ETag": tag})

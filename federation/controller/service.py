@@ -63,7 +63,8 @@ class ServeSettings:
     tokens_file: Path | None = None
     dev: bool = False
     init: bool = False
-    """``--init``: start from an empty SQLite state although a previous run left one."""
+    """``--init``: start from an empty state although a previous run left one (SQLite: an
+    unreadable file is moved aside; Kubernetes/Consul: a lost head's leftovers are removed)."""
     check_configs: bool = True
     options: ControllerOptions = field(default_factory=ControllerOptions)
     load: LoadOptions | None = None
@@ -118,10 +119,10 @@ def build_store(settings: ServeSettings) -> StateStore:
             settings.store_namespace, settings.env, flag="--store-namespace", what="state"
         )
         api = api_from_cluster(settings.kubeconfig)
-        return KubeStore(api, namespace=namespace, prefix=settings.store_prefix)
+        return KubeStore(api, namespace=namespace, prefix=settings.store_prefix, init=settings.init)
     address, prefix = parse_store_url(settings.store_url)
     client = make_client(ConsulConfig(address=address, timeout_s=5.0))
-    return ConsulStore(client, prefix=prefix, where=settings.store_url)
+    return ConsulStore(client, prefix=prefix, where=settings.store_url, init=settings.init)
 
 
 ELECTIONS = ("kubernetes", "consul", "none")

@@ -88,7 +88,18 @@ class SqliteStore:
         self._deleted = 0
         """Rows deleted since the last reclaim (``integrity.RECLAIM_AFTER`` triggers one)."""
         try:
-            self._open(existed=existed, init=init, wal=wal)
+            try:
+                self._open(existed=existed, init=init, wal=wal)
+            except StoreError as exc:
+                if not init or not existed:
+                    raise
+                self.close()  # --init: a file SQLite cannot open is kept aside, not deleted
+                aside = integrity.move_aside(self.path)
+                log.warning(
+                    "state store %s cannot be opened (%s); --init moved it to %s", self.path, exc, aside
+                )
+                self.path.touch(mode=0o600)
+                self._open(existed=False, init=True, wal=None)
         except BaseException:
             self.close()  # a refused file is not held open
             raise
@@ -234,6 +245,8 @@ class SqliteStore:
             # interned: a million rows name a few hundred shards, and the identities are the
             # same strings the targets' (``Target.identity``) keys are, so they are held once
             for identity, shard, weight in db.execute("SELECT identity, shard, weight FROM placements"):
+                if not (type(identity) is type(shard) is str and type(weight) is int and weight >= 1):
+                    raise integrity.bad_placement(self.path, identity=identity, shard=shard, weight=weight)
                 key = sys.intern(identity)
                 shards[key] = sys.intern(shard)
                 weights[key] = weight
@@ -374,11 +387,13 @@ class SqliteStore:
             try:
                 found = _TARGETS.validate_json("[" + ",".join(body for _, body in rows) + "]")
             except ValueError:
-                raw = [
-                    integrity.json_row(self.path, table="members", key=f"{name}/{identity}", body=body)
-                    for identity, body in rows
-                ]
-                found, _bad = parse_entries(raw, source=f"{self.path}:{name}")
+                found = [integrity.member_row(self.path, source=name, identity=i, body=b) for i, b in rows]
+            for (identity, _), target in zip(rows, found, strict=True):
+                if target.identity != identity:
+                    raise StoreError(
+                        f"state store {self.path}: table members, key {name + '/' + identity!r}: "
+                        f"the row holds target {target.identity!r}; start afresh with --init"
+                    )
             out[name] = {t.identity: t for t in found}
         for name, body in db.execute("SELECT source, body FROM sets"):  # an older gpufed's blobs
             blob = integrity.json_row(self.path, table="sets", key=name, body=body)

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from federation.controller import audit_bounds
 from sharder.assignment import Assignment
 
 
@@ -70,6 +71,13 @@ class AuditEntry(StateModel):
     action: str
     detail: dict[str, Any] = Field(default_factory=dict)
     moved: int = 0
+
+    @field_validator("detail")
+    @classmethod
+    def _bounded(cls, detail: dict[str, Any]) -> dict[str, Any]:
+        """Long id lists kept as their first few and a count (``audit_bounds``), on write and
+        on read of entries stored before the cap."""
+        return audit_bounds.bounded(detail)
 
 
 def overrides_of(desired: Desired) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from federation.controller import load as loading
+from federation.controller import target_index
 from federation.controller.children import Children
 from federation.controller.errors import NotFound
 from federation.controller.state import ControllerState
@@ -34,15 +35,13 @@ class ReadViews:
         self.children = children
         self.load = load
         self.discovery = discovery
+        self._index = target_index.IndexCache()
 
     def shard_rows(self, state: ControllerState) -> list[dict[str, Any]]:
         assignment = state.assignment
         if assignment is None:
             return []
-        load = assignment.load()
-        sizes: dict[str, int] = dict.fromkeys(assignment.shards, 0)
-        for shard in assignment.targets.values():
-            sizes[shard] += 1
+        load, sizes = assignment.load(), assignment.sizes()  # per-assignment caches, not a pass
         means: dict[str, float] = {}
         for region in self.spec.region_names():
             active = [
@@ -94,7 +93,7 @@ class ReadViews:
                 rows[-1]["samples_per_s"] = samples[shard]
         return rows
 
-    def target_rows(
+    def target_page(
         self,
         state: ControllerState,
         targets: Mapping[str, Target],
@@ -102,20 +101,34 @@ class ReadViews:
         region: str | None,
         shard: str | None,
         q: str | None,
-    ) -> list[dict[str, Any]]:
+        offset: int,
+        limit: int,
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """(how many match, the rows of one page): rows are built for the page only, over the
+        index of this assignment (``target_index``)."""
+        selected = self.target_selection(state, targets, region=region, shard=shard, q=q)
         assignment = state.assignment
-        if assignment is None:
-            return []
         rows = []
-        needle = (q or "").lower()
-        for identity, target in sorted(targets.items()):
-            owner = assignment.targets.get(identity)
-            if owner is None or (region and target.region != region) or (shard and owner != shard):
-                continue
-            if needle and needle not in identity.lower() and needle not in target.node.lower():
-                continue
-            rows.append(self._target_row(identity, target, owner, assignment))
-        return rows
+        if assignment is not None:
+            for identity in selected[offset : offset + limit]:
+                target, owner = targets.get(identity), assignment.targets.get(identity)
+                if target is not None and owner is not None:
+                    rows.append(self._target_row(identity, target, owner, assignment))
+        return len(selected), rows
+
+    def target_selection(
+        self,
+        state: ControllerState,
+        targets: Mapping[str, Target],
+        *,
+        region: str | None,
+        shard: str | None,
+        q: str | None,
+    ) -> Sequence[str]:
+        """The identities a filter keeps, sorted (no rows built)."""
+        if state.assignment is None:
+            return ()
+        return self._index.get(state.assignment, targets).select(region=region, shard=shard, q=q)
 
     def _target_row(
         self, identity: str, target: Target, owner: str, assignment: Assignment

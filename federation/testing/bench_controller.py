@@ -70,7 +70,7 @@ def _targets(count: int) -> list[Any]:
     ]
 
 
-def _build(directory: Path, *, targets: int, shards: int, port: int) -> Any:
+def _build(directory: Path, *, targets: int, shards: int, port: int, read_rate: float | None = None) -> Any:
     from federation.controller.options import ControllerOptions
     from federation.controller.service import ServeSettings, build_service
     from federation.spec import load_gpufed_spec
@@ -83,7 +83,11 @@ def _build(directory: Path, *, targets: int, shards: int, port: int) -> Any:
             check_configs=False,
             dev=True,
             env={},
-            options=ControllerOptions(debounce_s=0.0, grace_s=0.0),
+            options=ControllerOptions(
+                debounce_s=0.0,
+                grace_s=0.0,
+                read_rate=ControllerOptions.read_rate if read_rate is None else read_rate,
+            ),
         )
     )
     service.controller.restore()

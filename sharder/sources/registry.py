@@ -58,6 +58,10 @@ class RegistryFull(InventoryError):
     """The registry holds ``max_entries`` already (``--registry-max-entries``); HTTP 429."""
 
 
+class RegionFull(RegistryFull):
+    """New nodes would grow a sized region past its shard cap; HTTP 429 like a full registry."""
+
+
 class BatchInvalid(InventoryError):
     """A batch with bad entries; ``errors`` names each (index, identity, field, value, message)."""
 
@@ -110,6 +114,7 @@ class BuiltinRegistry:
         endpoint_owner: EndpointOwner | None = None,
         regions: Collection[str] = (),
         journal: Journal | None = None,
+        region_room: Callable[[str, set[str]], str | None] | None = None,
     ) -> None:
         self._sink = sink
         self._endpoint_owner = endpoint_owner
@@ -118,10 +123,17 @@ class BuiltinRegistry:
         self._regions = frozenset(regions)
         """Empty: any region (a registry built without a spec, in tests)."""
         self._journal = journal
+        self._region_room = region_room
+        """(region, nodes) -> why those nodes may not join it (a sized region at its shard cap)."""
         self.ttl_s = ttl_s
         self._clock = clock
         self.max_entries = max_entries
         self._entries: dict[str, Entry] = {}
+        self.members = 0
+        """Bumped when an identity comes or goes (what the sorted listing is cached on)."""
+        self.revision = 0
+        """Bumped when an entry's target changes too (the listing's ETag)."""
+        self._listing: tuple[int, list[str]] = (-1, [])
         self._lock = threading.Lock()
         self._push_lock = threading.Lock()  # keeps pushes in the order of their changes
         self._pending = _Pending()
@@ -136,10 +148,11 @@ class BuiltinRegistry:
             for target in targets:
                 if target.identity not in self._entries and self._endpoints.add(target) is None:
                     self._entries[target.identity] = Entry(target, expires)
+                    self._member_changed()
 
     def put(self, identity: str, body: Any) -> tuple[Target, bool]:
         """Validate and (re)register; (target, created). Raises ``InventoryError`` naming the field."""
-        target = self._admit(parse_target(body, source=SOURCE, jobs=self._jobs))
+        target = self._admit(parse_target(body, source=SOURCE, jobs=self._jobs, strict_numbers=True))
         identity = normalise_identity(identity)
         if target.identity != identity:
             raise IdentityMismatch(
@@ -150,6 +163,7 @@ class BuiltinRegistry:
                 source=SOURCE,
             )
         self._check_elsewhere(target)
+        self._check_regions([target])
         with self._lock:
             created = identity not in self._entries
             if created and len(self._entries) >= self.max_entries:
@@ -168,6 +182,7 @@ class BuiltinRegistry:
         if errors:
             raise BatchInvalid(errors, total=len(errors))
         gone = [normalise_identity(str(d)) for d in deletes]
+        self._check_regions(targets)
         with self._lock:
             self._check_room(targets, gone)
             self._check_endpoints(targets, gone)
@@ -180,6 +195,7 @@ class BuiltinRegistry:
                 if self._entries.pop(identity, None) is not None:
                     self._endpoints.discard(identity)
                     self._pending.changes[identity] = None
+                    self._member_changed()
                     deleted += 1
             changed = sum(self._store(t) for t in targets)
         if changed or deleted:
@@ -193,6 +209,7 @@ class BuiltinRegistry:
         with self._lock:
             found = self._entries.pop(identity, None) is not None
             if found:
+                self._member_changed()
                 self._endpoints.discard(identity)
                 self._pending.changes[identity] = None
         if found:
@@ -205,6 +222,18 @@ class BuiltinRegistry:
         with self._lock:
             return [(e.target, max(0.0, e.expires_at - now)) for _, e in sorted(self._entries.items())]
 
+    def page(self, *, offset: int, limit: int) -> tuple[int, list[tuple[Target, float]]]:
+        """(entries in all, one page of (target, seconds until it expires) by identity): the
+        identities are sorted once per membership change, then sliced, so a page costs its rows."""
+        now = self._clock()
+        with self._lock:
+            members, keys = self._listing
+            if members != self.members:
+                keys = sorted(self._entries)
+                self._listing = (self.members, keys)
+            page = [self._entries[i] for i in keys[offset : offset + limit]]
+            return len(keys), [(e.target, max(0.0, e.expires_at - now)) for e in page]
+
     def targets(self) -> list[Target]:
         with self._lock:
             return [e.target for e in self._entries.values()]
@@ -216,6 +245,7 @@ class BuiltinRegistry:
             gone = [i for i, e in self._entries.items() if e.expires_at <= now]
             for identity in gone:
                 del self._entries[identity]
+                self._member_changed()
                 self._endpoints.discard(identity)
                 self._pending.changes[identity] = None
         if gone:
@@ -291,7 +321,14 @@ class BuiltinRegistry:
         )
         if changed:
             self._pending.changes[identity] = target
+            self.revision += 1
+            if old is None:
+                self.members += 1
         return changed
+
+    def _member_changed(self) -> None:
+        self.members += 1
+        self.revision += 1
 
     def _validate(
         self, puts: Sequence[Any], deletes: Sequence[Any]
@@ -304,7 +341,7 @@ class BuiltinRegistry:
         for index, raw in enumerate(puts):
             named = raw.get("identity") if isinstance(raw, dict) else None
             try:
-                target = self._admit(parse_target(raw, source=SOURCE, jobs=self._jobs))
+                target = self._admit(parse_target(raw, source=SOURCE, jobs=self._jobs, strict_numbers=True))
             except SpecError as exc:
                 errors.append(_error("put", index, named, exc.field or "body", exc.value, exc.reason))
                 continue
@@ -324,7 +361,7 @@ class BuiltinRegistry:
                 errors.append(
                     _error("delete", index, None, "delete", identity, "expected an identity string")
                 )
-            elif identity in seen:
+            elif normalise_identity(identity) in seen:  # 10.0.0.1:9400 is [::ffff:a00:1]:9400 too
                 errors.append(
                     _error("delete", index, identity, "delete", identity, "both put and deleted in one batch")
                 )
@@ -357,6 +394,18 @@ class BuiltinRegistry:
         except EndpointTaken as exc:
             return str(exc.reason)
         return None
+
+    def _check_regions(self, targets: Sequence[Target]) -> None:
+        """``RegionFull`` when new nodes would grow a sized region past its shard cap."""
+        if self._region_room is None:
+            return
+        by_region: dict[str, set[str]] = {}
+        for target in targets:
+            by_region.setdefault(target.region, set()).add(target.node)
+        for region, nodes in sorted(by_region.items()):
+            why = self._region_room(region, nodes)
+            if why is not None:
+                raise RegionFull(why, field="region", value=region, source=SOURCE)
 
     def _full(self) -> RegistryFull:
         return RegistryFull(

@@ -86,7 +86,9 @@ class ServeProcess:
     def placement(self) -> dict[str, str]:
         out: dict[str, str] = {}
         while True:  # pages of at most 1000 (the API's cap)
-            page = self.client.get("/v1/targets", params={"limit": 1000, "offset": len(out)}).json()
+            page = self.client.get(
+                "/v1/targets", params={"limit": 1000, "offset": len(out)}, headers=self.auth()
+            ).json()
             out.update({row["identity"]: row["shard"] for row in page["targets"]})
             if not page["targets"] or len(out) >= page["total"]:
                 return out

@@ -96,3 +96,81 @@ def test_bodies_of_arbitrary_json_never_crash_plan(tmp_path: Path) -> None:
         assert status in (200, 404, 422), (body, status)
 
     one()
+
+
+HOSTILE = [
+    "\udfff",  # a lone surrogate: valid JSON ("\\udfff"), no UTF-8
+    "a\ud800b",
+    "x" * 100_000,
+    "é" * 30_000,
+    "gpu-" + "a" * 7_900 + "://",  # the shape that made masking quadratic
+    "%ED%BF%BF",
+    "\x00",
+    "https://u:p@h/p?accessToken=abc;token=d#jwt=e",
+]
+
+
+def _hostile(value: object, pick: st.DataObject) -> object:
+    """``value`` with its strings (keys too) swapped for hostile ones, each by a draw."""
+    if isinstance(value, str):
+        return pick.draw(st.sampled_from([value, *HOSTILE]))
+    if isinstance(value, list):
+        return [_hostile(v, pick) for v in value]
+    if isinstance(value, dict):
+        return {_hostile(k, pick): _hostile(v, pick) for k, v in value.items()}
+    return value
+
+
+def test_surrogates_and_very_long_strings_never_answer_a_server_error(tmp_path: Path) -> None:
+    """The same operations with string leaves, keys and query values swapped for lone
+    surrogates, 100 kB strings and URL-ish secrets: never a 5xx, and the server keeps
+    answering reads afterwards (a stored surrogate once made every read a 500)."""
+    import asyncio
+    import json
+
+    harness = build(tmp_path)
+    harness.feed(fleet(6, region="r1") + fleet(3, region="r2", start=100))
+    schema = schemathesis.openapi.from_asgi("/openapi.json", harness.service.app)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    ran: list[tuple[str, int]] = []
+
+    async def send(method: str, path: str, query: dict[str, object], body: object, has_body: bool) -> int:
+        async with harness.client() as client:
+            response = await client.request(
+                method,
+                path,
+                params={
+                    k: v if isinstance(v, str | int | float) else json.dumps(v) for k, v in query.items()
+                },
+                content=json.dumps(body).encode() if has_body else None,  # ensure_ascii: "\udfff" escaped
+                headers={**harness.auth(), "Content-Type": "application/json"},
+            )
+            if response.status_code >= 400:
+                assert response.headers["content-type"].startswith("application/problem+json"), response.text
+            return response.status_code
+
+    for operation in operations:
+
+        @given(case=operation.as_strategy(), pick=st.data())
+        @settings(max_examples=8, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        def one(case: schemathesis.Case, pick: st.DataObject) -> None:
+            has_body = isinstance(case.body, dict | list | str | int | float) and case.method != "GET"
+            body = _hostile(case.body, pick) if has_body else None
+            query = {
+                k: pick.draw(st.sampled_from([v, "x" * 4000, "é" * 2000, "%ED%BF%BF"]))
+                if isinstance(v, str)
+                else v
+                for k, v in (case.query or {}).items()
+            }
+            status = asyncio.run(send(case.method, case.formatted_path, query, body, has_body))
+            ran.append((f"{case.method} {case.path}", status))
+            assert status < 500, (case.method, case.formatted_path, str(body)[:300])
+
+        one()
+    reads = [
+        asyncio.run(send("GET", p, {}, None, False))
+        for p in ("/v1/registry/targets", "/v1/targets", "/v1/audit")
+    ]
+    assert reads == [200, 200, 200]
+    assert len({name for name, _ in ran}) == len(operations)
+    print(f"hostile strings: {len(ran)} cases over {len(operations)} operations, 0 server errors")

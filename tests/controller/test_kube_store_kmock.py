@@ -21,7 +21,7 @@ import pytest
 
 from federation.controller.kube_store import KubeStore
 from federation.controller.state import AuditEntry
-from federation.controller.store import FencedOut, StoreConflict
+from federation.controller.store import FencedOut, StoreConflict, StoreError
 from tests.controller.ha_helpers import state
 
 CONFIGMAPS = kmock_lib.resource("", "v1", "configmaps")
@@ -84,3 +84,21 @@ async def test_save_load_conflict_and_fencing_on_kmock(kmock: Any) -> None:
         await asyncio.to_thread(lambda: a.save(second, expected_revision=2, fence=3))
     assert await asyncio.to_thread(store_for(kmock).load) == second
     assert [e.action for e in await asyncio.to_thread(store_for(kmock).audit_log)] == ["first"]
+
+
+@pytest.mark.asyncio
+async def test_a_deleted_head_is_refused_on_kmock_and_init_starts_empty(kmock: Any) -> None:
+    """Issue 29: with the head ConfigMap deleted the store no longer starts silently as a
+    fresh one (revision 2 -> 1); ``--init`` is the way out."""
+    ConfigMapLock(kmock)
+    a = store_for(kmock)
+    first = await asyncio.to_thread(
+        lambda: a.save(state(100), expected_revision=None, audit=AuditEntry(at=1.0, actor="o", action="a"))
+    )
+    await asyncio.to_thread(lambda: a.save(first, expected_revision=1))
+    kmock.objects[CONFIGMAPS, NS, "gpufed-state"].delete()
+    with pytest.raises(StoreError, match=r"head gpufed-state is missing.*--init"):
+        await asyncio.to_thread(store_for(kmock).load)
+    fresh = store_for(kmock)
+    fresh.init = True
+    assert await asyncio.to_thread(fresh.load) is None

@@ -10,7 +10,7 @@ import pytest
 
 from federation.controller.sqlite_store import SqliteStore
 from federation.controller.state import AuditEntry, ControllerState
-from federation.controller.store import FencedOut, StoreConflict
+from federation.controller.store import FencedOut, StoreConflict, StoreError
 from sharder.assign import assign
 from sharder.spec import FederationSpec
 from tests.controller.harness import fleet
@@ -124,13 +124,15 @@ def test_a_change_hint_from_the_stored_base_writes_only_its_identities(tmp_path:
     assert touched and SqliteStore(tmp_path / "state.db").load().assignment == again  # type: ignore[union-attr]
 
 
-def test_a_stored_row_that_does_not_validate_is_skipped_not_fatal(tmp_path: Path) -> None:
+def test_a_stored_row_that_does_not_validate_is_refused_naming_table_and_key(tmp_path: Path) -> None:
+    """Issue 29: a row that is JSON but not a valid target was skipped silently; now it is
+    one StoreError naming the table and key (``gpufed serve`` prints it as one error line)."""
     store = SqliteStore(tmp_path / "state.db")
     store.save_sets({"file": fleet(3)})
     store._connect().execute("INSERT INTO members VALUES ('file', 'bad', '{\"port\": 70000}')")
     store.close()
-    back = SqliteStore(tmp_path / "state.db").load_sets()
-    assert sorted(t.identity for t in back["file"]) == sorted(t.identity for t in fleet(3))
+    with pytest.raises(StoreError, match="table members, key 'file/bad': not a valid target"):
+        SqliteStore(tmp_path / "state.db").load_sets()
 
 
 def test_set_changes_are_written_as_rows(tmp_path: Path) -> None:
