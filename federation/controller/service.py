@@ -35,7 +35,7 @@ from federation.controller.leader import AlwaysLeader, LeaderElector
 from federation.controller.load import LoadOptions, LoadTracker
 from federation.controller.load_reader import PrometheusLoadReader
 from federation.controller.load_weights import LoadReader
-from federation.controller.metrics import ControllerMetrics
+from federation.controller.metrics import ControllerMetrics, register_process
 from federation.controller.options import ControllerOptions
 from federation.controller.probe import ChildProbe
 from federation.controller.publisher import Publisher
@@ -254,7 +254,9 @@ def build_service(
         options = dataclasses.replace(
             options, persist_interval_s=min(options.persist_interval_s, 1.0), sets_before_state=True
         )
-    metrics = ControllerMetrics(registry=CollectorRegistry())
+    registry = CollectorRegistry()
+    register_process(registry)  # process_cpu_seconds_total, process_resident_memory_bytes
+    metrics = ControllerMetrics(registry=registry)
     http = httpx.Client(timeout=httpx.Timeout(2.0))
     publisher = Publisher(
         out=settings.data_dir / "rendered",

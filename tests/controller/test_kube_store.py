@@ -1,4 +1,4 @@
-"""KubeStore against the ConfigMap stand-in (tests/fakes/kube_api.py) through the official
+"""KubeStore against the ConfigMap stand-in (sharder/testing/kube_standin.py) through the official
 client: the races, fencing, the 1 MiB object limit, delta writes and broken objects."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from sharder.spec import FederationSpec
 from tests.controller.ha_helpers import state
 from tests.controller.harness import fleet
 from tests.controller.store_backends import kube_api, kube_store
-from tests.fakes.kube_api import FakeKubeAPI, configmap_bytes
+from sharder.testing.kube_standin import FakeKubeAPI, configmap_bytes
 
 SPEC = FederationSpec.model_validate(
     {"cluster": "t", "regions": [{"name": "r1", "shards": 8}], "jobs": [{"name": "gpu"}]}

@@ -1,4 +1,4 @@
-"""The Kubernetes source with the official client against tests/fakes/kube_api.py (a stand-in).
+"""The Kubernetes source with the official client against sharder/testing/kube_standin.py (a stand-in).
 
 This fake serves what kmock does not: resourceVersion bookkeeping, label selectors,
 bookmarks, watch timeouts and 410 Gone (see its docstring).

@@ -1,4 +1,4 @@
-"""A small in-process Kubernetes API for list + watch, where kmock cannot serve a case.
+"""A small Kubernetes API stand-in for list + watch, where kmock cannot serve a case.
 
 kmock (the first choice, used in tests/discovery/test_kubernetes_kmock.py) lists and
 watches objects, but answers every list with resourceVersion "...", ignores label
@@ -310,3 +310,27 @@ def configmap_bytes(body: dict[str, Any]) -> int:
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": message, "reason": reason, "code": code}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the API as its own process (benchmarks): prints its port, serves until killed.
+
+    Its event history is forgotten every ``--compact-every`` seconds (as etcd compacts), so
+    a long run of state writes does not keep a copy of every ConfigMap version."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="in-process Kubernetes API (a test stand-in)")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--compact-every", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    api = FakeKubeAPI(port=args.port)
+    api.__enter__()
+    print(api.url.rsplit(":", 1)[1], flush=True)
+    stop = threading.Event()
+    while not stop.wait(args.compact_every):
+        api.compact()
+        api.requests.clear()
+
+
+if __name__ == "__main__":
+    main()
