@@ -15,9 +15,9 @@ import json
 import time
 
 from federation.controller.state import ControllerState
+from sharder.testing.kube_standin import FakeKubeAPI, configmap_bytes
 from tests.controller.ha_helpers import assignment
 from tests.controller.store_backends import kube_store
-from sharder.testing.kube_standin import FakeKubeAPI, configmap_bytes
 
 
 def main() -> None:

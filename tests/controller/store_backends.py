@@ -19,8 +19,8 @@ from federation.controller.kube_store import KubeStore
 from federation.controller.sqlite_store import SqliteStore
 from federation.controller.store import StateStore
 from sharder.testing.consul_standin import FakeConsulAgent
-from tests.controller.ha_helpers import store as consul_store
 from sharder.testing.kube_standin import FakeKubeAPI
+from tests.controller.ha_helpers import store as consul_store
 
 Opener = Callable[..., StateStore]
 BACKENDS = ("sqlite", "consul", "kubernetes")

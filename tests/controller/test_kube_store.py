@@ -16,10 +16,10 @@ from federation.controller.kube_store import KubeStore
 from federation.controller.store import FencedOut, StoreConflict, StoreError
 from sharder.assign import assign
 from sharder.spec import FederationSpec
+from sharder.testing.kube_standin import FakeKubeAPI, configmap_bytes
 from tests.controller.ha_helpers import state
 from tests.controller.harness import fleet
 from tests.controller.store_backends import kube_api, kube_store
-from sharder.testing.kube_standin import FakeKubeAPI, configmap_bytes
 
 SPEC = FederationSpec.model_validate(
     {"cluster": "t", "regions": [{"name": "r1", "shards": 8}], "jobs": [{"name": "gpu"}]}

@@ -19,10 +19,10 @@ from federation.controller.service import ServeSettings, SettingsError, build_el
 from federation.controller.store import StoreError
 from federation.spec import load_gpufed_spec
 from federation.testing.replicas import ReplicaSet, write_fleet
+from sharder.testing.kube_standin import FakeKubeAPI
 from tests.controller.ha_helpers import state
 from tests.controller.harness import TOKEN, write_spec
 from tests.controller.store_backends import kube_store
-from sharder.testing.kube_standin import FakeKubeAPI
 
 
 def kubeconfig(fake: FakeKubeAPI, path: Path) -> str:
