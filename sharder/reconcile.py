@@ -282,6 +282,17 @@ class Reconciler:
             changes = self._persister.take(now, self.sources.sets)
         self._persister.write(changes, self._whole_sets)
 
+    def take_set_changes(self) -> dict[str, dict[str, Target | None]]:
+        """Every change to the per-source sets not written yet, for a caller that writes them
+        with its own commit (the controller, before a state that places them); it hands back
+        what it could not write through :meth:`requeue_set_changes`."""
+        with self._lock:
+            return self._persister.take(self._clock(), self.sources.sets, every=True)
+
+    def requeue_set_changes(self, changes: Mapping[str, Mapping[str, Target | None]]) -> None:
+        with self._lock:
+            self._persister.requeue(changes)
+
     def _whole_sets(self) -> dict[str, list[Target]]:
         with self._lock:
             return self.sources.whole_sets()

@@ -105,7 +105,7 @@ class Controller:
             precedence=options.precedence,
             on_summary=self._on_discovery,
             observer=self.discovery,
-            store=LastKnownView(store),
+            store=LastKnownView(store, fence=self.replication.fencing_token),
             persist_interval_s=options.persist_interval_s,
         )
         self.reconciler.set_overrides(**overrides_of(self.state.desired))
@@ -204,9 +204,8 @@ class Controller:
             thread.join(timeout=5)
 
     def _journal_registry(self, gone: Mapping[str, Target | None]) -> None:
-        """A registry deletion, stored before it is acknowledged (SQLite rows; a store that
-        keeps whole sets gets it with the loop's next save, see the README)."""
-        LastKnownView(self.store).save_changes({"registry": gone})
+        """A registry deletion, durable in the store (fenced) before it is acknowledged."""
+        self.store.save_set_changes({"registry": gone}, fence=self.replication.fencing_token())
 
     # ---- the loop (``loop.run``) ------------------------------------------------------------
     def tick(self, *, idle: bool) -> None:
@@ -235,8 +234,15 @@ class Controller:
                 "handovers": handovers,
             }
         )
-        if self.options.sets_before_state:
-            self.store.save_sets(self.reconciler.source_sets())
+        if self.options.sets_before_state:  # the sets' deltas, then the state naming them
+            sets = self.reconciler.take_set_changes()
+            try:
+                if sets:
+                    self.store.save_set_changes(sets, fence=self.replication.fencing_token())
+            except StoreError:
+                self.reconciler.requeue_set_changes(sets)
+                self.metrics.store_errors.inc()
+                raise
         base, touched = self.state.assignment, self.reconciler.touched
         known = base is not None and touched is not None and self.reconciler.touched_base is base
         changed = (base, touched) if base is not None and touched is not None and known else None

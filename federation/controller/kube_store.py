@@ -49,12 +49,12 @@ from typing import Any
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from federation.controller import kube_parts
+from federation.controller import kube_parts, setbuckets
 from federation.controller.kube_objects import FORMAT, ConfigMaps, Head
 from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError, newest_audit
 from sharder.inventory import Target
-from sharder.lastknown import parse_entries, target_document
+from sharder.lastknown import parse_entries
 
 log = logging.getLogger(__name__)
 AUDIT_PAGE = 16
@@ -90,6 +90,8 @@ class KubeStore:
         self._loaded: tuple[str, ControllerState] | None = None  # (head resourceVersion, state)
         self._sets: tuple[str, dict[str, list[Target]]] | None = None
         self._written: Written | None = None
+        self._mirror: setbuckets.SetBuckets | None = None
+        """The sets as this store wrote them last (``save_set_changes`` writes the buckets it changes)."""
 
     @property
     def sets_name(self) -> str:
@@ -268,39 +270,100 @@ class KubeStore:
         return newest_audit(found, limit=limit, top=top)
 
     # ---- last known sets ------------------------------------------------------------------------
-    def save_sets(self, sets: Mapping[str, Sequence[Target]]) -> None:
-        docs = {
-            name: [{**target_document(t), "identity": t.identity} for t in targets]
-            for name, targets in sets.items()
-        }
-        total = sum(len(targets) for targets in sets.values())
+    def save_sets(self, sets: Mapping[str, Sequence[Target]], *, fence: int | None = None) -> None:
         with self._lock:
             head = self.maps.head(self.sets_name)
+            self._check_sets_fence(fence, head)
             current = head.doc.get("buckets") if head is not None else None
-            buckets = kube_parts.bucket_count(total, current=current if isinstance(current, int) else None)
-            raw = kube_parts.split_sets(docs, buckets=buckets)
-            generation = (head.revision if head is not None else 0) + 1
-            created: list[str] = []
-            parts = self.maps.write_parts(raw, head=head, generation=generation, created=created)
-            if head is not None and parts == head.parts:
+            counted = current if isinstance(current, int) else None
+            mirror = setbuckets.SetBuckets.from_sets(sets, current=counted)
+            self._write_sets(head, mirror, dirty=None, fence=fence)
+
+    def save_set_changes(self, changes: setbuckets.Changes, *, fence: int | None = None) -> None:
+        """Only the buckets holding what changed (source -> identity -> target, None: gone):
+        the cost of the change, fenced like the state."""
+        with self._lock:
+            head = self.maps.head(self.sets_name)
+            self._check_sets_fence(fence, head)
+            mirror = self._mirror
+            stored = head.revision if head is not None else 0
+            if mirror is None or mirror.version != stored or not mirror.fits(changes):
+                mirror = self._mirror_of(head, changes)
+                self._write_sets(head, mirror, dirty=None, fence=fence)
                 return
-            doc = {
-                "format": FORMAT,
-                "revision": generation,
-                "buckets": buckets,
-                "parts": parts,
-                "previous": sorted(head.objects()) if head is not None else [],
-            }
-            try:
-                self.maps.commit(self.sets_name, doc, head=head, role="head")
-            except ApiException as exc:
-                for name in created:
-                    self.maps.delete(name)
-                raise StoreConflict(expected=generation - 1, found=-1) from exc
-            self.maps.collect(head, doc)
+            self._write_sets(head, mirror, dirty=mirror.apply(changes), fence=fence)
+
+    def _check_sets_fence(self, fence: int | None, head: Head | None) -> None:
+        """``fence`` against the newest token the sets or the state recorded (a new leader's
+        first write may be either)."""
+        if fence is None:
+            return
+        _check_fence(fence, head.doc.get("fence") if head is not None else None)
+        state = self.maps.head(self.prefix)
+        _check_fence(fence, state.doc.get("fence") if state is not None else None)
+
+    def _mirror_of(self, head: Head | None, changes: setbuckets.Changes) -> setbuckets.SetBuckets:
+        """The stored sets with ``changes`` applied, cut afresh (a first delta, or a store that
+        another writer changed meanwhile)."""
+        sets = {name: {t.identity: t for t in targets} for name, targets in self._read_sets().items()}
+        for name, found in changes.items():
+            entries = sets.setdefault(name, {})
+            for identity, target in found.items():
+                if target is None:
+                    entries.pop(identity, None)
+                else:
+                    entries[identity] = target
+        current = head.doc.get("buckets") if head is not None else None
+        return setbuckets.SetBuckets.from_sets(
+            {name: list(found.values()) for name, found in sets.items()},
+            current=current if isinstance(current, int) else None,
+        )
+
+    def _write_sets(
+        self, head: Head | None, mirror: setbuckets.SetBuckets, *, dirty: set[int] | None, fence: int | None
+    ) -> None:
+        """Write the ``dirty`` buckets (None: every one), then the head (the commit point)."""
+        indexes = range(mirror.count) if dirty is None else sorted(dirty)
+        raw = {f"sets-{i}": mirror.payload(i) for i in indexes}
+        generation = (head.revision if head is not None else 0) + 1
+        created: list[str] = []
+        written = self.maps.write_parts(raw, head=head, generation=generation, created=created)
+        kept = head.parts if dirty is not None and head is not None else {}
+        parts = {**kept, **written}
+        if head is not None and parts == head.parts:
+            mirror.version = head.revision
+            self._mirror = mirror
+            return
+        recorded = head.doc.get("fence") if head is not None else None
+        newest = max(x for x in (fence, recorded, -1) if isinstance(x, int))
+        doc = {
+            "format": FORMAT,
+            "revision": generation,
+            "fence": None if newest < 0 else newest,
+            "buckets": mirror.count,
+            "parts": parts,
+            "previous": sorted(head.objects()) if head is not None else [],
+        }
+        try:
+            self.maps.commit(self.sets_name, doc, head=head, role="head")
+        except ApiException as exc:
+            for name in created:
+                self.maps.delete(name)
+            self._mirror = None
+            raise StoreConflict(expected=generation - 1, found=-1) from exc
+        except StoreError:
+            self._mirror = None
+            raise
+        self.maps.collect(head, doc)
+        mirror.version = generation
+        self._mirror = mirror
 
     def load_sets(self) -> dict[str, list[Target]]:
         """The sets (parsed through the inventory validation once per stored version)."""
+        with self._lock:
+            return self._read_sets()
+
+    def _read_sets(self) -> dict[str, list[Target]]:
         with self._lock:
             head, parts = self.maps.load_parts(self.sets_name)
             version = head.version if head is not None else ""

@@ -7,8 +7,11 @@ Three outputs, each built only from a state the store has accepted:
 * the shard metrics;
 * the config bundle (``federation.pipeline``), rendered and checked on its own thread
   (promtool takes a while and SD must not wait for it), and only when what the children's
-  configs depend on changed (:func:`config_key`), then the children whose config changed
-  are reloaded.
+  configs depend on changed (:func:`config_key`: the children set, the spec), then the
+  children whose config changed are reloaded;
+* with file_sd, between two such renders, the target lists of the shards the change
+  touched (``filesd``), swapped in file by file on the same thread (no promtool: lists are
+  not configs). Work in proportion to the change, as HTTP SD's.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import time
 from collections.abc import Mapping
 
 from federation import pipeline
-from federation.controller import sdcache
+from federation.controller import filesd, sdcache
 from federation.controller.children import Children
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.options import ControllerOptions
@@ -53,6 +56,10 @@ class Publication:
         self._config_lock = threading.Lock()
         self._config_wake = threading.Event()
         self._config_due: tuple[int, Assignment, list[Target]] | None = None
+        self._lists_due: tuple[int, sdcache.SdSnapshot, Assignment] | None = None
+        self._lists_shards: set[str] = set()
+        """file_sd: shards whose target lists changed since the last write (``_config_lock``)."""
+        self.file_sd = spec.children.target_discovery == "file_sd"
         self._config_key: object = None
         self._config_at = float("-inf")
 
@@ -64,6 +71,7 @@ class Publication:
         assignment = state.assignment
         if assignment is None:
             return
+        before = self.sd
         self.sd = sdcache.build(
             version=state.assignment_version,
             jobs=self.jobs,
@@ -84,18 +92,29 @@ class Publication:
             key = config_key(self.spec, assignment)
             now = time.monotonic()
             stale = now >= self._config_at + self.options.config_refresh_s
-            if key is None or key != self._config_key or stale:
+            if key != self._config_key or stale:
                 self._config_key, self._config_at = key, now
                 with self._config_lock:
                     self._config_due = (state.assignment_version, assignment, list(targets.values()))
+                    self._lists_due, self._lists_shards = None, set()  # the bundle holds every list
                 self._config_wake.set()
+            elif self.file_sd:
+                shards = filesd.changed_shards(before, self.sd)
+                if shards:
+                    with self._config_lock:
+                        self._lists_due = (state.assignment_version, self.sd, assignment)
+                        self._lists_shards |= shards
+                    self._config_wake.set()
 
     def publish_configs(self) -> bool:
         """Render and check the bundle of the newest assignment (outside the state lock).
         False when nothing was due or it failed (the old bundle stays served)."""
         with self._config_lock:
             due, self._config_due = self._config_due, None
-        if due is None or self.publisher is None:
+        if due is None:
+            self.publish_lists()
+            return False
+        if self.publisher is None:
             return False
         version, assignment, all_targets = due
         targets, left_out = renderable(self.jobs, all_targets, assignment)
@@ -120,7 +139,20 @@ class Publication:
             return False
         self.metrics.config_published_at.set(self.publisher.status.published_at)
         self.children.reload(changed_children(before, self.publisher.files))
+        self.publish_lists()  # changes placed while the bundle was rendered
         return True
+
+    def publish_lists(self) -> int:
+        """file_sd: write the target lists of the shards changed since the last write (on the
+        config thread, after any bundle, so a list is never older than the tree under it)."""
+        with self._config_lock:
+            due, shards = self._lists_due, self._lists_shards
+            self._lists_due, self._lists_shards = None, set()
+        if due is None or self.publisher is None:
+            return 0
+        version, snapshot, assignment = due
+        lists = filesd.target_lists(jobs=self.jobs, snapshot=snapshot, assignment=assignment, shards=shards)
+        return self.publisher.publish_lists(lists, version=version)
 
     def config_loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -151,9 +183,8 @@ def renderable(
 
 
 def config_key(spec: GpufedSpec, assignment: Assignment) -> object:
-    """What the children's configs depend on; None when it is every target (file_sd lists)."""
-    if spec.children.target_discovery == "file_sd":
-        return None
+    """What the children's configs depend on: the children set (file_sd target lists change
+    with targets, and are written apart: ``filesd``)."""
     shards = tuple(sorted((name, info.region) for name, info in assignment.shards.items()))
     return (shards, assignment.replication_factor, tuple(sorted(assignment.drained)))
 

@@ -11,7 +11,10 @@ the error is kept for ``GET /v1/configs`` and counted.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -59,6 +62,21 @@ class Publisher:
             self.status.ok, self.status.error, self.status.failed_version = False, error, version
         self.on_result("failed")
 
+    def publish_lists(self, lists: output.Bundle, *, version: int) -> int:
+        """Swap in file_sd target lists of a published bundle, each file atomically (written
+        beside it, then renamed over it); lists need no promtool. Returns the files written;
+        0 before a first bundle is served (the first full publish writes them all)."""
+        with self._lock:
+            if not self.files:
+                return 0
+            written = {path: content for path, content in lists.items() if self.files.get(path) != content}
+            for path, content in sorted(written.items()):
+                _replace_file(self.out / path, content)
+            if written:
+                self.files = {**self.files, **written}
+            self.status.version = version
+            return len(written)
+
     def publish(self, bundle: output.Bundle, *, version: int) -> bool:
         """Check what changed and switch to ``bundle``; False (old one kept) on a failed check."""
         with self._lock:
@@ -94,3 +112,18 @@ class Publisher:
             )
             self.on_result("ok")
             return True
+
+
+def _replace_file(path: Path, content: bytes) -> None:
+    """Write ``path`` so a reader sees the old bytes or the new ones, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, staged = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(content)
+        os.chmod(staged, 0o644)
+        os.replace(staged, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(staged)
+        raise

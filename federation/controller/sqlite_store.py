@@ -303,8 +303,11 @@ class SqliteStore:
             self._deleted += len(gone)
             self._reclaim_if_due(db)
 
-    def save_set_changes(self, changes: Mapping[str, Mapping[str, Target | None]]) -> None:
-        """Write the rows of what changed (identity -> target, None: gone): the cost of the change."""
+    def save_set_changes(
+        self, changes: Mapping[str, Mapping[str, Target | None]], *, fence: int | None = None
+    ) -> None:
+        """Write the rows of what changed (identity -> target, None: gone): the cost of the change.
+        Fenced like the state: a token older than the state's newest writes nothing."""
         db = self._connect()
         gone = [(name, i) for name, found in changes.items() for i, t in found.items() if t is None]
         rows = [
@@ -316,6 +319,10 @@ class SqliteStore:
         with self._write:
             try:
                 db.execute("BEGIN IMMEDIATE")
+                if fence is not None:
+                    row = db.execute("SELECT fence FROM state WHERE id = 1").fetchone()
+                    if row is not None and row[0] is not None and fence < row[0]:
+                        raise FencedOut(f"write fenced out: token {fence} is older than {row[0]}")
                 db.executemany("DELETE FROM members WHERE source = ? AND identity = ?", gone)
                 db.executemany(
                     "INSERT INTO members (source, identity, body) VALUES (?, ?, ?) "
@@ -323,6 +330,9 @@ class SqliteStore:
                     rows,
                 )
                 db.execute("COMMIT")
+            except FencedOut:
+                db.execute("ROLLBACK")
+                raise
             except sqlite3.Error as exc:
                 if db.in_transaction:
                     db.execute("ROLLBACK")

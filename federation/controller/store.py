@@ -15,7 +15,7 @@ that knows a newer token refuses the write with :class:`FencedOut`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 from federation.controller.state import AuditEntry, ControllerState
@@ -70,16 +70,25 @@ class StateStore(Protocol):
         """Persist the discovery sources' last known sets (a restart during an outage)."""
         ...
 
+    def save_set_changes(
+        self, changes: Mapping[str, Mapping[str, Target | None]], *, fence: int | None = None
+    ) -> None:
+        """Write what changed in the sets (source -> identity -> target, None: gone): the
+        cost of the change; ``fence`` as for ``save`` (``FencedOut``: nothing written)."""
+        ...
+
     def load_sets(self) -> dict[str, list[Target]]: ...
 
     def close(self) -> None: ...
 
 
 class LastKnownView:
-    """A store seen as the reconcile loop's ``LastKnownStore`` (``save(sets)``)."""
+    """A store seen as the reconcile loop's ``LastKnownStore`` (``save(sets)``); every delta
+    it writes carries the writer's fencing token (``fence()``)."""
 
-    def __init__(self, store: StateStore) -> None:
+    def __init__(self, store: StateStore, *, fence: Callable[[], int | None] = lambda: None) -> None:
         self._store = store
+        self._fence = fence
 
     def save(self, sets: Mapping[str, Sequence[Target]]) -> None:
         self._store.save_sets(sets)
@@ -88,11 +97,8 @@ class LastKnownView:
         return self._store.load_sets()
 
     def save_changes(self, changes: Mapping[str, Mapping[str, Target | None]]) -> bool:
-        """Only what changed, where the store can (SQLite rows); False: save the whole sets."""
-        save = getattr(self._store, "save_set_changes", None)
-        if save is None:
-            return False
-        save(changes)
+        """Only what changed (every store writes the rows or buckets it touched)."""
+        self._store.save_set_changes(changes, fence=self._fence())
         return True
 
 
