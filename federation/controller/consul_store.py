@@ -64,7 +64,15 @@ import requests
 from federation.controller import kvblob, kvblocks, setbuckets
 from federation.controller.consul_kv import READ_ATTEMPTS, ConsulKV, Head
 from federation.controller.state import AuditEntry, ControllerState
-from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError, newest_audit
+from federation.controller.store import (
+    Changed,
+    Commit,
+    FencedOut,
+    StoreConflict,
+    StoreError,
+    apply_in_order,
+    newest_audit,
+)
 from sharder.inventory import Target
 from sharder.lastknown import parse_entries
 
@@ -172,6 +180,9 @@ class ConsulStore(ConsulKV):
         full = state.assignment.model_copy(update={"targets": targets, "weights": weights})
         self._blocks, self._blocks_of = blocks, full
         return state.model_copy(update={"assignment": full})
+
+    def apply(self, commit: Commit, *, fence: int | None) -> ControllerState:
+        return apply_in_order(self, commit, fence=fence)
 
     def save(
         self,

@@ -36,6 +36,7 @@ from federation.controller import load as loading
 from federation.controller import loop as looping
 from federation.controller.children import Children
 from federation.controller.errors import Conflict, Unavailable
+from federation.controller.live import place as placing
 from federation.controller.load_policy import LoadPolicy
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.options import ControllerOptions
@@ -48,8 +49,8 @@ from federation.controller.settling import HandoverSettler
 from federation.controller.state import AuditEntry, ControllerState, Handover, overrides_of
 from federation.controller.store import (
     Changed,
+    Commit,
     FencedOut,
-    LastKnownView,
     StateStore,
     StoreConflict,
     StoreError,
@@ -63,6 +64,7 @@ from sharder.inventory import Target
 from sharder.reconcile import Reconciler
 from sharder.sources.registry import SOURCE as REGISTRY
 from sharder.sources.registry import BuiltinRegistry
+from sharder.step import NO_SETS, SetChanges, Step
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +105,8 @@ class Controller:
             grace_s=options.grace_s,
             hysteresis=options.hysteresis,
             precedence=options.precedence,
-            on_summary=self._on_discovery,
             observer=self.discovery,
-            store=LastKnownView(store, fence=self.replication.fencing_token),
-            persist_interval_s=options.persist_interval_s,
+            sets_in_steps=True,  # each step's set changes commit with its state (``store.apply``)
         )
         self.reconciler.set_overrides(**overrides_of(self.state.desired))
         self.registry = BuiltinRegistry(
@@ -208,62 +208,45 @@ class Controller:
         self.store.save_set_changes({"registry": gone}, fence=self.replication.fencing_token())
 
     # ---- the loop (``loop.run``) ------------------------------------------------------------
-    def tick(self, *, idle: bool) -> None:
-        """One reconcile step as the leader; idle after a restart: index for the first change."""
+    def tick(self, *, idle: bool) -> Step | None:
+        """One reconcile step as the leader, committed and published (the step, or None when
+        nothing was due); idle after a restart: index for the first change."""
         with self._lock:
-            if self.reconciler.tick() is None and idle:
+            step = self.reconciler.step()
+            if step is not None:
+                self._run_step(step)
+            elif idle:
                 self.reconciler.prepare()
+            return step
 
-    def _on_discovery(self, assignment: Assignment, plan: planning.PlanSummary) -> None:
-        """A new assignment from the reconcile loop (lock held by ``_loop``)."""
-        targets = self._known_targets()
-        handovers = self._handovers(self.state.assignment, assignment, targets)
-        audit = None
-        if plan.counts.shards_added or plan.counts.shards_removed:
-            audit = AuditEntry(
-                at=self._wall(),
-                actor="discovery",
-                action="resize",
-                detail={"added_shards": plan.added_shards, "removed_shards": plan.removed_shards},
-                moved=plan.counts.moved,
-            )
-        state = self.state.model_copy(
-            update={
-                "assignment": assignment,
-                "assignment_version": self.state.assignment_version + 1,
-                "handovers": handovers,
-            }
+    def _run_step(self, step: Step) -> None:
+        """A reconcile step, forward: place (hand-overs, audit) -> commit -> publish (lock held)."""
+        base = self.state.assignment
+        state, audit = placing.state_after(
+            self.state, step, settler=self.settler, now=self._wall()
         )
-        if self.options.sets_before_state:  # the sets' deltas, then the state naming them
-            sets = self.reconciler.take_set_changes()
-            try:
-                if sets:
-                    self.store.save_set_changes(sets, fence=self.replication.fencing_token())
-            except StoreError:
-                self.reconciler.requeue_set_changes(sets)
-                self.metrics.store_errors.inc()
-                raise
-        base, touched = self.state.assignment, self.reconciler.touched
-        known = base is not None and touched is not None and self.reconciler.touched_base is base
-        changed = (base, touched) if base is not None and touched is not None and known else None
-        self._commit(state, audit=audit, changed=changed)
-        self.metrics.moves.labels(cause="discovery").inc(plan.counts.moved)
-        fields = self.reconciler.changed
-        sd_changed = (base, fields) if known and base is not None and fields is not None else None
-        self.publication.publish(self.state, targets, changed=sd_changed)
+        try:
+            self._commit(state, audit=audit, changed=step.delta_of(base), sets=step.sets)
+        except StoreError:
+            self.reconciler.requeue_set_changes(step.sets)  # written with the next step
+            raise
+        self.metrics.moves.labels(cause="discovery").inc(step.summary.counts.moved)
+        self.publication.publish(self.state, step.targets, changed=step.sd_delta_of(base))
 
     # ---- state writes ---------------------------------------------------------------------
     def _commit(
-        self, state: ControllerState, *, audit: AuditEntry | None, changed: Changed | None = None
+        self,
+        state: ControllerState,
+        *,
+        audit: AuditEntry | None,
+        changed: Changed | None = None,
+        sets: SetChanges = NO_SETS,
     ) -> None:
+        """One fenced call writes the state, its audit entry and the step's set changes."""
+        expected = self.state.revision if self.state.revision else None
+        commit = Commit(state=state, expected_revision=expected, audit=audit, changed=changed, sets=sets)
         try:
-            self.state = self.store.save(
-                state,
-                expected_revision=self.state.revision if self.state.revision else None,
-                audit=audit,
-                fence=self.replication.fencing_token(),
-                changed=changed,
-            )
+            self.state = self.store.apply(commit, fence=self.replication.fencing_token())
         except (StoreConflict, FencedOut):
             self.metrics.store_errors.inc()
             self._resync()
@@ -293,10 +276,8 @@ class Controller:
     def _handovers(
         self, previous: Assignment | None, current: Assignment, targets: Mapping[str, Target]
     ) -> list[Handover]:
-        rec = self.reconciler
-        only = rec.touched if rec.touched_base is previous and rec.assignment is current else None
         return self.settler.for_change(
-            previous, current, existing=self.state.handovers, targets=targets, touched=only, now=self._wall()
+            previous, current, existing=self.state.handovers, targets=targets, touched=None, now=self._wall()
         )
 
     def settle(self) -> int:

@@ -52,7 +52,15 @@ from kubernetes.client.exceptions import ApiException
 from federation.controller import kube_parts, setbuckets
 from federation.controller.kube_objects import FORMAT, ConfigMaps, Head
 from federation.controller.state import AuditEntry, ControllerState
-from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError, newest_audit
+from federation.controller.store import (
+    Changed,
+    Commit,
+    FencedOut,
+    StoreConflict,
+    StoreError,
+    apply_in_order,
+    newest_audit,
+)
 from sharder.inventory import Target
 from sharder.lastknown import parse_entries
 
@@ -116,6 +124,9 @@ class KubeStore:
                 )
             self._loaded = (head.version, state)
             return state
+
+    def apply(self, commit: Commit, *, fence: int | None) -> ControllerState:
+        return apply_in_order(self, commit, fence=fence)
 
     def save(
         self,

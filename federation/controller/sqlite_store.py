@@ -38,10 +38,11 @@ from pydantic import TypeAdapter
 
 from federation.controller import integrity
 from federation.controller.state import AuditEntry, ControllerState
-from federation.controller.store import Changed, FencedOut, StoreConflict, StoreError
+from federation.controller.store import Changed, Commit, FencedOut, StoreConflict, StoreError
 from sharder.assignment import Assignment
 from sharder.inventory import Target
 from sharder.lastknown import parse_entries, target_document
+from sharder.step import SetChanges
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,11 @@ class SqliteStore:
         full = assignment.model_copy(update={"targets": placed.shards, "weights": placed.weights})
         return state.model_copy(update={"assignment": full})
 
+    def apply(self, commit: Commit, *, fence: int | None) -> ControllerState:
+        """State, audit entry and set rows in one transaction."""
+        return self.save(commit.state, expected_revision=commit.expected_revision, audit=commit.audit,
+                         fence=fence, changed=commit.changed, sets=commit.sets)  # fmt: skip
+
     def save(
         self,
         state: ControllerState,
@@ -159,6 +165,7 @@ class SqliteStore:
         audit: AuditEntry | None = None,
         fence: int | None = None,
         changed: Changed | None = None,
+        sets: SetChanges | None = None,
     ) -> ControllerState:
         db = self._connect()
         with self._write:
@@ -173,6 +180,8 @@ class SqliteStore:
                         raise FencedOut(f"write fenced out: token {fence} is older than {row[1]}")
                     stored = state.model_copy(update={"revision": (found or 0) + 1})
                     placed = self._write_placements(db, stored.assignment, changed)
+                    if sets:
+                        self._write_members(db, sets)
                     db.execute(
                         "INSERT INTO state (id, revision, fence, body) VALUES (1, ?, ?, ?) "
                         "ON CONFLICT (id) DO UPDATE SET revision = excluded.revision, "
@@ -309,13 +318,6 @@ class SqliteStore:
         """Write the rows of what changed (identity -> target, None: gone): the cost of the change.
         Fenced like the state: a token older than the state's newest writes nothing."""
         db = self._connect()
-        gone = [(name, i) for name, found in changes.items() for i, t in found.items() if t is None]
-        rows = [
-            (name, i, json.dumps(target_document(t), separators=(",", ":")))
-            for name, found in changes.items()
-            for i, t in found.items()
-            if t is not None
-        ]
         with self._write:
             try:
                 db.execute("BEGIN IMMEDIATE")
@@ -323,12 +325,7 @@ class SqliteStore:
                     row = db.execute("SELECT fence FROM state WHERE id = 1").fetchone()
                     if row is not None and row[0] is not None and fence < row[0]:
                         raise FencedOut(f"write fenced out: token {fence} is older than {row[0]}")
-                db.executemany("DELETE FROM members WHERE source = ? AND identity = ?", gone)
-                db.executemany(
-                    "INSERT INTO members (source, identity, body) VALUES (?, ?, ?) "
-                    "ON CONFLICT (source, identity) DO UPDATE SET body = excluded.body",
-                    rows,
-                )
+                self._write_members(db, changes)
                 db.execute("COMMIT")
             except FencedOut:
                 db.execute("ROLLBACK")
@@ -339,8 +336,25 @@ class SqliteStore:
                 raise StoreError(f"state store {self.path}: {exc}") from exc
             finally:
                 self._members = None  # the whole-set cache no longer matches: re-read if needed
-            self._deleted += len(gone)
             self._reclaim_if_due(db)
+
+    def _write_members(self, db: sqlite3.Connection, changes: SetChanges) -> None:
+        """The set rows of ``changes`` (inside the caller's transaction)."""
+        gone = [(name, i) for name, found in changes.items() for i, t in found.items() if t is None]
+        rows = [
+            (name, i, json.dumps(target_document(t), separators=(",", ":")))
+            for name, found in changes.items()
+            for i, t in found.items()
+            if t is not None
+        ]
+        db.executemany("DELETE FROM members WHERE source = ? AND identity = ?", gone)
+        db.executemany(
+            "INSERT INTO members (source, identity, body) VALUES (?, ?, ?) "
+            "ON CONFLICT (source, identity) DO UPDATE SET body = excluded.body",
+            rows,
+        )
+        self._members = None  # the whole-set cache no longer matches: re-read if needed
+        self._deleted += len(gone)
 
     def reclaim(self) -> None:
         """Give the pages of deleted rows back to the file system, and empty the WAL."""

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from federation.controller.state import AuditEntry, ControllerState
 from sharder.assignment import Assignment
 from sharder.inventory import Target
+from sharder.step import SetChanges
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +44,26 @@ class FencedOut(StoreError):
     """A write from a deposed leader."""
 
 
+@dataclass(frozen=True)
+class Commit:
+    """Everything one change writes, in one fenced call (:meth:`StateStore.apply`): the
+    state (check-and-set on ``expected_revision``), its audit entry, the set changes the
+    step carries, and ``changed`` (what placement may differ from the stored assignment,
+    so a store writes only those rows, blocks or buckets)."""
+
+    state: ControllerState
+    expected_revision: int | None
+    audit: AuditEntry | None = None
+    changed: Changed | None = None
+    sets: SetChanges = field(default_factory=dict)
+
+
 class StateStore(Protocol):
+    def apply(self, commit: Commit, *, fence: int | None) -> ControllerState:
+        """Write ``commit`` (a writer with a ``fence`` older than the newest recorded writes
+        none of it: ``FencedOut``); returns the state with its new ``revision``."""
+        ...
+
     def load(self) -> ControllerState | None:
         """The stored state, or None before the first write."""
         ...
@@ -116,3 +137,16 @@ def newest_audit(found: Mapping[int, Mapping[str, Any]], *, limit: int, top: int
         if len(out) >= limit:
             break
     return out
+
+
+def apply_in_order(store: Any, commit: Commit, *, fence: int | None) -> ControllerState:
+    """A key-value store's :meth:`StateStore.apply`: the set buckets first, then the state
+    head, the commit point (a reader never meets a state naming sets not written yet), both
+    checked against ``fence``."""
+    if commit.sets:
+        store.save_set_changes(commit.sets, fence=fence)
+    saved: ControllerState = store.save(
+        commit.state, expected_revision=commit.expected_revision, audit=commit.audit, fence=fence,
+        changed=commit.changed,
+    )  # fmt: skip
+    return saved

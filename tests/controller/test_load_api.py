@@ -101,7 +101,7 @@ def build(tmp_path: Path, *, load: LoadOptions | None, reader: ScriptedReader | 
     controller = service.controller
     controller.reconciler.on_change("file", fleet())
     with controller._lock:
-        controller.reconciler.tick()
+        controller.tick(idle=False)
     assert controller.ready
     return service
 

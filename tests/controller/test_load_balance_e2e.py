@@ -177,7 +177,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             targets = inventory(fleet, heavy)
             service.controller.reconciler.on_change("file", targets)
             with service.controller._lock:
-                service.controller.reconciler.tick()
+                service.controller.tick(idle=False)
             try:
                 yield Stack(service=service, prometheus=prometheus, targets=targets)
             finally:

@@ -59,7 +59,7 @@ def test_no_get_audit_or_log_shows_a_secret(
         "file", [t for i, r in enumerate(regions) for t in fleet(5, region=r, start=100 * i)]
     )
     with controller._lock:
-        controller.reconciler.tick()
+        controller.tick(idle=False)
     controller.publish_configs()
 
     async def everything() -> list[str]:
