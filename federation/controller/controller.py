@@ -30,24 +30,26 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from federation.controller import adoption, plans, sdcache
 from federation.controller import changes as changing
-from federation.controller import load as loading
-from federation.controller import loop as looping
-from federation.controller.children import Children
+from federation.controller import plans
 from federation.controller.errors import Conflict, Unavailable
+from federation.controller.ha import adoption
+from federation.controller.ha.replica import Replication
+from federation.controller.live import inbox as looping
 from federation.controller.live import place as placing
-from federation.controller.load_policy import LoadPolicy
+from federation.controller.live import sdcache
+from federation.controller.live.children import Children
+from federation.controller.live.probe import ChildProbe
+from federation.controller.live.publish import Publication
+from federation.controller.live.publisher import Publisher
+from federation.controller.live.settling import HandoverSettler
+from federation.controller.load import tracker as loading
+from federation.controller.load.policy import LoadPolicy
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.options import ControllerOptions
 from federation.controller.plans import ApplyResult, PlannedChange
-from federation.controller.probe import ChildProbe
-from federation.controller.publication import Publication
-from federation.controller.publisher import Publisher
-from federation.controller.replica import Replication
-from federation.controller.settling import HandoverSettler
 from federation.controller.state import AuditEntry, ControllerState, Handover, overrides_of
-from federation.controller.store import (
+from federation.controller.stores.store import (
     Changed,
     Commit,
     FencedOut,

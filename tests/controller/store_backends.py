@@ -15,9 +15,9 @@ from typing import Any
 
 import kubernetes
 
-from federation.controller.kube_store import KubeStore
-from federation.controller.sqlite_store import SqliteStore
-from federation.controller.store import StateStore
+from federation.controller.stores.kube_store import KubeStore
+from federation.controller.stores.sqlite_store import SqliteStore
+from federation.controller.stores.store import StateStore
 from sharder.testing.consul_standin import FakeConsulAgent
 from sharder.testing.kube_standin import FakeKubeAPI
 from tests.controller.ha_helpers import store as consul_store

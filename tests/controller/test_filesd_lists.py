@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 
 from federation import pipeline
-from federation.controller import filesd
-from federation.controller.sdcache import SdSnapshot, ShardAnswers
+from federation.controller.live import filesd
+from federation.controller.live.sdcache import SdSnapshot, ShardAnswers
 from federation.spec import load_gpufed_spec
 from sharder.inventory import Target
 from tests.controller.harness import ControllerHarness, build, fleet, spec_document

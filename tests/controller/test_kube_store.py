@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from federation.controller import kube_parts
-from federation.controller.kube_objects import ConfigMaps, Head
-from federation.controller.kube_store import KubeStore
-from federation.controller.store import FencedOut, StoreConflict, StoreError
+from federation.controller.stores import kube_parts
+from federation.controller.stores.kube_objects import ConfigMaps, Head
+from federation.controller.stores.kube_store import KubeStore
+from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
 from sharder.assign import assign
 from sharder.spec import FederationSpec
 from sharder.testing.kube_standin import FakeKubeAPI, configmap_bytes

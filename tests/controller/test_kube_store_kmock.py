@@ -19,9 +19,9 @@ import kmock as kmock_lib
 import kubernetes
 import pytest
 
-from federation.controller.kube_store import KubeStore
 from federation.controller.state import AuditEntry
-from federation.controller.store import FencedOut, StoreConflict
+from federation.controller.stores.kube_store import KubeStore
+from federation.controller.stores.store import FencedOut, StoreConflict
 from tests.controller.ha_helpers import state
 
 CONFIGMAPS = kmock_lib.resource("", "v1", "configmaps")

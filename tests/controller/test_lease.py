@@ -30,8 +30,8 @@ import pytest
 from kubernetes.client import CoordinationV1Api
 from kubernetes.client.exceptions import ApiException
 
-from federation.controller.leader import LeaderElector
-from federation.controller.lease import ADDRESS_ANNOTATION, LeaseConfig, LeaseElector
+from federation.controller.ha.leader import LeaderElector
+from federation.controller.ha.lease import ADDRESS_ANNOTATION, LeaseConfig, LeaseElector
 
 LEASES = kmock_lib.resource("coordination.k8s.io", "v1", "leases")
 NS, NAME = "monitoring", "gpufed-controller"

@@ -17,9 +17,9 @@ from fastapi import FastAPI
 
 from federation.controller.changes import ChangeRequest
 from federation.controller.controller import Controller
+from federation.controller.ha.replica import Replication
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.options import ControllerOptions
-from federation.controller.replica import Replication
 from federation.controller.service import (
     ServeSettings,
     Service,
@@ -27,7 +27,7 @@ from federation.controller.service import (
     build_service,
     parse_store_url,
 )
-from federation.controller.store import FencedOut, StoreConflict
+from federation.controller.stores.store import FencedOut, StoreConflict
 from sharder.testing.consul_standin import FakeConsulAgent
 from tests.conftest import wait_for
 from tests.controller.ha_helpers import store

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from federation.controller.http.redact import redact_file
+from federation.controller.live.publisher import Publisher
 from federation.controller.options import ControllerOptions
-from federation.controller.publisher import Publisher
-from federation.controller.redact import redact_file
 from federation.controller.service import ServeSettings, build_service
 from federation.spec import load_gpufed_spec
 from sharder.errors import ConfigCheckError

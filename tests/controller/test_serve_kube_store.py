@@ -14,9 +14,9 @@ import yaml
 from typer.testing import CliRunner
 
 from federation.cli import _register, app
-from federation.controller.kube_store import KubeStore
 from federation.controller.service import ServeSettings, SettingsError, build_elector, build_store
-from federation.controller.store import StoreError
+from federation.controller.stores.kube_store import KubeStore
+from federation.controller.stores.store import StoreError
 from federation.spec import load_gpufed_spec
 from federation.testing.replicas import ReplicaSet, write_fleet
 from sharder.testing.kube_standin import FakeKubeAPI

@@ -1,6 +1,6 @@
 """The StateStore contract, one set of tests over SQLite, Consul KV and the Kubernetes API.
 
-What every store promises (``federation.controller.store``): check-and-set on the
+What every store promises (``federation.controller.stores.store``): check-and-set on the
 revision, fencing by the leadership token, state and audit entry committed together,
 last known sets kept, and a restart (a new store object) loading exactly what was saved.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from federation.controller.state import AuditEntry, ControllerState, Desired
-from federation.controller.store import FencedOut, StoreConflict
+from federation.controller.stores.store import FencedOut, StoreConflict
 from tests.controller.ha_helpers import state
 from tests.controller.harness import fleet
 from tests.controller.store_backends import BACKENDS, Opener, backend

@@ -8,7 +8,7 @@ is passed in); the façade commits what it returns.
 
 from __future__ import annotations
 
-from federation.controller.settling import HandoverSettler
+from federation.controller.live.settling import HandoverSettler
 from federation.controller.state import AuditEntry, ControllerState
 from sharder.step import Step
 

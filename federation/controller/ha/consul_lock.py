@@ -18,7 +18,7 @@ follower takes over a lock-delay later. The session keeps a TTL too, as a backst
 
 **Timing.** Every TTL/3 a replica marks its check passing and renews its session. The
 leader counts its lease from the start of the last round in which both succeeded
-(:class:`~federation.controller.leader.LocalLease`): neither can run out earlier, so a
+(:class:`~federation.controller.ha.leader.LocalLease`): neither can run out earlier, so a
 leader that was paused or cut off from Consul stops acting as leader before Consul can
 hand the lock to anyone. ``resign`` on a clean shutdown releases the lock at once (a
 release, unlike an invalidation, starts no lock-delay), destroys the session and
@@ -59,7 +59,7 @@ from urllib.parse import urlsplit
 import consul
 import requests
 
-from federation.controller.leader import LocalLease
+from federation.controller.ha.leader import LocalLease
 
 log = logging.getLogger(__name__)
 MAX_BLOCK_S = 2.0
@@ -67,7 +67,7 @@ Errors = (consul.ConsulException, requests.RequestException, KeyError, TypeError
 
 
 class ConsulLock:
-    """A :class:`~federation.controller.leader.LeaderElector` over a Consul session lock."""
+    """A :class:`~federation.controller.ha.leader.LeaderElector` over a Consul session lock."""
 
     def __init__(
         self,

@@ -22,13 +22,13 @@ import time
 from collections.abc import Mapping
 
 from federation import pipeline
-from federation.controller import filesd, sdcache
-from federation.controller.children import Children
+from federation.controller.live import filesd, sdcache
+from federation.controller.live.children import Children
+from federation.controller.live.publisher import Publisher
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.options import ControllerOptions
-from federation.controller.publisher import Publisher
 from federation.controller.state import ControllerState
-from federation.controller.store import Changed
+from federation.controller.stores.store import Changed
 from federation.spec import GpufedSpec
 from sharder.assignment import Assignment
 from sharder.inventory import Target

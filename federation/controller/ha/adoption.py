@@ -16,11 +16,11 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from federation.controller import replica as replicating
+from federation.controller.ha import replica as replicating
+from federation.controller.ha.replica import Replication
 from federation.controller.options import ControllerOptions
-from federation.controller.replica import Replication
 from federation.controller.state import AuditEntry, ControllerState, overrides_of
-from federation.controller.store import StateStore
+from federation.controller.stores.store import StateStore
 from sharder.assignment import Assignment
 from sharder.documents import gc_paused
 from sharder.inventory import Target

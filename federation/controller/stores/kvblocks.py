@@ -15,7 +15,7 @@ import json
 import sys
 from collections.abc import Collection, Mapping
 
-from federation.controller import kvblob
+from federation.controller.stores import kvblob
 from sharder.assignment import Assignment
 
 Members = dict[str, int | None]

@@ -16,8 +16,8 @@ from typing import Any
 import consul
 import requests
 
-from federation.controller import kvblob
-from federation.controller.store import StoreError
+from federation.controller.stores import kvblob
+from federation.controller.stores.store import StoreError
 
 log = logging.getLogger(__name__)
 FORMATS = (1, 2)

@@ -1,7 +1,7 @@
 """Replication: which replica may write, with which fencing token, and what a follower adopts.
 
 Several ``gpufed serve`` processes share one store (Consul KV); the elector
-(``federation.controller.leader``) says which one may write. :class:`Replication` is the
+(``federation.controller.ha.leader``) says which one may write. :class:`Replication` is the
 collaborator the controller's commit step asks; it holds no controller state and never
 calls back into the controller (data flows one way: it answers, the controller acts):
 
@@ -30,10 +30,10 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from federation.controller.children import Children
+from federation.controller.live.children import Children
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.state import AuditEntry, ControllerState
-from federation.controller.store import StateStore, StoreError
+from federation.controller.stores.store import StateStore, StoreError
 from sharder.assignment import Assignment
 from sharder.inventory import Target
 from sharder.targetsets import merge_sets

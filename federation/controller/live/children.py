@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from federation.controller.live.probe import ChildProbe, ScrapeState, TargetKey
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.options import ControllerOptions
-from federation.controller.probe import ChildProbe, ScrapeState, TargetKey
 from federation.controller.state import Handover
 from federation.spec import GpufedSpec
 from sharder.assignment import Assignment

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from federation.controller import handover as handing
-from federation.controller.children import Answers, Children
+from federation.controller.live import handover as handing
+from federation.controller.live.children import Answers, Children
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.options import ControllerOptions
 from federation.controller.state import ControllerState, Handover

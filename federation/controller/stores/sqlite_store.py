@@ -36,9 +36,9 @@ from typing import NamedTuple
 
 from pydantic import TypeAdapter
 
-from federation.controller import integrity
 from federation.controller.state import AuditEntry, ControllerState
-from federation.controller.store import Changed, Commit, FencedOut, StoreConflict, StoreError
+from federation.controller.stores import integrity
+from federation.controller.stores.store import Changed, Commit, FencedOut, StoreConflict, StoreError
 from sharder.assignment import Assignment
 from sharder.inventory import Target
 from sharder.lastknown import parse_entries, target_document

@@ -24,14 +24,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from federation import meta_monitoring
-from federation.controller import errors, routes_changes, routes_registry
-from federation.controller.api_deps import Forbidden
-from federation.controller.auth import Authenticator
+from federation.controller import errors
 from federation.controller.controller import Controller
-from federation.controller.http_guards import BodyGuard, RelativeRedirects, problem
-from federation.controller.ratelimit import RateLimited, RateLimiter
-from federation.controller.redact import redact_file
-from federation.controller.store import StoreError
+from federation.controller.http import routes_changes, routes_registry
+from federation.controller.http.api_deps import Forbidden
+from federation.controller.http.auth import Authenticator
+from federation.controller.http.http_guards import BodyGuard, RelativeRedirects, problem
+from federation.controller.http.ratelimit import RateLimited, RateLimiter
+from federation.controller.http.redact import redact_file
+from federation.controller.stores.store import StoreError
 from sharder.errors import SharderError
 from sharder.sources.registry import RegistryFull
 

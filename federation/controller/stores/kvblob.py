@@ -1,6 +1,6 @@
 """Documents too big for one KV value: compressed, split into chunks, named by a small head.
 
-Pure (no I/O): :mod:`federation.controller.consul_store` writes what :func:`encode` gives
+Pure (no I/O): :mod:`federation.controller.stores.consul_store` writes what :func:`encode` gives
 and reads back through :func:`decode`. Consul refuses values over 512 KiB; a controller
 state for 10,000 targets is a few MiB of JSON but compresses about tenfold, so most
 states are one chunk and a large one a handful.

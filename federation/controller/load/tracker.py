@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from federation.controller import load_weights as weighing
+from federation.controller.load import weights as weighing
 from sharder import plan as planning
 from sharder.assignment import Assignment
 from sharder.inventory import Target

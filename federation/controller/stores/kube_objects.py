@@ -23,8 +23,8 @@ import urllib3
 from kubernetes.client import CoreV1Api, V1ConfigMap, V1ObjectMeta
 from kubernetes.client.exceptions import ApiException
 
-from federation.controller import kube_parts
-from federation.controller.store import StoreError
+from federation.controller.stores import kube_parts
+from federation.controller.stores.store import StoreError
 
 log = logging.getLogger(__name__)
 FORMAT = 1

@@ -1,7 +1,7 @@
 """Leader election on a Kubernetes ``coordination.k8s.io/v1`` Lease, for ``gpufed serve`` in a cluster.
 
 The one module of ``federation`` that imports ``kubernetes`` (``.importlinter`` holds it
-to that). :class:`LeaseElector` is a ``LeaderElector`` (``federation.controller.leader``):
+to that). :class:`LeaseElector` is a ``LeaderElector`` (``federation.controller.ha.leader``):
 ``is_leader``, ``fence``, ``leader_address``, ``run``, ``resign``. The algorithm is
 client-go's ``leaderelection`` (what kube-controller-manager runs), in one round,
 :meth:`LeaseElector.try_acquire_or_renew`:

@@ -12,9 +12,9 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from federation.controller import plans
-from federation.controller.api_deps import Ctl, Writer
 from federation.controller.changes import ChangeRequest
-from federation.controller.redact import redact_data
+from federation.controller.http.api_deps import Ctl, Writer
+from federation.controller.http.redact import redact_data
 
 router = APIRouter()
 

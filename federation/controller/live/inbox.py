@@ -13,22 +13,32 @@ import gc
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from federation.controller.options import ControllerOptions
-from federation.controller.replica import Replication
 from sharder.documents import gc_paused
 from sharder.reconcile import Reconciler
 
 log = logging.getLogger(__name__)
 
 
+class Leadership(Protocol):
+    """Whether this replica writes (``ha.replica.Replication`` is one)."""
+
+    def may_write(self) -> bool: ...
+
+    def on_leadership_change(self, leading: bool, *, take_over: Callable[[], None]) -> None: ...
+
+
 class LoopHost(Protocol):
     """What a pass runs; ``Controller`` is one."""
 
     reconciler: Reconciler
-    replication: Replication
     options: ControllerOptions
+
+    @property
+    def replication(self) -> Leadership: ...
 
     def take_over(self) -> None: ...
 

@@ -1,6 +1,6 @@
 """The shared state store: Consul KV, so several ``gpufed serve`` replicas see one state.
 
-Same contract as ``sqlite_store`` (:class:`~federation.controller.store.StateStore`):
+Same contract as ``sqlite_store`` (:class:`~federation.controller.stores.store.StateStore`):
 every ``save`` is check-and-set, a lost CAS raises ``StoreConflict`` and never
 overwrites, and a write carrying a fencing token older than the newest one recorded
 raises ``FencedOut``. The only module of the controller that imports py-consul besides
@@ -61,10 +61,10 @@ from typing import Any
 import consul
 import requests
 
-from federation.controller import kvblob, kvblocks, setbuckets
-from federation.controller.consul_kv import READ_ATTEMPTS, ConsulKV, Head
 from federation.controller.state import AuditEntry, ControllerState
-from federation.controller.store import (
+from federation.controller.stores import kvblob, kvblocks, setbuckets
+from federation.controller.stores.consul_kv import READ_ATTEMPTS, ConsulKV, Head
+from federation.controller.stores.store import (
     Changed,
     Commit,
     FencedOut,

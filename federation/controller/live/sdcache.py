@@ -13,7 +13,7 @@ import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from federation.controller import handover as handing
+from federation.controller.live import handover as handing
 from federation.controller.state import Handover
 from sharder.assignment import Assignment
 from sharder.inventory import Target

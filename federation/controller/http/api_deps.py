@@ -8,8 +8,8 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 
 from federation.controller import errors
-from federation.controller.auth import Authenticator, Caller
 from federation.controller.controller import Controller
+from federation.controller.http.auth import Authenticator, Caller
 
 
 class Forbidden(errors.ControllerError):

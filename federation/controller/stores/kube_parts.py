@@ -1,6 +1,6 @@
 """How the Kubernetes store cuts a document into objects under the API's 1 MiB limit.
 
-Pure (no I/O): :mod:`federation.controller.kube_store` writes what :func:`pack` gives
+Pure (no I/O): :mod:`federation.controller.stores.kube_store` writes what :func:`pack` gives
 and reads back through :func:`unpack`. A ConfigMap holds at most 1 MiB, so a state is
 split in two steps:
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from federation.controller.state import AuditEntry
-from federation.controller.store import StoreError
+from federation.controller.stores.store import StoreError
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from federation.controller import changes as changing
-from federation.controller import load as loading
-from federation.controller.children import Children
 from federation.controller.errors import Invalid, NotFound
+from federation.controller.live.children import Children
+from federation.controller.load import tracker as loading
 from federation.controller.plans import ApplyResult, PlannedChange
 from federation.controller.state import ControllerState
 from federation.spec import GpufedSpec

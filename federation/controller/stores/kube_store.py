@@ -1,7 +1,7 @@
 """The shared state store in the Kubernetes API: ConfigMaps, so replicas need no Consul.
 
 Same contract as ``sqlite_store`` and ``consul_store``
-(:class:`~federation.controller.store.StateStore`): every ``save`` is check-and-set,
+(:class:`~federation.controller.stores.store.StateStore`): every ``save`` is check-and-set,
 a lost race raises ``StoreConflict`` and never overwrites, a write carrying a fencing
 token older than the newest one recorded raises ``FencedOut``. The one module of
 ``federation`` besides ``lease`` that imports ``kubernetes`` (``.importlinter``).
@@ -49,10 +49,10 @@ from typing import Any
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from federation.controller import kube_parts, setbuckets
-from federation.controller.kube_objects import FORMAT, ConfigMaps, Head
 from federation.controller.state import AuditEntry, ControllerState
-from federation.controller.store import (
+from federation.controller.stores import kube_parts, setbuckets
+from federation.controller.stores.kube_objects import FORMAT, ConfigMaps, Head
+from federation.controller.stores.store import (
     Changed,
     Commit,
     FencedOut,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from federation.controller.sdcache import SdSnapshot
+from federation.controller.live.sdcache import SdSnapshot
 from sharder import output
 from sharder.assignment import Assignment
 from sharder.inventory import Target

@@ -14,9 +14,9 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from federation.controller import errors
-from federation.controller.api_deps import Ctl, Registrar
-from federation.controller.http_guards import problem
-from federation.controller.ratelimit import RateLimiter
+from federation.controller.http.api_deps import Ctl, Registrar
+from federation.controller.http.http_guards import problem
+from federation.controller.http.ratelimit import RateLimiter
 from sharder.lastknown import target_document
 from sharder.sources.registry import BatchInvalid, EndpointTaken, IdentityMismatch
 
