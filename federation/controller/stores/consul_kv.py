@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import consul
 import requests
 
-from federation.controller.stores import kvblob
+from federation.controller.stores import kvblob, kvblocks
 from federation.controller.stores.store import StoreError
 
 log = logging.getLogger(__name__)
@@ -119,3 +120,18 @@ class ConsulKV:
                 self.client.kv.delete(folder, recurse=True)
         except (consul.ConsulException, requests.RequestException) as exc:  # the next save tries again
             log.warning("state store %s: collecting old chunks under %s failed: %s", self.where, prefix, exc)
+
+    def _collect_blocks(
+        self, named: Mapping[str, kvblocks.Descriptor], *, current: int, area: str = "state-blocks"
+    ) -> None:
+        """Blocks no longer named, once older than the previous generation (``kvblob.collectable``):
+        a reader holding the previous head still finds what it names."""
+        prefix = f"{self.prefix}/{area}/"
+        keep = {kvblob.set_name(int(d[0]), str(d[1])) for d in named.values()}
+        try:
+            _, folders = self.client.kv.get(prefix, keys=True, separator="/")
+            for folder in kvblob.collectable(folders or [], current=current):
+                if folder.rstrip("/").rsplit("/", 1)[-1] not in keep:
+                    self.client.kv.delete(folder, recurse=True)
+        except (consul.ConsulException, requests.RequestException) as exc:  # the next save tries again
+            log.warning("state store %s: collecting old blocks failed: %s", self.where, exc)

@@ -64,6 +64,7 @@ import requests
 from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.stores import kvblob, kvblocks, setbuckets
 from federation.controller.stores.consul_kv import READ_ATTEMPTS, ConsulKV, Head
+from federation.controller.stores.consul_sets import ConsulSets
 from federation.controller.stores.store import (
     Changed,
     Commit,
@@ -74,7 +75,6 @@ from federation.controller.stores.store import (
     newest_audit,
 )
 from sharder.inventory import Target
-from sharder.lastknown import parse_entries
 
 log = logging.getLogger(__name__)
 FORMAT = 2
@@ -96,15 +96,14 @@ class ConsulStore(ConsulKV):
         super().__init__(client, prefix=prefix, chunk_bytes=chunk_bytes, where=where)
         self.audit_keep = audit_keep
         self._lock = threading.RLock()
-        self._sets: tuple[str, dict[str, list[Target]]] | None = None  # (digest, parsed sets)
         self._audit_writes = 0
         self._blocks: kvblocks.Blocks = {}
         """The members of ``_blocks_of`` per shard, as stored (a change updates its shards only)."""
         self._blocks_of: Any = None
         self._block_cache: dict[str, kvblocks.Members] = {}  # digest -> members, for reads
         self._loaded: tuple[str, ControllerState] | None = None  # (state-chunks digest, state)
-        self._mirror: setbuckets.SetBuckets | None = None
-        """The sets as this store wrote them last (``save_set_changes`` writes the buckets it changes)."""
+        self.sets = ConsulSets(self, key=f"{prefix}/sets", state_key=f"{prefix}/state", lock=self._lock)
+        """The discovery sources' last known sets (``consul_sets``)."""
 
     # ---- keys -------------------------------------------------------------------------------
     @property
@@ -275,21 +274,6 @@ class ConsulStore(ConsulKV):
         named = cached[1].get("blocks") if isinstance(cached[1], dict) else None
         return {str(k): v for k, v in named.items()} if isinstance(named, dict) else {}
 
-    def _collect_blocks(
-        self, named: Mapping[str, kvblocks.Descriptor], *, current: int, area: str = "state-blocks"
-    ) -> None:
-        """Blocks no longer named, once older than the previous generation (``kvblob.collectable``):
-        a reader holding the previous head still finds what it names."""
-        prefix = f"{self.prefix}/{area}/"
-        keep = {kvblob.set_name(int(d[0]), str(d[1])) for d in named.values()}
-        try:
-            _, folders = self.client.kv.get(prefix, keys=True, separator="/")
-            for folder in kvblob.collectable(folders or [], current=current):
-                if folder.rstrip("/").rsplit("/", 1)[-1] not in keep:
-                    self.client.kv.delete(folder, recurse=True)
-        except (consul.ConsulException, requests.RequestException) as exc:  # the next save tries again
-            log.warning("state store %s: collecting old blocks failed: %s", self.where, exc)
-
     def _flush_audit(self, head: Head | None) -> None:
         """Copy the audit entry a head carries to its own key (idempotent)."""
         entry = head.doc.get("audit") if head is not None else None
@@ -333,121 +317,13 @@ class ConsulStore(ConsulKV):
         return newest_audit(found, limit=limit, top=None if before_id is None else before_id - 1)
 
     def save_sets(self, sets: Mapping[str, Sequence[Target]], *, fence: int | None = None) -> None:
-        with self._lock:
-            head = self._sets_head(fence)
-            current = head.doc.get("buckets") if head is not None else None
-            count = len(current) if isinstance(current, list) else None
-            mirror = setbuckets.SetBuckets.from_sets(sets, current=count)
-            self._write_sets(head, mirror, dirty=None, fence=fence)
+        self.sets.save_sets(sets, fence=fence)
 
     def save_set_changes(self, changes: setbuckets.Changes, *, fence: int | None = None) -> None:
-        """Only the buckets holding what changed (source -> identity -> target, None: gone):
-        the cost of the change, fenced like the state."""
-        with self._lock:
-            head = self._sets_head(fence)
-            mirror = self._mirror
-            stored = head.int("generation") if head is not None else 0
-            if mirror is None or mirror.version != stored or not mirror.fits(changes):
-                sets = {name: {t.identity: t for t in targets} for name, targets in self.load_sets().items()}
-                for name, found in changes.items():
-                    entries = sets.setdefault(name, {})
-                    for identity, target in found.items():
-                        if target is None:
-                            entries.pop(identity, None)
-                        else:
-                            entries[identity] = target
-                current = head.doc.get("buckets") if head is not None else None
-                mirror = setbuckets.SetBuckets.from_sets(
-                    {name: list(found.values()) for name, found in sets.items()},
-                    current=len(current) if isinstance(current, list) else None,
-                )
-                self._write_sets(head, mirror, dirty=None, fence=fence)
-                return
-            self._write_sets(head, mirror, dirty=mirror.apply(changes), fence=fence)
-
-    def _sets_head(self, fence: int | None) -> Head | None:
-        """The sets' head, after checking ``fence`` against the newest token the sets or the
-        state recorded (a new leader's first write may be either)."""
-        head = self._head(self.sets_key)
-        if fence is not None:
-            state = self._head(self.state_key)
-            for found in (head, state):
-                recorded = found.doc.get("fence") if found is not None else None
-                if isinstance(recorded, int) and fence < recorded:
-                    raise FencedOut(f"write fenced out: token {fence} is older than {recorded}")
-        return head
-
-    def _write_sets(
-        self, head: Head | None, mirror: setbuckets.SetBuckets, *, dirty: set[int] | None, fence: int | None
-    ) -> None:
-        """The ``dirty`` buckets (None: every one) as blobs, then the head with ``?cas``."""
-        before = head.doc.get("buckets") if head is not None else None
-        named: list[kvblocks.Descriptor | None] = [None] * mirror.count
-        if dirty is not None and isinstance(before, list) and len(before) == mirror.count:
-            named = list(before)
-        generation = (head.int("generation") if head is not None else 0) + 1
-        for index in range(mirror.count) if dirty is None else sorted(dirty):
-            blob = kvblob.encode(mirror.payload(index), chunk_bytes=self.chunk_bytes)
-            old = before[index] if isinstance(before, list) and index < len(before) else None
-            if isinstance(old, list) and len(old) == 4 and old[1] == blob.digest:
-                named[index] = old
-                continue
-            self._write_blob("sets-blocks", blob, generation=generation)
-            named[index] = kvblocks.describe(blob, generation=generation)
-        if head is not None and named == before:
-            mirror.version = head.int("generation")
-            self._mirror = mirror
-            return
-        recorded = head.doc.get("fence") if head is not None else None
-        newest = max(x for x in (fence, recorded, -1) if isinstance(x, int))
-        doc = {"format": FORMAT, "generation": generation, "buckets": named,
-               "fence": None if newest < 0 else newest}  # fmt: skip
-        cas = head.modify_index if head is not None else 0
-        if not self._put(self.sets_key, json.dumps(doc, sort_keys=True), cas=cas):
-            self._mirror = None
-            raise StoreConflict(expected=generation - 1, found=-1)
-        mirror.version = generation
-        self._mirror = mirror
-        self._collect_blocks({str(i): d for i, d in enumerate(named) if d is not None},
-                             current=generation, area="sets-blocks")  # fmt: skip
-        self._collect("sets-chunks", current=generation + 1)  # the whole-blob layout before buckets
+        self.sets.save_set_changes(changes, fence=fence)
 
     def load_sets(self) -> dict[str, list[Target]]:
-        """The sets (parsed through the inventory validation once per stored version)."""
-        with self._lock:
-            head = self._head(self.sets_key)
-            if head is not None and isinstance(head.doc.get("buckets"), list):
-                digest = json.dumps(head.doc["buckets"])
-                document: Any = None
-                if self._sets is None or self._sets[0] != digest:
-                    document = self._read_buckets(head)
-            else:
-                head, document = self._load_blob(self.sets_key, "sets-chunks")
-                digest = str(head.doc.get("digest")) if head is not None else ""
-            if self._sets is not None and self._sets[0] == digest:
-                return {name: list(targets) for name, targets in self._sets[1].items()}
-        out: dict[str, list[Target]] = {}
-        for name, entries in (document or {}).items():
-            good, bad = parse_entries(
-                entries if isinstance(entries, list) else [], source=f"{self.where}:{name}"
-            )
-            for message in bad:
-                log.warning("skipping persisted target: %s", message)
-            out[str(name)] = good
-        with self._lock:
-            self._sets = (digest, out)
-        return {name: list(targets) for name, targets in out.items()}
-
-    def _read_buckets(self, head: Head) -> dict[str, list[Any]]:
-        joined: dict[str, list[Any]] = {}
-        try:
-            for descriptor in head.doc["buckets"]:
-                found = json.loads(self._read_blob("sets-blocks", Head(kvblocks.head_of(descriptor), 0)))
-                for source, entries in (found if isinstance(found, dict) else {}).items():
-                    joined.setdefault(str(source), []).extend(entries if isinstance(entries, list) else [])
-        except (kvblocks.BlockError, kvblob.BlobError, ValueError) as exc:
-            raise StoreError(f"sets in {self.where}: {exc}") from exc
-        return joined
+        return self.sets.load_sets()
 
     # ---- SD fetches seen by each replica (hand-over proof needs them all) ---------------------------
     def note_fetches(self, replica: str, fetched: Mapping[str, float]) -> None:

@@ -52,17 +52,16 @@ from kubernetes.client.exceptions import ApiException
 from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.stores import kube_parts, setbuckets
 from federation.controller.stores.kube_objects import FORMAT, ConfigMaps, Head
+from federation.controller.stores.kube_sets import KubeSets, check_fence
 from federation.controller.stores.store import (
     Changed,
     Commit,
-    FencedOut,
     StoreConflict,
     StoreError,
     apply_in_order,
     newest_audit,
 )
 from sharder.inventory import Target
-from sharder.lastknown import parse_entries
 
 log = logging.getLogger(__name__)
 AUDIT_PAGE = 16
@@ -96,14 +95,13 @@ class KubeStore:
         self.prefix, self.audit_keep, self.where = prefix, audit_keep, self.maps.where
         self._lock = threading.RLock()
         self._loaded: tuple[str, ControllerState] | None = None  # (head resourceVersion, state)
-        self._sets: tuple[str, dict[str, list[Target]]] | None = None
         self._written: Written | None = None
-        self._mirror: setbuckets.SetBuckets | None = None
-        """The sets as this store wrote them last (``save_set_changes`` writes the buckets it changes)."""
+        self.sets = KubeSets(self.maps, name=f"{prefix}-sets", state=prefix, lock=self._lock)
+        """The discovery sources' last known sets (``kube_sets``)."""
 
     @property
     def sets_name(self) -> str:
-        return f"{self.prefix}-sets"
+        return self.sets.name
 
     # ---- StateStore --------------------------------------------------------------------------------
     def load(self) -> ControllerState | None:
@@ -141,7 +139,7 @@ class KubeStore:
             head = self.maps.head(self.prefix)
             found = head.revision if head is not None else None
             recorded = head.doc.get("fence") if head is not None else None
-            _check_fence(fence, recorded)
+            check_fence(fence, recorded)
             if found != expected_revision:
                 raise StoreConflict(expected=expected_revision, found=-1 if found is None else found)
             self._flush_audit(head)
@@ -178,7 +176,7 @@ class KubeStore:
                 for name in created:
                     self.maps.delete(name)
                 now = self.maps.head(self.prefix)
-                _check_fence(fence, now.doc.get("fence") if now is not None else None)
+                check_fence(fence, now.doc.get("fence") if now is not None else None)
                 found_now = now.revision if now is not None else -1
                 raise StoreConflict(expected=expected_revision, found=found_now) from exc
             # (a StoreError from the commit propagates and deletes nothing: a timed-out
@@ -282,113 +280,13 @@ class KubeStore:
 
     # ---- last known sets ------------------------------------------------------------------------
     def save_sets(self, sets: Mapping[str, Sequence[Target]], *, fence: int | None = None) -> None:
-        with self._lock:
-            head = self.maps.head(self.sets_name)
-            self._check_sets_fence(fence, head)
-            current = head.doc.get("buckets") if head is not None else None
-            counted = current if isinstance(current, int) else None
-            mirror = setbuckets.SetBuckets.from_sets(sets, current=counted)
-            self._write_sets(head, mirror, dirty=None, fence=fence)
+        self.sets.save_sets(sets, fence=fence)
 
     def save_set_changes(self, changes: setbuckets.Changes, *, fence: int | None = None) -> None:
-        """Only the buckets holding what changed (source -> identity -> target, None: gone):
-        the cost of the change, fenced like the state."""
-        with self._lock:
-            head = self.maps.head(self.sets_name)
-            self._check_sets_fence(fence, head)
-            mirror = self._mirror
-            stored = head.revision if head is not None else 0
-            if mirror is None or mirror.version != stored or not mirror.fits(changes):
-                mirror = self._mirror_of(head, changes)
-                self._write_sets(head, mirror, dirty=None, fence=fence)
-                return
-            self._write_sets(head, mirror, dirty=mirror.apply(changes), fence=fence)
-
-    def _check_sets_fence(self, fence: int | None, head: Head | None) -> None:
-        """``fence`` against the newest token the sets or the state recorded (a new leader's
-        first write may be either)."""
-        if fence is None:
-            return
-        _check_fence(fence, head.doc.get("fence") if head is not None else None)
-        state = self.maps.head(self.prefix)
-        _check_fence(fence, state.doc.get("fence") if state is not None else None)
-
-    def _mirror_of(self, head: Head | None, changes: setbuckets.Changes) -> setbuckets.SetBuckets:
-        """The stored sets with ``changes`` applied, cut afresh (a first delta, or a store that
-        another writer changed meanwhile)."""
-        sets = {name: {t.identity: t for t in targets} for name, targets in self._read_sets().items()}
-        for name, found in changes.items():
-            entries = sets.setdefault(name, {})
-            for identity, target in found.items():
-                if target is None:
-                    entries.pop(identity, None)
-                else:
-                    entries[identity] = target
-        current = head.doc.get("buckets") if head is not None else None
-        return setbuckets.SetBuckets.from_sets(
-            {name: list(found.values()) for name, found in sets.items()},
-            current=current if isinstance(current, int) else None,
-        )
-
-    def _write_sets(
-        self, head: Head | None, mirror: setbuckets.SetBuckets, *, dirty: set[int] | None, fence: int | None
-    ) -> None:
-        """Write the ``dirty`` buckets (None: every one), then the head (the commit point)."""
-        indexes = range(mirror.count) if dirty is None else sorted(dirty)
-        raw = {f"sets-{i}": mirror.payload(i) for i in indexes}
-        generation = (head.revision if head is not None else 0) + 1
-        created: list[str] = []
-        written = self.maps.write_parts(raw, head=head, generation=generation, created=created)
-        kept = head.parts if dirty is not None and head is not None else {}
-        parts = {**kept, **written}
-        if head is not None and parts == head.parts:
-            mirror.version = head.revision
-            self._mirror = mirror
-            return
-        recorded = head.doc.get("fence") if head is not None else None
-        newest = max(x for x in (fence, recorded, -1) if isinstance(x, int))
-        doc = {
-            "format": FORMAT,
-            "revision": generation,
-            "fence": None if newest < 0 else newest,
-            "buckets": mirror.count,
-            "parts": parts,
-            "previous": sorted(head.objects()) if head is not None else [],
-        }
-        try:
-            self.maps.commit(self.sets_name, doc, head=head, role="head")
-        except ApiException as exc:
-            for name in created:
-                self.maps.delete(name)
-            self._mirror = None
-            raise StoreConflict(expected=generation - 1, found=-1) from exc
-        except StoreError:
-            self._mirror = None
-            raise
-        self.maps.collect(head, doc)
-        mirror.version = generation
-        self._mirror = mirror
+        self.sets.save_set_changes(changes, fence=fence)
 
     def load_sets(self) -> dict[str, list[Target]]:
-        """The sets (parsed through the inventory validation once per stored version)."""
-        with self._lock:
-            return self._read_sets()
-
-    def _read_sets(self) -> dict[str, list[Target]]:
-        with self._lock:
-            head, parts = self.maps.load_parts(self.sets_name)
-            version = head.version if head is not None else ""
-            if self._sets is not None and self._sets[0] == version:
-                return {name: list(targets) for name, targets in self._sets[1].items()}
-        out: dict[str, list[Target]] = {}
-        for name, entries in kube_parts.join_sets(parts).items():
-            good, bad = parse_entries(entries, source=f"{self.where}:{name}")
-            for message in bad:
-                log.warning("skipping persisted target: %s", message)
-            out[name] = sorted(good, key=lambda t: t.identity)
-        with self._lock:
-            self._sets = (version, out)
-        return {name: list(targets) for name, targets in out.items()}
+        return self.sets.load_sets()
 
     # ---- SD fetches seen by each replica (hand-over proof needs them all) ------------------------
     def note_fetches(self, replica: str, fetched: Mapping[str, float]) -> None:
@@ -417,11 +315,6 @@ class KubeStore:
 
     def close(self) -> None:
         self.maps.api.api_client.close()
-
-
-def _check_fence(fence: int | None, recorded: object) -> None:
-    if fence is not None and isinstance(recorded, int) and fence < recorded:
-        raise FencedOut(f"write fenced out: token {fence} is older than {recorded} (a newer leader wrote)")
 
 
 def _audit_document(audit: AuditEntry) -> dict[str, Any]:

@@ -24,7 +24,6 @@ naming its table and key. Space freed by large deletions is given back
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sqlite3
@@ -34,14 +33,12 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from pydantic import TypeAdapter
-
 from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.stores import integrity
+from federation.controller.stores import sqlite_members as rows_of_sets
 from federation.controller.stores.store import Changed, Commit, FencedOut, StoreConflict, StoreError
 from sharder.assignment import Assignment
 from sharder.inventory import Target
-from sharder.lastknown import parse_entries, target_document
 from sharder.step import SetChanges
 
 log = logging.getLogger(__name__)
@@ -181,7 +178,8 @@ class SqliteStore:
                     stored = state.model_copy(update={"revision": (found or 0) + 1})
                     placed = self._write_placements(db, stored.assignment, changed)
                     if sets:
-                        self._write_members(db, sets)
+                        self._deleted += rows_of_sets.write(db, sets)
+                        self._members = None  # the whole-set cache no longer matches
                     db.execute(
                         "INSERT INTO state (id, revision, fence, body) VALUES (1, ?, ?, ?) "
                         "ON CONFLICT (id) DO UPDATE SET revision = excluded.revision, "
@@ -281,18 +279,9 @@ class SqliteStore:
         """Write the (source, target) rows that changed since the last save."""
         db = self._connect()
         with self._write:
-            before = self._members if self._members is not None else self._read_members(db)
+            before = self._members if self._members is not None else rows_of_sets.read(db, self.path)
             after = {name: {t.identity: t for t in targets} for name, targets in sets.items()}
-            gone: list[tuple[str, str]] = []
-            changed: list[tuple[str, str, str]] = []
-            for name in before.keys() | after.keys():
-                old, new = before.get(name, {}), after.get(name, {})
-                gone.extend((name, i) for i in old.keys() - new.keys())
-                changed.extend(
-                    (name, i, json.dumps(target_document(t), separators=(",", ":")))
-                    for i, t in new.items()
-                    if (was := old.get(i)) is not t and was != t
-                )
+            gone, changed = rows_of_sets.diff(before, after)
             try:
                 db.execute("BEGIN IMMEDIATE")
                 self._deleted += db.execute("DELETE FROM sets").rowcount  # an older gpufed's blobs
@@ -325,7 +314,7 @@ class SqliteStore:
                     row = db.execute("SELECT fence FROM state WHERE id = 1").fetchone()
                     if row is not None and row[0] is not None and fence < row[0]:
                         raise FencedOut(f"write fenced out: token {fence} is older than {row[0]}")
-                self._write_members(db, changes)
+                self._deleted += rows_of_sets.write(db, changes)
                 db.execute("COMMIT")
             except FencedOut:
                 db.execute("ROLLBACK")
@@ -337,24 +326,6 @@ class SqliteStore:
             finally:
                 self._members = None  # the whole-set cache no longer matches: re-read if needed
             self._reclaim_if_due(db)
-
-    def _write_members(self, db: sqlite3.Connection, changes: SetChanges) -> None:
-        """The set rows of ``changes`` (inside the caller's transaction)."""
-        gone = [(name, i) for name, found in changes.items() for i, t in found.items() if t is None]
-        rows = [
-            (name, i, json.dumps(target_document(t), separators=(",", ":")))
-            for name, found in changes.items()
-            for i, t in found.items()
-            if t is not None
-        ]
-        db.executemany("DELETE FROM members WHERE source = ? AND identity = ?", gone)
-        db.executemany(
-            "INSERT INTO members (source, identity, body) VALUES (?, ?, ?) "
-            "ON CONFLICT (source, identity) DO UPDATE SET body = excluded.body",
-            rows,
-        )
-        self._members = None  # the whole-set cache no longer matches: re-read if needed
-        self._deleted += len(gone)
 
     def reclaim(self) -> None:
         """Give the pages of deleted rows back to the file system, and empty the WAL."""
@@ -379,38 +350,11 @@ class SqliteStore:
     def load_sets(self) -> dict[str, list[Target]]:
         with self._write:
             try:
-                members = self._read_members(self._connect())
+                members = rows_of_sets.read(self._connect(), self.path)
             except sqlite3.Error as exc:
                 raise StoreError(f"state store {self.path} cannot be read: {exc}") from exc
             self._members = members
         return {name: list(found.values()) for name, found in members.items()}
-
-    def _read_members(self, db: sqlite3.Connection) -> dict[str, dict[str, Target]]:
-        """The stored sets. Rows were validated targets when written: each source's rows are
-        validated again in one pass of pydantic-core over their JSON (a million targets in
-        seconds); a source with a row that does not validate goes entry by entry, skipping it."""
-        bodies: dict[str, list[tuple[str, str]]] = {}
-        query = "SELECT source, identity, body FROM members ORDER BY source, identity"
-        for name, identity, body in db.execute(query):
-            bodies.setdefault(name, []).append((identity, body))
-        out: dict[str, dict[str, Target]] = {}
-        for name, rows in bodies.items():
-            try:
-                found = _TARGETS.validate_json("[" + ",".join(body for _, body in rows) + "]")
-            except ValueError:
-                raw = [
-                    integrity.json_row(self.path, table="members", key=f"{name}/{identity}", body=body)
-                    for identity, body in rows
-                ]
-                found, _bad = parse_entries(raw, source=f"{self.path}:{name}")
-            out[name] = {t.identity: t for t in found}
-        for name, body in db.execute("SELECT source, body FROM sets"):  # an older gpufed's blobs
-            blob = integrity.json_row(self.path, table="sets", key=name, body=body)
-            if not isinstance(blob, list):
-                raise StoreError(f"state store {self.path}: table sets, key {name!r}: not a list of targets")
-            good, _bad = parse_entries(blob, source=f"{self.path}:{name}")
-            out.setdefault(name, {}).update((t.identity, t) for t in good)
-        return out
 
     def close(self) -> None:
         with self._guard:
@@ -418,9 +362,6 @@ class SqliteStore:
                 db.close()
             self._connections.clear()
         self._local = threading.local()
-
-
-_TARGETS = TypeAdapter(list[Target])
 
 
 def _without_placements(state: ControllerState) -> ControllerState:
