@@ -4,8 +4,9 @@ the buckets it touched only (the shared stores' ``save_set_changes``).
 Pure (no I/O). A store keeps a :class:`SetBuckets` mirror of what it wrote last, tagged
 with the stored version it matches; a change (source -> identity -> target, None: gone)
 updates the mirror and names the dirty buckets, whose bytes the store then writes. A bucket
-is ``{source: [target document, ...]}`` in identity order, every source named in every
-bucket (``kube_parts.join_sets`` reads it; the Consul store stores one blob per bucket).
+is ``{source: [target document, ...]}`` in identity order, naming the sources it holds
+entries of (``kube_parts.join_sets`` reads it; the Consul store stores one blob per bucket):
+a source seen for the first time (the registry's first entry) dirties its buckets only.
 """
 
 from __future__ import annotations
@@ -69,9 +70,7 @@ class SetBuckets:
         return sum(len(entries) for group in self.groups for entries in group.values())
 
     def fits(self, changes: Changes) -> bool:
-        """The change keeps the sources and the bucket count (else the store writes whole sets)."""
-        if not set(changes) <= self.sources:
-            return False
+        """The change keeps the bucket count (else the store writes whole sets, cut afresh)."""
         grown = self.total + sum(len(found) for found in changes.values())
         return bucket_count(grown, current=self.count) == self.count
 
@@ -81,7 +80,7 @@ class SetBuckets:
         for source, found in changes.items():
             for identity, target in found.items():
                 index = bucket_of(identity, self.count)
-                entries = self.groups[index][source]
+                entries = self.groups[index].setdefault(source, {})
                 if target is None:
                     if entries.pop(identity, None) is not None:
                         dirty.add(index)
@@ -92,7 +91,9 @@ class SetBuckets:
 
     def payload(self, index: int) -> bytes:
         group = self.groups[index]
-        return dumps({source: [found[i] for i in sorted(found)] for source, found in sorted(group.items())})
+        return dumps(
+            {source: [found[i] for i in sorted(found)] for source, found in sorted(group.items()) if found}
+        )
 
     def payloads(self) -> dict[int, bytes]:
         return {index: self.payload(index) for index in range(self.count)}
