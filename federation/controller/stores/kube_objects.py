@@ -168,14 +168,14 @@ class ConfigMaps:
                 continue
             part = kube_parts.encode(payload, piece_bytes=self.piece_bytes)
             objects = kube_parts.object_names(
-                self.prefix, generation=generation, digest=part.digest, count=len(part.pieces)
+                self.prefix, generation=generation, digest=part.digest, count=len(part.parts)
             )
-            for object_name, piece in zip(objects, part.pieces, strict=True):
+            for object_name, piece in zip(objects, part.parts, strict=True):
                 body = self.body(object_name, "piece", binary={"data": base64.b64encode(piece).decode()})
                 with contextlib.suppress(ApiException):  # 409: a racing writer wrote these very bytes
                     self.write(body, create=True)
                 created.append(object_name)
-            self._pieces[part.digest] = b"".join(part.pieces)
+            self._pieces[part.digest] = b"".join(part.parts)
             entries[name] = {
                 "digest": part.digest,
                 "raw": raw_digest,

@@ -20,13 +20,13 @@ the same object with different bytes, and an object, once written, never changes
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import zlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from federation.controller.stores import kvblob
 
 PIECE_BYTES = 900 * 1024
 """Under the 1 MiB ConfigMap limit, with room for the object's metadata."""
@@ -36,15 +36,10 @@ MAX_RAW_BYTES = 1024 * 1024 * 1024
 """A head claiming a part larger than this is refused before decompressing."""
 
 
-class PartError(Exception):
-    """A part's pieces do not match the head (missing, torn or corrupt)."""
-
-
-@dataclass(frozen=True)
-class Part:
-    digest: str
-    raw_size: int
-    pieces: tuple[bytes, ...]
+PartError = kvblob.BlobError
+"""A part's pieces do not match the head (missing, torn or corrupt)."""
+Part = kvblob.Blob
+"""A part packed as the Consul store packs its blobs: one codec (``kvblob``) for both."""
 
 
 def dumps(doc: Any) -> bytes:
@@ -52,29 +47,13 @@ def dumps(doc: Any) -> bytes:
 
 
 def encode(raw: bytes, *, piece_bytes: int = PIECE_BYTES) -> Part:
-    if piece_bytes <= 0:
-        raise ValueError(f"piece_bytes must be positive, got {piece_bytes}")
-    packed = zlib.compress(raw, 6)
-    pieces = tuple(packed[i : i + piece_bytes] for i in range(0, len(packed), piece_bytes)) or (b"",)
-    return Part(digest=hashlib.sha256(packed).hexdigest(), raw_size=len(raw), pieces=pieces)
+    return kvblob.encode(raw, chunk_bytes=piece_bytes)
 
 
 def decode(pieces: Iterable[bytes], *, entry: Mapping[str, Any], name: str) -> bytes:
     """A part's raw bytes from its pieces, checked against its head ``entry``."""
-    packed = b"".join(pieces)
-    if hashlib.sha256(packed).hexdigest() != entry.get("digest"):
-        raise PartError(f"part {name}: the objects do not match the head's digest (corrupt or replaced)")
-    size = entry.get("size")
-    if not isinstance(size, int) or not 0 <= size <= MAX_RAW_BYTES:
-        raise PartError(f"part {name}: the head names an implausible size {size!r}")
-    try:
-        inflater = zlib.decompressobj()
-        raw = inflater.decompress(packed, size + 1)
-    except zlib.error as exc:
-        raise PartError(f"part {name}: does not decompress: {exc}") from exc
-    if len(raw) != size or inflater.unconsumed_tail:
-        raise PartError(f"part {name}: {len(raw)} bytes, the head says {size}")
-    return raw
+    return kvblob.inflate(b"".join(pieces), digest=entry.get("digest"), size=entry.get("size"),
+                          what=f"part {name}", limit=MAX_RAW_BYTES)  # fmt: skip
 
 
 def object_names(prefix: str, *, generation: int, digest: str, count: int) -> list[str]:

@@ -53,6 +53,8 @@ class Blob:
 
 
 def encode(payload: bytes, *, chunk_bytes: int = CHUNK_BYTES) -> Blob:
+    """``payload`` zlib-compressed, named by the SHA-256 of the compressed bytes, and cut in
+    parts of at most ``chunk_bytes`` (Consul values, ConfigMap pieces)."""
     if chunk_bytes <= 0:
         raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
     packed = zlib.compress(payload, 6)
@@ -77,19 +79,25 @@ def decode(parts: Iterable[bytes | None], *, head: dict[str, object]) -> bytes:
         raise BlobError(
             f"chunk missing: expected {head.get('chunks')}, found {sum(p is not None for p in chunks)}"
         )
-    packed = b"".join(p for p in chunks if p is not None)
-    if hashlib.sha256(packed).hexdigest() != head.get("digest"):
-        raise BlobError("chunks do not match the head's digest (torn or replaced while reading)")
-    size = head.get("size")
-    if not isinstance(size, int) or not 0 <= size <= MAX_RAW_BYTES:
-        raise BlobError(f"head names an implausible size {size!r}")
+    return inflate(b"".join(p for p in chunks if p is not None), digest=head.get("digest"),
+                   size=head.get("size"), what="chunks")  # fmt: skip
+
+
+def inflate(packed: bytes, *, digest: object, size: object, what: str, limit: int = MAX_RAW_BYTES) -> bytes:
+    """The raw bytes of ``packed`` (what :func:`encode` made), checked against the ``digest``
+    and ``size`` a head names (the Consul store's chunks, the Kubernetes store's pieces);
+    :class:`BlobError` naming ``what`` when they do not match."""
+    if hashlib.sha256(packed).hexdigest() != digest:
+        raise BlobError(f"{what} do not match the head's digest (torn or replaced while reading)")
+    if not isinstance(size, int) or not 0 <= size <= limit:
+        raise BlobError(f"{what}: the head names an implausible size {size!r}")
     try:
         inflater = zlib.decompressobj()
         payload = inflater.decompress(packed, size + 1)
     except zlib.error as exc:
-        raise BlobError(f"chunks do not decompress: {exc}") from exc
+        raise BlobError(f"{what} do not decompress: {exc}") from exc
     if len(payload) != size or inflater.unconsumed_tail:
-        raise BlobError(f"payload is {len(payload)} bytes, the head says {size}")
+        raise BlobError(f"{what}: {len(payload)} bytes, the head says {size}")
     return payload
 
 
