@@ -10,7 +10,6 @@ Lease, ``lease``) then makes one of them the leader, the others followers.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import re
@@ -249,11 +248,7 @@ def build_service(
     os.chmod(settings.data_dir, 0o700)
     elector = build_elector(settings)
     store = store or build_store(settings)
-    options = settings.options
-    if settings.store_url is not None:  # followers and the next leader read targets from the sets
-        options = dataclasses.replace(
-            options, persist_interval_s=min(options.persist_interval_s, 1.0), sets_before_state=True
-        )
+    options = settings.options  # every store commits a step's set changes with its state
     registry = CollectorRegistry()
     register_process(registry)  # process_cpu_seconds_total, process_resident_memory_bytes
     metrics = ControllerMetrics(registry=registry)
