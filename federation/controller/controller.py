@@ -6,19 +6,21 @@ Where a registration becomes an SD answer (follow it top to bottom):
    file/Consul/Kubernetes sources) push into ``sharder.reconcile.Reconciler``;
 2. placement: the reconciler debounces, applies grace and hysteresis, and places the change
    with its incremental engine, the operator's overrides being data it holds;
-3. commit: :meth:`Controller._on_discovery` adds hand-overs and writes the state through
-   the store (check-and-set, fenced) — nothing is served that the store refused;
-4. publication: ``publication.Publication.publish`` swaps in the new HTTP SD snapshot
-   (``sdcache``: changed shards only), then metrics, then the config bundle when the
-   children's configs changed; ``api.py`` answers ``/v1/sd/<child>`` from that snapshot.
+3. place: ``live.place.state_after`` turns the reconciler's ``Step`` into the next state
+   (hand-overs, the audit of a resize);
+4. commit and publish: ``live.pipeline.Pipeline`` writes it in one fenced
+   ``StateStore.apply`` (state, audit, the step's set changes) — nothing is served that the
+   store refused — then ``live.publish.Publication`` swaps in the new HTTP SD snapshot
+   (``sdcache``: changed shards only), metrics, file_sd lists or the config bundle.
 
-One lock orders every change to the served state: a reconcile tick, an applied plan and
-a finished hand-over each take it, commit, then publish. Reads never take it.
+The pipeline's one lock orders every change to the served state: a reconcile step, an
+applied plan, finished hand-overs and an adopted stored state (``ha.adoption``) each take
+it, commit, then publish. Reads never take it.
 
-Components (each its own module, wired only here): ``children`` (probes, health, SD
-fetches), ``publication``, ``plans`` (plan and apply), ``views`` (read model), ``replica``
-(``Replication``: may this replica write, with which fencing token, what a follower adopts;
-injected by ``service.build_service``), ``load`` (measured load), ``store`` (state, fencing).
+Components (each its own module, wired only here): ``live`` (children, publication,
+pipeline), ``plans`` (plan and apply), ``views`` (read model), ``ha`` (``Replication``: may
+this replica write, with which fencing token, what a follower adopts; ``Adoption``),
+``load`` (measured load), ``stores`` (state, fencing).
 """
 
 from __future__ import annotations
@@ -33,12 +35,13 @@ from typing import Any
 from federation.controller import changes as changing
 from federation.controller import plans
 from federation.controller.errors import Conflict, Unavailable
-from federation.controller.ha import adoption
+from federation.controller.ha.adoption import Adoption
 from federation.controller.ha.replica import Replication
 from federation.controller.live import inbox as looping
 from federation.controller.live import place as placing
 from federation.controller.live import sdcache
 from federation.controller.live.children import Children
+from federation.controller.live.pipeline import Pipeline
 from federation.controller.live.probe import ChildProbe
 from federation.controller.live.publish import Publication
 from federation.controller.live.publisher import Publisher
@@ -51,7 +54,6 @@ from federation.controller.plans import ApplyResult, PlannedChange
 from federation.controller.state import AuditEntry, ControllerState, Handover, overrides_of
 from federation.controller.stores.store import (
     Changed,
-    Commit,
     FencedOut,
     StateStore,
     StoreConflict,
@@ -94,15 +96,12 @@ class Controller:
         self._wall = wall_clock
         self.replication = replication or Replication(store=store, metrics=metrics)
         self.load = load
-        self._lock = threading.RLock()
-        self.restored_fresh = False
-        """``restore`` ran and no ``take_over`` since (``adoption.take_over``)."""
         self.jobs = {job.name: job for job in spec.jobs}
         self.discovery = DiscoveryMetrics(registry=metrics.registry)
-        self.state = store.load() or ControllerState()
+        stored = store.load() or ControllerState()
         self.reconciler = Reconciler(
             spec=spec,
-            previous=self.state.assignment,
+            previous=stored.assignment,
             debounce_s=options.debounce_s,
             grace_s=options.grace_s,
             hysteresis=options.hysteresis,
@@ -110,7 +109,7 @@ class Controller:
             observer=self.discovery,
             sets_in_steps=True,  # each step's set changes commit with its state (``store.apply``)
         )
-        self.reconciler.set_overrides(**overrides_of(self.state.desired))
+        self.reconciler.set_overrides(**overrides_of(stored.desired))
         self.registry = BuiltinRegistry(
             sink=self.reconciler,
             jobs=self.jobs,
@@ -127,6 +126,15 @@ class Controller:
         self.publication = Publication(
             spec=spec, options=options, metrics=metrics, children=self.children, publisher=publisher
         )
+        self.pipeline = Pipeline(
+            store=store, publication=self.publication, metrics=metrics,
+            fence=self.replication.fencing_token, state=stored,
+        )  # fmt: skip
+        self._lock = self.pipeline.lock
+        self.adoption = Adoption(
+            pipeline=self.pipeline, store=store, registry=self.registry, reconciler=self.reconciler,
+            replication=self.replication, options=options, now=wall_clock,
+        )  # fmt: skip
         self.planner = plans.Planner(
             spec=spec, metrics=metrics, max_plans=options.max_plans, wall_clock=wall_clock
         )
@@ -139,31 +147,23 @@ class Controller:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
-    # ---- start / stop, and adopting a stored state (``adoption``) --------------------------
+    # ---- the committed state (the pipeline's) and adopting a stored one (``ha.adoption``) ----
+    @property
+    def state(self) -> ControllerState:
+        return self.pipeline.state
+
+    @state.setter
+    def state(self, state: ControllerState) -> None:
+        self.pipeline.state = state
+
     def restore(self) -> None:
-        adoption.restore(self)
+        self.adoption.restore()
 
     def take_over(self) -> None:
-        adoption.take_over(self)
+        self.adoption.take_over()
 
     def refresh_from_store(self) -> bool:
-        return adoption.refresh_from_store(self)
-
-    def _resync(self) -> None:
-        adoption.resync(self)
-
-    @property
-    def lock(self) -> threading.RLock:  # what ``adoption.AdoptionHost`` reads
-        return self._lock
-
-    def now(self) -> float:
-        return self._wall()
-
-    def commit(self, state: ControllerState, *, audit: AuditEntry | None) -> None:
-        self._commit(state, audit=audit)
-
-    def publish(self, *, targets: Mapping[str, Target], state: ControllerState) -> None:
-        self._publish(targets=targets, state=state)
+        return self.adoption.refresh_from_store()
 
     def share_fetches(self) -> None:
         self.replication.share_fetches(self.children)
@@ -233,9 +233,9 @@ class Controller:
             self.reconciler.requeue_set_changes(step.sets)  # written with the next step
             raise
         self.metrics.moves.labels(cause="discovery").inc(step.summary.counts.moved)
-        self.publication.publish(self.state, step.targets, changed=step.sd_delta_of(base))
+        self.pipeline.publish(step.targets, changed=step.sd_delta_of(base))
 
-    # ---- state writes ---------------------------------------------------------------------
+    # ---- state writes: the pipeline's doors --------------------------------------------------
     def _commit(
         self,
         state: ControllerState,
@@ -244,21 +244,15 @@ class Controller:
         changed: Changed | None = None,
         sets: SetChanges = NO_SETS,
     ) -> None:
-        """One fenced call writes the state, its audit entry and the step's set changes."""
-        expected = self.state.revision if self.state.revision else None
-        commit = Commit(state=state, expected_revision=expected, audit=audit, changed=changed, sets=sets)
+        """Commit through the pipeline; a lost check-and-set or fence: the stored state wins."""
         try:
-            self.state = self.store.apply(commit, fence=self.replication.fencing_token())
+            self.pipeline.commit(state, audit=audit, changed=changed, sets=sets)
         except (StoreConflict, FencedOut):
-            self.metrics.store_errors.inc()
-            self._resync()
-            raise
-        except StoreError:
-            self.metrics.store_errors.inc()
+            self.adoption.resync()
             raise
 
-    def _publish(self, *, targets: Mapping[str, Target], state: ControllerState | None = None) -> None:
-        self.publication.publish(state or self.state, targets)
+    def _publish(self, *, targets: Mapping[str, Target]) -> None:
+        self.pipeline.publish(targets)
 
     def _known_targets(self) -> Mapping[str, Target]:
         return self.reconciler.target_map

@@ -5,21 +5,22 @@ The controller façade owns the state and the one lock; these functions are its 
 and adoption steps, ordered so SD answers in full before anything is placed: the stored
 sets seed discovery, the stored assignment and the targets it was made from seed the
 reconcile loop (nothing moves), and the SD snapshot is published before the state is
-taken as current. Like ``loop``, the module imports nothing of the façade (``AdoptionHost``).
+taken as current. :class:`Adoption` is given what it reads and the live pipeline it serves
+through (``live.pipeline``: the committed state, the lock, commit and publish); it imports
+nothing of the façade and calls nothing back.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
 
 from federation.controller.ha import replica as replicating
 from federation.controller.ha.replica import Replication
+from federation.controller.live.pipeline import Pipeline
 from federation.controller.options import ControllerOptions
-from federation.controller.state import AuditEntry, ControllerState, overrides_of
+from federation.controller.state import ControllerState, overrides_of
 from federation.controller.stores.store import StateStore
 from sharder.assignment import Assignment
 from sharder.documents import gc_paused
@@ -30,110 +31,100 @@ from sharder.sources.registry import BuiltinRegistry
 log = logging.getLogger(__name__)
 
 
-class AdoptionHost(Protocol):
-    """What adopting a state reads and sets; ``Controller`` is one."""
+class Adoption:
+    """Start, take-over, a follower's refresh and resync: a stored state becomes the served one."""
 
-    state: ControllerState
-    store: StateStore
-    registry: BuiltinRegistry
-    reconciler: Reconciler
-    replication: Replication
-    options: ControllerOptions
-    restored_fresh: bool
+    def __init__(
+        self,
+        *,
+        pipeline: Pipeline,
+        store: StateStore,
+        registry: BuiltinRegistry,
+        reconciler: Reconciler,
+        replication: Replication,
+        options: ControllerOptions,
+        now: Callable[[], float],
+    ) -> None:
+        self.pipeline, self.store, self.registry = pipeline, store, registry
+        self.reconciler, self.replication, self.options, self.now = reconciler, replication, options, now
+        self.restored_fresh = False
+        """``restore`` ran and no ``take_over`` since."""
 
-    @property
-    def lock(self) -> AbstractContextManager[Any]: ...
+    def restore(self) -> None:
+        """Seed discovery from the persisted sets and serve the stored assignment at once.
 
-    def now(self) -> float: ...
+        Run at start and again by :meth:`take_over`: the state is read afresh, a source the
+        reconcile loop has not heard from yet starts from its stored set. Like a long tick
+        (``inbox.tick``), it runs with the cyclic GC paused and freezes what it read: up to a
+        million stored targets."""
+        with self.pipeline.lock, gc_paused():
+            state = self.store.load() or ControllerState()
+            sets = self.store.load_sets()
+            self.registry.seed(sets.pop("registry", []))
+            live = self.reconciler.source_sets()
+            self.reconciler.seed({name: targets for name, targets in sets.items() if name not in live})
+            registered = self.registry.targets()
+            if registered:
+                self.reconciler.on_change("registry", registered, version="persisted")
+            self.adopt(state)
+            self.restored_fresh = True
+        gc.freeze()
 
-    def commit(self, state: ControllerState, *, audit: AuditEntry | None) -> None: ...
+    def take_over(self) -> None:
+        """This replica just became the leader: start from the stored state, then record the
+        new fencing token in the store before anything else is written."""
+        with self.pipeline.lock:
+            # One replica without election (no fencing token) restored a moment ago at start,
+            # and nobody else writes its store: reading a million rows again is only waiting.
+            if not (self.restored_fresh and self.replication.fencing_token() is None):
+                self.restore()
+            self.restored_fresh = False
+            audit = self.replication.lead_audit(at=self.now())
+            if audit is not None:
+                self.pipeline.commit(self.pipeline.state, audit=audit)
+            fence = self.replication.fencing_token()
+            log.info("leading from revision %d (fence %s)", self.pipeline.state.revision, fence)
 
-    def publish(self, *, targets: Mapping[str, Target], state: ControllerState) -> None: ...
-
-
-def restore(host: AdoptionHost) -> None:
-    """Seed discovery from the persisted sets and serve the stored assignment at once.
-
-    Run at start and again by :func:`take_over`: the state is read afresh, a source the
-    reconcile loop has not heard from yet starts from its stored set. Like a long tick
-    (``loop.tick``), it runs with the cyclic GC paused and freezes what it read: up to a
-    million stored targets."""
-    with host.lock, gc_paused():
-        state = host.store.load() or ControllerState()
-        sets = host.store.load_sets()
-        host.registry.seed(sets.pop("registry", []))
-        live = host.reconciler.source_sets()
-        host.reconciler.seed({name: targets for name, targets in sets.items() if name not in live})
-        registered = host.registry.targets()
-        if registered:
-            host.reconciler.on_change("registry", registered, version="persisted")
-        adopt(host, state)
-        host.restored_fresh = True
-    gc.freeze()
-
-
-def take_over(host: AdoptionHost) -> None:
-    """This replica just became the leader: start from the stored state, then record the
-    new fencing token in the store before anything else is written."""
-    with host.lock:
-        # One replica without election (no fencing token) restored a moment ago at start,
-        # and nobody else writes its store: reading a million rows again is only waiting.
-        if not (host.restored_fresh and host.replication.fencing_token() is None):
-            restore(host)
-        host.restored_fresh = False
-        audit = host.replication.lead_audit(at=host.now())
-        if audit is not None:
-            host.commit(host.state, audit=audit)
-        fence = host.replication.fencing_token()
-        log.info("leading from revision %d (fence %s)", host.state.revision, fence)
-
-
-def refresh_from_store(host: AdoptionHost) -> bool:
-    """Follower: adopt the leader's newest state; True when the SD snapshot changed."""
-    new = host.replication.read_state()
-    if new is None:
-        return False
-    with host.lock:
-        if not host.replication.should_adopt(host.state, new):
-            host.state = new
+    def refresh_from_store(self) -> bool:
+        """Follower: adopt the leader's newest state; True when the SD snapshot changed."""
+        new = self.replication.read_state()
+        if new is None:
             return False
-        targets = targets_of(host, new.assignment, host.store.load_sets())
-        missing = new.assignment is not None and len(targets) < len(new.assignment.targets)
-        if host.replication.withhold(missing=missing):
-            return False
-        serve_stored(host, new, targets)
-        return True
+        with self.pipeline.lock:
+            if not self.replication.should_adopt(self.pipeline.state, new):
+                self.pipeline.state = new
+                return False
+            targets = self.targets_of(new.assignment, self.store.load_sets())
+            missing = new.assignment is not None and len(targets) < len(new.assignment.targets)
+            if self.replication.withhold(missing=missing):
+                return False
+            self.serve_stored(new, targets)
+            return True
 
+    def resync(self) -> None:
+        """After a lost check-and-set: the stored state wins, is served, and the loop places
+        what this replica knows on top of it at the next tick."""
+        new = self.replication.read_state()
+        if new is not None:
+            with self.pipeline.lock:
+                self.adopt(new)
 
-def resync(host: AdoptionHost) -> None:
-    """After a lost check-and-set: the stored state wins, is served, and the loop places
-    what this replica knows on top of it at the next tick."""
-    new = host.replication.read_state()
-    if new is not None:
-        with host.lock:
-            adopt(host, new)
+    def adopt(self, state: ControllerState) -> None:
+        """Make a stored state this replica's: the loop builds on it, SD serves it (lock held)."""
+        targets = self.targets_of(state.assignment, self.reconciler.source_sets())
+        self.serve_stored(state, targets, dirty=True)
 
+    def serve_stored(
+        self, state: ControllerState, targets: dict[str, Target], *, dirty: bool = False
+    ) -> None:
+        self.reconciler.set_overrides(**overrides_of(state.desired))
+        self.reconciler.reset(previous=state.assignment, targets=targets, dirty=dirty)
+        self.replication.adopted()
+        self.pipeline.serve_stored(state, targets)
 
-def adopt(host: AdoptionHost, state: ControllerState) -> None:
-    """Make a stored state this replica's: the loop builds on it, SD serves it (lock held)."""
-    targets = targets_of(host, state.assignment, host.reconciler.source_sets())
-    serve_stored(host, state, targets, dirty=True)
-
-
-def serve_stored(
-    host: AdoptionHost, state: ControllerState, targets: dict[str, Target], *, dirty: bool = False
-) -> None:
-    host.reconciler.set_overrides(**overrides_of(state.desired))
-    host.reconciler.reset(previous=state.assignment, targets=targets, dirty=dirty)
-    host.replication.adopted()
-    if state.assignment is not None:
-        host.publish(targets=targets, state=state)  # SD first: never "ready" without answers
-    host.state = state
-
-
-def targets_of(
-    host: AdoptionHost, assignment: Assignment | None, sets: Mapping[str, Sequence[Target]]
-) -> dict[str, Target]:
-    return replicating.targets_of(
-        assignment, sets, live=host.reconciler.target_map, precedence=host.options.precedence
-    )
+    def targets_of(
+        self, assignment: Assignment | None, sets: Mapping[str, Sequence[Target]]
+    ) -> dict[str, Target]:
+        return replicating.targets_of(
+            assignment, sets, live=self.reconciler.target_map, precedence=self.options.precedence
+        )
