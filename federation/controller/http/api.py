@@ -44,7 +44,7 @@ MAX_BATCH_BODY = 16 << 20
 """``POST /v1/registry/batch`` only: about 50,000 registrations per request."""
 MAX_PAGE = 1000
 """``GET /v1/targets`` pages: a bigger page would let unauthenticated reads starve HTTP SD."""
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+WEB_DIR = Path(__file__).resolve().parents[2] / "web"
 WEB_MEDIA = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
 # The page's scripts and styles come only from /web/ (no inline code): with API strings
 # inserted as text, this policy is the second fence against markup from a registry.
