@@ -18,7 +18,8 @@ three times run from just before the PUT (all polled every 20 ms):
   HTTP SD, ``<data-dir>/rendered/children/<child>/targets/gpu.json`` with file_sd.
 
 ``ready_s`` runs from the process start until ``/readyz`` says 200 in a poll after which
-every child's SD answer holds every target (the bench's own count is not in it).
+every child's SD answer holds every target (the bench's own count is not in it); with
+file_sd also the first config bundle must be on disk (``/v1/configs``).
 ``change_to_served_s`` lists each change's time in order (a stall shows where it was). CPU
 share and RSS come from the controller's own ``/metrics`` (``process_cpu_seconds_total``
 plus ``gpufed_controller_subprocess_cpu_seconds_total``, its promtool runs, over the wall
@@ -178,22 +179,32 @@ def served_count(http: httpx.Client) -> int:
     return len(seen)
 
 
-def wait_served(http: httpx.Client, serve: ServeProcess, *, expected: int, timeout: float) -> float:
+def wait_served(
+    http: httpx.Client, serve: ServeProcess, *, expected: int, timeout: float, files: bool = False
+) -> float:
     """When (monotonic) ``/readyz`` first said 200 in a poll whose SD answers then held all
-    ``expected`` targets: the count itself (one GET per child, a million targets at 1M) is
-    the bench's proof, not the controller's start-up, so its seconds are not counted."""
+    ``expected`` targets (and, with ``files``, a first config bundle was on disk: a file_sd
+    child reads nothing before it): the count itself (one GET per child, a million targets
+    at 1M) is the bench's proof, not the controller's start-up, so its seconds are not counted."""
     said_ready: list[float] = []
 
     def complete() -> bool:
         serve.check_alive()
         asked = time.monotonic()
-        if http.get("/readyz").status_code != 200 or served_count(http) < expected:
+        if http.get("/readyz").status_code != 200 or (files and not bundle_published(http)):
+            return False
+        if served_count(http) < expected:
             return False
         said_ready.append(asked)
         return True
 
     wait_until(complete, timeout=timeout, what=f"/readyz and {expected} targets in SD", interval=0.5)
     return said_ready[0]
+
+
+def bundle_published(http: httpx.Client) -> bool:
+    status = http.get("/v1/configs").json().get("status") or {}
+    return bool(status.get("version")) and bool(status.get("ok"))
 
 
 def post_batch(
@@ -361,9 +372,9 @@ def run_live_bench(
             if via == "registry":
                 wait_until(lambda: _up(http, serve), timeout=ready_timeout_s, what="/healthz", interval=0.2)
                 result["preregistered_with"] = preregister(http, entries)
-            result["ready_s"] = round(
-                wait_served(http, serve, expected=expected, timeout=ready_timeout_s) - serve.started, 3
-            )
+            ready = wait_served(http, serve, expected=expected, timeout=ready_timeout_s,
+                                files=child_file is not None)  # fmt: skip
+            result["ready_s"] = round(ready - serve.started, 3)
             rows = http.get("/v1/shards").json()["shards"]
             result["shards"] = len(rows)
             result["children"] = sum(len(row["children"]) for row in rows)

@@ -10,8 +10,9 @@ Three outputs, each built only from a state the store has accepted:
   configs depend on changed (:func:`config_key`: the children set, the spec), then the
   children whose config changed are reloaded;
 * with file_sd, between two such renders, the target lists of the shards the change
-  touched (``filesd``), swapped in file by file on the same thread (no promtool: lists are
-  not configs). Work in proportion to the change, as HTTP SD's.
+  touched (``filesd``), swapped in file by file right after SD (on the config thread after
+  the bundle when one is due or being written; no promtool: lists are not configs). Work in
+  proportion to the change, as HTTP SD's.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ class Publication:
         self._lists_shards: set[str] = set()
         """file_sd: shards whose target lists changed since the last write (``_config_lock``)."""
         self.file_sd = spec.children.target_discovery == "file_sd"
+        self._rendering = False
+        """A bundle is being rendered and written (``_config_lock``): lists wait for it."""
         self._config_key: object = None
         self._config_at = float("-inf")
 
@@ -104,16 +107,31 @@ class Publication:
                     with self._config_lock:
                         self._lists_due = (state.assignment_version, self.sd, assignment)
                         self._lists_shards |= shards
-                    self._config_wake.set()
+                        # no bundle due or being written: nothing older can land over the lists,
+                        # so they are written here and now (a shard's few files), not a thread later
+                        inline = self._config_due is None and not self._rendering
+                    if inline:
+                        self.publish_lists()
+                    else:
+                        self._config_wake.set()
 
     def publish_configs(self) -> bool:
         """Render and check the bundle of the newest assignment (outside the state lock).
         False when nothing was due or it failed (the old bundle stays served)."""
         with self._config_lock:
             due, self._config_due = self._config_due, None
+            self._rendering = due is not None
         if due is None:
             self.publish_lists()
             return False
+        try:
+            return self._publish_bundle(due)
+        finally:
+            with self._config_lock:
+                self._rendering = False
+            self.publish_lists()  # changes placed while the bundle was rendered
+
+    def _publish_bundle(self, due: tuple[int, Assignment, list[Target]]) -> bool:
         if self.publisher is None:
             return False
         version, assignment, all_targets = due
@@ -139,12 +157,11 @@ class Publication:
             return False
         self.metrics.config_published_at.set(self.publisher.status.published_at)
         self.children.reload(changed_children(before, self.publisher.files))
-        self.publish_lists()  # changes placed while the bundle was rendered
         return True
 
     def publish_lists(self) -> int:
-        """file_sd: write the target lists of the shards changed since the last write (on the
-        config thread, after any bundle, so a list is never older than the tree under it)."""
+        """file_sd: write the target lists of the shards changed since the last write (after
+        any bundle due, so a list is never older than the tree under it)."""
         with self._config_lock:
             due, shards = self._lists_due, self._lists_shards
             self._lists_due, self._lists_shards = None, set()
