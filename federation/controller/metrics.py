@@ -121,6 +121,12 @@ class ControllerMetrics:
             "gpufed_controller_ready", "1 once a first assignment is served.", registry=registry
         )
 
+    def update_shards(self, rows: list[tuple[str, str, int, int]]) -> None:
+        """(region, shard, targets, load) of the shards a change touched; the others keep theirs."""
+        for region, shard, targets, load in rows:
+            self.targets.labels(region=region, shard=shard).set(targets)
+            self.load.labels(region=region, shard=shard).set(load)
+
     def publish_shards(self, rows: list[tuple[str, str, int, int]]) -> None:
         """(region, shard, targets, load) of the assignment now served."""
         self.targets.clear()

@@ -85,9 +85,13 @@ class Publication:
             changed=changed,
         )
         load, sizes = assignment.load(), assignment.sizes()
-        self.metrics.publish_shards(
-            [(info.region, shard, sizes[shard], load[shard]) for shard, info in assignment.shards.items()]
-        )
+        same_shards = before.assignment is not None and before.assignment.shards == assignment.shards
+        shards = filesd.changed_shards(before, self.sd) if same_shards else assignment.shards.keys()
+        rows = [(assignment.shards[s].region, s, sizes[s], load[s]) for s in shards if s in assignment.shards]
+        if same_shards:  # the other shards' gauges hold their values already
+            self.metrics.update_shards(rows)
+        else:
+            self.metrics.publish_shards(rows)
         self.metrics.assignment_version.set(state.assignment_version)
         self.metrics.handovers_in_flight.set(len(state.handovers))
         self.metrics.ready.set(1)

@@ -30,8 +30,9 @@ from federation.controller.stores import kvblob
 
 PIECE_BYTES = 900 * 1024
 """Under the 1 MiB ConfigMap limit, with room for the object's metadata."""
-TARGETS_PER_BUCKET = 20_000
-"""About 1 MiB of JSON (a few hundred KiB compressed): one piece per bucket."""
+TARGETS_PER_BUCKET = 5_000
+"""About 250 KiB of JSON a bucket: a change re-encodes that much of the placements, and a
+million targets make 200 buckets (a store cut in larger buckets keeps them within 4x)."""
 MAX_RAW_BYTES = 1024 * 1024 * 1024
 """A head claiming a part larger than this is refused before decompressing."""
 
