@@ -142,8 +142,8 @@ def _members_after(
         return None  # a removed shard still hands over
     affected = {s for i in changed for s in (base.targets.get(i), assignment.targets.get(i)) if s is not None}
     affected.update(h.from_shard for h in (*previous.handovers, *handovers) if h.identity in changed)
-    if previous.handovers != handovers:
-        affected.update(was_out.keys() | now_out.keys())
+    if previous.handovers != handovers:  # only the shards whose outgoing set changed
+        affected.update(s for s in was_out.keys() | now_out.keys() if was_out.get(s) != now_out.get(s))
     members: dict[str, dict[str, Target]] = {}
     for shard, answers in previous.shards.items():
         if shard not in affected:
