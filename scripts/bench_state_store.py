@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from federation.controller import integrity
-from federation.controller.sqlite_store import SqliteStore
+from federation.controller.stores import integrity
+from federation.controller.stores.sqlite_store import SqliteStore
 from tests.controller.harness import fleet
 
 

@@ -68,11 +68,11 @@ class SetPersister:
     def _next(self) -> float:
         return self._saved_at + (self.gap_s if self._backlog else self.interval_s)
 
-    def take(self, now: float, sets: Mapping[str, Mapping[str, Target]]) -> Changes:
+    def take(self, now: float, sets: Mapping[str, Mapping[str, Target]], *, every: bool = False) -> Changes:
         """What changed since the last write, as of ``sets`` now (at most ``chunk`` rows for
-        a delta store); marks it written."""
+        a delta store, unless ``every``); marks it written."""
         self._saved_at = now
-        if self._chunked:
+        if self._chunked and not every:
             unsaved = self._take_chunk()
         else:
             unsaved, self._unsaved = self._unsaved, {}
@@ -98,6 +98,12 @@ class SetPersister:
             if room == 0:
                 break
         return taken
+
+    def requeue(self, changes: Mapping[str, Mapping[str, Target | None]]) -> None:
+        """Changes taken but not written (the store refused): written with the next ones."""
+        for source, found in changes.items():
+            self.note(source).update(found)
+        self.due = True
 
     def write(self, changes: Changes, whole: Callable[[], dict[str, list[Target]]]) -> None:
         """Save ``changes`` (a delta store) or ``whole()`` sets; nothing when none changed."""

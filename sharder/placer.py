@@ -27,6 +27,7 @@ from sharder.errors import SharderError
 from sharder.incremental import IncrementalAssigner
 from sharder.inventory import Target, sort_targets
 from sharder.spec import FederationSpec
+from sharder.step import Placement
 from sharder.targetsets import Delta
 
 log = logging.getLogger(__name__)
@@ -64,12 +65,6 @@ class Placer:
         self.engine: IncrementalAssigner | None = None
         self._full_due = False
         """The overrides changed since the last placement: the next one runs in full."""
-        self.touched: set[str] | None = None
-        """Identities the last placement may have moved (None: unknown, a full placement)."""
-        self.touched_base: Assignment | None = None
-        """The assignment ``touched`` is relative to."""
-        self.changed: set[str] | None = None
-        """``touched`` plus the targets whose fields changed (labels): what SD must rebuild."""
 
     def set_overrides(self, checked: overriding.Overrides) -> None:
         """Unchanged overrides keep the engine; changed ones make the next placement full."""
@@ -93,26 +88,25 @@ class Placer:
         counts: dict[str, int],
         applied_counts: Mapping[str, int],
         delta: Delta,
-    ) -> Assignment:
-        """The next assignment for ``targets``; ``applied`` and ``applied_counts``: what
-        ``previous`` was made from. Sets ``touched``/``changed`` for the commit step."""
-        self.touched, self.touched_base, self.changed = None, previous, None
+    ) -> Placement:
+        """The next assignment for ``targets`` and what may differ from ``previous``;
+        ``applied`` and ``applied_counts``: what ``previous`` was made from."""
         if self._assign_fn is not sticky_assign:
             ordered = sort_targets(targets.values())
-            return self._assign_fn(self.spec, ordered, previous=previous, shard_counts=counts)
+            return Placement(self._assign_fn(self.spec, ordered, previous=previous, shard_counts=counts),
+                             touched=None, changed=None)  # fmt: skip
         if previous is not None and counts == applied_counts:
             added, removed, relabelled = delta
-            if not added and not removed:
-                self.touched, self.changed = set(), relabelled
-                return previous  # labels only: placement cannot change
+            if not added and not removed:  # labels only: placement cannot change
+                return Placement(previous, touched=frozenset(), changed=frozenset(relabelled))
             if self.engine is None and not self._full_due:
                 self.engine = self.engine_from(previous, applied, counts)
             if self.engine is not None and self.engine.assignment is previous:
                 result = self.engine.apply(added=added, removed=removed)
-                self.touched = self.engine.touched
-                if self.touched is not None:
-                    self.changed = self.touched | relabelled
-                return result
+                touched = self.engine.touched
+                if touched is None:
+                    return Placement(result, touched=None, changed=None)
+                return Placement(result, touched=frozenset(touched), changed=frozenset(touched | relabelled))
         o = self.overrides
         self._full_due = False
         self.engine = IncrementalAssigner(
@@ -124,11 +118,9 @@ class Placer:
             drained=o.drained,
             weight_overrides=o.weights,
         )
-        return self.engine.assignment
+        return Placement(self.engine.assignment, touched=None, changed=None)
 
-    def prepare(
-        self, previous: Assignment, applied: Mapping[str, Target], counts: Mapping[str, int]
-    ) -> None:
+    def prepare(self, previous: Assignment, applied: Mapping[str, Target], counts: Mapping[str, int]) -> None:
         """Index ``previous`` for the engine now (an idle loop after a restart)."""
         if self.engine is None and not self._full_due:
             self.engine = self.engine_from(previous, applied, counts)

@@ -55,13 +55,13 @@ from sharder.merging import MergedSources
 from sharder.persisting import LastKnownStore, SetPersister
 from sharder.placer import AssignFn, Placer, sticky_assign
 from sharder.spec import FederationSpec
+from sharder.step import Step
 from sharder.targetsets import Delta, NodeCounts, count_nodes, nodes_after
 
 log = logging.getLogger(__name__)
 
 
 OnAssignment = Callable[[Assignment, plan_mod.Plan], None]
-OnSummary = Callable[[Assignment, plan_mod.PlanSummary], None]
 
 
 class Reconciler:
@@ -79,19 +79,21 @@ class Reconciler:
         precedence: Sequence[str] = (),
         assign_fn: AssignFn = sticky_assign,
         on_assignment: OnAssignment | None = None,
-        on_summary: OnSummary | None = None,
         observer: DiscoveryObserver | None = None,
         store: LastKnownStore | None = None,
         persist_interval_s: float = 5.0,
+        sets_in_steps: bool = False,
     ) -> None:
+        """``sets_in_steps``: every :class:`~sharder.step.Step` carries the per-source set
+        changes not stored yet, for a caller that commits them with the step (then give no
+        ``store``: the loop writes none itself)."""
         self.spec = spec
         self._clock = clock
         self.debounce_s = debounce_s
         self._sizer = sizing.ShardSizer(spec, hysteresis or sizing.Hysteresis(), previous=previous)
         self.placer = Placer(spec, assign_fn=assign_fn)
         self._on_assignment = on_assignment
-        self._on_summary = on_summary
-        """Like ``on_assignment`` with the plan's counts only (the controller's)."""
+        self._sets_in_steps = sets_in_steps
         self._observer = observer
         self._persister = SetPersister(store, interval_s=persist_interval_s)
         self._regions = set(spec.region_names())
@@ -147,21 +149,6 @@ class Reconciler:
     def engine(self) -> IncrementalAssigner | None:
         """The incremental engine over the current assignment (None: not built yet)."""
         return self.placer.engine
-
-    @property
-    def touched(self) -> set[str] | None:
-        """Identities the last placement may have moved (None: unknown, a full placement)."""
-        return self.placer.touched
-
-    @property
-    def touched_base(self) -> Assignment | None:
-        """The assignment ``touched`` is relative to."""
-        return self.placer.touched_base
-
-    @property
-    def changed(self) -> set[str] | None:
-        """``touched`` plus the targets whose fields changed (labels): what SD must rebuild."""
-        return self.placer.changed
 
     # ---- input from sources (any thread) -------------------------------------------------
     def on_change(self, source: str, targets: Iterable[Target], *, version: str | None = None) -> None:
@@ -223,6 +210,12 @@ class Reconciler:
     # ---- the loop ------------------------------------------------------------------------
     def tick(self) -> Assignment | None:
         """Apply what is due now; the new assignment, or None when nothing changed."""
+        step = self.step()
+        return None if step is None else step.assignment
+
+    def step(self) -> Step | None:
+        """Apply what is due now: the change as one value (:class:`~sharder.step.Step`),
+        or None when nothing changed."""
         with self._lock:
             now = self._clock()
             persist = None if self._due(now) else self._persister.wants(now)
@@ -239,7 +232,7 @@ class Reconciler:
         if same and counts == self._sizer.applied and self._assignment is not None:
             return None
         try:
-            new = self.placer.place(
+            placed = self.placer.place(
                 previous=self._assignment,
                 applied=self._applied,
                 targets=targets,
@@ -252,22 +245,24 @@ class Reconciler:
             if self._observer is not None:
                 self._observer.error("reconcile", reason="assignment_failed")
             return None
-        previous, only = self._assignment, self.touched
+        previous, new = self._assignment, placed.assignment
+        only = None if placed.touched is None else set(placed.touched)
         plan = plan_mod.diff(previous, new, only=only) if self._on_assignment is not None else None
-        summary = plan_mod.summarize(previous, new, only=only) if self._on_summary is not None else None
+        summary = plan_mod.summarize(previous, new, only=only)
         with self._lock:
             self._assignment, self._applied = new, targets
             self._nodes = nodes.nodes
             self._sizer.applied = counts
             self.assignments += 1
+            sets = self._persister.take(now, self.sources.sets, every=True) if self._sets_in_steps else {}
         if self._on_assignment is not None and plan is not None:
             self._on_assignment(new, plan)
-        if self._on_summary is not None and summary is not None:
-            self._on_summary(new, summary)
-        self._persister.due = True
-        if self._persister.wants(now):
-            self._persist(now)
-        return new
+        if not self._sets_in_steps:
+            self._persister.due = True
+            if self._persister.wants(now):
+                self._persist(now)
+        return Step(base=previous, assignment=new, summary=summary, touched=placed.touched,
+                    changed=placed.changed, targets=MappingProxyType(targets), sets=sets)  # fmt: skip
 
     def nodes_in(self, region: str) -> Collection[str]:
         """The distinct nodes of ``region`` placed now (for the registry's region cap)."""
@@ -288,6 +283,17 @@ class Reconciler:
         with self._lock:
             changes = self._persister.take(now, self.sources.sets)
         self._persister.write(changes, self._whole_sets)
+
+    def take_set_changes(self) -> dict[str, dict[str, Target | None]]:
+        """Every change to the per-source sets not written yet, for a caller that writes them
+        with its own commit (the controller, before a state that places them); it hands back
+        what it could not write through :meth:`requeue_set_changes`."""
+        with self._lock:
+            return self._persister.take(self._clock(), self.sources.sets, every=True)
+
+    def requeue_set_changes(self, changes: Mapping[str, Mapping[str, Target | None]]) -> None:
+        with self._lock:
+            self._persister.requeue(changes)
 
     def _whole_sets(self) -> dict[str, list[Target]]:
         with self._lock:

@@ -3,7 +3,7 @@
 The spec refuses literal credentials wherever they can appear (URL userinfo, auth-like
 headers, key-like query parameters, robot secrets): a secret is a reference (``${NAME}``
 where the reader expands it, a file Prometheus or Alertmanager reads, or
-``{env: NAME}``/``{file: PATH}`` in ``thanos.objstore``). ``federation.controller.redact``
+``{env: NAME}``/``{file: PATH}`` in ``thanos.objstore``). ``federation.controller.http.redact``
 masks by the same names as defence in depth. Errors name the field and the value's
 *shape* (``a 32-character literal``), never the value.
 """

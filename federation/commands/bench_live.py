@@ -12,6 +12,8 @@ from rich.console import Console
 
 VIA = ("file", "registry")
 FORMATS = ("yaml", "json")
+STORES = ("sqlite", "consul", "kubernetes")
+DISCOVERY = ("file_sd", "http_sd")
 
 
 def live(
@@ -26,6 +28,14 @@ def live(
     change_timeout: Annotated[float, typer.Option(min=1, max=600, help="seconds a change may take")] = 60.0,
     inventory_format: Annotated[str, typer.Option(help="yaml or json: the inventory's format")]
     = "yaml",
+    spec: Annotated[str | None, typer.Option(
+        help="spec file (default examples/federation.yaml as shipped); builtin: the bench's own")] = None,
+    store: Annotated[str, typer.Option(help="sqlite, consul or kubernetes (a stand-in in its own process)")]
+    = "sqlite",
+    discovery: Annotated[str | None, typer.Option(help="file_sd or http_sd (default: what the spec says)")]
+    = None,
+    targets_per_shard: Annotated[int | None, typer.Option(min=1, help="override the spec's sharding size")]
+    = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """A real `gpufed serve`: registration -> its child's SD answer, CPU, RSS, ready, batch rate."""
@@ -35,6 +45,12 @@ def live(
         raise typer.BadParameter(
             f"expected one of {', '.join(FORMATS)}, got {inventory_format!r}", param_hint="--inventory-format"
         )
+    if store not in STORES:
+        raise typer.BadParameter(f"expected one of {', '.join(STORES)}, got {store!r}", param_hint="--store")
+    if discovery is not None and discovery not in DISCOVERY:
+        raise typer.BadParameter(
+            f"expected one of {', '.join(DISCOVERY)}, got {discovery!r}", param_hint="--discovery"
+        )
     from federation.testing.bench_live import LiveBenchError, run_live_bench
 
     # SIGTERM (a CI timeout) unwinds like Ctrl-C, so the serve process and the temp dir go too.
@@ -42,7 +58,8 @@ def live(
     try:
         result = run_live_bench(targets=targets, changes=changes, rate=rate, via=via, debounce_s=debounce,
                                 batch=batch, change_timeout_s=change_timeout,
-                                inventory_format=inventory_format)  # fmt: skip
+                                inventory_format=inventory_format, spec=spec, store=store,
+                                discovery=discovery, targets_per_shard=targets_per_shard)  # fmt: skip
     except (LiveBenchError, TimeoutError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc

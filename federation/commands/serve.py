@@ -17,11 +17,11 @@ from typing import Annotated
 import typer
 
 from federation.commands.render import SpecOpt, user_errors
-from federation.controller.auth import TokenError
-from federation.controller.load import LoadOptions
+from federation.controller.http.auth import TokenError
+from federation.controller.load.tracker import LoadOptions
 from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, SettingsError, build_service
-from federation.controller.store import StoreError
+from federation.controller.stores.store import StoreError
 from federation.spec import GpufedSpec, load_gpufed_spec
 from sharder.sizing import Hysteresis
 from sharder.sources.consul import ConsulConfig
@@ -245,8 +245,8 @@ def serve_command(
     """Run the controller: discovery loop, HTTP SD, REST plans and rebalances."""
     import uvicorn
 
-    from federation.controller.http_guards import DeadlineH11Protocol
-    from federation.controller.redact import RedactingFilter
+    from federation.controller.http.http_guards import DeadlineH11Protocol
+    from federation.controller.http.redact import RedactingFilter
 
     _check_numbers(
         debounce=(debounce, 3600.0),

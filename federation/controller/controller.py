@@ -6,19 +6,21 @@ Where a registration becomes an SD answer (follow it top to bottom):
    file/Consul/Kubernetes sources) push into ``sharder.reconcile.Reconciler``;
 2. placement: the reconciler debounces, applies grace and hysteresis, and places the change
    with its incremental engine, the operator's overrides being data it holds;
-3. commit: :meth:`Controller._on_discovery` adds hand-overs and writes the state through
-   the store (check-and-set, fenced) — nothing is served that the store refused;
-4. publication: ``publication.Publication.publish`` swaps in the new HTTP SD snapshot
-   (``sdcache``: changed shards only), then metrics, then the config bundle when the
-   children's configs changed; ``api.py`` answers ``/v1/sd/<child>`` from that snapshot.
+3. place: ``live.place.state_after`` turns the reconciler's ``Step`` into the next state
+   (hand-overs, the audit of a resize);
+4. commit and publish: ``live.pipeline.Pipeline`` writes it in one fenced
+   ``StateStore.apply`` (state, audit, the step's set changes) — nothing is served that the
+   store refused — then ``live.publish.Publication`` swaps in the new HTTP SD snapshot
+   (``sdcache``: changed shards only), metrics, file_sd lists or the config bundle.
 
-One lock orders every change to the served state: a reconcile tick, an applied plan and
-a finished hand-over each take it, commit, then publish. Reads never take it.
+The pipeline's one lock orders every change to the served state: a reconcile step, an
+applied plan, finished hand-overs and an adopted stored state (``ha.adoption``) each take
+it, commit, then publish. Reads never take it.
 
-Components (each its own module, wired only here): ``children`` (probes, health, SD
-fetches), ``publication``, ``plans`` (plan and apply), ``views`` (read model), ``replica``
-(``Replication``: may this replica write, with which fencing token, what a follower adopts;
-injected by ``service.build_service``), ``load`` (measured load), ``store`` (state, fencing).
+Components (each its own module, wired only here): ``live`` (children, publication,
+pipeline), ``plans`` (plan and apply), ``views`` (read model), ``ha`` (``Replication``: may
+this replica write, with which fencing token, what a follower adopts; ``Adoption``),
+``load`` (measured load), ``stores`` (state, fencing).
 """
 
 from __future__ import annotations
@@ -30,26 +32,29 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from federation.controller import adoption, plans, sdcache
 from federation.controller import changes as changing
-from federation.controller import load as loading
-from federation.controller import loop as looping
-from federation.controller.children import Children
+from federation.controller import plans
 from federation.controller.errors import Conflict, Unavailable
-from federation.controller.load_policy import LoadPolicy
+from federation.controller.ha.adoption import Adoption
+from federation.controller.ha.replica import Replication
+from federation.controller.live import inbox as looping
+from federation.controller.live import place as placing
+from federation.controller.live import sdcache
+from federation.controller.live.children import Children
+from federation.controller.live.pipeline import Pipeline
+from federation.controller.live.probe import ChildProbe
+from federation.controller.live.publish import Publication
+from federation.controller.live.publisher import Publisher
+from federation.controller.live.settling import HandoverSettler
+from federation.controller.load import tracker as loading
+from federation.controller.load.policy import LoadPolicy
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.options import ControllerOptions
 from federation.controller.plans import ApplyResult, PlannedChange
-from federation.controller.probe import ChildProbe
-from federation.controller.publication import Publication
-from federation.controller.publisher import Publisher
-from federation.controller.replica import Replication
-from federation.controller.settling import HandoverSettler
 from federation.controller.state import AuditEntry, ControllerState, Handover, overrides_of
-from federation.controller.store import (
+from federation.controller.stores.store import (
     Changed,
     FencedOut,
-    LastKnownView,
     StateStore,
     StoreConflict,
     StoreError,
@@ -64,6 +69,7 @@ from sharder.inventory import Target
 from sharder.reconcile import Reconciler
 from sharder.sources.registry import SOURCE as REGISTRY
 from sharder.sources.registry import BuiltinRegistry
+from sharder.step import NO_SETS, SetChanges, Step
 
 log = logging.getLogger(__name__)
 
@@ -91,25 +97,20 @@ class Controller:
         self._wall = wall_clock
         self.replication = replication or Replication(store=store, metrics=metrics)
         self.load = load
-        self._lock = threading.RLock()
-        self.restored_fresh = False
-        """``restore`` ran and no ``take_over`` since (``adoption.take_over``)."""
         self.jobs = {job.name: job for job in spec.jobs}
         self.discovery = DiscoveryMetrics(registry=metrics.registry)
-        self.state = store.load() or ControllerState()
+        stored = store.load() or ControllerState()
         self.reconciler = Reconciler(
             spec=spec,
-            previous=self.state.assignment,
+            previous=stored.assignment,
             debounce_s=options.debounce_s,
             grace_s=options.grace_s,
             hysteresis=options.hysteresis,
             precedence=options.precedence,
-            on_summary=self._on_discovery,
             observer=self.discovery,
-            store=LastKnownView(store),
-            persist_interval_s=options.persist_interval_s,
+            sets_in_steps=True,  # each step's set changes commit with its state (``store.apply``)
         )
-        self.reconciler.set_overrides(**overrides_of(self.state.desired))
+        self.reconciler.set_overrides(**overrides_of(stored.desired))
         self.registry = BuiltinRegistry(
             sink=self.reconciler,
             jobs=self.jobs,
@@ -129,6 +130,15 @@ class Controller:
         self.publication = Publication(
             spec=spec, options=options, metrics=metrics, children=self.children, publisher=publisher
         )
+        self.pipeline = Pipeline(
+            store=store, publication=self.publication, metrics=metrics,
+            fence=self.replication.fencing_token, state=stored,
+        )  # fmt: skip
+        self._lock = self.pipeline.lock
+        self.adoption = Adoption(
+            pipeline=self.pipeline, store=store, registry=self.registry, reconciler=self.reconciler,
+            replication=self.replication, options=options, now=wall_clock,
+        )  # fmt: skip
         self.planner = plans.Planner(
             spec=spec, metrics=metrics, max_plans=options.max_plans, wall_clock=wall_clock
         )
@@ -141,31 +151,23 @@ class Controller:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
-    # ---- start / stop, and adopting a stored state (``adoption``) --------------------------
+    # ---- the committed state (the pipeline's) and adopting a stored one (``ha.adoption``) ----
+    @property
+    def state(self) -> ControllerState:
+        return self.pipeline.state
+
+    @state.setter
+    def state(self, state: ControllerState) -> None:
+        self.pipeline.state = state
+
     def restore(self) -> None:
-        adoption.restore(self)
+        self.adoption.restore()
 
     def take_over(self) -> None:
-        adoption.take_over(self)
+        self.adoption.take_over()
 
     def refresh_from_store(self) -> bool:
-        return adoption.refresh_from_store(self)
-
-    def _resync(self) -> None:
-        adoption.resync(self)
-
-    @property
-    def lock(self) -> threading.RLock:  # what ``adoption.AdoptionHost`` reads
-        return self._lock
-
-    def now(self) -> float:
-        return self._wall()
-
-    def commit(self, state: ControllerState, *, audit: AuditEntry | None) -> None:
-        self._commit(state, audit=audit)
-
-    def publish(self, *, targets: Mapping[str, Target], state: ControllerState) -> None:
-        self._publish(targets=targets, state=state)
+        return self.adoption.refresh_from_store()
 
     def share_fetches(self) -> None:
         self.replication.share_fetches(self.children)
@@ -208,70 +210,53 @@ class Controller:
             thread.join(timeout=5)
 
     def _journal_registry(self, gone: Mapping[str, Target | None]) -> None:
-        """A registry deletion, stored before it is acknowledged (SQLite rows; a store that
-        keeps whole sets gets it with the loop's next save, see the README)."""
-        LastKnownView(self.store).save_changes({"registry": gone})
+        """A registry deletion, durable in the store (fenced) before it is acknowledged."""
+        self.store.save_set_changes({"registry": gone}, fence=self.replication.fencing_token())
 
     # ---- the loop (``loop.run``) ------------------------------------------------------------
-    def tick(self, *, idle: bool) -> None:
-        """One reconcile step as the leader; idle after a restart: index for the first change."""
+    def tick(self, *, idle: bool) -> Step | None:
+        """One reconcile step as the leader, committed and published (the step, or None when
+        nothing was due); idle after a restart: index for the first change."""
         with self._lock:
-            if self.reconciler.tick() is None and idle:
+            step = self.reconciler.step()
+            if step is not None:
+                self._run_step(step)
+            elif idle:
                 self.reconciler.prepare()
+            return step
 
-    def _on_discovery(self, assignment: Assignment, plan: planning.PlanSummary) -> None:
-        """A new assignment from the reconcile loop (lock held by ``_loop``)."""
-        targets = self._known_targets()
-        handovers = self._handovers(self.state.assignment, assignment, targets)
-        audit = None
-        if plan.counts.shards_added or plan.counts.shards_removed:
-            audit = AuditEntry(
-                at=self._wall(),
-                actor="discovery",
-                action="resize",
-                detail={"added_shards": plan.added_shards, "removed_shards": plan.removed_shards},
-                moved=plan.counts.moved,
-            )
-        state = self.state.model_copy(
-            update={
-                "assignment": assignment,
-                "assignment_version": self.state.assignment_version + 1,
-                "handovers": handovers,
-            }
+    def _run_step(self, step: Step) -> None:
+        """A reconcile step, forward: place (hand-overs, audit) -> commit -> publish (lock held)."""
+        base = self.state.assignment
+        state, audit = placing.state_after(
+            self.state, step, settler=self.settler, now=self._wall()
         )
-        if self.options.sets_before_state:
-            self.store.save_sets(self.reconciler.source_sets())
-        base, touched = self.state.assignment, self.reconciler.touched
-        known = base is not None and touched is not None and self.reconciler.touched_base is base
-        changed = (base, touched) if base is not None and touched is not None and known else None
-        self._commit(state, audit=audit, changed=changed)
-        self.metrics.moves.labels(cause="discovery").inc(plan.counts.moved)
-        fields = self.reconciler.changed
-        sd_changed = (base, fields) if known and base is not None and fields is not None else None
-        self.publication.publish(self.state, targets, changed=sd_changed)
-
-    # ---- state writes ---------------------------------------------------------------------
-    def _commit(
-        self, state: ControllerState, *, audit: AuditEntry | None, changed: Changed | None = None
-    ) -> None:
         try:
-            self.state = self.store.save(
-                state,
-                expected_revision=self.state.revision if self.state.revision else None,
-                audit=audit,
-                fence=self.replication.fencing_token(),
-                changed=changed,
-            )
-        except (StoreConflict, FencedOut):
-            self.metrics.store_errors.inc()
-            self._resync()
-            raise
+            self._commit(state, audit=audit, changed=step.delta_of(base), sets=step.sets)
         except StoreError:
-            self.metrics.store_errors.inc()
+            self.reconciler.requeue_set_changes(step.sets)  # written with the next step
+            raise
+        self.metrics.moves.labels(cause="discovery").inc(step.summary.counts.moved)
+        self.pipeline.publish(step.targets, changed=step.sd_delta_of(base))
+
+    # ---- state writes: the pipeline's doors --------------------------------------------------
+    def _commit(
+        self,
+        state: ControllerState,
+        *,
+        audit: AuditEntry | None,
+        changed: Changed | None = None,
+        sets: SetChanges = NO_SETS,
+    ) -> None:
+        """Commit through the pipeline; a lost check-and-set or fence: the stored state wins."""
+        try:
+            self.pipeline.commit(state, audit=audit, changed=changed, sets=sets)
+        except (StoreConflict, FencedOut):
+            self.adoption.resync()
             raise
 
-    def _publish(self, *, targets: Mapping[str, Target], state: ControllerState | None = None) -> None:
-        self.publication.publish(state or self.state, targets)
+    def _publish(self, *, targets: Mapping[str, Target]) -> None:
+        self.pipeline.publish(targets)
 
     def _known_targets(self) -> Mapping[str, Target]:
         return self.reconciler.target_map
@@ -291,10 +276,8 @@ class Controller:
     def _handovers(
         self, previous: Assignment | None, current: Assignment, targets: Mapping[str, Target]
     ) -> list[Handover]:
-        rec = self.reconciler
-        only = rec.touched if rec.touched_base is previous and rec.assignment is current else None
         return self.settler.for_change(
-            previous, current, existing=self.state.handovers, targets=targets, touched=only, now=self._wall()
+            previous, current, existing=self.state.handovers, targets=targets, touched=None, now=self._wall()
         )
 
     def settle(self) -> int:

@@ -1,8 +1,42 @@
-"""The controller's own metrics, in an app-owned registry (nothing registers at import)."""
+"""The controller's own metrics, in an app-owned registry (nothing registers at import).
+
+``register_process`` adds what ``gpufed bench live`` reads instead of ``/proc``: client_python's
+``ProcessCollector`` (the controller's own CPU seconds and RSS) and
+:class:`SubprocessCollector` (the CPU seconds of the promtool/amtool runs it waited for,
+which a process's own counters leave out).
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import os
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+SUBPROCESS_CPU = "gpufed_controller_subprocess_cpu_seconds"
+
+
+class SubprocessCollector(Collector):
+    """User + system CPU seconds of the child processes this process has waited for."""
+
+    def __init__(self, *, times: Callable[[], os.times_result] = os.times) -> None:
+        self._times = times
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        now = self._times()
+        yield CounterMetricFamily(
+            SUBPROCESS_CPU,
+            "CPU seconds of finished child processes (promtool, amtool) this controller ran.",
+            value=now.children_user + now.children_system,
+        )
+
+
+def register_process(registry: CollectorRegistry) -> None:
+    """The controller's own CPU and memory on its ``/metrics`` (``process_*``)."""
+    ProcessCollector(registry=registry)
+    registry.register(SubprocessCollector())
 
 
 class ControllerMetrics:
@@ -86,6 +120,12 @@ class ControllerMetrics:
         self.ready = Gauge(
             "gpufed_controller_ready", "1 once a first assignment is served.", registry=registry
         )
+
+    def update_shards(self, rows: list[tuple[str, str, int, int]]) -> None:
+        """(region, shard, targets, load) of the shards a change touched; the others keep theirs."""
+        for region, shard, targets, load in rows:
+            self.targets.labels(region=region, shard=shard).set(targets)
+            self.load.labels(region=region, shard=shard).set(load)
 
     def publish_shards(self, rows: list[tuple[str, str, int, int]]) -> None:
         """(region, shard, targets, load) of the assignment now served."""

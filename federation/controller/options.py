@@ -30,7 +30,7 @@ class ControllerOptions:
     """Registrations a token may send at once (two full batch bodies)."""
     read_rate: float = 20.0
     """List-read units per second per client address without a token (0: no limit;
-    ``federation.controller.read_guard``)."""
+    ``federation.controller.http.read_guard``)."""
     read_burst: int = 100
     precedence: tuple[str, ...] = ("file", "registry", "consul", "kubernetes")
     child_urls: Mapping[str, str] = field(default_factory=dict)
@@ -43,11 +43,12 @@ class ControllerOptions:
     refresh_interval_s: float = 1.0
     """How often a follower re-reads the shared state (what ``state_age_s`` is bounded by)."""
     persist_interval_s: float = 5.0
-    """Least seconds between two saves of the discovery sets."""
+    """Kept for callers that set it: the controller now writes a step's set changes with the
+    step's state (``stores.store.StateStore.apply``), not on an interval."""
     config_refresh_s: float = 300.0
     """With HTTP SD a child's config depends on the children set, not on its targets: the
     bundle is rendered again when that set changes, else at most this often (its
     assignment.json and manifest counts), not on every registration."""
     sets_before_state: bool = False
-    """A shared store: followers and the next leader read each target from the stored sets,
-    so the sets are saved before every state that places a new target."""
+    """Kept for callers that set it: every store now writes the sets a state places in the
+    same fenced call, before (or, SQLite, with) the state."""

@@ -10,7 +10,6 @@ Lease, ``lease``) then makes one of them the leader, the others followers.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import re
@@ -26,22 +25,22 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from alertmanager.amtool import Amtool
-from federation.controller import api
-from federation.controller.auth import Authenticator, load_tokens
-from federation.controller.consul_lock import ConsulLock
-from federation.controller.consul_store import ConsulStore
 from federation.controller.controller import Controller
-from federation.controller.leader import AlwaysLeader, LeaderElector
-from federation.controller.load import LoadOptions, LoadTracker
-from federation.controller.load_reader import PrometheusLoadReader
-from federation.controller.load_weights import LoadReader
-from federation.controller.metrics import ControllerMetrics
+from federation.controller.ha.consul_lock import ConsulLock
+from federation.controller.ha.leader import AlwaysLeader, LeaderElector
+from federation.controller.ha.replica import Replication
+from federation.controller.http import api
+from federation.controller.http.auth import Authenticator, load_tokens
+from federation.controller.live.probe import ChildProbe
+from federation.controller.live.publisher import Publisher
+from federation.controller.load.reader import PrometheusLoadReader
+from federation.controller.load.tracker import LoadOptions, LoadTracker
+from federation.controller.load.weights import LoadReader
+from federation.controller.metrics import ControllerMetrics, register_process
 from federation.controller.options import ControllerOptions
-from federation.controller.probe import ChildProbe
-from federation.controller.publisher import Publisher
-from federation.controller.replica import Replication
-from federation.controller.sqlite_store import SqliteStore
-from federation.controller.store import StateStore
+from federation.controller.stores.consul_store import ConsulStore
+from federation.controller.stores.sqlite_store import SqliteStore
+from federation.controller.stores.store import StateStore
 from federation.spec import GpufedSpec
 from sharder.promtool import Promtool
 from sharder.sources.build import WatchOptions, build_sources
@@ -112,8 +111,8 @@ def build_store(settings: ServeSettings) -> StateStore:
     if settings.store_url is None:
         return SqliteStore(settings.data_dir / "state.db", init=settings.init)
     if settings.store_url == "kubernetes":
-        from federation.controller.kube_objects import api_from_cluster  # imports kubernetes
-        from federation.controller.kube_store import KubeStore
+        from federation.controller.stores.kube_objects import api_from_cluster  # imports kubernetes
+        from federation.controller.stores.kube_store import KubeStore
 
         namespace = pod_namespace(
             settings.store_namespace, settings.env, flag="--store-namespace", what="state"
@@ -168,7 +167,7 @@ def lease_elector(settings: ServeSettings) -> LeaderElector:
     Identity and namespace come from the downward API (``POD_NAME``, ``POD_NAMESPACE``);
     a pod's host name is its name, so that is the fallback identity.
     """
-    from federation.controller.lease import LeaseConfig, LeaseElector  # imports kubernetes
+    from federation.controller.ha.lease import LeaseConfig, LeaseElector  # imports kubernetes
 
     if not _K8S_NAME.match(settings.lease_name):
         raise SettingsError(f"--lease-name: not a Kubernetes object name: {settings.lease_name!r}")
@@ -240,7 +239,7 @@ def build_service(
     """Raises ``TokenError`` for missing/placeholder tokens (unless ``dev``) and store errors."""
     tokens = load_tokens(settings.tokens_file, env=settings.env)
     if not tokens and not settings.dev:
-        from federation.controller.auth import TokenError
+        from federation.controller.http.auth import TokenError
 
         raise TokenError(
             "no write token: set GPUFED_TOKEN or pass --tokens FILE (or --dev for a local trial)"
@@ -250,12 +249,10 @@ def build_service(
     os.chmod(settings.data_dir, 0o700)
     elector = build_elector(settings)
     store = store or build_store(settings)
-    options = settings.options
-    if settings.store_url is not None:  # followers and the next leader read targets from the sets
-        options = dataclasses.replace(
-            options, persist_interval_s=min(options.persist_interval_s, 1.0), sets_before_state=True
-        )
-    metrics = ControllerMetrics(registry=CollectorRegistry())
+    options = settings.options  # every store commits a step's set changes with its state
+    registry = CollectorRegistry()
+    register_process(registry)  # process_cpu_seconds_total, process_resident_memory_bytes
+    metrics = ControllerMetrics(registry=registry)
     http = httpx.Client(timeout=httpx.Timeout(2.0))
     publisher = Publisher(
         out=settings.data_dir / "rendered",

@@ -1,6 +1,6 @@
 """What the controller keeps: desired state, the applied assignment, hand-overs, audit.
 
-Plain pydantic models, no I/O. A store (``federation.controller.store``) persists one
+Plain pydantic models, no I/O. A store (``federation.controller.stores.store``) persists one
 :class:`ControllerState` as a unit, so a crash leaves either the old or the new state.
 
 Two counters matter:

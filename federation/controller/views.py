@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from federation.controller import load as loading
 from federation.controller import target_index
-from federation.controller.children import Children
 from federation.controller.errors import NotFound
+from federation.controller.live.children import Children
+from federation.controller.load import tracker as loading
 from federation.controller.state import ControllerState
 from federation.spec import GpufedSpec
 from sharder import plan as planning

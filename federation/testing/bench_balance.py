@@ -32,7 +32,7 @@ import random
 import time
 from typing import Any
 
-from federation.controller import load_weights as weighing
+from federation.controller.load import weights as weighing
 from federation.controller.shed import shed
 from sharder import plan as planning
 from sharder.assign import assign

@@ -93,7 +93,7 @@ def _build(directory: Path, *, targets: int, shards: int, port: int, read_rate: 
     service.controller.restore()
     service.controller.reconciler.on_change("bench", _targets(targets))
     with service.controller._lock:
-        service.controller.reconciler.tick()
+        service.controller.tick(idle=False)
     return service
 
 

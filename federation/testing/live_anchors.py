@@ -8,11 +8,12 @@ import statistics
 import time
 from pathlib import Path
 
+from federation.spec import load_gpufed_spec
 from sharder.assign import assign
 from sharder.errors import InventoryError
 from sharder.incremental import IncrementalAssigner
 from sharder.inventory import Target
-from sharder.loading import load_spec, parse_inventory, read_document
+from sharder.loading import parse_inventory, read_document
 
 REPEATS = 5
 
@@ -20,7 +21,7 @@ REPEATS = 5
 def engine_anchors(spec_path: Path, inventory_path: Path) -> dict[str, float | int]:
     """``engine_full_assign_s`` (one ``assign``) and ``engine_incremental_change_s`` (median of
     ``REPEATS`` single registrations through ``IncrementalAssigner``) on the same targets."""
-    spec = load_spec(spec_path)
+    spec = load_gpufed_spec(spec_path)
     jobs = {job.name: job for job in spec.jobs}
     targets = parse_inventory(read_document(inventory_path, error_cls=InventoryError),
                               source=str(inventory_path), jobs=jobs)  # fmt: skip

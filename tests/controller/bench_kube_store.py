@@ -4,7 +4,7 @@
 
 A first save (every part), then a save that moves one target of the fleet: its requests,
 bytes sent and time show that a delta writes in proportion to the change, not the fleet.
-The API server here is ``tests/fakes/kube_api.py`` in-process, so times are the client's
+The API server here is ``sharder/testing/kube_standin.py`` in-process, so times are the client's
 encoding plus loopback HTTP, not a real API server's.
 """
 
@@ -15,9 +15,9 @@ import json
 import time
 
 from federation.controller.state import ControllerState
+from sharder.testing.kube_standin import FakeKubeAPI, configmap_bytes
 from tests.controller.ha_helpers import assignment
 from tests.controller.store_backends import kube_store
-from tests.fakes.kube_api import FakeKubeAPI, configmap_bytes
 
 
 def main() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import consul
 
-from federation.controller.consul_store import ConsulStore
 from federation.controller.state import ControllerState
+from federation.controller.stores.consul_store import ConsulStore
 from sharder.assignment import Assignment, ShardInfo
 from sharder.testing.consul_standin import FakeConsulAgent
 

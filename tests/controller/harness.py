@@ -78,7 +78,7 @@ class ControllerHarness:
 
     def tick(self) -> None:
         with self.controller._lock:
-            self.controller.reconciler.tick()
+            self.controller.tick(idle=False)
 
     def client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.service.app), base_url="http://ctl")

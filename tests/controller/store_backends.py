@@ -2,7 +2,7 @@
 object per call is a second replica, or the same one after a restart).
 
 SQLite is a file; Consul is the Consul stand-in (``sharder.testing.consul_standin``) through
-py-consul; Kubernetes is ``tests/fakes/kube_api.py`` (a stand-in for the API server's
+py-consul; Kubernetes is ``sharder/testing/kube_standin.py`` (a stand-in for the API server's
 ConfigMap CRUD with its optimistic lock and 1 MiB limit) through the official client.
 """
 
@@ -15,12 +15,12 @@ from typing import Any
 
 import kubernetes
 
-from federation.controller.kube_store import KubeStore
-from federation.controller.sqlite_store import SqliteStore
-from federation.controller.store import StateStore
+from federation.controller.stores.kube_store import KubeStore
+from federation.controller.stores.sqlite_store import SqliteStore
+from federation.controller.stores.store import StateStore
 from sharder.testing.consul_standin import FakeConsulAgent
+from sharder.testing.kube_standin import FakeKubeAPI
 from tests.controller.ha_helpers import store as consul_store
-from tests.fakes.kube_api import FakeKubeAPI
 
 Opener = Callable[..., StateStore]
 BACKENDS = ("sqlite", "consul", "kubernetes")

@@ -152,7 +152,7 @@ async def test_mutations_need_a_token_with_write_scope(tmp_path: Path) -> None:
 
 
 def test_placeholder_or_missing_tokens_refuse_to_start(tmp_path: Path) -> None:
-    from federation.controller.auth import TokenError
+    from federation.controller.http.auth import TokenError
 
     with pytest.raises(TokenError, match="no write token"):
         build(tmp_path / "a", env={})

@@ -100,3 +100,26 @@ def test_post_batch_sends_the_contract_in_chunks() -> None:
 def test_percentile_is_nearest_rank() -> None:
     values = [float(v) for v in range(1, 101)]
     assert percentile(values, 50) == 50 and percentile(values, 99) == 99 and percentile([3.0], 99) == 3
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("store", "discovery"), [("kubernetes", "file_sd"), ("consul", "http_sd")])
+def test_bench_live_runs_the_shipped_spec_on_a_shared_store(store: str, discovery: str) -> None:
+    """The shapes users deploy: the shipped spec, a stand-in store in its own process, and the
+    time until the target is in what its child reads (its target file with file_sd)."""
+    result = CliRunner().invoke(_app(), ["live", "--targets", "300", "--changes", "2", "--rate", "4",
+                                         "--debounce", "0.2", "--batch", "0", "--store", store,
+                                         "--discovery", discovery, "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output.splitlines()[-1])
+    assert figures["spec"] == "examples/federation.yaml" and figures["store"] == store
+    assert figures["discovery"] == discovery and figures["served_missed"] == 0
+    assert figures["children"] > 3  # the shipped spec's sizing, not the bench's own
+    assert figures["listed_p50_s"] > 0 and 0 < figures["served_p99_s"] < 30
+    assert figures["rss_mib"] > 10 and figures["controller_cpu_share"] >= 0
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--store", "etcd"), ("--discovery", "dns_sd")])
+def test_bench_live_refuses_an_unknown_store_or_discovery(flag: str, value: str) -> None:
+    result = CliRunner().invoke(_app(), ["live", flag, value, "--json"])
+    assert result.exit_code == 2 and flag in result.output and value in result.output

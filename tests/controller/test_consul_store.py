@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from federation.controller import kvblob
-from federation.controller.consul_store import ConsulStore
 from federation.controller.state import AuditEntry, ControllerState, Desired
-from federation.controller.store import FencedOut, StoreConflict, StoreError
+from federation.controller.stores import kvblob
+from federation.controller.stores.consul_store import ConsulStore
+from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
 from sharder.testing.consul_standin import FakeConsulAgent
 from tests.controller.ha_helpers import client, state, store
 from tests.controller.harness import fleet

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from federation.controller import handover
 from federation.controller.changes import ChangeRequest
+from federation.controller.live import handover
 from federation.controller.options import ControllerOptions
 from federation.controller.state import Handover
 from sharder.assignment import Assignment, ShardInfo
@@ -119,7 +119,7 @@ def test_without_handover_a_move_is_immediate(tmp_path: Path) -> None:
 
 
 def test_prometheus_scrape_times_parse_with_nanoseconds_and_zones() -> None:
-    from federation.controller.probe import parse_time
+    from federation.controller.live.probe import parse_time
 
     assert parse_time("2026-11-24T04:05:01.123456789Z") == 1795493101.123456
     assert parse_time("2017-01-17T15:07:44.723715405+01:00") == 1484662064.723715
@@ -128,7 +128,7 @@ def test_prometheus_scrape_times_parse_with_nanoseconds_and_zones() -> None:
 
 
 def test_only_children_whose_config_changed_are_reloaded() -> None:
-    from federation.controller.publication import changed_children
+    from federation.controller.live.publish import changed_children
 
     before = {"children/a/prometheus.yml": b"1", "children/b/prometheus.yml": b"1", "manifest.json": b"x"}
     after = {

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from federation.controller.http_guards import BodyGuard, DeadlineH11Protocol, relative_location
+from federation.controller.http.http_guards import BodyGuard, DeadlineH11Protocol, relative_location
 from federation.loopback import free_port
 from tests.controller.harness import TOKEN, ControllerHarness, build, fleet
 

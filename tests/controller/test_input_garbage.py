@@ -10,8 +10,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from federation.controller.auth import TokenError, load_tokens
-from federation.controller.probe import ScrapeState, parse_active_targets, parse_time
+from federation.controller.http.auth import TokenError, load_tokens
+from federation.controller.live.probe import ScrapeState, parse_active_targets, parse_time
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),

@@ -1,4 +1,4 @@
-"""KubeStore against the ConfigMap stand-in (tests/fakes/kube_api.py) through the official
+"""KubeStore against the ConfigMap stand-in (sharder/testing/kube_standin.py) through the official
 client: the races, fencing, the 1 MiB object limit, delta writes and broken objects."""
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from federation.controller import kube_parts
-from federation.controller.kube_objects import ConfigMaps, Head
-from federation.controller.kube_store import KubeStore
-from federation.controller.store import FencedOut, StoreConflict, StoreError
+from federation.controller.stores import kube_parts
+from federation.controller.stores.kube_objects import ConfigMaps, Head
+from federation.controller.stores.kube_store import KubeStore
+from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
 from sharder.assign import assign
 from sharder.spec import FederationSpec
+from sharder.testing.kube_standin import FakeKubeAPI, configmap_bytes
 from tests.controller.ha_helpers import state
 from tests.controller.harness import fleet
 from tests.controller.store_backends import kube_api, kube_store
-from tests.fakes.kube_api import FakeKubeAPI, configmap_bytes
 
 SPEC = FederationSpec.model_validate(
     {"cluster": "t", "regions": [{"name": "r1", "shards": 8}], "jobs": [{"name": "gpu"}]}
@@ -127,7 +127,7 @@ def test_a_piece_over_the_api_limit_is_refused_by_the_api_not_truncated(fake: Fa
 
 def test_a_delta_write_touches_only_the_parts_that_changed(fake: FakeKubeAPI) -> None:
     s = kube_store(fake)
-    targets = fleet(60_000)
+    targets = fleet(3 * kube_parts.TARGETS_PER_BUCKET)  # three buckets
     first = assign(SPEC, targets)
     saved = s.save(state().model_copy(update={"assignment": first}), expected_revision=None)
     head = s.maps.head("gpufed-state")
@@ -271,7 +271,7 @@ def test_parts_round_trip_a_state_document() -> None:
 
 
 def test_the_changed_hint_cuts_only_the_touched_buckets_into_the_same_bytes(fake: FakeKubeAPI) -> None:
-    targets = fleet(45_000)
+    targets = fleet(9 * kube_parts.TARGETS_PER_BUCKET // 4)  # three buckets
     first = assign(SPEC, targets)
     grown = assign(SPEC, [*targets, *fleet(3, start=900_000)], previous=first)
     touched = {i for i in {*first.targets, *grown.targets} if first.targets.get(i) != grown.targets.get(i)}

@@ -5,7 +5,7 @@ official client. What it lacks is scripted here the way ``test_lease`` scripts i
 Leases: a resourceVersion stamped on every write and PUT answering 409 ``Conflict`` when
 the body's resourceVersion is not the stored one. The same store then passes the core of
 the contract (tests/controller/test_store_contract.py runs all of it on
-tests/fakes/kube_api.py).
+sharder/testing/kube_standin.py).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import kmock as kmock_lib
 import kubernetes
 import pytest
 
-from federation.controller.kube_store import KubeStore
 from federation.controller.state import AuditEntry
-from federation.controller.store import FencedOut, StoreConflict, StoreError
+from federation.controller.stores.kube_store import KubeStore
+from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
 from tests.controller.ha_helpers import state
 
 CONFIGMAPS = kmock_lib.resource("", "v1", "configmaps")

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from federation.controller import kvblocks
+from federation.controller.stores import kvblocks
 from sharder.assignment import ShardInfo
 from tests.controller.ha_helpers import assignment
 

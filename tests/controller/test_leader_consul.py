@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from federation.controller.consul_lock import ConsulLock
-from federation.controller.leader import AlwaysLeader, LeaderElector, LocalLease
+from federation.controller.ha.consul_lock import ConsulLock
+from federation.controller.ha.leader import AlwaysLeader, LeaderElector, LocalLease
 from sharder.testing.consul_standin import FakeConsulAgent
 from tests.conftest import wait_for
 from tests.controller.ha_helpers import client

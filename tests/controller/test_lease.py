@@ -1,6 +1,6 @@
 """The Kubernetes Lease elector against kmock, with the optimistic lock scripted in.
 
-Why kmock rather than ``tests/fakes/kube_api.py``: kmock is an aiohttp server the
+Why kmock rather than ``sharder/testing/kube_standin.py``: kmock is an aiohttp server the
 official client talks to over HTTP, and it already serves GET, POST (create, with 409
 when the object exists) and 404 on a missing object the way the API server does. What
 it lacks for a Lease is exactly the part leader election rests on, and that is scripted
@@ -30,8 +30,8 @@ import pytest
 from kubernetes.client import CoordinationV1Api
 from kubernetes.client.exceptions import ApiException
 
-from federation.controller.leader import LeaderElector
-from federation.controller.lease import ADDRESS_ANNOTATION, LeaseConfig, LeaseElector
+from federation.controller.ha.leader import LeaderElector
+from federation.controller.ha.lease import ADDRESS_ANNOTATION, LeaseConfig, LeaseElector
 
 LEASES = kmock_lib.resource("coordination.k8s.io", "v1", "leases")
 NS, NAME = "monitoring", "gpufed-controller"

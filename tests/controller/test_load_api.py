@@ -19,8 +19,8 @@ import yaml
 from typer.testing import CliRunner
 
 from federation.commands import serve
-from federation.controller.load import LoadOptions
-from federation.controller.load_weights import Observation, TargetKey, max_over_mean
+from federation.controller.load.tracker import LoadOptions
+from federation.controller.load.weights import Observation, TargetKey, max_over_mean
 from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, Service, build_service
 from federation.spec import load_gpufed_spec
@@ -101,7 +101,7 @@ def build(tmp_path: Path, *, load: LoadOptions | None, reader: ScriptedReader | 
     controller = service.controller
     controller.reconciler.on_change("file", fleet())
     with controller._lock:
-        controller.reconciler.tick()
+        controller.tick(idle=False)
     assert controller.ready
     return service
 

@@ -29,8 +29,8 @@ from exporter.app import ExporterApp
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.settings import ExporterSettings
 from federation.controller.controller import Controller
-from federation.controller.load import LoadOptions
-from federation.controller.load_weights import max_over_mean
+from federation.controller.load.tracker import LoadOptions
+from federation.controller.load.weights import max_over_mean
 from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, Service, build_service
 from federation.spec import load_gpufed_spec
@@ -177,7 +177,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             targets = inventory(fleet, heavy)
             service.controller.reconciler.on_change("file", targets)
             with service.controller._lock:
-                service.controller.reconciler.tick()
+                service.controller.tick(idle=False)
             try:
                 yield Stack(service=service, prometheus=prometheus, targets=targets)
             finally:

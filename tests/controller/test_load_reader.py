@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from federation.controller.load_reader import DURATION, SAMPLES, PrometheusLoadReader
-from federation.controller.load_weights import Observation
+from federation.controller.load.reader import DURATION, SAMPLES, PrometheusLoadReader
+from federation.controller.load.weights import Observation
 
 QUERY = re.compile(r'^max by \(job, instance, node\) \((\w+)(?:\{job=~"([a-z0-9|-]+)"\})?\)$')
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from federation.controller import load_weights as lw
+from federation.controller.load import weights as lw
 from federation.controller.shed import shed
 from sharder.assign import assign
 from sharder.assignment import Assignment, ShardInfo

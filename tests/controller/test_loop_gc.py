@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from federation.controller import loop
+from federation.controller.live import inbox as loop
 
 
 class Host:

@@ -14,7 +14,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from federation.controller import redact, url_scan
+from federation.controller.http import redact, url_scan
 
 OLD_URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s\"'<>]+", re.I)
 PIECES = st.sampled_from(

@@ -17,9 +17,9 @@ from fastapi import FastAPI
 
 from federation.controller.changes import ChangeRequest
 from federation.controller.controller import Controller
+from federation.controller.ha.replica import Replication
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.options import ControllerOptions
-from federation.controller.replica import Replication
 from federation.controller.service import (
     ServeSettings,
     Service,
@@ -27,7 +27,7 @@ from federation.controller.service import (
     build_service,
     parse_store_url,
 )
-from federation.controller.store import FencedOut, StoreConflict
+from federation.controller.stores.store import FencedOut, StoreConflict
 from sharder.testing.consul_standin import FakeConsulAgent
 from tests.conftest import wait_for
 from tests.controller.ha_helpers import store
@@ -267,7 +267,7 @@ def test_a_deposed_leader_that_still_believes_it_leads_cannot_write(
     old = controller(tmp_path / "old", agent, Elector(leading=True, fence=5))
     old.take_over()
     old.reconciler.on_change("file", fleet(8))
-    old.reconciler.tick()
+    old.tick(idle=False)
     planned = old.plan(ChangeRequest(add_shard=["r1"]))
     new = controller(tmp_path / "new", agent, Elector(leading=True, fence=9))
     new.take_over()  # records fence 9 in the store before anything else
@@ -279,7 +279,7 @@ def test_a_deposed_leader_that_still_believes_it_leads_cannot_write(
     assert refused.value.leader == "http://new.example:8080"
     old.reconciler.on_change("file", fleet(9))
     with pytest.raises(FencedOut):
-        old.reconciler.tick()
+        old.tick(idle=False)
     after = store(agent).load()
     assert after is not None and after.revision == stored.revision  # nothing of the old leader landed
     assert after.assignment == stored.assignment
@@ -307,21 +307,21 @@ def test_racing_writers_without_election_converge_through_cas(tmp_path: Path, ag
     a = controller(tmp_path / "a", agent, Elector(leading=True, fence=0))
     b = controller(tmp_path / "b", agent, Elector(leading=True, fence=0))
     a.reconciler.on_change("file", fleet(8))
-    a.reconciler.tick()
+    a.tick(idle=False)
     b.refresh_from_store()
     base = store(agent).load()
     assert base is not None and b.state == base
 
     a.reconciler.on_change("file", fleet(9))  # both saw a change at once, from one base
     b.reconciler.on_change("file", [*fleet(8), *fleet(1, region="r2", start=500)])
-    a.reconciler.tick()
+    a.tick(idle=False)
     with pytest.raises(StoreConflict):
-        b.reconciler.tick()
+        b.tick(idle=False)
     won = store(agent).load()
     assert won is not None and won.revision == base.revision + 1
     assert b.state == won  # the loser serves what was stored...
     assert b.sd.version == won.assignment_version
-    b.reconciler.tick()  # ...and its next tick applies its own view on top of the winner's
+    b.tick(idle=False)  # ...and its next tick applies its own view on top of the winner's
     final = store(agent).load()
     assert final is not None and final.revision == won.revision + 1
     assert final.assignment is not None and won.assignment is not None
@@ -337,7 +337,7 @@ def test_a_new_leader_whose_registry_is_down_keeps_the_last_known_targets(
     old = controller(tmp_path / "old", agent, Elector(leading=True, fence=3))
     old.take_over()
     old.reconciler.on_change("consul/gpufed-exporter@dc1", fleet(10))
-    old.reconciler.tick()  # places them and saves the sets (the Consul source's among them)
+    old.tick(idle=False)  # places them and saves the sets (the Consul source's among them)
     placed = store(agent).load()
     assert placed is not None and placed.assignment is not None and len(placed.assignment.targets) == 10
 
@@ -345,6 +345,6 @@ def test_a_new_leader_whose_registry_is_down_keeps_the_last_known_targets(
     new.reconciler.on_error("consul/gpufed-exporter@dc1", "connection refused")  # its registry is down
     new.take_over()
     assert sum(new.sd.targets_of(child) for child in ("r1-0", "r1-1", "r2-0")) == 10
-    assert new.reconciler.tick() is None  # nothing to re-place: the stored set stands in
+    assert new.tick(idle=False) is None  # nothing to re-place: the stored set stands in
     after = store(agent).load()
     assert after is not None and after.assignment == placed.assignment

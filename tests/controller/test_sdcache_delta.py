@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from federation.controller import handover as handing
-from federation.controller import sdcache
+from federation.controller.live import handover as handing
+from federation.controller.live import sdcache
 from sharder.assign import assign
 from sharder.incremental import IncrementalAssigner
 from sharder.spec import FederationSpec

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from federation.controller.http.redact import redact_file
+from federation.controller.live.publisher import Publisher
 from federation.controller.options import ControllerOptions
-from federation.controller.publisher import Publisher
-from federation.controller.redact import redact_file
 from federation.controller.service import ServeSettings, build_service
 from federation.spec import load_gpufed_spec
 from sharder.errors import ConfigCheckError
@@ -59,7 +59,7 @@ def test_no_get_audit_or_log_shows_a_secret(
         "file", [t for i, r in enumerate(regions) for t in fleet(5, region=r, start=100 * i)]
     )
     with controller._lock:
-        controller.reconciler.tick()
+        controller.tick(idle=False)
     controller.publish_configs()
 
     async def everything() -> list[str]:

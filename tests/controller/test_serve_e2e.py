@@ -99,7 +99,7 @@ def _config(serve: ServeProcess, child: str) -> bytes | None:
 
 def up_nodes(child: PrometheusProcess) -> dict[str, float]:
     """node -> last scrape (unix) of the child's healthy targets."""
-    from federation.controller.probe import parse_time
+    from federation.controller.live.probe import parse_time
 
     body = child.client.get(f"{child.url}/api/v1/targets", params={"state": "active"}).json()
     return {
@@ -217,7 +217,7 @@ def test_restart_keeps_the_assignment_even_after_kill_9_mid_rebalance(
         serve.kill9()  # somewhere inside a rebalance
         stop.set()
         worker.join(timeout=10)
-    from federation.controller.sqlite_store import SqliteStore
+    from federation.controller.stores.sqlite_store import SqliteStore
 
     store = SqliteStore(tmp_path / "data" / "state.db")
     state = store.load()

@@ -1,7 +1,7 @@
 """The Kubernetes and Consul stores are as strict as SQLite (issue 29, item 5): a missing
 head with leftovers, a missing piece and a generation older than one this replica saw are
 clear refusals naming ``--init``; ``--init`` clears what a lost head left; orphaned pieces
-are collected. Kubernetes against its stand-in (tests/fakes/kube_api.py), Consul against
+are collected. Kubernetes against its stand-in (sharder/testing/kube_standin.py), Consul against
 its stand-in (sharder.testing.consul_standin); kmock runs the Kubernetes head case too."""
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from federation.controller.state import AuditEntry
-from federation.controller.store import StoreError
+from federation.controller.stores.store import StoreError
 from sharder.testing.consul_standin import FakeConsulAgent
+from sharder.testing.kube_standin import FakeKubeAPI
 from tests.controller.ha_helpers import client, state, store
+from tests.controller.harness import fleet
 from tests.controller.store_backends import kube_store
-from tests.fakes.kube_api import FakeKubeAPI
 
 NS = "monitoring"
 
@@ -121,8 +122,8 @@ def test_kube_orphaned_pieces_are_collected(fake: FakeKubeAPI) -> None:
     in_flight["metadata"]["name"] = "gpufed-state-4-feedface0000-0"  # the next save's: kept
     fake.apply("configmaps", orphan)
     fake.apply("configmaps", in_flight)
-    kube_store(fake).save_sets({"file": []})
-    kube_store(fake).save_sets({"registry": []})  # the sets' head passes generation 2 too
+    kube_store(fake).save_sets({"file": fleet(2)})
+    kube_store(fake).save_sets({"file": fleet(3)})  # the sets' head passes generation 2 too
     assert kube_store(fake).load() is not None
     names = configmaps(fake)
     assert "gpufed-state-2-deadbeef0000-0" not in names and "gpufed-state-4-feedface0000-0" in names

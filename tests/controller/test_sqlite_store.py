@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from federation.controller.sqlite_store import SqliteStore
 from federation.controller.state import AuditEntry, ControllerState
-from federation.controller.store import FencedOut, StoreConflict, StoreError
+from federation.controller.stores.sqlite_store import SqliteStore
+from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
 from sharder.assign import assign
 from sharder.spec import FederationSpec
 from tests.controller.harness import fleet

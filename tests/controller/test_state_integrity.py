@@ -15,10 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from federation.cli import _register, app
-from federation.controller.integrity import MARKER_NAME
-from federation.controller.sqlite_store import SqliteStore
 from federation.controller.state import AuditEntry, ControllerState
-from federation.controller.store import StoreError
+from federation.controller.stores.integrity import MARKER_NAME
+from federation.controller.stores.sqlite_store import SqliteStore
+from federation.controller.stores.store import StoreError
 from tests.controller.harness import TOKEN, build, fleet, write_spec
 
 

@@ -1,6 +1,6 @@
 """The StateStore contract, one set of tests over SQLite, Consul KV and the Kubernetes API.
 
-What every store promises (``federation.controller.store``): check-and-set on the
+What every store promises (``federation.controller.stores.store``): check-and-set on the
 revision, fencing by the leadership token, state and audit entry committed together,
 last known sets kept, and a restart (a new store object) loading exactly what was saved.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from federation.controller.state import AuditEntry, ControllerState, Desired
-from federation.controller.store import FencedOut, StoreConflict
+from federation.controller.stores.store import FencedOut, StoreConflict
 from tests.controller.ha_helpers import state
 from tests.controller.harness import fleet
 from tests.controller.store_backends import BACKENDS, Opener, backend
@@ -127,3 +127,43 @@ def test_last_known_sets_round_trip(open_store: Opener) -> None:
     assert {name: sorted(t, key=lambda t: t.identity) for name, t in loaded.items()} == by_identity
     s.save_sets({"file": fleet(3)})
     assert open_store().load_sets() == {"file": fleet(3)}
+
+
+def test_set_changes_write_deltas_a_restart_reads(open_store: Opener) -> None:
+    """``save_set_changes`` (what every change and every registry deletion writes): only what
+    changed, on top of what is stored, read back by another store object."""
+    s = open_store()
+    base = fleet(3000)  # more than one bucket
+    s.save_sets({"file": base[:10], "registry": base[10:]})
+    newcomer = fleet(1, start=9000)[0]
+    s.save_set_changes({"registry": {newcomer.identity: newcomer, base[10].identity: None}})
+    s.save_set_changes({"consul": {base[0].identity: base[0]}})  # a source the store had not seen
+    other = open_store()
+    sets = {name: sorted(t.identity for t in targets) for name, targets in other.load_sets().items()}
+    assert sets["file"] == sorted(t.identity for t in base[:10])
+    assert sets["registry"] == sorted([newcomer.identity, *(t.identity for t in base[11:])])
+    assert sets["consul"] == [base[0].identity]
+    other.save_set_changes({"registry": {newcomer.identity: None}})  # another writer, then this one
+    s.save_set_changes({"file": {base[1].identity: None}})
+    sets = {name: {t.identity for t in targets} for name, targets in open_store().load_sets().items()}
+    assert newcomer.identity not in sets["registry"] and base[1].identity not in sets["file"]
+
+
+def test_a_deposed_leader_writes_no_set_change(open_store: Opener) -> None:
+    s = open_store()
+    saved = s.save(state(), expected_revision=None, fence=10)
+    s.save_set_changes({"registry": {t.identity: t for t in fleet(3)}}, fence=12)
+    s.save(saved, expected_revision=saved.revision, fence=12)
+    late = fleet(1, start=500)[0]
+    with pytest.raises(FencedOut):
+        s.save_set_changes({"registry": {late.identity: late}}, fence=10)
+    assert late.identity not in {t.identity for t in open_store().load_sets().get("registry", [])}
+
+
+def test_a_new_leaders_state_alone_fences_the_old_ones_set_changes(open_store: Opener) -> None:
+    s = open_store()
+    saved = s.save(state(), expected_revision=None, fence=10)
+    s.save_set_changes({"registry": {t.identity: t for t in fleet(3)}}, fence=10)
+    s.save(saved, expected_revision=saved.revision, fence=12)  # the new leader wrote no set yet
+    with pytest.raises(FencedOut):
+        s.save_set_changes({"registry": {fleet(1, start=500)[0].identity: None}}, fence=10)

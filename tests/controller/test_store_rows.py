@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from federation.cli import _register, app
-from federation.controller.sqlite_store import SqliteStore
 from federation.controller.state import ControllerState
-from federation.controller.store import StoreError
+from federation.controller.stores.sqlite_store import SqliteStore
+from federation.controller.stores.store import StoreError
 from sharder.assign import assign
 from sharder.spec import FederationSpec
 from tests.controller.harness import TOKEN, fleet, write_spec

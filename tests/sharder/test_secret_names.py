@@ -19,7 +19,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from federation.controller.redact import MASK, redact_file, redact_text
+from federation.controller.http.redact import MASK, redact_file, redact_text
 from federation.spec import load_gpufed_spec
 from sharder import secrets
 from sharder.errors import SharderError

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from alertmanager.models import RobotSpec, WebhookSpec
-from federation.controller.redact import RedactingFilter, redact_data, redact_file, redact_text
+from federation.controller.http.redact import RedactingFilter, redact_data, redact_file, redact_text
 from federation.spec import load_gpufed_spec
 from sharder import secrets
 from sharder.errors import SpecError

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from conftest import ROOT
 
-from federation.controller.api import WEB_DIR
+from federation.controller.http.api import WEB_DIR
 from federation.controller.service import ServeSettings, build_service
 from federation.spec import load_gpufed_spec
 

@@ -1,0 +1,78 @@
+"""Redaction of secrets in what the API shows: rendered files reference secrets, never hold them
+(the spec refuses literals, ``sharder.secrets``), but a value under a secret-looking name that
+is not a reference is masked anyway, by the same list the spec, the logs and the audit use."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import yaml
+
+from federation.controller.http import url_scan
+from sharder import secrets
+
+MASK = "<redacted>"
+
+
+def _walk(value: Any) -> tuple[Any, bool]:
+    changed = False
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if (
+                isinstance(key, str)
+                and secrets.is_secret_name(key)
+                and isinstance(item, str)
+                and item
+                and not secrets.is_reference(item)
+                and not key.endswith("_file")  # a path names where the secret is, not the secret
+            ):
+                out[key], changed = MASK, True
+            else:
+                out[key], sub = _walk(item)
+                changed = changed or sub
+        return out, changed
+    if isinstance(value, list):
+        items = [_walk(v) for v in value]
+        return [v for v, _ in items], any(c for _, c in items)
+    if isinstance(value, str):
+        masked = redact_text(value)
+        return masked, masked != value
+    return value, False
+
+
+def redact_text(text: str) -> str:
+    """URL userinfo and secret-looking query parameters in free text (log lines, errors) masked."""
+    return url_scan.substitute(text, lambda url: secrets.mask_url(url, MASK))
+
+
+def redact_data(value: Any) -> Any:
+    """Parsed data (an audit entry, a status) with secret values masked."""
+    return _walk(value)[0]
+
+
+class RedactingFilter(logging.Filter):
+    """Masks URL credentials in every log record that passes a handler (installed by ``serve``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = redact_text(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+def redact_file(path: str, content: bytes) -> bytes:
+    """``content`` with secret values masked; unchanged bytes when nothing needed masking."""
+    try:
+        if path.endswith(".json"):
+            data, changed = _walk(json.loads(content))
+            return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode() if changed else content
+        if path.endswith((".yml", ".yaml")):
+            data, changed = _walk(yaml.load(content, Loader=yaml.CSafeLoader))
+            return yaml.safe_dump(data, sort_keys=True).encode() if changed else content
+    except (ValueError, yaml.YAMLError):
+        return content
+    return content

@@ -1,0 +1,159 @@
+"""HTTP SD answers, built once per assignment version so a request only picks bytes.
+
+``/v1/sd/{child}/{job}`` serves the targets of the child's shard for one job;
+``/v1/sd/{child}`` all jobs at once. Replicas of a shard serve the same bytes (they
+differ only in external labels). A shard that still hands targets over serves those
+too (``handover.outgoing``). A shard whose members did not change keeps its bytes from
+the previous build, so a new version after one registration costs one shard's JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from federation.controller.live import handover as handing
+from federation.controller.state import Handover
+from sharder.assignment import Assignment
+from sharder.inventory import Target
+from sharder.render import target_groups
+
+EMPTY = b"[]"
+
+
+def _dump(groups: list[dict[str, object]]) -> bytes:
+    return json.dumps(groups, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _joined(by_job: Mapping[str, bytes]) -> bytes:
+    """Every job's groups in one array, job by job: the same bytes as dumping the joined
+    list, without encoding each group twice."""
+    inner = [answer[1:-1] for _job, answer in sorted(by_job.items()) if answer != EMPTY]
+    return b"[" + b",".join(inner) + b"]" if inner else EMPTY
+
+
+@dataclass(frozen=True)
+class ShardAnswers:
+    members: dict[str, Target]
+    """identity -> target of every member: equal dicts mean equal bytes (the identity
+    check inside dict comparison makes an unchanged shard cheap to compare)."""
+    by_job: dict[str, bytes]
+    whole: bytes
+
+
+@dataclass(frozen=True)
+class SdSnapshot:
+    version: int
+    shards: dict[str, ShardAnswers] = field(default_factory=dict)
+    child_shard: dict[str, str] = field(default_factory=dict)
+    """child id (and shard id) -> shard."""
+    assignment: Assignment | None = None
+    """What it was built from (the base the next build's ``changed`` is relative to)."""
+    handovers: tuple[Handover, ...] = ()
+
+    def answer(self, child: str, job: str | None = None) -> bytes | None:
+        """The bytes for a child (or shard) and optional job; None when unknown."""
+        shard = self.child_shard.get(child)
+        if shard is None:
+            return None
+        answers = self.shards[shard]
+        if job is None:
+            return answers.whole
+        return answers.by_job.get(job)
+
+    def targets_of(self, child: str) -> int:
+        shard = self.child_shard.get(child)
+        return len(self.shards[shard].members) if shard is not None else 0
+
+
+def build(
+    *,
+    version: int,
+    jobs: Iterable[str],
+    assignment: Assignment,
+    targets: Mapping[str, Target],
+    handovers: Iterable[Handover] = (),
+    previous: SdSnapshot | None = None,
+    changed: tuple[Assignment, Collection[str]] | None = None,
+) -> SdSnapshot:
+    """The snapshot for ``assignment``. ``changed``: the assignment ``previous`` was built
+    from and the identities that may differ since (placement or fields); then only the
+    shards they touch are looked at, so one registration costs one shard, not the fleet."""
+    jobs = sorted(jobs)
+    handing_over = tuple(handovers)
+    members = None
+    if changed is not None and previous is not None and previous.assignment is changed[0]:
+        members = _members_after(previous, assignment, targets, handing_over, set(changed[1]))
+    if members is None:
+        members = {shard: {} for shard in assignment.shards}
+        for identity, shard in assignment.targets.items():
+            target = targets.get(identity)
+            if target is not None:
+                members[shard][identity] = target
+        for shard, identities in handing.outgoing(handing_over).items():
+            bucket = members.setdefault(shard, {})
+            bucket.update((i, targets[i]) for i in sorted(identities) if i in targets)
+    shards: dict[str, ShardAnswers] = {}
+    child_shard: dict[str, str] = {}
+    for shard, key in members.items():
+        old = previous.shards.get(shard) if previous is not None else None
+        if old is not None and (old.members is key or old.members == key):
+            shards[shard] = old
+        else:
+            by_job: dict[str, list[Target]] = {job: [] for job in jobs}
+            for target in key.values():
+                found = by_job.get(target.job)
+                if found is not None:  # an undefined job: left out, named by the config render
+                    found.append(target)
+            answers = {job: _dump(target_groups(ts)) if ts else EMPTY for job, ts in by_job.items()}
+            shards[shard] = ShardAnswers(members=key, by_job=answers, whole=_joined(answers))
+        child_shard[shard] = shard
+        info = assignment.shards.get(shard)
+        if info is not None:
+            for child, _replica in assignment.children(shard):
+                child_shard[child] = shard
+        else:  # a removed shard still handing over: its children keep their old names
+            for k in range(assignment.replication_factor):
+                child_shard[f"{shard}-r{k}" if assignment.replication_factor > 1 else shard] = shard
+    return SdSnapshot(
+        version=version,
+        shards=shards,
+        child_shard=child_shard,
+        assignment=assignment,
+        handovers=handing_over,
+    )
+
+
+def _members_after(
+    previous: SdSnapshot,
+    assignment: Assignment,
+    targets: Mapping[str, Target],
+    handovers: tuple[Handover, ...],
+    changed: set[str],
+) -> dict[str, dict[str, Target]] | None:
+    """Members per shard from ``previous``'s, rebuilding only the shards ``changed`` touches;
+    None when the shard set changed (then everything is rebuilt)."""
+    base = previous.assignment
+    if base is None or not base.shards.keys() == assignment.shards.keys() == previous.shards.keys():
+        return None
+    was_out, now_out = handing.outgoing(previous.handovers), handing.outgoing(handovers)
+    if any(shard not in assignment.shards for shard in now_out):
+        return None  # a removed shard still hands over
+    affected = {s for i in changed for s in (base.targets.get(i), assignment.targets.get(i)) if s is not None}
+    affected.update(h.from_shard for h in (*previous.handovers, *handovers) if h.identity in changed)
+    if previous.handovers != handovers:  # only the shards whose outgoing set changed
+        affected.update(s for s in was_out.keys() | now_out.keys() if was_out.get(s) != now_out.get(s))
+    members: dict[str, dict[str, Target]] = {}
+    for shard, answers in previous.shards.items():
+        if shard not in affected:
+            members[shard] = answers.members
+            continue
+        leaving = was_out.get(shard, set())
+        bucket = {i: t for i, t in answers.members.items() if i not in changed and i not in leaving}
+        for identity in changed:
+            if assignment.targets.get(identity) == shard and identity in targets:
+                bucket[identity] = targets[identity]
+        bucket.update((i, targets[i]) for i in sorted(now_out.get(shard, ())) if i in targets)
+        members[shard] = bucket
+    return members

@@ -1,0 +1,2 @@
+"""Measured load: reading it (``reader``), weighing it (``weights``), tracking it (``tracker``)
+and turning it into plans (``policy``); weights reach the assignment only through a plan."""

@@ -1,0 +1,263 @@
+"""State that cannot vanish, roll back or rot silently: the SQLite store's checks.
+
+``sqlite_store`` calls these on open and after writes:
+
+* ``Marker``: ``<data-dir>/.initialised`` holds the last revision the store committed.
+  It lives outside the database, so a deleted or emptied ``state.db`` is noticed, and a
+  file whose revision is older than the marker's (a WAL whose damaged frames SQLite
+  skipped, or an old copy put back) is refused instead of served. ``--init`` is the
+  operator's way to start afresh anyway. The marker is written after each commit, so
+  it is never ahead of the file (a commit is fsynced first).
+* ``quick_check`` on open: a damaged page is one error naming the file.
+* ``audit_entry``: a row that does not parse is shown as ``unreadable``, never a 500.
+* ``reclaim``: incremental vacuum plus a truncating WAL checkpoint after many deletions,
+  so the file shrinks once a flood of registrations is gone.
+
+Every failure is a ``StoreError`` (``gpufed serve`` prints its one line and exits 2).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from federation.controller.state import AuditEntry
+from federation.controller.stores.store import StoreError
+from sharder import loading
+from sharder.errors import InventoryError
+from sharder.inventory import Target
+
+log = logging.getLogger(__name__)
+
+MARKER_NAME = ".initialised"
+RECLAIM_AFTER = 10_000
+"""Deleted rows after which the free pages are given back (``PRAGMA incremental_vacuum``)."""
+
+
+class Marker:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._written: int | None = None
+
+    def read(self) -> int | None:
+        """The last committed revision a previous run recorded; None: no marker (a new store)."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"cannot read the state marker {self.path}: {exc}") from exc
+        try:
+            revision = json.loads(text)["revision"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreError(
+                f"state marker {self.path} is damaged ({text[:60]!r}); check the data directory, "
+                "or start afresh with gpufed serve --init"
+            ) from exc
+        if type(revision) is not int or revision < 0:
+            raise StoreError(f"state marker {self.path}: revision {revision!r} is not a revision")
+        return revision
+
+    def write(self, revision: int) -> None:
+        """Record ``revision`` (after its commit). A failure is logged: a marker behind the
+        file is harmless, only one ahead of it would refuse a good file."""
+        if revision == self._written:
+            return
+        staged = self.path.with_name(self.path.name + ".tmp")
+        try:
+            fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(json.dumps({"revision": revision}) + "\n")
+            os.replace(staged, self.path)
+        except OSError as exc:
+            log.warning("cannot write the state marker %s: %s", self.path, exc)
+            return
+        self._written = revision
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+        self._written = None
+
+
+def check_revision(marker: Marker, path: Path, revision: int | None, *, init: bool) -> None:
+    """Refuse a store that holds less than the marker says was committed (unless ``init``)."""
+    expected = marker.read()
+    if expected is None or (revision is not None and revision >= expected):
+        return
+    if init:
+        log.warning(
+            "--init: starting from %s at revision %s although revision %d was committed",
+            path, revision, expected,
+        )
+        marker.remove()
+        return
+    found = "no state" if revision is None else f"revision {revision}"
+    raise StoreError(
+        f"state store {path} holds {found}, but a previous run committed revision {expected} "
+        f"({marker.path}): the file was deleted, emptied, replaced by an older copy, or its WAL "
+        f"({path.name}-wal) was damaged. Restore it, or start afresh with gpufed serve --init"
+    )
+
+
+WAL_MAGIC = (0x377F0682, 0x377F0683)
+_MASK = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class WalScan:
+    """What the WAL file holds by its own headers, read before SQLite opens it."""
+
+    header_ok: bool
+    frames: int
+    commits: tuple[int, ...]
+    """1-based indexes of commit frames of the current generation (salts as the header's)."""
+
+
+def scan_wal(path: Path) -> WalScan | None:
+    """Frame headers of ``<db>-wal`` (24 bytes each, pages skipped); None when there is none."""
+    wal = path.with_name(path.name + "-wal")
+    try:
+        with wal.open("rb") as raw:
+            header = raw.read(32)
+            if len(header) < 32:
+                return None
+            magic, _version, page_size, _seq, salt1, salt2, sum1, sum2 = struct.unpack(">8I", header)
+            ok = magic in WAL_MAGIC and _wal_checksum(header[:24], big=magic & 1 == 1) == (sum1, sum2)
+            size = wal.stat().st_size
+            frame = 24 + page_size if ok and 512 <= page_size <= 65536 else 0
+            frames = (size - 32) // frame if frame else (1 if size > 32 else 0)
+            commits = []
+            for index in range(1, frames + 1 if frame else 0):
+                raw.seek(32 + (index - 1) * frame)
+                _page, commit, s1, s2 = struct.unpack(">4I", raw.read(16))
+                if commit and (s1, s2) == (salt1, salt2):
+                    commits.append(index)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(f"cannot read {wal}: {exc}") from exc
+    return WalScan(header_ok=ok, frames=frames, commits=tuple(commits))
+
+
+def check_wal(db: sqlite3.Connection, path: Path, scan: WalScan | None) -> None:
+    """Refuse a WAL whose damaged frames would make SQLite drop commits written after them.
+
+    SQLite stops reading a WAL at the first frame whose checksum fails and silently
+    serves the state before it; commits after that point are lost. It reports how many
+    frames it kept (``wal_checkpoint``'s log column): a commit frame of the same
+    generation beyond that, or a header that does not check, is damage, not a torn tail
+    (a crash leaves at most an uncommitted tail, which has no commit frame)."""
+    if scan is None or scan.frames == 0:
+        return
+    wal = f"{path.name}-wal"
+    if not scan.header_ok:
+        raise StoreError(
+            f"state store {path}: the WAL ({wal}, {scan.frames} frame(s)) has a damaged header, so SQLite "
+            "would ignore every commit in it; restore the files, or start afresh with gpufed serve --init"
+        )
+    _busy, kept, _copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    lost = [i for i in scan.commits if i > kept] if kept >= 0 else []
+    if lost:
+        raise StoreError(
+            f"state store {path}: the WAL ({wal}) is damaged at frame {kept + 1}: SQLite would drop "
+            f"{len(lost)} later commit(s) and serve an older state; restore the files, or start afresh "
+            "with gpufed serve --init"
+        )
+
+
+def _wal_checksum(data: bytes, *, big: bool) -> tuple[int, int]:
+    words = struct.unpack((">" if big else "<") + f"{len(data) // 4}I", data)
+    s0 = s1 = 0
+    for x0, x1 in zip(words[::2], words[1::2], strict=True):
+        s0 = (s0 + x0 + s1) & _MASK
+        s1 = (s1 + x1 + s0) & _MASK
+    return s0, s1
+
+
+def quick_check(db: sqlite3.Connection, path: Path) -> None:
+    rows = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
+    if rows != ["ok"]:
+        raise StoreError(f"state store {path} is damaged (PRAGMA quick_check: {'; '.join(rows)[:300]})")
+
+
+def reclaim(db: sqlite3.Connection) -> None:
+    """Free pages back to the file system; a file made without auto_vacuum is converted once."""
+    mode = db.execute("PRAGMA auto_vacuum").fetchone()[0]
+    if mode != 2:  # 2: incremental; switching needs one full VACUUM
+        db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        db.execute("VACUUM")
+    else:
+        db.executescript("PRAGMA incremental_vacuum;")  # runs to the end (execute frees one page)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+
+def audit_entry(row_id: int, body: str) -> AuditEntry:
+    """One audit row; a row that does not parse is shown as such (the log stays readable)."""
+    try:
+        return AuditEntry.model_validate({**json.loads(body), "id": row_id})
+    except (ValueError, TypeError) as exc:
+        return AuditEntry(
+            id=row_id,
+            at=0.0,
+            actor="?",
+            action="unreadable",
+            detail={"error": f"audit row {row_id} does not parse: {str(exc)[:200]}"},
+        )
+
+
+def json_row(path: Path, *, table: str, key: str, body: str) -> object:
+    """A stored JSON body, or one ``StoreError`` naming the table and key."""
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise StoreError(
+            f"state store {path}: table {table}, key {key!r}: the row is not JSON ({exc}); "
+            "delete the row or restore the file"
+        ) from exc
+
+
+def member_row(path: Path, *, source: str, identity: str, body: str) -> Target:
+    """One stored target of a discovery set, or one ``StoreError`` naming the table and key
+    (a row that is JSON but not a valid target is refused, not skipped)."""
+    key = f"{source}/{identity}"
+    raw = json_row(path, table="members", key=key, body=body)
+    try:
+        return loading.parse_target(raw, source=f"{path}:members")
+    except InventoryError as exc:
+        raise StoreError(
+            f"state store {path}: table members, key {key!r}: not a valid target "
+            f"({exc.field or 'row'}: {exc.reason}); start afresh with --init"
+        ) from exc
+
+
+def bad_placement(path: Path, *, identity: object, shard: object, weight: object) -> StoreError:
+    """A ``placements`` row whose columns are not (text, text, positive integer)."""
+    key = identity if isinstance(identity, str) else repr(identity)
+    what = (
+        "the weight is not a positive integer"
+        if isinstance(identity, str) and isinstance(shard, str)
+        else "the identity or shard is not text"
+    )
+    return StoreError(
+        f"state store {path}: table placements, key {key!r}: {what} "
+        f"(a {type(weight).__name__} weight); start afresh with --init"
+    )
+
+
+def move_aside(path: Path) -> Path:
+    """Rename a damaged database (and its WAL and shared-memory files) to ``<name>.broken-<n>``
+    beside it, the first free ``n``; the new name of the database."""
+    n = 1
+    while any(path.with_name(f"{path.name}.broken-{n}{s}").exists() for s in ("", "-wal", "-shm")):
+        n += 1
+    target = path.with_name(f"{path.name}.broken-{n}")
+    for suffix in ("-wal", "-shm", ""):
+        source = path.with_name(path.name + suffix)
+        if source.exists():
+            source.rename(target.with_name(target.name + suffix))
+    return target

@@ -1,0 +1,152 @@
+"""The state store interface; SQLite (``sqlite_store``) is the embedded default.
+
+A store keeps one :class:`~federation.controller.state.ControllerState`, the audit log
+and the discovery sources' last known target sets. Every write is check-and-set on the
+state's ``revision``: a writer that read an older revision gets :class:`StoreConflict`
+and must re-read, never overwrite. ``fence`` is the leadership token of the writer
+(a lock index or Lease resourceVersion; None where there is one controller): a store
+that knows a newer token refuses the write with :class:`FencedOut`.
+
+    StoreError
+    ├── StoreConflict   the state changed since it was read (CAS lost)
+    └── FencedOut       the writer is no longer the leader
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from federation.controller.state import AuditEntry, ControllerState
+from sharder.assignment import Assignment
+from sharder.inventory import Target
+from sharder.step import SetChanges
+
+log = logging.getLogger(__name__)
+
+Changed = tuple[Assignment, Collection[str]]
+"""(the assignment a new one was made from, the identities that may differ from it)."""
+
+
+class StoreError(Exception):
+    """The store could not read or write (its message says why)."""
+
+
+class StoreConflict(StoreError):
+    def __init__(self, *, expected: int | None, found: int) -> None:
+        self.expected, self.found = expected, found
+        super().__init__(f"state changed meanwhile: expected revision {expected}, found {found}")
+
+
+class FencedOut(StoreError):
+    """A write from a deposed leader."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """Everything one change writes, in one fenced call (:meth:`StateStore.apply`): the
+    state (check-and-set on ``expected_revision``), its audit entry, the set changes the
+    step carries, and ``changed`` (what placement may differ from the stored assignment,
+    so a store writes only those rows, blocks or buckets)."""
+
+    state: ControllerState
+    expected_revision: int | None
+    audit: AuditEntry | None = None
+    changed: Changed | None = None
+    sets: SetChanges = field(default_factory=dict)
+
+
+class StateStore(Protocol):
+    def apply(self, commit: Commit, *, fence: int | None) -> ControllerState:
+        """Write ``commit`` (a writer with a ``fence`` older than the newest recorded writes
+        none of it: ``FencedOut``); returns the state with its new ``revision``."""
+        ...
+
+    def load(self) -> ControllerState | None:
+        """The stored state, or None before the first write."""
+        ...
+
+    def save(
+        self,
+        state: ControllerState,
+        *,
+        expected_revision: int | None,
+        audit: AuditEntry | None = None,
+        fence: int | None = None,
+        changed: Changed | None = None,
+    ) -> ControllerState:
+        """Write ``state`` (and ``audit``) at once if the stored revision is
+        ``expected_revision`` (None: nothing stored yet); returns it with ``revision`` bumped.
+        ``changed`` (a hint a store may ignore): the assignment this one was made from and
+        the identities whose placement may differ, so a store can write only those."""
+        ...
+
+    def audit_log(self, *, limit: int = 100, before_id: int | None = None) -> list[AuditEntry]:
+        """Newest first; ``before_id`` pages back."""
+        ...
+
+    def save_sets(self, sets: Mapping[str, Sequence[Target]]) -> None:
+        """Persist the discovery sources' last known sets (a restart during an outage)."""
+        ...
+
+    def save_set_changes(
+        self, changes: Mapping[str, Mapping[str, Target | None]], *, fence: int | None = None
+    ) -> None:
+        """Write what changed in the sets (source -> identity -> target, None: gone): the
+        cost of the change; ``fence`` as for ``save`` (``FencedOut``: nothing written)."""
+        ...
+
+    def load_sets(self) -> dict[str, list[Target]]: ...
+
+    def close(self) -> None: ...
+
+
+class LastKnownView:
+    """A store seen as the reconcile loop's ``LastKnownStore`` (``save(sets)``); every delta
+    it writes carries the writer's fencing token (``fence()``)."""
+
+    def __init__(self, store: StateStore, *, fence: Callable[[], int | None] = lambda: None) -> None:
+        self._store = store
+        self._fence = fence
+
+    def save(self, sets: Mapping[str, Sequence[Target]]) -> None:
+        self._store.save_sets(sets)
+
+    def load(self) -> dict[str, list[Target]]:
+        return self._store.load_sets()
+
+    def save_changes(self, changes: Mapping[str, Mapping[str, Target | None]]) -> bool:
+        """Only what changed (every store writes the rows or buckets it touched)."""
+        self._store.save_set_changes(changes, fence=self._fence())
+        return True
+
+
+def newest_audit(found: Mapping[int, Mapping[str, Any]], *, limit: int, top: int | None) -> list[AuditEntry]:
+    """Audit entries read from a key-value store, newest first, ids up to ``top``: an entry
+    that does not validate is logged and skipped (a page of the log must still answer)."""
+    out: list[AuditEntry] = []
+    for audit_id in sorted(found, reverse=True):
+        if top is not None and audit_id > top:
+            continue
+        try:
+            out.append(AuditEntry.model_validate({**found[audit_id], "id": audit_id}))
+        except ValueError as exc:
+            log.warning("skipping invalid audit entry %d: %s", audit_id, exc)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def apply_in_order(store: Any, commit: Commit, *, fence: int | None) -> ControllerState:
+    """A key-value store's :meth:`StateStore.apply`: the set buckets first, then the state
+    head, the commit point (a reader never meets a state naming sets not written yet), both
+    checked against ``fence``."""
+    if commit.sets:
+        store.save_set_changes(commit.sets, fence=fence)
+    saved: ControllerState = store.save(
+        commit.state, expected_revision=commit.expected_revision, audit=commit.audit, fence=fence,
+        changed=commit.changed,
+    )  # fmt: skip
+    return saved

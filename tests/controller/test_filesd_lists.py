@@ -1,0 +1,81 @@
+"""file_sd in proportion to the change: a registration rewrites its shard's target lists
+only, byte for byte what the full render writes, and leaves every prometheus.yml alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from federation import pipeline
+from federation.controller.live import filesd
+from federation.controller.live.sdcache import SdSnapshot, ShardAnswers
+from federation.spec import load_gpufed_spec
+from sharder.inventory import Target
+from tests.controller.harness import ControllerHarness, build, fleet, spec_document
+
+
+def file_sd_harness(tmp_path: Path, *, replication_factor: int = 1) -> ControllerHarness:
+    document = spec_document(regions={"r1": 3, "r2": 2}, replication_factor=replication_factor)
+    document["children"] = {"target_discovery": "file_sd"}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(document))
+    return build(tmp_path, spec=load_gpufed_spec(tmp_path / "spec.yaml"))
+
+
+def on_disk(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def full_render(harness: ControllerHarness) -> dict[str, bytes]:
+    controller = harness.controller
+    assert controller.state.assignment is not None
+    targets = list(controller.reconciler.target_map.values())
+    return pipeline.build_bundle(controller.spec, targets, controller.state.assignment)
+
+
+def test_a_registration_rewrites_only_its_shards_lists_with_the_full_renders_bytes(tmp_path: Path) -> None:
+    harness = file_sd_harness(tmp_path, replication_factor=2)
+    controller, publisher = harness.controller, harness.controller.publisher
+    assert publisher is not None
+    base = [*fleet(30), *fleet(20, region="r2", start=100), *fleet(30, job="node")]
+    harness.feed(base)
+    assert controller.publish_configs()
+    rendered = tmp_path / "data" / "rendered"
+    before = on_disk(rendered)
+
+    newcomer = Target(address="10.7.0.1", port=9400, job="gpu", node="new-1", region="r1", gpus=8)
+    harness.feed([*base, newcomer])
+    assert not controller.publish_configs()  # the children set is the same: no bundle render
+    after = on_disk(rendered)
+    written = {path for path in after if after[path] != before.get(path)}
+    assert controller.state.assignment is not None
+    shard = controller.state.assignment.targets[newcomer.identity]
+    assert written == {f"children/{shard}-r{k}/targets/gpu.json" for k in (0, 1)}
+    assert b'"10.7.0.1:9400"' in after[f"children/{shard}-r0/targets/gpu.json"]
+    full = full_render(harness)
+    lists = {path: content for path, content in full.items() if "/targets/" in path}
+    assert {path: after[path] for path in lists} == lists  # the bytes `gpufed render` writes
+    assert publisher.status.version == controller.state.assignment_version
+    assert not [p for p in after if p.startswith(".") or "/." in p]  # no staged file left behind
+
+
+def test_a_removed_target_leaves_its_list_and_a_new_shard_renders_the_bundle(tmp_path: Path) -> None:
+    harness = file_sd_harness(tmp_path)
+    controller = harness.controller
+    base = [*fleet(30), *fleet(20, region="r2", start=100)]
+    harness.feed(base)
+    assert controller.publish_configs()
+    harness.feed(base[1:])
+    controller.publish_configs()
+    rendered = on_disk(tmp_path / "data" / "rendered")
+    assert b'"10.0.0.2:9400"' not in b"".join(c for p, c in rendered.items() if "/targets/" in p)
+    lists = {path: content for path, content in full_render(harness).items() if "/targets/" in path}
+    assert {path: rendered[path] for path in lists} == lists
+
+
+def test_changed_shards_compares_answers_by_object() -> None:
+    same = ShardAnswers(members={}, by_job={}, whole=b"[]")
+    before = SdSnapshot(version=1, shards={"a": same, "b": ShardAnswers(members={}, by_job={}, whole=b"[]")})
+    after = SdSnapshot(version=2, shards={"a": same, "b": ShardAnswers(members={}, by_job={}, whole=b"[]"),
+                                          "c": same})  # fmt: skip
+    assert filesd.changed_shards(before, after) == {"b", "c"}

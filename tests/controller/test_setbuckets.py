@@ -1,0 +1,34 @@
+"""The sets' buckets: a change dirties the buckets holding what it names, nothing else."""
+
+from __future__ import annotations
+
+import json
+
+from federation.controller.stores import setbuckets
+from tests.controller.harness import fleet
+
+
+def test_a_change_dirties_only_its_buckets_and_a_new_source_too() -> None:
+    targets = fleet(9000)
+    buckets = setbuckets.SetBuckets.from_sets({"file": targets}, current=None)
+    assert buckets.count == 5  # 2,000 a bucket
+    before = buckets.payloads()
+    newcomer = fleet(1, start=20_000)[0]
+    dirty = buckets.apply({"registry": {newcomer.identity: newcomer}, "file": {targets[0].identity: None}})
+    expected = {setbuckets.bucket_of(t.identity, 5) for t in (newcomer, targets[0])}
+    assert dirty == expected
+    after = buckets.payloads()
+    assert {i for i in range(5) if after[i] != before[i]} == expected
+    held = json.loads(after[setbuckets.bucket_of(newcomer.identity, 5)])
+    assert len(held["registry"]) == 1
+    assert held["registry"][0]["address"] == newcomer.address
+    untouched = next(i for i in range(5) if i not in expected)
+    assert "registry" not in json.loads(after[untouched])  # a bucket names the sources it holds
+
+
+def test_growth_past_four_times_the_buckets_is_not_a_delta() -> None:
+    buckets = setbuckets.SetBuckets.from_sets({"file": fleet(10)}, current=None)
+    assert buckets.count == 1
+    many = {"registry": {t.identity: t for t in fleet(9000, start=100)}}
+    assert not buckets.fits(many)
+    assert buckets.fits({"registry": {t.identity: t for t in fleet(10, start=100)}})
