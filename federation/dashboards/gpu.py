@@ -48,25 +48,28 @@ def cluster_dashboard() -> Dashboard:
     total = (f"sum(max by (cluster, region, node, gpu) ({dcgm.metric('DCGM_FI_DEV_FB_USED', REGION)}"
              f" + {dcgm.metric('DCGM_FI_DEV_FB_FREE', REGION)})) * {MIB}")
     unhealthy_nodes = (
-        f'count(group by (cluster, node) (max by (cluster, node) (up{{job="gpu", {REGION}}}) == 0)'
+        f'count(group by (cluster, node) (gpufed:target_up:fresh{{job="gpu", {REGION}}} == 0)'
         f" or group by (cluster, node) (gpufed_gpu_health{{{REGION}}} == 0))"
     )
     attribution = ("Allocated = the exporter attributes the GPU to a pod (series carry a non-empty "
                    "`pod` label; needs pod attribution, e.g. kubelet pod-resources). Without "
                    "attribution nothing is allocated as far as this panel knows and it shows 0.")
     fleet = Row("Fleet", (
-        _stat("GPU nodes", f'count(group by (cluster, node) (up{{job="gpu", {REGION}}}))',
-              "Nodes with a GPU exporter target (job `gpu`), up or down."),
+        _stat("GPU nodes", f'count(group by (cluster, node) (gpufed:target_up:fresh{{job="gpu", {REGION}}}))',
+              "Nodes with a GPU exporter target (job `gpu`), up, down or unknown."),
         _stat("Unhealthy GPU nodes", unhealthy_nodes,
-              "Nodes whose GPU exporter is down (`up == 0`) or that have a GPU with "
+              "Nodes whose GPU exporter is down or unknown (`gpufed:target_up:fresh == 0`: its "
+              "samples stopped reaching the master) or that have a GPU with "
               "`gpufed_gpu_health == 0` (critical XID within the health window, or a failed read).",
               no_value="0", thresholds=RED_IF_ANY),
         _stat("GPUs", gpus, "Physical GPUs reporting DCGM_FI_DEV_GPU_UTIL (HA copies counted once)."),
         _stat("GPUs allocated", allocated, attribution, no_value="0"),
         _stat("Unhealthy GPUs", f"count({per_gpu('gpufed_gpu_health', REGION)} == 0)",
               "GPUs with `gpufed_gpu_health == 0`.", no_value="0", thresholds=RED_IF_ANY),
-        _stat("GPU exporters down", f'count(max by (cluster, node) (up{{job="gpu", {REGION}}}) == 0)',
-              "GPU exporter targets that do not answer scrapes; their GPUs are unwatched.",
+        _stat("GPU exporters down",
+              f'count(max by (cluster, node) (gpufed:target_up:fresh{{job="gpu", {REGION}}}) == 0)',
+              "GPU exporter targets that do not answer scrapes, or whose samples stopped reaching the "
+              "master (rule pack freshness records); their GPUs are unwatched.",
               no_value="0", thresholds=RED_IF_ANY),
         _stat("Mean GPU utilisation", f"avg({per_gpu('DCGM_FI_DEV_GPU_UTIL', REGION)})",
               "Mean of DCGM_FI_DEV_GPU_UTIL over all GPUs.", unit="percent", min=0, max=100),
