@@ -159,6 +159,9 @@ def master_flags(spec: GpufedSpec) -> dict[str, Any]:
         "--web.enable-remote-write-receiver",
         "--web.enable-lifecycle",
     ]
+    if master.external_url is not None:
+        # One URL for every replica: the alerts' source links point where users can go.
+        flags.append(f"--web.external-url={master.external_url}")
     if master.replicas > 1:
         flags.append("--enable-feature=expand-external-labels")
     if spec.thanos is not None and spec.thanos.mode == "sidecar":

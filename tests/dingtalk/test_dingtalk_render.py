@@ -145,3 +145,23 @@ def test_many_noisy_alerts_still_split_under_the_limit_and_all_lead() -> None:
     assert len(parts) > 1 and all(part.size() <= 19_000 for part in parts)
     heads = [line for part in parts for line in part.text.splitlines() if line.startswith("- **")]
     assert len(heads) == 300 and all(" · team=llm-pretrain" in line for line in heads)
+
+
+def test_since_is_the_fault_start_from_the_rule_pack_annotation() -> None:
+    """Prometheus' startsAt is the firing time (after `for`); the pack's `since` is the start."""
+    fired = alert(1)
+    fired["startsAt"] = "2024-05-01T10:05:00Z"  # NodeDown, `for: 5m`
+    fired["annotations"]["since"] = "2024-05-01 10:00:00.25 +0000 UTC"  # humanizeTimestamp
+    garbled = alert(2)
+    garbled["annotations"]["since"] = "{{ not a time }}"
+    msg = message([fired, garbled])
+    part = Renderer(relay_config()).render("cn-bj", msg, msg.alerts, ONE)
+    first, second = part.text.split("node-0002")
+    assert "since 2024-05-01 18:00:00 CST" in first and "18:05" not in first
+    assert "since 2024-05-01 18:00:00 CST" in second  # unparsable: startsAt, never the raw text
+    assert "not a time" not in part.text
+    ended = alert(1, status="resolved")
+    ended["startsAt"], ended["annotations"]["since"] = fired["startsAt"], fired["annotations"]["since"]
+    msg = message([ended])
+    resolved = Renderer(relay_config()).render("cn-bj", msg, msg.alerts, ONE)
+    assert "2024-05-01 18:00:00 CST -> 2024-05-01 19:00:00 CST" in resolved.text
