@@ -94,7 +94,7 @@ class Controller:
         self.restored_fresh = False
         """``restore`` ran and no ``take_over`` since (``adoption.take_over``)."""
         self.jobs = {job.name: job for job in spec.jobs}
-        self.discovery = DiscoveryMetrics(registry=metrics.registry)
+        self.discovery = DiscoveryMetrics(registry=metrics.registry, wall_clock=wall_clock)
         self.state = store.load() or ControllerState()
         self.reconciler = Reconciler(
             spec=spec,
@@ -117,6 +117,7 @@ class Controller:
             max_entries=options.registry_max_entries,
             regions=spec.region_names(),
             journal=self._journal_registry,
+            on_accepted=partial(self.discovery.heartbeat, REGISTRY),
         )
         self.sources: list[Any] = [self.registry]
         self.children = Children(

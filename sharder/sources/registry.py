@@ -110,8 +110,13 @@ class BuiltinRegistry:
         endpoint_owner: EndpointOwner | None = None,
         regions: Collection[str] = (),
         journal: Journal | None = None,
+        on_accepted: Callable[[], None] | None = None,
     ) -> None:
         self._sink = sink
+        # Every accepted write (a change or a plain TTL refresh): the registry is being fed.
+        # Discovery health reads this, not the last change: a stable fleet refreshes
+        # without changing anything, and is healthy.
+        self._on_accepted = on_accepted
         self._endpoint_owner = endpoint_owner
         self._endpoints = EndpointIndex(jobs)
         self._jobs = jobs
@@ -160,6 +165,7 @@ class BuiltinRegistry:
             changed = self._store(target)
         if changed:
             self._push()
+        self._accepted()
         return target, created
 
     def batch(self, puts: Sequence[Any], deletes: Sequence[Any]) -> BatchResult:
@@ -184,6 +190,7 @@ class BuiltinRegistry:
             changed = sum(self._store(t) for t in targets)
         if changed or deleted:
             self._push()
+        self._accepted()
         return BatchResult(put=len(targets), created=len(fresh), deleted=deleted)
 
     def delete(self, identity: str) -> bool:
@@ -197,7 +204,12 @@ class BuiltinRegistry:
                 self._pending.changes[identity] = None
         if found:
             self._push()
+        self._accepted()
         return found
+
+    def _accepted(self) -> None:
+        if self._on_accepted is not None:
+            self._on_accepted()
 
     def entries(self) -> list[tuple[Target, float]]:
         """(target, seconds until it expires), by identity."""
