@@ -32,9 +32,14 @@ UP_MAP = (("1", "Up", "green"), ("0", "Down", "red"))
 RED_IF_ANY = (("green", None), ("red", 1.0))
 
 
+#: Readings of a copy whose child stopped sending (the rule pack's freshness records) are
+#: last values the 5-minute lookback still returns, not the GPU now: left out.
+NOT_SILENT = "unless on (cluster, job, instance, shard, replica) gpufed:up_copy:silent == 1"
+
+
 def per_gpu(metric: str, selector: str, by: str = "cluster, region, node, gpu") -> str:
-    """One series per physical GPU (HA replica and hand-over copies collapsed)."""
-    return f"max by ({by}) ({dcgm.metric(metric, selector)})"
+    """One series per physical GPU (HA replica and hand-over copies collapsed), fresh copies only."""
+    return f"max by ({by}) ({dcgm.metric(metric, selector)} {NOT_SILENT})"
 
 
 def _stat(title: str, expr: str, description: str, **kw: Any) -> Panel:
