@@ -64,6 +64,7 @@ from sharder.promtool import Promtool
 
 log = logging.getLogger(__name__)
 MARKER = ".gpufed-demo"
+RESTART_BACKOFF_S = 5.0
 Say = Callable[[str], None]
 
 
@@ -110,6 +111,7 @@ class DemoStack:
         self.child_ports: dict[str, int] = {}
         self.started_children: set[str] = set()
         self.restarts: dict[str, int] = {}
+        self._restarted_at: dict[str, float] = {}
         self.ready_at: float | None = None
         self.started_at = time.monotonic()
         self.startup_s = 0.0
@@ -455,7 +457,15 @@ class DemoStack:
                 self.say("  " + self.status_line())
 
     def _restart(self, name: str, code: int) -> None:
-        """``--restart``: the same command line again (the same ports); counted per component."""
+        """``--restart``: the same command line again (the same ports); counted per component.
+
+        At most one restart per component every ``RESTART_BACKOFF_S``: a component that dies
+        at once is not restarted in a tight loop.
+        """
+        now = time.monotonic()
+        if now - self._restarted_at.get(name, -RESTART_BACKOFF_S) < RESTART_BACKOFF_S:
+            return
+        self._restarted_at[name] = now
         self.restarts[name] = self.restarts.get(name, 0) + 1
         self.say(f"  ! {name} exited with status {code}; restarting it (restart {self.restarts[name]})")
         try:
