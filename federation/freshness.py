@@ -16,16 +16,23 @@ bound over the largest interval anywhere in the spec.
 
 Records (``copy`` = one child's series of a target: ``shard``/``replica`` tell copies apart):
 
-* ``gpufed:up_copy:silent``: 0 for a copy with a sample within the bound, 1 for a copy that
-  went silent without a staleness marker (its child died, its remote_write stopped). The
-  record reads its own last value (``last_over_time(...[1h])``) so a silent copy stays
-  visible after the 5-minute lookback, for at most an hour after its last sample. A target
-  removed on purpose gets a staleness marker from its child and is never "silent".
+* ``gpufed:up_copy:last_seen_seconds``: the timestamp of a copy's newest ``up`` sample.
+  While ``up`` is in the 5-minute lookback it is ``timestamp(up)``; after that the record
+  carries its own previous value (an instant selector, no range scan) for a copy that was
+  already silent, for at most an hour after its last sample. A target removed on purpose
+  gets a staleness marker from its child while it is still fresh, and is dropped.
+* ``gpufed:up_copy:silent``: 1 for a copy whose newest sample is older than its job's
+  bound (its child died, its remote_write stopped), 0 when fresh.
 * ``gpufed:target_unknown:bool``: 1 for a target none of whose copies is fresh.
 * ``gpufed:target_up:fresh``: a target's ``up`` over its fresh copies, 0 when unknown.
-* ``gpufed:shard_silent:bool``: a shard with a silent copy and no sample of any target
-  within ``shard_bound`` (the shortest job bound, at least the longest interval + slack):
-  its child or its remote_write is gone. ``FederationShardMissing`` fires on it.
+* ``gpufed:shard_silent:bool``: a shard whose newest sample of any target is older than
+  ``shard_bound`` (the shortest job bound, at least the longest interval + slack): its
+  child or its remote_write is gone. ``FederationShardMissing`` fires on it.
+
+Cost: instant selectors and ``timestamp(up)`` only, a few operations per ``up`` series
+and evaluation; nothing scans a range. A master down for more than the 5-minute lookback
+forgets the silent copies (they come back as unknown only while their ``up`` is in the
+lookback).
 
 Pure: a typed spec in, bytes out. ``federation/rules/freshness.yml`` is this rendering of
 ``examples/federation.yaml`` (the static pack the Helm chart's PrometheusRule ships); the
@@ -50,7 +57,8 @@ DEFAULT_SEND_DEADLINE_S = 5.0
 #: The targets a shard's children scrape (the master's own scrape of a child is not one).
 SHARD_TARGETS = 'shard!="", job!~"gpufed-child.*"'
 #: How long a silent copy stays visible after its last sample.
-MEMORY = "1h"
+MEMORY_S = 3600.0
+LAST_SEEN = "gpufed:up_copy:last_seen_seconds"
 HEADER = (
     b"# Rendered by federation/freshness.py from the spec; do not edit. The copy in\n"
     b"# federation/rules/ (and helm/gpufed/rules/) is the rendering of examples/federation.yaml.\n"
@@ -99,27 +107,33 @@ def shard_bound(spec: GpufedSpec) -> str:
     return _seconds(max(shortest, longest))
 
 
-def _fresh_up(per_job: dict[str, str], other: str) -> str:
-    """Each copy's newest ``up`` within its job's bound; absent when the copy is silent."""
+def _silent(per_job: dict[str, str], other: str) -> str:
+    """1 for a copy whose newest sample is older than its job's bound, else 0."""
     names = "|".join(per_job)
-    parts = [f'last_over_time(up{{job="{name}"}}[{bound}])' for name, bound in per_job.items()]
-    parts.append(f'last_over_time(up{{job!~"{names}"}}[{other}])')
-    return "\n    or ".join(parts)
+    parts = [f'{LAST_SEEN}{{job="{name}"}} < bool time() - {_plain(b)}' for name, b in per_job.items()]
+    parts.append(f'{LAST_SEEN}{{job!~"{names}"}} < bool time() - {_plain(other)}')
+    return "\n  or ".join(parts) + "\n"
+
+
+def _plain(duration: str) -> str:
+    return duration.removesuffix("s")
 
 
 def render_rules(spec: GpufedSpec) -> dict[str, Any]:
     per_job, other = bounds(spec)
-    fresh = _fresh_up(per_job, other)
-    silent = (
-        "(\n"
-        f"  (group without () (up) or last_over_time(gpufed:up_copy:silent[{MEMORY}]) > 0)\n"
-        f"    unless (\n    {fresh}\n    )\n"
-        f"    and max_over_time(up[{MEMORY}])\n"
-        ")\n"
-        f"  or (\n    {fresh}\n  ) * 0\n"
-    )
+    memory = _plain(_seconds(MEMORY_S))
     rules = [
-        {"record": "gpufed:up_copy:silent", "expr": silent},
+        # Its own last value (an instant selector: the previous evaluation) carries a
+        # silent copy past the lookback; a copy that was fresh at the previous evaluation
+        # and has no `up` now got a staleness marker (removed on purpose) and is dropped.
+        {
+            "record": LAST_SEEN,
+            "expr": (
+                "timestamp(up)\n"
+                f"  or ({LAST_SEEN} > time() - {memory} and gpufed:up_copy:silent == 1)\n"
+            ),
+        },
+        {"record": "gpufed:up_copy:silent", "expr": _silent(per_job, other)},
         {
             "record": "gpufed:target_unknown:bool",
             "expr": "min without (shard, replica) (gpufed:up_copy:silent) == 1\n",
@@ -127,9 +141,10 @@ def render_rules(spec: GpufedSpec) -> dict[str, Any]:
         {
             "record": "gpufed:shard_silent:bool",
             "expr": (
-                f"group by (cluster, region, shard) (gpufed:up_copy:silent{{{SHARD_TARGETS}}} == 1)\n"
-                "  unless group by (cluster, region, shard)"
-                f" (last_over_time(up{{{SHARD_TARGETS}}}[{shard_bound(spec)}]))\n"
+                f"group by (cluster, region, shard) (\n"
+                f"  max by (cluster, region, shard) ({LAST_SEEN}{{{SHARD_TARGETS}}})"
+                f" < time() - {_plain(shard_bound(spec))}\n"
+                ")\n"
             ),
         },
         {

@@ -52,7 +52,7 @@ def test_master_bundle_carries_the_spec_own_bounds(promtool: str, tmp_path: Path
     spec = GpufedSpec.model_validate(yaml.safe_load(demo.read_text()))
     bundle = master.render_master_bundle(spec, rule_pack=master.load_rule_pack())
     text = bundle[f"{master.RULES_DIR}/{freshness.FILE_NAME}"].decode()
-    assert 'last_over_time(up{job="gpu"}[16s])' in text  # 3 x 5s + the demo's 1s deadline
+    assert 'gpufed:up_copy:last_seen_seconds{job="gpu"} < bool time() - 16' in text  # 3 x 5s + 1s deadline
     assert bundle[f"{master.RULES_DIR}/{freshness.FILE_NAME}"] != SHIPPED.read_bytes()
     path = tmp_path / freshness.FILE_NAME
     path.write_text(text)
