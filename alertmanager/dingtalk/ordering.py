@@ -7,11 +7,17 @@ DingTalk showed the older state last. This module keeps, per robot and group
 (``groupKey``) and per alert in it (its fingerprint), the newest state accepted for
 sending, and filters a notification against it.
 
-An alert's state is ordered by ``(startsAt, phase)``, phase 0 firing, 1 resolved: the
-same episode (same ``startsAt``, which every replica has from Prometheus) goes firing ->
-resolved, and a new episode starts later. An incoming alert whose state is below the
-recorded one (FIRING after its RESOLVED, or the end of an older episode after a newer one
-fired) is stale: it is left out of the message; a notification with only stale alerts is
+Which state is older, per alert (fingerprint):
+
+* a FIRING is older than a recorded RESOLVED when it began at or before that resolve's
+  ``endsAt`` (the same episode, or an earlier one); a FIRING that began after it is a new
+  episode;
+* a RESOLVED is older than a recorded FIRING that began after this resolve's ``endsAt``
+  (the end of an earlier episode, arriving after the next one fired).
+
+Only ``endsAt`` against ``startsAt`` is compared, never two ``startsAt``: replicas that
+were sent an alert without ``startsAt`` (not by Prometheus) each stamp their own. An
+older alert is left out of the message; a notification with only older alerts is
 dropped and counted by the caller.
 
 The state is recorded when a notification is accepted, before it is queued: the robot's
@@ -39,15 +45,21 @@ DEFAULT_RETENTION_S = 86400.0
 
 @dataclass(frozen=True)
 class AlertState:
+    firing: bool
     starts_at: datetime
-    phase: int  # 0 firing, 1 resolved
+    ends_at: datetime
 
     @classmethod
     def of(cls, alert: Alert) -> AlertState:
-        return cls(starts_at=alert.startsAt, phase=0 if alert.status == "firing" else 1)
+        return cls(firing=alert.status == "firing", starts_at=alert.startsAt, ends_at=alert.endsAt)
 
-    def key(self) -> tuple[datetime, int]:
-        return (self.starts_at, self.phase)
+    def older_than(self, seen: AlertState) -> bool:
+        """This state, arriving after ``seen`` was sent, would move the alert back."""
+        if self.firing and not seen.firing:
+            return self.starts_at <= seen.ends_at
+        if not self.firing and seen.firing:
+            return seen.starts_at > self.ends_at
+        return False
 
 
 @dataclass(frozen=True)
@@ -81,7 +93,7 @@ class GroupStates:
         stale: list[Alert] = []
         for alert in alerts:
             seen = self._states.get((robot, group, alert.identity()))
-            if seen is not None and AlertState.of(alert).key() < seen[0].key():
+            if seen is not None and AlertState.of(alert).older_than(seen[0]):
                 stale.append(alert)
             else:
                 fresh.append(alert)
@@ -94,5 +106,5 @@ class GroupStates:
             key = (robot, group, alert.identity())
             state = AlertState.of(alert)
             seen = self._states.get(key)
-            if seen is None or state.key() >= seen[0].key():
+            if seen is None or not state.older_than(seen[0]):
                 self._states[key] = (state, now)

@@ -70,11 +70,7 @@ def parse_webhook(body: bytes) -> WebhookMessage:
 
 
 def dedup_key(robot: str, message: WebhookMessage) -> str:
-    """robot + groupKey + status + sorted fingerprints and starts: equal across HA replicas.
-
-    ``startsAt`` is in the key (every replica has it from Prometheus): the same alert firing
-    again in a new episode, within the dedup window of its last one, is not a duplicate.
-    """
-    prints = sorted(f"{a.identity()}:{a.status}:{a.startsAt.isoformat()}" for a in message.alerts)
+    """robot + groupKey + status + sorted fingerprints: equal across HA replicas."""
+    prints = sorted(alert.identity() + ":" + alert.status for alert in message.alerts)
     blob = "\x1f".join([robot, message.groupKey, message.status, *prints])
     return hashlib.sha256(blob.encode()).hexdigest()
