@@ -21,6 +21,9 @@ def replica_flags(alerting: AlertingSpec, replica: ReplicaSpec) -> list[str]:
         f"--cluster.advertise-address={replica.cluster_address}",
     ]
     flags += [f"--cluster.peer={p.cluster_address}" for p in alerting.replicas if p.name != replica.name]
+    if alerting.external_url is not None:
+        # The externalURL of every webhook: the relay's Alertmanager link in each message.
+        flags.append(f"--web.external-url={alerting.external_url}")
     return flags
 
 

@@ -352,6 +352,10 @@ DEFAULT_INHIBIT_RULES = (
 class AlertingSpec(StrictModel):
     relay_url: str = Field(default="http://gpufed-dingtalk:8060", description="as Alertmanager reaches it")
     relay_listen: str = "0.0.0.0:8060"
+    external_url: str | None = Field(
+        default=None,
+        description="--web.external-url of every replica: where users open Alertmanager (message links)",
+    )
     timezone: str = "Asia/Shanghai"
     replicas: list[ReplicaSpec] = Field(min_length=1)
     group_by: list[str] = Field(default_factory=lambda: ["alertname", "region", "cluster"])
@@ -379,6 +383,13 @@ class AlertingSpec(StrictModel):
         if not value.startswith(("http://", "https://")):
             raise ValueError("relay_url must start with http:// or https://")
         return _no_env_ref(value, "relay_url").rstrip("/")
+
+    @field_validator("external_url")
+    @classmethod
+    def _external_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"external_url must start with http:// or https://, got {value[:64]!r}")
+        return None if value is None else _no_env_ref(value, "external_url").rstrip("/")
 
     @field_validator("timezone")
     @classmethod

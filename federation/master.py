@@ -1,7 +1,8 @@
 """The master Prometheus: ``master/prometheus.yml``, its flags and the rule pack beside it.
 
 Pipeline position: ``federation.pipeline.master_part`` calls ``render_master_bundle`` with
-the loaded rule pack (``load_rule_pack``, the only function here that reads files); the
+the loaded rule pack (``load_rule_pack``, the only function here that reads files; its
+``freshness.yml`` is rendered again from the spec, ``federation.freshness``); the
 bundle is written under ``master/`` and ``promtool check config`` runs on it (which also
 checks every rule file) before the output tree is swapped.
 
@@ -28,7 +29,7 @@ from importlib import resources
 from typing import Any
 
 from alertmanager import ha
-from federation import meta_monitoring
+from federation import freshness, meta_monitoring
 from federation.master_spec import REPLICA_ENV, MasterSpec
 from federation.spec import GpufedSpec
 from sharder.output import Bundle, dump_json, dump_yaml
@@ -158,6 +159,9 @@ def master_flags(spec: GpufedSpec) -> dict[str, Any]:
         "--web.enable-remote-write-receiver",
         "--web.enable-lifecycle",
     ]
+    if master.external_url is not None:
+        # One URL for every replica: the alerts' source links point where users can go.
+        flags.append(f"--web.external-url={master.external_url}")
     if master.replicas > 1:
         flags.append("--enable-feature=expand-external-labels")
     if spec.thanos is not None and spec.thanos.mode == "sidecar":
@@ -179,4 +183,6 @@ def render_master_bundle(spec: GpufedSpec, *, rule_pack: Mapping[str, bytes]) ->
     }
     if master.rule_pack:
         bundle.update({f"{RULES_DIR}/{name}": data for name, data in rule_pack.items()})
+        # The shipped freshness.yml holds examples/federation.yaml's bounds; this spec's own.
+        bundle[f"{RULES_DIR}/{freshness.FILE_NAME}"] = freshness.render_file(spec)
     return bundle

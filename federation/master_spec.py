@@ -105,6 +105,9 @@ class MasterSpec(StrictModel):
     scrape_interval: str = "30s"
     evaluation_interval: str = "30s"
     external_labels: dict[str, str] = Field(default_factory=dict)
+    external_url: str | None = Field(
+        default=None, description="--web.external-url: where users open the master (alert source links)"
+    )
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
 
     @field_validator("retention", "scrape_interval", "evaluation_interval")
@@ -113,6 +116,11 @@ class MasterSpec(StrictModel):
         if parse_duration(value) <= 0:
             raise ValueError(f"duration must be above zero: {value!r}")
         return value
+
+    @field_validator("external_url")
+    @classmethod
+    def _external_url(cls, value: str | None) -> str | None:
+        return None if value is None else check_url(value)
 
     @field_validator("extra_rule_files")
     @classmethod

@@ -109,7 +109,8 @@ def children_groups(spec: GpufedSpec, assignment: Assignment | None) -> list[dic
     """HTTP SD groups, one per child of ``assignment``, labelled as the rule pack expects.
 
     The child's URL comes from the spec's template; a path in it (a proxy in front of
-    the children, as in the demo) becomes the scrape's ``__metrics_path__`` prefix.
+    the children, as in the demo) becomes the scrape's ``__metrics_path__`` prefix, and
+    the child's name its ``instance`` (not the proxy's address, the same for every child).
     """
     if assignment is None:
         return []
@@ -126,6 +127,9 @@ def children_groups(spec: GpufedSpec, assignment: Assignment | None) -> list[dic
             labels = {"child": child, "region": info.region, "shard": shard, "replica": str(replica)}
             if parts.path.strip("/"):
                 labels["__metrics_path__"] = parts.path.rstrip("/") + "/metrics"
+                # Behind a proxy every child has the proxy's address: name the child instead,
+                # so alerts (instance, and the node the rule pack derives from it) say which.
+                labels["instance"] = child
             if parts.scheme == "https":
                 labels["__scheme__"] = "https"
             groups.append({"targets": [_address(url)], "labels": labels})

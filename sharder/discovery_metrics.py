@@ -39,6 +39,14 @@ class DiscoveryMetrics:
         self.last_success.labels(source=source).set(self._wall_clock())
         self.targets.labels(source=source).set(targets)
 
+    def heartbeat(self, source: str) -> None:
+        """A push source was fed (a registration refreshed, unchanged): it is healthy.
+
+        ``last_success`` means "the source works", not "its set changed"; a push registry
+        whose members re-register without changing moves it here.
+        """
+        self.last_success.labels(source=source).set(self._wall_clock())
+
     def error(self, source: str, *, reason: str, count: int = 1) -> None:
         self.errors.labels(source=source, reason=reason).inc(count)
 

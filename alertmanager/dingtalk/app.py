@@ -34,6 +34,7 @@ from alertmanager.dingtalk.errors import (
     UnknownRobotError,
 )
 from alertmanager.dingtalk.metrics import RelayMetrics
+from alertmanager.dingtalk.ordering import GroupStates
 from alertmanager.dingtalk.payload import dedup_key, parse_webhook
 from alertmanager.dingtalk.ratelimit import RateLimiter
 from alertmanager.dingtalk.render import Renderer
@@ -54,6 +55,7 @@ class Relay:
     config: RelayConfig
     renderer: Renderer
     dedup: Deduplicator
+    order: GroupStates
     senders: dict[str, RobotSender]
     metrics: RelayMetrics
     registry: CollectorRegistry
@@ -65,7 +67,8 @@ def build_relay(config: RelayConfig, *, client: Sender, clock: Clock = time.time
                 registry: CollectorRegistry | None = None) -> Relay:
     registry = registry if registry is not None else CollectorRegistry()
     relay = Relay(config=config, renderer=Renderer(config),
-                  dedup=Deduplicator(config.dedup_window, clock=clock), senders={},
+                  dedup=Deduplicator(config.dedup_window, clock=clock),
+                  order=GroupStates(clock=clock), senders={},
                   metrics=RelayMetrics(registry), registry=registry, client=client, clock=clock)
     apply_config(relay, config, renderer=relay.renderer)
     return relay
@@ -137,6 +140,19 @@ async def handle_webhook(relay: Relay, robot: str, body: bytes) -> dict[str, Any
         return {"status": "duplicate", "robot": robot}
     finished = False
     try:
+        verdict = relay.order.check(robot, message.groupKey, message.alerts)
+        if verdict.stale:
+            relay.metrics.stale_alerts.labels(robot).inc(len(verdict.stale))
+            log.warning("robot %s: group %s: %d alert(s) older than the state already sent, left out",
+                        robot, message.groupKey, len(verdict.stale))
+            if not verdict.fresh:
+                relay.metrics.stale_dropped.labels(robot).inc()
+                finished = True
+                return {"status": "stale", "robot": robot, "alerts": len(verdict.stale)}
+            firing = any(alert.status == "firing" for alert in verdict.fresh)
+            message = message.model_copy(update={"alerts": list(verdict.fresh),
+                                                 "status": "firing" if firing else "resolved"})
+        relay.order.record(robot, message.groupKey, message.alerts)
         parts = split(relay.renderer, robot, message, limit=config.max_message_bytes)
         delivered = relay.dedup.delivered_parts(key)
         todo = [part for part in parts if part.digest() not in delivered]

@@ -26,6 +26,13 @@ class RelayMetrics:
         self.dedup_dropped = Counter("gpufed_dingtalk_dedup_dropped",
                                      "Notifications dropped as duplicates from another replica.",
                                      ["robot"], registry=registry)
+        self.stale_dropped = Counter("gpufed_dingtalk_stale_dropped",
+                                     "Notifications dropped because every alert in them was older than"
+                                     " the state already sent for its group.", ["robot"], registry=registry)
+        self.stale_alerts = Counter("gpufed_dingtalk_stale_alerts_dropped",
+                                    "Alerts left out of a notification as older than the state already"
+                                    " sent for their group (FIRING after RESOLVED).", ["robot"],
+                                    registry=registry)
         self.webhook_seconds = Histogram("gpufed_dingtalk_webhook_seconds", "Webhook handling time.",
                                          ["robot"], registry=registry)
         self.reloads = Counter("gpufed_dingtalk_config_reloads", "Config reloads by result.",
@@ -38,4 +45,6 @@ class RelayMetrics:
         self.throttled.labels(robot)
         self.queued.labels(robot).set(0)
         self.dedup_dropped.labels(robot)
+        self.stale_dropped.labels(robot)
+        self.stale_alerts.labels(robot)
         self.merged.labels(robot)

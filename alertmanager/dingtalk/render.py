@@ -87,6 +87,7 @@ class Renderer:
         self._zone = ZoneInfo(config.timezone)
         self._env = jinja2.Environment(autoescape=False, keep_trailing_newline=True)
         self._env.filters["localtime"] = self._localtime
+        self._env.filters["since"] = self._since
         self._env.filters["labelstr"] = _labelstr
         self._env.filters["lead"] = alert_labels.lead
         self._env.filters["folded"] = alert_labels.folded
@@ -106,6 +107,10 @@ class Renderer:
         if value <= ZERO_TIME:
             return ""
         return value.astimezone(self._zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+    def _since(self, alert: Alert) -> str:
+        """When the fault began: the rule pack's ``since`` annotation, else ``startsAt``."""
+        return self._localtime(fault_start(alert))
 
     def render(self, robot: str, message: WebhookMessage, alerts: Sequence[Alert], info: PartInfo) -> Part:
         """One part holding ``alerts`` (whole), finished for ``robot``."""
@@ -137,6 +142,23 @@ def finish(robot: RobotConfig, *, title: str, text: str, alerts: Sequence[Alert]
         text = f"{text}\n\n{' '.join(suffix)}"
     return Part(title=title, text=text, at_mobiles=tuple(mobiles), at_user_ids=tuple(rule.user_ids),
                 at_all=at_all, alerts=len(alerts))
+
+
+#: Go's ``time.Time.String()`` as Prometheus' ``humanizeTimestamp`` writes it:
+#: ``2026-11-26 12:00:00.123 +0000 UTC`` (fraction optional).
+_GO_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? ([+-]\d{4})\b")
+
+
+def fault_start(alert: Alert) -> datetime:
+    """The ``since`` annotation (the alert's active time) when it parses, else ``startsAt``.
+
+    Prometheus sends the firing time (after ``for``) as ``startsAt``; the rule pack carries
+    when the condition began as ``since``.
+    """
+    match = _GO_TIME.match(alert.annotations.get("since", "").strip())
+    if match is None:
+        return alert.startsAt
+    return datetime.strptime(f"{match.group(1)} {match.group(2)}", "%Y-%m-%d %H:%M:%S %z")
 
 
 def _labelstr(labels: dict[str, str]) -> str:

@@ -3,8 +3,10 @@
 A thin command over ``federation.demo.stack.DemoStack``. Progress, URLs and the DingTalk
 messages go to stdout, or to stderr with ``--json``, which prints one JSON object on
 stdout once everything has stopped (also after a failure, with ``error`` set; exit 1).
-Ctrl-C, SIGTERM and SIGHUP all stop the demo the same way: every process it started is
-stopped (SIGTERM, then SIGKILL) before it exits.
+Ctrl-C (SIGINT), SIGTERM and SIGHUP all stop the demo the same way, however it was
+started: every process it started is stopped (SIGTERM, then SIGKILL) before it exits. A
+shell starts a background job (``gpufed demo &`` in a script) with SIGINT ignored, and
+Python then installs no handler of its own; the demo installs its handler for all three.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ def demo_command(
         str | None,
         typer.Option("--consul", help="a real Consul agent (host:port): the fleet and the controller use it"),
     ] = None,
+    restart: Annotated[
+        bool, typer.Option("--restart", help="start a component that exits again (counted in the JSON)")
+    ] = False,
 ) -> None:
     """Run the federation on this machine: simulated fleet, controller, child Prometheus
     servers, master with the rule pack, Alertmanager HA pair and DingTalk relay."""
@@ -66,9 +71,11 @@ def demo_command(
     def say(line: str) -> None:
         print(line, file=out, flush=True)
 
-    stack = DemoStack(DemoOptions(layout=layout, data_dir=data_dir, keep=keep, consul=consul), say=say)
+    stack = DemoStack(
+        DemoOptions(layout=layout, data_dir=data_dir, keep=keep, consul=consul, restart=restart), say=say
+    )
     atexit.register(stack.stop)
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     error = ""
     try:
         stack.start()
@@ -86,7 +93,6 @@ def demo_command(
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
         summary = stack.finish(duration=duration, error=error)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if as_json:

@@ -98,7 +98,7 @@ class Controller:
         self.replication = replication or Replication(store=store, metrics=metrics)
         self.load = load
         self.jobs = {job.name: job for job in spec.jobs}
-        self.discovery = DiscoveryMetrics(registry=metrics.registry)
+        self.discovery = DiscoveryMetrics(registry=metrics.registry, wall_clock=wall_clock)
         stored = store.load() or ControllerState()
         self.reconciler = Reconciler(
             spec=spec,
@@ -122,6 +122,7 @@ class Controller:
             region_room=lambda region, nodes: sizing.region_refusal(
                 spec, options.hysteresis, region, known=self.reconciler.nodes_in(region), new=nodes
             ),
+            on_accepted=partial(self.discovery.heartbeat, REGISTRY),
         )
         self.sources: list[Any] = [self.registry]
         self.children = Children(

@@ -53,10 +53,14 @@ def with_node_logs(rows: tuple[Row, ...]) -> tuple[Row, ...]:
         replace(p, data_links=(NODE_LOGS,)) if all(_BY_NODE.match(q.expr) for q in p.queries) else p
         for p in row.panels)) for row in rows)
 
+#: Readings of a copy whose child stopped sending (the rule pack's freshness records) are
+#: last values the 5-minute lookback still returns, not the GPU now: left out.
+NOT_SILENT = "unless on (cluster, job, instance, shard, replica) gpufed:up_copy:silent == 1"
+
 
 def per_gpu(metric: str, selector: str, by: str = "cluster, region, node, gpu") -> str:
-    """One series per physical GPU (HA replica and hand-over copies collapsed)."""
-    return f"max by ({by}) ({dcgm.metric(metric, selector)})"
+    """One series per physical GPU (HA replica and hand-over copies collapsed), fresh copies only."""
+    return f"max by ({by}) ({dcgm.metric(metric, selector)} {NOT_SILENT})"
 
 
 def _stat(title: str, expr: str, description: str, **kw: Any) -> Panel:
@@ -70,25 +74,28 @@ def cluster_dashboard() -> Dashboard:
     total = (f"sum(max by (cluster, region, node, gpu) ({dcgm.metric('DCGM_FI_DEV_FB_USED', REGION)}"
              f" + {dcgm.metric('DCGM_FI_DEV_FB_FREE', REGION)})) * {MIB}")
     unhealthy_nodes = (
-        f'count(group by (cluster, node) (max by (cluster, node) (up{{job="gpu", {REGION}}}) == 0)'
+        f'count(group by (cluster, node) (gpufed:target_up:fresh{{job="gpu", {REGION}}} == 0)'
         f" or group by (cluster, node) (gpufed_gpu_health{{{REGION}}} == 0))"
     )
     attribution = ("Allocated = the exporter attributes the GPU to a pod (series carry a non-empty "
                    "`pod` label; needs pod attribution, e.g. kubelet pod-resources). Without "
                    "attribution nothing is allocated as far as this panel knows and it shows 0.")
     fleet = Row("Fleet", (
-        _stat("GPU nodes", f'count(group by (cluster, node) (up{{job="gpu", {REGION}}}))',
-              "Nodes with a GPU exporter target (job `gpu`), up or down."),
+        _stat("GPU nodes", f'count(group by (cluster, node) (gpufed:target_up:fresh{{job="gpu", {REGION}}}))',
+              "Nodes with a GPU exporter target (job `gpu`), up, down or unknown."),
         _stat("Unhealthy GPU nodes", unhealthy_nodes,
-              "Nodes whose GPU exporter is down (`up == 0`) or that have a GPU with "
+              "Nodes whose GPU exporter is down or unknown (`gpufed:target_up:fresh == 0`: its "
+              "samples stopped reaching the master) or that have a GPU with "
               "`gpufed_gpu_health == 0` (critical XID within the health window, or a failed read).",
               no_value="0", thresholds=RED_IF_ANY),
         _stat("GPUs", gpus, "Physical GPUs reporting DCGM_FI_DEV_GPU_UTIL (HA copies counted once)."),
         _stat("GPUs allocated", allocated, attribution, no_value="0"),
         _stat("Unhealthy GPUs", f"count({per_gpu('gpufed_gpu_health', REGION)} == 0)",
               "GPUs with `gpufed_gpu_health == 0`.", no_value="0", thresholds=RED_IF_ANY),
-        _stat("GPU exporters down", f'count(max by (cluster, node) (up{{job="gpu", {REGION}}}) == 0)',
-              "GPU exporter targets that do not answer scrapes; their GPUs are unwatched.",
+        _stat("GPU exporters down",
+              f'count(max by (cluster, node) (gpufed:target_up:fresh{{job="gpu", {REGION}}}) == 0)',
+              "GPU exporter targets that do not answer scrapes, or whose samples stopped reaching the "
+              "master (rule pack freshness records); their GPUs are unwatched.",
               no_value="0", thresholds=RED_IF_ANY),
         _stat("Mean GPU utilisation", f"avg({per_gpu('DCGM_FI_DEV_GPU_UTIL', REGION)})",
               "Mean of DCGM_FI_DEV_GPU_UTIL over all GPUs.", unit="percent", min=0, max=100),

@@ -151,6 +151,10 @@ def demo_spec(
         {"region": region, "robot": robot_name(region), "critical": [SRE_ROBOT]}
         for region in layout.region_names()
     ]
+    # The links in alerts: the master's and the first Alertmanager's loopback URLs, not
+    # this machine's host name (which the browser that opens the message may not resolve).
+    alerting["external_url"] = url(ports.alertmanagers[0][0])
+    spec["master"]["external_url"] = url(ports.master)
     spec["master"]["port"] = ports.master
     spec["master"]["data_dir"] = master_data
     # Children listen on ports chosen as they start: the master reaches each by name

@@ -16,7 +16,9 @@ import httpx
 
 from federation.demo.plan import JOB
 
-UP_BY_REGION = f'count by (region) (max by (region, node) (up{{job="{JOB}"}}) == 1)'
+#: Targets up by the rule pack's freshness record: a dead child's targets stop counting
+#: within 3 intervals instead of reading "up" for the 5-minute lookback.
+UP_BY_REGION = f'count by (region) (max by (region, node) (gpufed:target_up:fresh{{job="{JOB}"}}) == 1)'
 SAMPLES_RATE = 'sum(rate(prometheus_tsdb_head_samples_appended_total{job="gpufed-master"}[30s]))'
 FIRING = 'count by (alertname) (ALERTS{alertstate="firing"})'
 #: Every job's series of ``up`` at the master (remote-written by the children, or scraped by

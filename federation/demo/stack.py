@@ -64,6 +64,7 @@ from sharder.promtool import Promtool
 
 log = logging.getLogger(__name__)
 MARKER = ".gpufed-demo"
+RESTART_BACKOFF_S = 5.0
 Say = Callable[[str], None]
 
 
@@ -80,6 +81,8 @@ class DemoOptions:
     register_interval: float = 30.0
     follow_interval: float = 2.0
     first_samples_timeout: float = 180.0
+    restart: bool = False
+    """``gpufed demo --restart``: start a component that exited again (same command line)."""
     # For the end-to-end proofs and benchmarks (tests/e2e/test_live_*.py, `gpufed bench gap`):
     controller_args: tuple[str, ...] = ()
     """Extra ``gpufed serve`` flags, e.g. ``--no-handover``."""
@@ -102,8 +105,14 @@ class DemoStack:
         self.sink: DingTalkSink | None = None
         self.router: ChildRouter | None = None
         self.spec: GpufedSpec | None = None
+        # The follower thread starts children while callers (the run loop, tests) read them:
+        # both only under _children_lock, and readers get copies.
+        self._children_lock = threading.Lock()
         self.child_ports: dict[str, int] = {}
         self.started_children: set[str] = set()
+        self.restarts: dict[str, int] = {}
+        self._restarted_at: dict[str, float] = {}
+        self.ready_at: float | None = None
         self.started_at = time.monotonic()
         self.startup_s = 0.0
         self._stop = threading.Event()
@@ -212,7 +221,8 @@ class DemoStack:
         self._follower.start()
         self._wait_clustered()  # a replica retries joining its peer every 10 s: overlap that wait
         self._wait_first_samples()
-        self.startup_s = round(time.monotonic() - self.started_at, 1)
+        self.ready_at = time.monotonic()
+        self.startup_s = round(self.ready_at - self.started_at, 1)
         self.say(f"ready in {self.startup_s:.0f} s")
         self._print_urls()
 
@@ -328,8 +338,9 @@ class DemoStack:
         return {c["child"]: row["shard"] for row in rows for c in row["children"]}
 
     def _launch_child(self, child: str) -> None:
-        port = self.child_ports.get(child) or free_port()
-        self.child_ports[child] = port
+        with self._children_lock:
+            port = self.child_ports.get(child) or free_port()
+            self.child_ports[child] = port
         directory = self.data / "children" / child
         directory.mkdir(parents=True, exist_ok=True)
         relative = f"children/{child}/prometheus.yml"
@@ -345,7 +356,8 @@ class DemoStack:
             binary=self._binaries["prometheus"], name=child, config=config, wal=directory / "wal", port=port
         )
         self._launch(launch)
-        self.started_children.add(child)
+        with self._children_lock:
+            self.started_children.add(child)
         assert self.router is not None
         self.router.set(child, port)
 
@@ -359,12 +371,22 @@ class DemoStack:
             # move: once, on another port.
             if "address already in use" not in str(exc):
                 raise
-            self._step(f"! {name:<20} port {self.child_ports[child]} taken meanwhile; starting it on another")
+            self._step(f"! {name:<20} port {self.child_port(child)} taken meanwhile; starting it on another")
             self.supervisor.stop(name)
-            self.child_ports[child] = free_port()
+            with self._children_lock:
+                self.child_ports[child] = free_port()
             self._launch_child(child)
             self.supervisor.wait_ready(name)
-        self._step(f"✓ {name:<20} ready  {plan.url(self.child_ports[child])}")
+        self._step(f"✓ {name:<20} ready  {plan.url(self.child_port(child))}")
+
+    def child_port(self, child: str) -> int:
+        with self._children_lock:
+            return self.child_ports[child]
+
+    def started(self) -> set[str]:
+        """A copy of the children started so far (the follower adds to it meanwhile)."""
+        with self._children_lock:
+            return set(self.started_children)
 
     def _wait_first_samples(self) -> None:
         expected = self.layout.nodes
@@ -396,13 +418,13 @@ class DemoStack:
     def follow_once(self) -> None:
         """Start children of new shards; stop those the controller no longer serves."""
         wanted = self._wanted_children()
-        for child in sorted(set(wanted) - self.started_children):
+        for child in sorted(set(wanted) - self.started()):
             if self._stop.is_set():
                 return
             self._launch_child(child)
             self._wait_child(child)
             self.say(f"  + child/{child} started for shard {wanted[child]}")
-        for child in sorted(self.started_children - set(wanted)):
+        for child in sorted(self.started() - set(wanted)):
             if not self.supervisor.alive(f"child/{child}"):
                 continue
             response = self.http.get(f"{self.controller_url}/v1/sd/{child}")
@@ -413,7 +435,7 @@ class DemoStack:
                 self.say(f"  - child/{child} stopped: its shard is gone and handed over")
 
     def running_children(self) -> list[str]:
-        return sorted(c for c in self.started_children if self.supervisor.alive(f"child/{c}"))
+        return sorted(c for c in self.started() if self.supervisor.alive(f"child/{c}"))
 
     # ---- running -------------------------------------------------------------------------------------
     def run(self, duration: float | None, *, status_every: float = 15.0) -> None:
@@ -425,12 +447,31 @@ class DemoStack:
             wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
             time.sleep(wait)
             for name, code in self.supervisor.exited().items():
-                if name not in reported:
+                if self.options.restart and not self._stop.is_set():
+                    self._restart(name, code)
+                elif name not in reported:
                     reported.add(name)
                     self.say(f"  ! {name} exited with status {code}; see {self.supervisor.log_tail(name, 5)}")
             if time.monotonic() >= next_status:
                 next_status += status_every
                 self.say("  " + self.status_line())
+
+    def _restart(self, name: str, code: int) -> None:
+        """``--restart``: the same command line again (the same ports); counted per component.
+
+        At most one restart per component every ``RESTART_BACKOFF_S``: a component that dies
+        at once is not restarted in a tight loop.
+        """
+        now = time.monotonic()
+        if now - self._restarted_at.get(name, -RESTART_BACKOFF_S) < RESTART_BACKOFF_S:
+            return
+        self._restarted_at[name] = now
+        self.restarts[name] = self.restarts.get(name, 0) + 1
+        self.say(f"  ! {name} exited with status {code}; restarting it (restart {self.restarts[name]})")
+        try:
+            self.supervisor.restart(name, wait=False)
+        except (ComponentFailed, KeyError) as exc:
+            self.say(f"  ! {name} could not be restarted: {exc}")
 
     def status_line(self) -> str:
         figures = report.master_figures(self.http, self.master_url)
@@ -457,6 +498,7 @@ class DemoStack:
         with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
             shards = len(self.http.get(self.controller_url + "/v1/shards").json()["shards"])
         stopping = time.monotonic()
+        exits = [e.document() for e in self.supervisor.exits()]
         self.stop()
         shutdown_s = round(time.monotonic() - stopping, 1)
         inbox = self.sink.snapshot() if self.sink is not None else None
@@ -480,7 +522,12 @@ class DemoStack:
             "alerts_refused": len(inbox.rejected) if inbox else 0,
             "heartbeats": inbox.heartbeats if inbox else 0,
             "startup_s": self.startup_s,
-            "duration_s": duration,
+            # As run: from ready to the stop (None when it never got ready); asked: --duration.
+            "duration_s": None if self.ready_at is None else round(stopping - self.ready_at, 1),
+            "duration_requested_s": duration,
+            "exited": exits,
+            "restarts": dict(sorted(self.restarts.items())),
+            "restart_enabled": self.options.restart,
             "shutdown_s": shutdown_s,
             "processes": dict(sorted(stats.items())),
             "leftover_processes": len(self.supervisor.leftovers()),

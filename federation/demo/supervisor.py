@@ -11,7 +11,8 @@ the groups of the recorded processes that are still the same processes.
 
 Built for tests as much as for the demo: ``stop``/``kill``/``restart`` act on one named
 component and ``restart`` reuses its command line, so it comes back on the same ports.
-Nothing restarts by itself; a process that exits is reported by ``exited``.
+Nothing restarts by itself; a process that exits is reported by ``exited`` and recorded,
+with its status and when it was noticed, in ``exits`` (the demo's JSON lists them).
 """
 
 from __future__ import annotations
@@ -48,6 +49,22 @@ class ProcessSpec:
     stop_timeout: float = 10.0
 
 
+@dataclass(frozen=True)
+class Exit:
+    """A component that ended without the supervisor stopping it (crashed, killed, exited)."""
+
+    name: str
+    status: int
+    at: float
+    """Wall-clock time (Unix seconds) the supervisor noticed it."""
+    after_s: float
+    """Seconds it had run."""
+
+    def document(self) -> dict[str, object]:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.at))
+        return {"name": self.name, "status": self.status, "at": when, "after_s": round(self.after_s, 1)}
+
+
 @dataclass
 class Running:
     spec: ProcessSpec
@@ -70,6 +87,8 @@ class Supervisor:
         self._specs: dict[str, ProcessSpec] = {}
         self._pgids: set[int] = set()
         self._since = 0
+        self._exits: list[Exit] = []
+        self._noted: set[int] = set()  # pids whose exit is in _exits
         self.closed = False
 
     # ---- lifecycle ------------------------------------------------------------------------
@@ -128,6 +147,8 @@ class Supervisor:
         """SIGTERM the group, wait ``stop_timeout``, then SIGKILL; the exit status."""
         with self._lock:
             running = self._running.pop(name, None)
+            if running is not None:
+                self._note_exit(name, running)  # it may have died before we came to stop it
             self._write_pids()
         if running is None:
             return None
@@ -159,6 +180,8 @@ class Supervisor:
         """SIGTERM every named group at once, then wait for each (SIGKILL past its timeout)."""
         with self._lock:
             batch = [self._running.pop(n) for n in names if n in self._running]
+            for running in batch:
+                self._note_exit(running.spec.name, running)
             self._write_pids()
         for running in batch:
             if running.proc.poll() is None:
@@ -209,7 +232,25 @@ class Supervisor:
         """Components that stopped by themselves (or were killed): name -> exit status."""
         with self._lock:
             items = list(self._running.items())
+            for name, running in items:
+                self._note_exit(name, running)
         return {name: code for name, r in items if (code := r.proc.poll()) is not None}
+
+    def exits(self) -> list[Exit]:
+        """Every exit noticed so far (``exited``, or a ``stop``/``restart`` of a dead one), in order."""
+        with self._lock:
+            for name, running in list(self._running.items()):
+                self._note_exit(name, running)
+            return list(self._exits)
+
+    def _note_exit(self, name: str, running: Running) -> None:
+        """Record ``running``'s exit once, if it has ended (lock held)."""
+        code = running.proc.poll()
+        if code is None or running.pid in self._noted:
+            return
+        self._noted.add(running.pid)
+        self._exits.append(Exit(name=name, status=int(code), at=time.time(),
+                                after_s=time.monotonic() - running.started_at))
 
     def stats(self) -> dict[str, procstat.ProcStat]:
         with self._lock:

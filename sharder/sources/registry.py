@@ -115,8 +115,13 @@ class BuiltinRegistry:
         regions: Collection[str] = (),
         journal: Journal | None = None,
         region_room: Callable[[str, set[str]], str | None] | None = None,
+        on_accepted: Callable[[], None] | None = None,
     ) -> None:
         self._sink = sink
+        # Every accepted write (a change or a plain TTL refresh): the registry is being fed.
+        # Discovery health reads this, not the last change: a stable fleet refreshes
+        # without changing anything, and is healthy.
+        self._on_accepted = on_accepted
         self._endpoint_owner = endpoint_owner
         self._endpoints = EndpointIndex(jobs)
         self._jobs = jobs
@@ -174,6 +179,7 @@ class BuiltinRegistry:
             changed = self._store(target)
         if changed:
             self._push()
+        self._accepted()
         return target, created
 
     def batch(self, puts: Sequence[Any], deletes: Sequence[Any]) -> BatchResult:
@@ -200,6 +206,7 @@ class BuiltinRegistry:
             changed = sum(self._store(t) for t in targets)
         if changed or deleted:
             self._push()
+        self._accepted()
         return BatchResult(put=len(targets), created=len(fresh), deleted=deleted)
 
     def delete(self, identity: str) -> bool:
@@ -214,7 +221,12 @@ class BuiltinRegistry:
                 self._pending.changes[identity] = None
         if found:
             self._push()
+        self._accepted()
         return found
+
+    def _accepted(self) -> None:
+        if self._on_accepted is not None:
+            self._on_accepted()
 
     def entries(self) -> list[tuple[Target, float]]:
         """(target, seconds until it expires), by identity."""

@@ -151,6 +151,8 @@ def test_ha_flags_peer_with_every_other_replica() -> None:
     assert document["replicas"]["am-0"]["flags"] == flags["am-0"]
     targets = document["prometheus_alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
     assert targets == ["alertmanager-0:9093", "alertmanager-1:9093", "alertmanager-2:9093"]
+    with_url = spec.alerting.model_copy(update={"external_url": "https://am.example.com"})
+    assert ha.replica_flags(with_url, with_url.replicas[0])[-1] == "--web.external-url=https://am.example.com"
 
 
 def test_amtool_reports_a_broken_config(amtool: str, tmp_path: Path) -> None:

@@ -92,3 +92,28 @@ def test_changes_are_pushed_as_deltas_and_an_unchanged_put_only_refreshes() -> N
     assert sink.deltas[-1] == (["10.0.0.1:9400"], [])
     assert registry.delete("10.0.0.1:9400")
     assert sink.deltas[-1] == ([], ["10.0.0.1:9400"])
+
+
+def test_an_unchanged_refresh_keeps_the_registry_healthy() -> None:
+    """Health is "being fed", not "changed": a stable fleet re-registers and stays fresh."""
+    from functools import partial
+
+    from prometheus_client import CollectorRegistry
+
+    from sharder.discovery_metrics import DiscoveryMetrics
+
+    wall = [1000.0]
+    metrics = DiscoveryMetrics(registry=CollectorRegistry(), wall_clock=lambda: wall[0])
+    sink = DeltaSink()
+    registry = BuiltinRegistry(sink=sink, jobs={"gpu": JobSpec(name="gpu")},
+                               on_accepted=partial(metrics.heartbeat, "registry"))
+    registry.put("10.0.0.1:9400", entry(0))
+    wall[0] += 400.0  # longer than the page's 300 s "stale"
+    assert metrics.staleness("registry") == 400.0
+    registry.put("10.0.0.1:9400", entry(0))  # the exporter's 30 s refresh: nothing changed
+    assert len(sink.deltas) == 1 and metrics.staleness("registry") == 0.0
+    registry.batch([{**entry(0), "identity": "10.0.0.1:9400"}], [])
+    wall[0] += 30.0
+    assert metrics.staleness("registry") == 30.0
+    wall[0] += 400.0  # registrations really stop: stale
+    assert metrics.staleness("registry") == 430.0

@@ -115,6 +115,11 @@ def test_rendered_flags_move_to_loopback_and_keep_everything_else() -> None:
                                flags=mastering.master_flags(spec)["flags"], port=spec.master.port)
     assert f"--web.listen-address=127.0.0.1:{spec.master.port}" in master.argv
     assert "--web.enable-remote-write-receiver" in master.argv
+    # Links in alerts: one external URL per component, from the spec, not the host name.
+    assert f"--web.external-url=http://127.0.0.1:{spec.master.port}" in master.argv
+    am_port = spec.alerting.replicas[0].port
+    for replica_flags in ha.all_replica_flags(spec.alerting).values():
+        assert f"--web.external-url=http://127.0.0.1:{am_port}" in replica_flags
 
 
 def test_the_token_travels_in_the_environment_never_on_the_command_line() -> None:

@@ -69,6 +69,26 @@ def test_kill_is_reported_and_restart_reuses_the_command_line(tmp_path: Path) ->
     assert sup.leftovers() == []
 
 
+def test_exits_are_recorded_once_with_status_and_time_but_not_the_stops_we_asked(tmp_path: Path) -> None:
+    sup = supervisor(tmp_path)
+    try:
+        sup.start(ProcessSpec(name="child/a", argv=SLEEPER))
+        sup.start(ProcessSpec(name="quits", argv=(sys.executable, "-c", "raise SystemExit(3)")))
+        sup.start(ProcessSpec(name="asked", argv=SLEEPER))
+        before = time.time()
+        sup.kill("child/a")
+        wait_for(lambda: len(sup.exited()) == 2, timeout=10, what="the kill and the exit seen")
+        sup.restart("child/a")  # noted already: not twice
+        sup.stop("asked")  # stopped by us: not an exit
+        exits = sorted(sup.exits(), key=lambda e: e.name)
+        assert [(e.name, e.status) for e in exits] == [("child/a", -signal.SIGKILL), ("quits", 3)]
+        assert all(before - 1 <= e.at <= time.time() and e.after_s >= 0 for e in exits)
+        assert exits[0].document()["at"].endswith("Z")
+    finally:
+        sup.stop_all()
+    assert len(sup.exits()) == 2  # the shutdown's own stops are not exits
+
+
 def test_restart_with_a_new_command_line_keeps_it_for_later_restarts(tmp_path: Path) -> None:
     sup = supervisor(tmp_path)
     other = (*SLEEPER[:-1], "import time; time.sleep(119)")

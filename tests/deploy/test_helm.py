@@ -150,6 +150,11 @@ def test_components_are_wired(chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
     am = find(objects, "StatefulSet", "-alertmanager")
     peers = [a for a in am["spec"]["template"]["spec"]["containers"][0]["args"] if "--cluster.peer=" in a]
     assert len(peers) == 3 and all(".gpufed-alertmanager.monitoring.svc:9094" in p for p in peers)
+    # The spec's external URLs (the links in alerts) reach both components' flags.
+    assert "--web.external-url=https://alertmanager.gpu.example.com" in am["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    master = find(objects, "StatefulSet", "-master")["spec"]["template"]["spec"]["containers"][0]
+    assert "--web.external-url=https://prometheus.gpu.example.com" in master["args"]
     assert find(objects, "Service", "-alertmanager")["spec"]["clusterIP"] == "None"
 
     relay = find(objects, "Deployment", "-dingtalk")["spec"]["template"]["spec"]["containers"][0]

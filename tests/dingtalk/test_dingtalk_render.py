@@ -151,3 +151,23 @@ def test_lead_reads_dcgm_exporters_newer_hostname_label_too() -> None:
     labels = {"hostname": "n8", "gpu": "1", "alertname": "GPURowRemapping", "x": "1"}
     assert alert_labels.lead(labels) == "node=n8 · gpu=1"
     assert alert_labels.folded(labels) == "x=1"
+
+
+def test_since_is_the_fault_start_from_the_rule_pack_annotation() -> None:
+    """Prometheus' startsAt is the firing time (after `for`); the pack's `since` is the start."""
+    fired = alert(1)
+    fired["startsAt"] = "2024-05-01T10:05:00Z"  # NodeDown, `for: 5m`
+    fired["annotations"]["since"] = "2024-05-01 10:00:00.25 +0000 UTC"  # humanizeTimestamp
+    garbled = alert(2)
+    garbled["annotations"]["since"] = "{{ not a time }}"
+    msg = message([fired, garbled])
+    part = Renderer(relay_config()).render("cn-bj", msg, msg.alerts, ONE)
+    first, second = part.text.split("node-0002", 1)  # the logs link at the end names it again
+    assert "since 2024-05-01 18:00:00 CST" in first and "18:05" not in first
+    assert "since 2024-05-01 18:00:00 CST" in second  # unparsable: startsAt, never the raw text
+    assert "not a time" not in part.text
+    ended = alert(1, status="resolved")
+    ended["startsAt"], ended["annotations"]["since"] = fired["startsAt"], fired["annotations"]["since"]
+    msg = message([ended])
+    resolved = Renderer(relay_config()).render("cn-bj", msg, msg.alerts, ONE)
+    assert "2024-05-01 18:00:00 CST -> 2024-05-01 19:00:00 CST" in resolved.text

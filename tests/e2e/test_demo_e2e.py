@@ -66,6 +66,9 @@ def test_demo_json_summary_after_the_duration(tmp_path: Path) -> None:
     assert summary["heartbeats"] >= 1, stderr
     assert summary["alerts_refused"] == 0  # every relay message was signed as DingTalk wants
     assert summary["leftover_processes"] == 0
+    # As run, not as asked: from ready to the stop (the 0.5 s run loop may overshoot a little).
+    assert summary["duration_requested_s"] == 20 and 19.5 <= summary["duration_s"] <= 30
+    assert summary["exited"] == [] and summary["restarts"] == {} and summary["restart_enabled"] is False
     names = set(summary["processes"])
     assert SERVICES | {"demo", "child/region-0-0", "child/region-1-0", "child/region-2-0"} == names
     assert all(p["cpu_s"] > 0 and p["rss_mib"] > 0 for p in summary["processes"].values())
@@ -73,6 +76,43 @@ def test_demo_json_summary_after_the_duration(tmp_path: Path) -> None:
     assert summary["urls"]["web"].endswith("/") and summary["urls"]["api_docs"].endswith("/docs")
     assert "ready in" in stderr and "✓ master" in stderr
     assert "left out (what compose or Helm would also run): Grafana" in stderr
+
+
+def test_sigint_stops_a_demo_started_in_the_background_and_restart_brings_back_a_dead_child(
+    tmp_path: Path,
+) -> None:
+    """A script's ``gpufed demo &`` starts with SIGINT ignored: the demo installs its own.
+
+    ``--restart`` starts a killed child again, and the JSON lists the exit and the count.
+    """
+    require_tool("prometheus")
+    require_tool("prometheus-alertmanager")
+    data, out, err = tmp_path / "demo", tmp_path / "out.json", tmp_path / "err.txt"
+    script = '"$@" > "$OUT" 2> "$ERR" & echo $!; wait'  # no job control: the job ignores SIGINT
+    argv = [sys.executable, "-m", "federation.cli", "demo", "--json", f"--data-dir={data}", "--nodes=3",
+            "--regions=1", "--restart"]
+    shell = subprocess.Popen(["/bin/sh", "-c", script, "sh", *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                             text=True, env={**os.environ, "OUT": str(out), "ERR": str(err)})
+    try:
+        assert shell.stdout is not None
+        with shell.stdout:
+            pid = int(shell.stdout.readline())
+        wait_for(lambda: "ready in" in err.read_text(), timeout=180, what="the demo ready")
+        child = json.loads((data / "pids.json").read_text())["child/region-0-0"]["pid"]
+        os.kill(child, 9)
+        wait_for(lambda: "restarting it (restart 1)" in err.read_text(), timeout=30, what="the restart")
+        os.kill(pid, 2)  # SIGINT
+        assert shell.wait(timeout=120) == 0, err.read_text()
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+    summary = json.loads(out.read_text())
+    assert summary["restarts"] == {"child/region-0-0": 1} and summary["restart_enabled"] is True
+    (exit_,) = summary["exited"]
+    assert exit_["name"] == "child/region-0-0" and exit_["status"] == -9 and exit_["at"].endswith("Z")
+    assert summary["duration_requested_s"] is None and summary["duration_s"] > 0
+    assert summary["leftover_processes"] == 0 and "stopping" in err.read_text()
+    assert_gone(summary["processes"])
 
 
 def test_a_component_failing_at_start_stops_everything_started_before(tmp_path: Path) -> None:

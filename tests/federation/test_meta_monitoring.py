@@ -97,6 +97,8 @@ def test_a_path_in_the_child_url_becomes_the_metrics_path() -> None:
     assert {g["targets"][0] for g in groups} == {"127.0.0.1:7000"}
     paths = [g["labels"]["__metrics_path__"] for g in groups]
     assert paths == ["/r1-0/metrics", "/r1-1/metrics", "/r2-0/metrics"]
+    # alerts name the child, not the proxy every child shares
+    assert [g["labels"]["instance"] for g in groups] == [g["labels"]["child"] for g in groups]
     assert meta_monitoring.children_groups(spec, None) == []
 
 

@@ -160,4 +160,4 @@ def test_master_config_passes_promtool(name: str, promtool: str, tmp_path: Path)
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 3 rule files found" in done.stdout + done.stderr
+    assert "SUCCESS: 4 rule files found" in done.stdout + done.stderr

@@ -1,0 +1,61 @@
+"""The freshness records (``federation.freshness``): bounds from the spec, the shipped copy, the bundle.
+
+Their behaviour (a dead child's targets read as down, a removed target is gone, a shard
+missing within 2 minutes) is proven by ``promtool test rules`` in
+``federation/rules/tests/federation_test.yml``; here: that the bounds follow the spec and
+that every copy of the file is the rendering it claims to be.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from federation import freshness, master
+from federation.spec import GpufedSpec, load_gpufed_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "federation.yaml"
+SHIPPED = ROOT / "federation" / "rules" / freshness.FILE_NAME
+REGENERATE = (
+    "python -c \"from federation import freshness; from federation.spec import load_gpufed_spec; "
+    "open('federation/rules/freshness.yml','wb').write(freshness.render_file("
+    "load_gpufed_spec('examples/federation.yaml')))\" && cp federation/rules/freshness.yml helm/gpufed/rules/"
+)
+
+
+def test_shipped_file_is_the_rendering_of_the_example_spec() -> None:
+    rendered = freshness.render_file(load_gpufed_spec(EXAMPLE))
+    assert SHIPPED.read_bytes() == rendered, f"regenerate with: {REGENERATE}"
+
+
+def test_bounds_are_three_intervals_plus_the_send_deadline() -> None:
+    spec = load_gpufed_spec(EXAMPLE)  # gpu 15s, node 30s, batch_send_deadline 5s, master 30s
+    assert freshness.bounds(spec) == ({"gpu": "50s", "node": "95s"}, "95s")
+    assert freshness.shard_bound(spec) == "50s"
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["jobs"][0]["scrape_interval"] = "1m"
+    doc["remote_write"] = [{"name": "m", "url": "http://m:9090/api/v1/write",
+                            "queue_config": {"batch_send_deadline": "10s"}}]
+    slower = GpufedSpec.model_validate(doc)
+    assert freshness.bounds(slower) == ({"gpu": "190s", "node": "100s"}, "190s")
+    # A live child hears from its slowest job once per interval: never below 60s + 10s.
+    assert freshness.shard_bound(slower) == "100s"
+    doc["remote_write"] = []
+    assert freshness.send_slack_s(GpufedSpec.model_validate(doc)) == freshness.DEFAULT_SEND_DEADLINE_S
+
+
+def test_master_bundle_carries_the_spec_own_bounds(promtool: str, tmp_path: Path) -> None:
+    demo = ROOT / "federation" / "demo" / "default-spec.yaml"
+    spec = GpufedSpec.model_validate(yaml.safe_load(demo.read_text()))
+    bundle = master.render_master_bundle(spec, rule_pack=master.load_rule_pack())
+    text = bundle[f"{master.RULES_DIR}/{freshness.FILE_NAME}"].decode()
+    assert 'gpufed:up_copy:last_seen_seconds{job="gpu"} < bool time() - 16' in text  # 3 x 5s + 1s deadline
+    assert bundle[f"{master.RULES_DIR}/{freshness.FILE_NAME}"] != SHIPPED.read_bytes()
+    path = tmp_path / freshness.FILE_NAME
+    path.write_text(text)
+    done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
