@@ -118,7 +118,7 @@ class Controller:
             endpoint_owner=partial(self.reconciler.endpoint_owner, excluding=REGISTRY),
             max_entries=options.registry_max_entries,
             regions=spec.region_names(),
-            journal=self._journal_registry,
+            journal=lambda gone: self.pipeline.journal({REGISTRY: gone}),
             region_room=lambda region, nodes: sizing.region_refusal(
                 spec, options.hysteresis, region, known=self.reconciler.nodes_in(region), new=nodes
             ),
@@ -209,10 +209,6 @@ class Controller:
         self.reconciler.interrupt()
         for thread in self._threads:
             thread.join(timeout=5)
-
-    def _journal_registry(self, gone: Mapping[str, Target | None]) -> None:
-        """A registry deletion, durable in the store (fenced) before it is acknowledged."""
-        self.store.save_set_changes({"registry": gone}, fence=self.replication.fencing_token())
 
     # ---- the loop (``loop.run``) ------------------------------------------------------------
     def tick(self, *, idle: bool) -> Step | None:

@@ -208,7 +208,7 @@ class ConsulStore(ConsulKV):
         self._blocks, self._blocks_of = blocks, full
         return state.model_copy(update={"assignment": full})
 
-    def apply(self, commit: Commit, *, fence: int | None) -> ControllerState:
+    def apply(self, commit: Commit, *, fence: int | None) -> ControllerState | None:
         return apply_in_order(self, commit, fence=fence)
 
     def save(

@@ -134,7 +134,7 @@ class KubeStore:
             self._loaded = (head.version, state)
             return state
 
-    def apply(self, commit: Commit, *, fence: int | None) -> ControllerState:
+    def apply(self, commit: Commit, *, fence: int | None) -> ControllerState | None:
         return apply_in_order(self, commit, fence=fence)
 
     def save(

@@ -160,8 +160,11 @@ class SqliteStore:
         full = assignment.model_copy(update={"targets": placed.shards, "weights": placed.weights})
         return state.model_copy(update={"assignment": full})
 
-    def apply(self, commit: Commit, *, fence: int | None) -> ControllerState:
-        """State, audit entry and set rows in one transaction."""
+    def apply(self, commit: Commit, *, fence: int | None) -> ControllerState | None:
+        """State, audit entry and set rows in one transaction (a journal commit: its set rows)."""
+        if commit.state is None:
+            self.save_set_changes(commit.sets, fence=fence)
+            return None
         return self.save(commit.state, expected_revision=commit.expected_revision, audit=commit.audit,
                          fence=fence, changed=commit.changed, sets=commit.sets)  # fmt: skip
 
