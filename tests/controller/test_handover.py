@@ -79,7 +79,7 @@ def test_settle_ends_by_proof_or_by_window() -> None:
 def test_old_shard_keeps_serving_a_moved_target_until_the_handover_ends(tmp_path: Path) -> None:
     clock = [1000.0]
     h = build(tmp_path, options=ControllerOptions(debounce_s=0.0, grace_s=0.0, handover_window_s=60.0))
-    h.controller._wall = h.controller.children._wall = lambda: clock[0]
+    h.controller._wall = h.controller.route._wall = h.controller.children._wall = lambda: clock[0]
     h.feed(fleet(8))
     ctl = h.controller
     planned = ctl.plan(
