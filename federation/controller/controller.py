@@ -39,7 +39,6 @@ from federation.controller import plans
 from federation.controller.errors import Conflict, Unavailable
 from federation.controller.ha.adoption import Adoption
 from federation.controller.ha.replica import Replication
-from federation.controller.live import sdcache
 from federation.controller.live.children import Children
 from federation.controller.live.inbox import Inbox
 from federation.controller.live.pipeline import Pipeline
@@ -157,7 +156,10 @@ class Controller:
             inbox=Inbox(self.reconciler, options), route=self.route, adoption=self.adoption,
             replication=self.replication, children=self.children,
         )  # fmt: skip
-        self.views = ReadViews(spec=spec, children=self.children, load=load, discovery=self.discovery)
+        self.views = ReadViews(
+            spec=spec, pipeline=self.pipeline, reconciler=self.reconciler, children=self.children,
+            load=load, discovery=self.discovery,
+        )  # fmt: skip
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -238,13 +240,6 @@ class Controller:
         return self.reconciler.target_map
 
     # ---- what the API and the tests reach through the façade ------------------------------
-    @property
-    def sd(self) -> sdcache.SdSnapshot:
-        return self.publication.sd
-
-    def note_fetch(self, shard: str) -> None:
-        self.children.note_fetch(shard)
-
     def publish_configs(self) -> bool:
         return self.publication.publish_configs()
 
@@ -324,30 +319,7 @@ class Controller:
         first SD build of a million targets takes seconds after it)."""
         return self.state.assignment is not None and self.publication.sd.assignment is not None
 
-    def shard_rows(self) -> list[dict[str, Any]]:
-        return self.views.shard_rows(self.state)
-
-    def target_rows(self, *, region: str | None, shard: str | None, q: str | None) -> list[dict[str, Any]]:
-        """Every matching row (tests and small fleets; the API pages with :meth:`target_page`)."""
-        return self.target_page(region=region, shard=shard, q=q, offset=0, limit=1 << 62)[1]
-
-    def target_page(
-        self, *, region: str | None, shard: str | None, q: str | None, offset: int, limit: int
-    ) -> tuple[int, list[dict[str, Any]]]:
-        return self.views.target_page(
-            self.state, self._known_targets(), region=region, shard=shard, q=q, offset=offset, limit=limit
-        )
-
-    def read_version(self) -> tuple[object, ...]:
-        """What the target rows were built from (their ETag): the assignment and the children's
-        last health answers."""
-        state = self.state
-        return (state.assignment_version, id(state.assignment), self.children.health_stamp())
-
-    def explain(self, identity: str) -> dict[str, Any]:
-        return self.views.explain(self.state, self._known_targets(), identity)
-
     def discovery_rows(self) -> list[dict[str, Any]]:
         names = [getattr(s, "name", "?") for s in self.sources]
-        return self.views.discovery_rows(self.reconciler.source_sets(), names)
+        return self.views.discovery_rows(names)
 
