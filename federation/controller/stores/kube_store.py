@@ -59,14 +59,14 @@ from federation.controller.stores.store import (
     StoreConflict,
     StoreError,
     apply_in_order,
+    audit_document,
     newest_audit,
 )
 from sharder.inventory import Target
 
 log = logging.getLogger(__name__)
 AUDIT_PAGE = 16
-MAX_AUDIT_BYTES = 32 * 1024
-"""An entry larger than this keeps its summary only (16 per page stay under 1 MiB)."""
+"""Audit entries per page object (each at most ``store.MAX_AUDIT_BYTES``: under 1 MiB)."""
 
 
 @dataclass
@@ -179,7 +179,7 @@ class KubeStore:
                 "buckets": buckets,
                 "parts": {**(head.parts if delta is not None and head is not None else {}), **written},
                 "previous": sorted(head.objects()) if head is not None else [],
-                "audit": None if audit is None else _audit_document(audit),
+                "audit": None if audit is None else audit_document(audit),
             }
             try:
                 self.maps.commit(self.prefix, doc, head=head, role="head")
@@ -370,12 +370,6 @@ class KubeStore:
         self.maps.api.api_client.close()
 
 
-def _audit_document(audit: AuditEntry) -> dict[str, Any]:
-    doc = audit.model_dump(mode="json", exclude={"id"})
-    size = len(json.dumps(doc))
-    if size > MAX_AUDIT_BYTES:
-        doc["detail"] = {"truncated": True, "bytes": size, "keys": sorted(audit.detail)[:50]}
-    return doc
 
 
 def _dns_label(text: str) -> str:

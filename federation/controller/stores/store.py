@@ -14,6 +14,7 @@ that knows a newer token refuses the write with :class:`FencedOut`.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -135,3 +136,25 @@ def apply_in_order(store: Any, commit: Commit, *, fence: int | None) -> Controll
         changed=commit.changed,
     )  # fmt: skip
     return saved
+
+
+MAX_AUDIT_BYTES = 32 * 1024
+"""An audit entry's largest document in a key-value store; a bigger detail is summarised."""
+
+
+def without_placements(state: ControllerState) -> ControllerState:
+    """The state document's part: every store keeps the placements in rows or blocks of their own."""
+    if state.assignment is None:
+        return state
+    return state.model_copy(
+        update={"assignment": state.assignment.model_copy(update={"targets": {}, "weights": {}})}
+    )
+
+
+def audit_document(audit: AuditEntry) -> dict[str, Any]:
+    """An audit entry as a key-value store keeps it (a detail over ``MAX_AUDIT_BYTES``: its keys)."""
+    doc = audit.model_dump(mode="json", exclude={"id"})
+    size = len(json.dumps(doc))
+    if size > MAX_AUDIT_BYTES:
+        doc["detail"] = {"truncated": True, "bytes": size, "keys": sorted(audit.detail)[:50]}
+    return doc
