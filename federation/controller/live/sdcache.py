@@ -29,7 +29,10 @@ def _dump(groups: list[dict[str, object]]) -> bytes:
 def _joined(by_job: Mapping[str, bytes]) -> bytes:
     """Every job's groups in one array, job by job: the same bytes as dumping the joined
     list, without encoding each group twice."""
-    inner = [answer[1:-1] for _job, answer in sorted(by_job.items()) if answer != EMPTY]
+    answers = [answer for _job, answer in sorted(by_job.items()) if answer != EMPTY]
+    if len(answers) == 1:  # one job (the common shard): the same bytes, not a copy of them
+        return answers[0]
+    inner = [answer[1:-1] for answer in answers]
     return b"[" + b",".join(inner) + b"]" if inner else EMPTY
 
 
