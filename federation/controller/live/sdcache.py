@@ -4,7 +4,9 @@
 ``/v1/sd/{child}`` all jobs at once. Replicas of a shard serve the same bytes (they
 differ only in external labels). A shard that still hands targets over serves those
 too (``handover.outgoing``). A shard whose members did not change keeps its bytes from
-the previous build, so a new version after one registration costs one shard's JSON.
+the previous build, so a new version after one registration costs one shard's JSON; and
+that shard's JSON is joined from its members' encoded groups (``ShardAnswers.groups``),
+encoding only the targets that are new or changed.
 """
 
 from __future__ import annotations
@@ -17,13 +19,20 @@ from federation.controller.live import handover as handing
 from federation.controller.state import Handover
 from sharder.assignment import Assignment
 from sharder.inventory import Target
-from sharder.render import target_groups
 
 EMPTY = b"[]"
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
+
+
 def _dump(groups: list[dict[str, object]]) -> bytes:
-    return json.dumps(groups, separators=(",", ":"), sort_keys=True).encode()
+    return _ENCODER.encode(groups).encode()
+
+
+def _group(target: Target) -> bytes:
+    """One target's group as ``_dump(target_groups([target]))`` writes it, without the brackets."""
+    return _ENCODER.encode({"targets": [target.instance], "labels": target.target_labels()}).encode()
 
 
 def _joined(by_job: Mapping[str, bytes]) -> bytes:
@@ -43,6 +52,8 @@ class ShardAnswers:
     check inside dict comparison makes an unchanged shard cheap to compare)."""
     by_job: dict[str, bytes]
     whole: bytes
+    groups: dict[str, bytes] = field(default_factory=dict)
+    """identity -> its encoded group (the next build of this shard reuses an unchanged one)."""
 
 
 @dataclass(frozen=True)
@@ -104,13 +115,7 @@ def build(
         if old is not None and (old.members is key or old.members == key):
             shards[shard] = old
         else:
-            by_job: dict[str, list[Target]] = {job: [] for job in jobs}
-            for target in key.values():
-                found = by_job.get(target.job)
-                if found is not None:  # an undefined job: left out, named by the config render
-                    found.append(target)
-            answers = {job: _dump(target_groups(ts)) if ts else EMPTY for job, ts in by_job.items()}
-            shards[shard] = ShardAnswers(members=key, by_job=answers, whole=_joined(answers))
+            shards[shard] = _answers(key, jobs, old)
         child_shard[shard] = shard
         info = assignment.shards.get(shard)
         if info is not None:
@@ -126,6 +131,26 @@ def build(
         assignment=assignment,
         handovers=handing_over,
     )
+
+
+def _answers(members: dict[str, Target], jobs: list[str], old: ShardAnswers | None) -> ShardAnswers:
+    """A shard's answers: ``_dump(target_groups(...))`` per job, byte for byte, joined from
+    encoded groups; a member whose target is the one ``old`` served keeps its bytes."""
+    was, reused = (old.members, old.groups) if old is not None else ({}, {})
+    by_job: dict[str, list[str]] = {job: [] for job in jobs}
+    groups: dict[str, bytes] = {}
+    for identity, target in members.items():
+        found = by_job.get(target.job)
+        if found is None:  # an undefined job: left out, named by the config render
+            continue
+        found.append(identity)
+        group = reused.get(identity) if was.get(identity) is target else None
+        groups[identity] = _group(target) if group is None else group
+    answers = {
+        job: b"[" + b",".join([groups[i] for i in sorted(ids)]) + b"]" if ids else EMPTY
+        for job, ids in by_job.items()
+    }
+    return ShardAnswers(members=members, by_job=answers, whole=_joined(answers), groups=groups)
 
 
 def _members_after(
