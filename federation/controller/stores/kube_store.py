@@ -102,6 +102,7 @@ class KubeStore:
         self._lock = threading.RLock()
         self._loaded: tuple[str, ControllerState] | None = None  # (head resourceVersion, state)
         self._written: Written | None = None
+        self._cores = kube_parts.CoreParts()
         self.sets = KubeSets(self.maps, name=f"{prefix}-sets", state=prefix, lock=self._lock)
         """The discovery sources' last known sets (``kube_sets``)."""
 
@@ -227,11 +228,7 @@ class KubeStore:
                 written.members[bucket].add(identity)
             else:
                 written.members[bucket].discard(identity)
-        raw = {
-            "core": kube_parts.core_part(
-                stored.model_dump(mode="json", exclude={"assignment": {"targets", "weights"}})
-            )
-        }
+        raw = {"core": self._cores.core(stored)}
         for bucket in sorted(touched):
             raw[f"targets-{bucket}"] = kube_parts.bucket_part(
                 new.targets, new.weights, written.members[bucket]
