@@ -80,7 +80,7 @@ def test_the_whole_answer_is_every_job_answer_joined_as_one_dump_would_write_it(
 
 def test_a_shard_answer_joined_from_groups_is_one_dump_of_its_groups_and_reuses_unchanged_ones() -> None:
     """A shard's bytes are joined from its members' encoded groups: exactly the dump of its
-    target groups; a rebuild after one change re-encodes the changed target only."""
+    target groups; a rebuild re-encodes only what changed, cutting the rest from the old bytes."""
     members = {t.identity: t for t in fleet(50, region="r1")}
     first = sdcache._answers(members, ["dcgm", "gpu"], None)
     assert first.by_job["gpu"] == sdcache._dump(target_groups(members.values()))
@@ -89,6 +89,15 @@ def test_a_shard_answer_joined_from_groups_is_one_dump_of_its_groups_and_reuses_
     after = {**members, changed: members[changed].model_copy(update={"labels": {"rack": "r9"}})}
     second = sdcache._answers(after, ["dcgm", "gpu"], first)
     assert second.by_job["gpu"] == sdcache._dump(target_groups(after.values()))
-    kept = [i for i in after if i != changed]
-    assert all(second.groups[i] is first.groups[i] for i in kept)
-    assert second.groups[changed] != first.groups[changed]
+    for identity, target in after.items():  # every group where ``order`` says, as one dump
+        assert second.group("gpu", identity) == sdcache._dump(target_groups([target]))[1:-1]
+    assert second.group("gpu", changed) != first.group("gpu", changed)
+    assert second.group("dcgm", changed) is None and second.group("gpu", "nobody") is None
+    encoded: list[object] = []
+    real = sdcache._group
+    try:
+        sdcache._group = lambda t: encoded.append(t) or real(t)  # type: ignore[assignment]
+        sdcache._answers(after, ["dcgm", "gpu"], second)
+    finally:
+        sdcache._group = real  # type: ignore[assignment]
+    assert encoded == []  # nothing changed since ``second``: every group cut from its bytes

@@ -5,13 +5,16 @@
 differ only in external labels). A shard that still hands targets over serves those
 too (``handover.outgoing``). A shard whose members did not change keeps its bytes from
 the previous build, so a new version after one registration costs one shard's JSON; and
-that shard's JSON is joined from its members' encoded groups (``ShardAnswers.groups``),
-encoding only the targets that are new or changed.
+that shard's JSON is joined from its members' groups, each unchanged one cut from the
+bytes served before (``ShardAnswers.order``: where each group starts), encoding only the
+targets that are new or changed.
 """
 
 from __future__ import annotations
 
 import json
+from array import array
+from bisect import bisect_left
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -52,8 +55,21 @@ class ShardAnswers:
     check inside dict comparison makes an unchanged shard cheap to compare)."""
     by_job: dict[str, bytes]
     whole: bytes
-    groups: dict[str, bytes] = field(default_factory=dict)
-    """identity -> its encoded group (the next build of this shard reuses an unchanged one)."""
+    order: dict[str, tuple[list[str], array[int]]] = field(default_factory=dict)
+    """job -> (its identities in order, where each one's group starts in ``by_job[job]``, and
+    the offset of the closing bracket): the next build cuts an unchanged target's bytes from
+    there (12 bytes a target, not a copy of its group)."""
+
+    def group(self, job: str, identity: str) -> bytes | None:
+        """``identity``'s encoded group in this job's answer, None when it has none."""
+        found = self.order.get(job)
+        if found is None:
+            return None
+        ids, starts = found
+        k = bisect_left(ids, identity)
+        if k == len(ids) or ids[k] != identity:
+            return None
+        return self.by_job[job][starts[k] : starts[k + 1] - 1]
 
 
 @dataclass(frozen=True)
@@ -136,21 +152,31 @@ def build(
 def _answers(members: dict[str, Target], jobs: list[str], old: ShardAnswers | None) -> ShardAnswers:
     """A shard's answers: ``_dump(target_groups(...))`` per job, byte for byte, joined from
     encoded groups; a member whose target is the one ``old`` served keeps its bytes."""
-    was, reused = (old.members, old.groups) if old is not None else ({}, {})
+    was = old.members if old is not None else {}
     by_job: dict[str, list[str]] = {job: [] for job in jobs}
-    groups: dict[str, bytes] = {}
     for identity, target in members.items():
         found = by_job.get(target.job)
-        if found is None:  # an undefined job: left out, named by the config render
+        if found is not None:  # an undefined job: left out, named by the config render
+            found.append(identity)
+    answers: dict[str, bytes] = {}
+    order: dict[str, tuple[list[str], array[int]]] = {}
+    for job, ids in by_job.items():
+        if not ids:
+            answers[job] = EMPTY
             continue
-        found.append(identity)
-        group = reused.get(identity) if was.get(identity) is target else None
-        groups[identity] = _group(target) if group is None else group
-    answers = {
-        job: b"[" + b",".join([groups[i] for i in sorted(ids)]) + b"]" if ids else EMPTY
-        for job, ids in by_job.items()
-    }
-    return ShardAnswers(members=members, by_job=answers, whole=_joined(answers), groups=groups)
+        ids.sort()
+        parts: list[bytes] = []
+        starts, at = array("I"), 1
+        for identity in ids:
+            target = members[identity]
+            group = old.group(job, identity) if old is not None and was.get(identity) is target else None
+            parts.append(_group(target) if group is None else group)
+            starts.append(at)
+            at += len(parts[-1]) + 1
+        starts.append(at)
+        answers[job] = b"[" + b",".join(parts) + b"]"
+        order[job] = (ids, starts)
+    return ShardAnswers(members=members, by_job=answers, whole=_joined(answers), order=order)
 
 
 def _members_after(
