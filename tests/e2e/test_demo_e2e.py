@@ -93,11 +93,13 @@ def test_sigint_stops_a_demo_started_in_the_background_and_restart_brings_back_a
             "--regions=1", "--restart"]
     shell = subprocess.Popen(["/bin/sh", "-c", script, "sh", *argv], cwd=ROOT, stdout=subprocess.PIPE,
                              text=True, env={**os.environ, "OUT": str(out), "ERR": str(err)})
+    pid: int | None = None
     try:
         assert shell.stdout is not None
         with shell.stdout:
             pid = int(shell.stdout.readline())
-        wait_for(lambda: "ready in" in err.read_text(), timeout=180, what="the demo ready")
+        # the background job opens its redirections after `echo $!`: err.txt may not exist yet
+        wait_for(lambda: err.exists() and "ready in" in err.read_text(), timeout=180, what="the demo ready")
         child = json.loads((data / "pids.json").read_text())["child/region-0-0"]["pid"]
         os.kill(child, 9)
         wait_for(lambda: "restarting it (restart 1)" in err.read_text(), timeout=30, what="the restart")
@@ -105,7 +107,13 @@ def test_sigint_stops_a_demo_started_in_the_background_and_restart_brings_back_a
         assert shell.wait(timeout=120) == 0, err.read_text()
     finally:
         if shell.poll() is None:
-            shell.kill()
+            if pid is not None:
+                os.kill(pid, 15)  # the demo stops what it started
+            try:
+                shell.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                shell.kill()
+                shell.wait()
     summary = json.loads(out.read_text())
     assert summary["restarts"] == {"child/region-0-0": 1} and summary["restart_enabled"] is True
     (exit_,) = summary["exited"]
