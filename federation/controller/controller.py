@@ -4,8 +4,10 @@ Where a registration becomes an SD answer (follow it top to bottom):
 
 1. intake: ``PUT /v1/registry/...`` -> ``sharder.sources.registry.BuiltinRegistry`` (and the
    file/Consul/Kubernetes sources) push into ``sharder.reconcile.Reconciler``;
-2. placement: the reconciler debounces, applies grace and hysteresis, and places the change
-   with its incremental engine, the operator's overrides being data it holds;
+2. placement: the worker (``loop.Worker``, woken by ``live.inbox``) runs
+   ``live.route.Route.tick``: the reconciler debounces, applies grace and hysteresis, and
+   places the change with its incremental engine, the operator's overrides being data it
+   holds;
 3. place: ``live.place.state_after`` turns the reconciler's ``Step`` into the next state
    (hand-overs, the audit of a resize);
 4. commit and publish: ``live.pipeline.Pipeline`` writes it in one fenced
@@ -17,10 +19,10 @@ The pipeline's one lock orders every change to the served state: a reconcile ste
 applied plan, finished hand-overs and an adopted stored state (``ha.adoption``) each take
 it, commit, then publish. Reads never take it.
 
-Components (each its own module, wired only here): ``live`` (children, publication,
-pipeline), ``plans`` (plan and apply), ``views`` (read model), ``ha`` (``Replication``: may
-this replica write, with which fencing token, what a follower adopts; ``Adoption``),
-``load`` (measured load), ``stores`` (state, fencing).
+Components (each its own module, wired only here): ``loop`` (the worker), ``live`` (inbox,
+route, children, publication, pipeline), ``plans`` (plan and apply), ``views`` (read
+model), ``ha`` (``Replication``: may this replica write, with which fencing token, what a
+follower adopts; ``Adoption``), ``load`` (measured load), ``stores`` (state, fencing).
 """
 
 from __future__ import annotations
@@ -37,27 +39,25 @@ from federation.controller import plans
 from federation.controller.errors import Conflict, Unavailable
 from federation.controller.ha.adoption import Adoption
 from federation.controller.ha.replica import Replication
-from federation.controller.live import inbox as looping
-from federation.controller.live import place as placing
-from federation.controller.live import sdcache
 from federation.controller.live.children import Children
+from federation.controller.live.inbox import Inbox
 from federation.controller.live.pipeline import Pipeline
 from federation.controller.live.probe import ChildProbe
 from federation.controller.live.publish import Publication
 from federation.controller.live.publisher import Publisher
+from federation.controller.live.route import Route
 from federation.controller.live.settling import HandoverSettler
 from federation.controller.load import tracker as loading
 from federation.controller.load.policy import LoadPolicy
+from federation.controller.loop import Worker
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.options import ControllerOptions
 from federation.controller.plans import ApplyResult, PlannedChange
 from federation.controller.state import AuditEntry, ControllerState, Handover, overrides_of
 from federation.controller.stores.store import (
-    Changed,
     FencedOut,
     StateStore,
     StoreConflict,
-    StoreError,
 )
 from federation.controller.views import ReadViews
 from federation.spec import GpufedSpec
@@ -69,7 +69,7 @@ from sharder.inventory import Target
 from sharder.reconcile import Reconciler
 from sharder.sources.registry import SOURCE as REGISTRY
 from sharder.sources.registry import BuiltinRegistry
-from sharder.step import NO_SETS, SetChanges, Step
+from sharder.step import Step
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class Controller:
             endpoint_owner=partial(self.reconciler.endpoint_owner, excluding=REGISTRY),
             max_entries=options.registry_max_entries,
             regions=spec.region_names(),
-            journal=self._journal_registry,
+            journal=lambda gone: self.pipeline.journal({REGISTRY: gone}),
             region_room=lambda region, nodes: sizing.region_refusal(
                 spec, options.hysteresis, region, known=self.reconciler.nodes_in(region), new=nodes
             ),
@@ -148,7 +148,18 @@ class Controller:
             targets=self._known_targets,
         )
         self.settler = HandoverSettler(spec=spec, options=options, children=self.children, metrics=metrics)
-        self.views = ReadViews(spec=spec, children=self.children, load=load, discovery=self.discovery)
+        self.route = Route(
+            reconciler=self.reconciler, pipeline=self.pipeline, settler=self.settler, metrics=metrics,
+            wall_clock=wall_clock,
+        )  # fmt: skip
+        self.worker = Worker(
+            inbox=Inbox(self.reconciler, options), route=self.route, adoption=self.adoption,
+            replication=self.replication, children=self.children,
+        )  # fmt: skip
+        self.views = ReadViews(
+            spec=spec, pipeline=self.pipeline, reconciler=self.reconciler, children=self.children,
+            load=load, discovery=self.discovery,
+        )  # fmt: skip
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -170,9 +181,6 @@ class Controller:
     def refresh_from_store(self) -> bool:
         return self.adoption.refresh_from_store()
 
-    def share_fetches(self) -> None:
-        self.replication.share_fetches(self.children)
-
     def replica_status(self) -> dict[str, Any]:
         return self.replication.status(revision=self.state.revision)
 
@@ -186,7 +194,7 @@ class Controller:
     def start(self, sources: Sequence[Any] = ()) -> None:
         self.sources = [self.registry, *sources]
         loops: list[Callable[[threading.Event], None]] = [
-            lambda stop: looping.run(self, stop),
+            self.worker.run,
             *(s.run for s in self.sources),
         ]
         if self.probe is not None:
@@ -210,66 +218,28 @@ class Controller:
         for thread in self._threads:
             thread.join(timeout=5)
 
-    def _journal_registry(self, gone: Mapping[str, Target | None]) -> None:
-        """A registry deletion, durable in the store (fenced) before it is acknowledged."""
-        self.store.save_set_changes({"registry": gone}, fence=self.replication.fencing_token())
-
-    # ---- the loop (``loop.run``) ------------------------------------------------------------
+    # ---- one pass of the worker (``loop``), for tests and tools that drive it by hand ------
     def tick(self, *, idle: bool) -> Step | None:
-        """One reconcile step as the leader, committed and published (the step, or None when
-        nothing was due); idle after a restart: index for the first change."""
-        with self._lock:
-            step = self.reconciler.step()
-            if step is not None:
-                self._run_step(step)
-            elif idle:
-                self.reconciler.prepare()
-            return step
+        """One reconcile step as the leader, committed and published (``Route.tick``)."""
+        return self.worker.step(idle=idle)
 
-    def _run_step(self, step: Step) -> None:
-        """A reconcile step, forward: place (hand-overs, audit) -> commit -> publish (lock held)."""
-        base = self.state.assignment
-        state, audit = placing.state_after(
-            self.state, step, settler=self.settler, now=self._wall()
-        )
-        try:
-            self._commit(state, audit=audit, changed=step.delta_of(base), sets=step.sets)
-        except StoreError:
-            self.reconciler.requeue_set_changes(step.sets)  # written with the next step
-            raise
-        self.metrics.moves.labels(cause="discovery").inc(step.summary.counts.moved)
-        self.pipeline.publish(step.targets, changed=step.sd_delta_of(base))
+    def settle(self) -> int:
+        """Finish hand-overs whose new children scrape the target (``Route.settle``)."""
+        return self.worker.settle()
 
-    # ---- state writes: the pipeline's doors --------------------------------------------------
-    def _commit(
-        self,
-        state: ControllerState,
-        *,
-        audit: AuditEntry | None,
-        changed: Changed | None = None,
-        sets: SetChanges = NO_SETS,
-    ) -> None:
+    # ---- an operator's commit (plan apply) -------------------------------------------------
+    def _commit(self, state: ControllerState, *, audit: AuditEntry | None) -> None:
         """Commit through the pipeline; a lost check-and-set or fence: the stored state wins."""
         try:
-            self.pipeline.commit(state, audit=audit, changed=changed, sets=sets)
+            self.pipeline.commit(state, audit=audit)
         except (StoreConflict, FencedOut):
             self.adoption.resync()
             raise
-
-    def _publish(self, *, targets: Mapping[str, Target]) -> None:
-        self.pipeline.publish(targets)
 
     def _known_targets(self) -> Mapping[str, Target]:
         return self.reconciler.target_map
 
     # ---- what the API and the tests reach through the façade ------------------------------
-    @property
-    def sd(self) -> sdcache.SdSnapshot:
-        return self.publication.sd
-
-    def note_fetch(self, shard: str) -> None:
-        self.children.note_fetch(shard)
-
     def publish_configs(self) -> bool:
         return self.publication.publish_configs()
 
@@ -280,22 +250,6 @@ class Controller:
         return self.settler.for_change(
             previous, current, existing=self.state.handovers, targets=targets, touched=None, now=self._wall()
         )
-
-    def settle(self) -> int:
-        """Finish hand-overs whose new children scrape the target (or whose window passed)."""
-        if not self.state.handovers:
-            return 0
-        answers = self.settler.ask(self.state)
-        with self._lock:
-            targets = self._known_targets()
-            settled = self.settler.settle(self.state, targets, answers, now=self._wall())
-            if settled is None:
-                return 0
-            pending, done = settled
-            self._commit(self.state.model_copy(update={"handovers": pending}), audit=None)
-            self.settler.count(done)
-            self._publish(targets=targets)
-            return len(done)
 
     # ---- operator changes -------------------------------------------------------------------
     def current_version(self) -> str:
@@ -342,7 +296,7 @@ class Controller:
             self.reconciler.adopt(assignment)
             self.metrics.rebalances.labels(result="applied").inc()
             self.metrics.moves.labels(cause="rebalance").inc(plan.counts.moved)
-            self._publish(targets=targets)
+            self.pipeline.publish(targets)
             return ApplyResult(applied=True, version=version, plan=plan, message="applied")
 
     def audit(self, *, limit: int, before_id: int | None) -> list[AuditEntry]:
@@ -365,30 +319,7 @@ class Controller:
         first SD build of a million targets takes seconds after it)."""
         return self.state.assignment is not None and self.publication.sd.assignment is not None
 
-    def shard_rows(self) -> list[dict[str, Any]]:
-        return self.views.shard_rows(self.state)
-
-    def target_rows(self, *, region: str | None, shard: str | None, q: str | None) -> list[dict[str, Any]]:
-        """Every matching row (tests and small fleets; the API pages with :meth:`target_page`)."""
-        return self.target_page(region=region, shard=shard, q=q, offset=0, limit=1 << 62)[1]
-
-    def target_page(
-        self, *, region: str | None, shard: str | None, q: str | None, offset: int, limit: int
-    ) -> tuple[int, list[dict[str, Any]]]:
-        return self.views.target_page(
-            self.state, self._known_targets(), region=region, shard=shard, q=q, offset=offset, limit=limit
-        )
-
-    def read_version(self) -> tuple[object, ...]:
-        """What the target rows were built from (their ETag): the assignment and the children's
-        last health answers."""
-        state = self.state
-        return (state.assignment_version, id(state.assignment), self.children.health_stamp())
-
-    def explain(self, identity: str) -> dict[str, Any]:
-        return self.views.explain(self.state, self._known_targets(), identity)
-
     def discovery_rows(self) -> list[dict[str, Any]]:
         names = [getattr(s, "name", "?") for s in self.sources]
-        return self.views.discovery_rows(self.reconciler.source_sets(), names)
+        return self.views.discovery_rows(names)
 

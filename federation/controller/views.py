@@ -1,8 +1,9 @@
 """Read views: what the API and the web page show, computed on read from one snapshot.
 
-A view gets the committed state and the targets it was made from (both immutable once
-published) and the children's last health answers; it takes no lock and changes nothing,
-so a slow page never holds up discovery or a plan.
+The read model the routes depend on directly (``http.api``). A view reads the committed
+state (``live.pipeline.Pipeline.state``) and the targets it was made from (the reconciler's
+``target_map``), both immutable once published, and the children's last health answers;
+it takes no lock and changes nothing, so a slow page never holds up discovery or a plan.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from federation.controller import target_index
 from federation.controller.errors import NotFound
 from federation.controller.live.children import Children
+from federation.controller.live.pipeline import Pipeline
 from federation.controller.load import tracker as loading
 from federation.controller.state import ControllerState
 from federation.spec import GpufedSpec
@@ -20,6 +22,7 @@ from sharder import plan as planning
 from sharder.assignment import Assignment
 from sharder.discovery_metrics import DiscoveryMetrics
 from sharder.inventory import Target
+from sharder.reconcile import Reconciler
 
 
 class ReadViews:
@@ -27,17 +30,26 @@ class ReadViews:
         self,
         *,
         spec: GpufedSpec,
+        pipeline: Pipeline,
+        reconciler: Reconciler,
         children: Children,
         load: loading.LoadTracker | None,
         discovery: DiscoveryMetrics,
     ) -> None:
-        self.spec = spec
+        self.spec, self.pipeline, self.reconciler = spec, pipeline, reconciler
         self.children = children
         self.load = load
         self.discovery = discovery
         self._index = target_index.IndexCache()
 
-    def shard_rows(self, state: ControllerState) -> list[dict[str, Any]]:
+    def read_version(self) -> tuple[object, ...]:
+        """What the target rows are built from (their ETag): the assignment and the children's
+        last health answers."""
+        state = self.pipeline.state
+        return (state.assignment_version, id(state.assignment), self.children.health_stamp())
+
+    def shard_rows(self) -> list[dict[str, Any]]:
+        state = self.pipeline.state
         assignment = state.assignment
         if assignment is None:
             return []
@@ -94,18 +106,11 @@ class ReadViews:
         return rows
 
     def target_page(
-        self,
-        state: ControllerState,
-        targets: Mapping[str, Target],
-        *,
-        region: str | None,
-        shard: str | None,
-        q: str | None,
-        offset: int,
-        limit: int,
+        self, *, region: str | None, shard: str | None, q: str | None, offset: int, limit: int
     ) -> tuple[int, list[dict[str, Any]]]:
         """(how many match, the rows of one page): rows are built for the page only, over the
         index of this assignment (``target_index``)."""
+        state, targets = self.pipeline.state, self.reconciler.target_map
         selected = self.target_selection(state, targets, region=region, shard=shard, q=q)
         assignment = state.assignment
         rows = []
@@ -160,7 +165,8 @@ class ReadViews:
             out[child] = "absent" if scrape is None else scrape.health
         return out
 
-    def explain(self, state: ControllerState, targets: Mapping[str, Target], identity: str) -> dict[str, Any]:
+    def explain(self, identity: str) -> dict[str, Any]:
+        state, targets = self.pipeline.state, self.reconciler.target_map
         assignment = state.assignment
         target = targets.get(identity)
         if assignment is None or target is None or identity not in assignment.targets:
@@ -195,9 +201,8 @@ class ReadViews:
         )
         return row
 
-    def discovery_rows(
-        self, sets: Mapping[str, Sequence[Target]], sources: Iterable[str]
-    ) -> list[dict[str, Any]]:
+    def discovery_rows(self, sources: Iterable[str]) -> list[dict[str, Any]]:
+        sets = self.reconciler.source_sets()
         names = sorted(set(sources) | sets.keys())
         rows = []
         for name in names:

@@ -101,7 +101,8 @@ def _serve_controller(directory: str, targets: int, shards: int, port: int, read
     import uvicorn
 
     service = _build(Path(directory), targets=targets, shards=shards, port=port)
-    sizes = [len(service.controller.sd.answer(s) or b"") for s in service.controller.state.assignment.shards]
+    sd = service.controller.publication.sd
+    sizes = [len(sd.answer(s) or b"") for s in service.controller.state.assignment.shards]
     ready.put(int(statistics.mean(sizes)))
     uvicorn.run(service.app, host="127.0.0.1", port=port, log_level="error", access_log=False)
 

@@ -11,6 +11,7 @@ import pytest
 
 from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, Service, build_service
+from federation.controller.stores.sqlite_store import SqliteStore
 from federation.controller.stores.store import StateStore
 from sharder.testing.consul_standin import FakeConsulAgent
 from sharder.testing.kube_standin import FakeKubeAPI
@@ -42,13 +43,15 @@ def registered(store: StateStore) -> set[str]:
     return {t.identity for t in store.load_sets().get("registry", [])}
 
 
-@pytest.mark.parametrize("backend", ["consul", "kubernetes"])
+@pytest.mark.parametrize("backend", ["sqlite", "consul", "kubernetes"])
 def test_a_registration_commits_its_set_and_a_deletion_is_stored_before_204(
     tmp_path: Path, backend: str
 ) -> None:
     with FakeConsulAgent() as agent, FakeKubeAPI() as fake:
 
         def open_store() -> StateStore:
+            if backend == "sqlite":
+                return SqliteStore(tmp_path / "state.db")
             return consul_store(agent) if backend == "consul" else kube_store(fake)
 
         service = serve(tmp_path, open_store())

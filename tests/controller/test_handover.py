@@ -79,7 +79,7 @@ def test_settle_ends_by_proof_or_by_window() -> None:
 def test_old_shard_keeps_serving_a_moved_target_until_the_handover_ends(tmp_path: Path) -> None:
     clock = [1000.0]
     h = build(tmp_path, options=ControllerOptions(debounce_s=0.0, grace_s=0.0, handover_window_s=60.0))
-    h.controller._wall = h.controller.children._wall = lambda: clock[0]
+    h.controller._wall = h.controller.route._wall = h.controller.children._wall = lambda: clock[0]
     h.feed(fleet(8))
     ctl = h.controller
     planned = ctl.plan(
@@ -91,7 +91,7 @@ def test_old_shard_keeps_serving_a_moved_target_until_the_handover_ends(tmp_path
     instance = next(t.instance for t in fleet(8) if t.identity == move.identity)
 
     def served(shard: str) -> bool:
-        body = ctl.sd.answer(shard, "gpu")
+        body = ctl.publication.sd.answer(shard, "gpu")
         assert body is not None
         return instance in body.decode()
 
@@ -99,7 +99,7 @@ def test_old_shard_keeps_serving_a_moved_target_until_the_handover_ends(tmp_path
     assert len(ctl.state.handovers) == len(result.plan.moves)
     clock[0] += 30
     assert ctl.settle() == 0 and served(move.from_shard)  # its child has not asked yet
-    ctl.note_fetch(move.to_shard)
+    ctl.children.note_fetch(move.to_shard)
     clock[0] += 59
     assert ctl.settle() == 0 and served(move.from_shard)
     clock[0] += 2
@@ -114,7 +114,7 @@ def test_without_handover_a_move_is_immediate(tmp_path: Path) -> None:
     result = h.controller.apply(h.controller.plan(ChangeRequest(add_shard=["r1"])).version, actor="t")
     assert result.plan is not None and result.plan.moves and h.controller.state.handovers == []
     move = result.plan.moves[0]
-    body = h.controller.sd.answer(move.from_shard, "gpu")
+    body = h.controller.publication.sd.answer(move.from_shard, "gpu")
     assert body is not None and move.identity not in body.decode()
 
 

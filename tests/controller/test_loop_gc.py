@@ -1,4 +1,5 @@
-"""The loop's pass: the collector is paused during a tick, and a long tick freezes what it built."""
+"""The worker's pass (``inbox.paused``): the collector is paused during a pass, and a long one
+freezes what it built."""
 
 from __future__ import annotations
 
@@ -32,14 +33,14 @@ def unfrozen() -> Iterator[None]:
 
 def test_a_short_tick_pauses_the_collector_and_freezes_nothing() -> None:
     host = Host(0.0)
-    loop.tick(host, idle=False)  # type: ignore[arg-type]
+    loop.paused(lambda: host.tick(idle=False))
     assert host.gc_during == [False] and gc.isenabled()
     assert gc.get_freeze_count() == 0
 
 
 def test_a_long_tick_freezes_what_it_built() -> None:
     host = Host(loop.FREEZE_AFTER_S)
-    loop.tick(host, idle=False)  # type: ignore[arg-type]
+    loop.paused(lambda: host.tick(idle=False))
     assert gc.isenabled() and gc.get_freeze_count() > 0
     walked = {id(x) for generation in range(3) for x in gc.get_objects(generation=generation)}
     assert gc.is_tracked(host.built[0]) and id(host.built[0]) not in walked  # frozen: no pass walks it

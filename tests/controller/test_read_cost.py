@@ -157,7 +157,7 @@ def test_the_text_filter_finds_what_a_plain_scan_finds(tmp_path: Path) -> None:
     per-target substring test keeps, hits at line ends and across the tab included."""
     h = build(tmp_path)
     h.feed(fleet(300, region="r1") + fleet(200, region="r2", start=777))
-    state, targets = h.controller.state, h.controller._known_targets()
+    state, targets = h.controller.state, h.controller.reconciler.target_map
     index = target_index.TargetIndex.build(state.assignment, targets)
     for needle in ("n07", "0:9400", "R2-N0", "\t", ":9400\tr1", "1-n0001", "n0999", "zz", "10.0.", "4"):
         lowered = needle.lower()

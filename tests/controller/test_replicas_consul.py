@@ -320,7 +320,7 @@ def test_racing_writers_without_election_converge_through_cas(tmp_path: Path, ag
     won = store(agent).load()
     assert won is not None and won.revision == base.revision + 1
     assert b.state == won  # the loser serves what was stored...
-    assert b.sd.version == won.assignment_version
+    assert b.publication.sd.version == won.assignment_version
     b.tick(idle=False)  # ...and its next tick applies its own view on top of the winner's
     final = store(agent).load()
     assert final is not None and final.revision == won.revision + 1
@@ -344,7 +344,7 @@ def test_a_new_leader_whose_registry_is_down_keeps_the_last_known_targets(
     new = controller(tmp_path / "new", agent, Elector(leading=True, fence=7))
     new.reconciler.on_error("consul/gpufed-exporter@dc1", "connection refused")  # its registry is down
     new.take_over()
-    assert sum(new.sd.targets_of(child) for child in ("r1-0", "r1-1", "r2-0")) == 10
+    assert sum(new.publication.sd.targets_of(child) for child in ("r1-0", "r1-1", "r2-0")) == 10
     assert new.tick(idle=False) is None  # nothing to re-place: the stored set stands in
     after = store(agent).load()
     assert after is not None and after.assignment == placed.assignment

@@ -16,7 +16,8 @@ def test_a_restart_with_the_same_targets_keeps_the_version_and_moves_nothing(tmp
 
     again = build(tmp_path)
     assert again.controller.state.assignment == before.assignment
-    assert again.controller.sd.answer("r1-0", "gpu") == first.controller.sd.answer("r1-0", "gpu")
+    answer = first.controller.publication.sd.answer("r1-0", "gpu")
+    assert again.controller.publication.sd.answer("r1-0", "gpu") == answer
     again.feed(targets)  # the file source re-lists the same fleet
     after = again.controller.state
     assert after.assignment == before.assignment

@@ -10,6 +10,7 @@ from federation.controller.live import handover as handing
 from federation.controller.live import sdcache
 from sharder.assign import assign
 from sharder.incremental import IncrementalAssigner
+from sharder.render import target_groups
 from sharder.spec import FederationSpec
 from tests.controller.harness import fleet
 
@@ -71,7 +72,32 @@ def test_the_whole_answer_is_every_job_answer_joined_as_one_dump_would_write_it(
         for t in fleet(rnd.randint(0, 40), region="r1", start=seed * 100)
     ]
     by_job = {job: [t for t in members if t.job == job] for job in jobs}
-    answers = {job: sdcache._dump(sdcache.target_groups(ts)) if ts else sdcache.EMPTY
+    answers = {job: sdcache._dump(target_groups(ts)) if ts else sdcache.EMPTY
                for job, ts in by_job.items()}  # fmt: skip
-    joined = [g for job in sorted(by_job) for g in sdcache.target_groups(by_job[job])]
+    joined = [g for job in sorted(by_job) for g in target_groups(by_job[job])]
     assert sdcache._joined(answers) == (sdcache._dump(joined) if joined else sdcache.EMPTY)
+
+
+def test_a_shard_answer_joined_from_groups_is_one_dump_of_its_groups_and_reuses_unchanged_ones() -> None:
+    """A shard's bytes are joined from its members' encoded groups: exactly the dump of its
+    target groups; a rebuild re-encodes only what changed, cutting the rest from the old bytes."""
+    members = {t.identity: t for t in fleet(50, region="r1")}
+    first = sdcache._answers(members, ["dcgm", "gpu"], None)
+    assert first.by_job["gpu"] == sdcache._dump(target_groups(members.values()))
+    assert first.by_job["dcgm"] == sdcache.EMPTY and first.whole is first.by_job["gpu"]
+    changed = next(iter(members))
+    after = {**members, changed: members[changed].model_copy(update={"labels": {"rack": "r9"}})}
+    second = sdcache._answers(after, ["dcgm", "gpu"], first)
+    assert second.by_job["gpu"] == sdcache._dump(target_groups(after.values()))
+    for identity, target in after.items():  # every group where ``order`` says, as one dump
+        assert second.group("gpu", identity) == sdcache._dump(target_groups([target]))[1:-1]
+    assert second.group("gpu", changed) != first.group("gpu", changed)
+    assert second.group("dcgm", changed) is None and second.group("gpu", "nobody") is None
+    encoded: list[object] = []
+    real = sdcache._group
+    try:
+        sdcache._group = lambda t: encoded.append(t) or real(t)  # type: ignore[assignment]
+        sdcache._answers(after, ["dcgm", "gpu"], second)
+    finally:
+        sdcache._group = real  # type: ignore[assignment]
+    assert encoded == []  # nothing changed since ``second``: every group cut from its bytes

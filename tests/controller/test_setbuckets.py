@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from federation.controller.stores import setbuckets
+from sharder.lastknown import target_document
 from tests.controller.harness import fleet
 
 
@@ -32,3 +33,20 @@ def test_growth_past_four_times_the_buckets_is_not_a_delta() -> None:
     many = {"registry": {t.identity: t for t in fleet(9000, start=100)}}
     assert not buckets.fits(many)
     assert buckets.fits({"registry": {t.identity: t for t in fleet(10, start=100)}})
+
+
+def test_a_payload_is_the_json_of_its_documents_byte_for_byte() -> None:
+    """Joined from the entries' encoded bytes, a bucket is exactly what dumping its documents
+    in identity order gives (sources sorted, a source without entries left out)."""
+    targets = fleet(300) + fleet(5, region="r2", start=900)
+    buckets = setbuckets.SetBuckets.from_sets({"file": targets, "registry": targets[:7]}, current=None)
+    gone = {t.identity: None for t in targets[:7]}
+    buckets.apply({"registry": gone, "consul": {targets[3].identity: targets[3]}})
+    expected = setbuckets.dumps(
+        {
+            "consul": [target_document(targets[3])],
+            "file": [target_document(t) for t in sorted(targets, key=lambda t: t.identity)],
+        }
+    )
+    assert buckets.count == 1 and buckets.payload(0) == expected
+    assert setbuckets.SetBuckets(count=1, sources=["file"]).payload(0) == b"{}"

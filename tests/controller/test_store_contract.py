@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from federation.controller.state import AuditEntry, ControllerState, Desired
-from federation.controller.stores.store import FencedOut, StoreConflict
+from federation.controller.stores.store import Commit, FencedOut, StoreConflict
 from tests.controller.ha_helpers import state
 from tests.controller.harness import fleet
 from tests.controller.store_backends import BACKENDS, Opener, backend
@@ -167,3 +167,22 @@ def test_a_new_leaders_state_alone_fences_the_old_ones_set_changes(open_store: O
     s.save(saved, expected_revision=saved.revision, fence=12)  # the new leader wrote no set yet
     with pytest.raises(FencedOut):
         s.save_set_changes({"registry": {fleet(1, start=500)[0].identity: None}}, fence=10)
+
+
+def test_a_journal_commit_writes_its_sets_only_and_is_fenced(open_store: Opener) -> None:
+    """A registry deletion's journal is a ``Commit`` without a state, through the same fenced
+    ``apply``: durable for the next store object, the state untouched, refused to a deposed
+    leader with nothing written."""
+    s = open_store()
+    saved = s.save(state(), expected_revision=None, fence=10)
+    kept, gone = fleet(2, start=700)
+    arrived = {"registry": {kept.identity: kept, gone.identity: gone}}
+    assert s.apply(Commit.journal(arrived), fence=10) is None
+    assert s.apply(Commit.journal({"registry": {gone.identity: None}}), fence=10) is None
+    other = open_store()
+    assert {t.identity for t in other.load_sets()["registry"]} == {kept.identity}
+    assert other.load() == saved  # the revision did not move
+    s.save(saved, expected_revision=saved.revision, fence=12)  # a new leader
+    with pytest.raises(FencedOut):
+        s.apply(Commit.journal({"registry": {kept.identity: None}}), fence=10)
+    assert {t.identity for t in open_store().load_sets()["registry"]} == {kept.identity}

@@ -55,7 +55,7 @@ class Adoption:
 
         Run at start and again by :meth:`take_over`: the state is read afresh, a source the
         reconcile loop has not heard from yet starts from its stored set. Like a long tick
-        (``inbox.tick``), it runs with the cyclic GC paused and freezes what it read: up to a
+        (``inbox.paused``), it runs with the cyclic GC paused and freezes what it read: up to a
         million stored targets."""
         with self.pipeline.lock, gc_paused():
             state = self.store.load() or ControllerState()

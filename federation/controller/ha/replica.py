@@ -8,9 +8,10 @@ calls back into the controller (data flows one way: it answers, the controller a
 * :meth:`Replication.may_write` / :meth:`Replication.fencing_token`: asked before every
   write; the token goes with the write, so the store refuses a deposed leader's write even
   one already in flight.
-* :meth:`Replication.on_leadership_change`: the loop reports the role it sees each pass; a
-  replica that just became the leader re-reads the stored state (``Controller.take_over``)
-  and records :meth:`Replication.lead_audit` (its new token) before anything else.
+* :attr:`Replication.leading` / :meth:`Replication.note_role`: the role the worker saw last
+  and this pass; a replica that just became the leader first re-reads the stored state
+  (``Adoption.take_over``, run by ``loop``) and records :meth:`Replication.lead_audit` (its
+  new token) before anything else.
 * :meth:`Replication.read_state` and :meth:`Replication.should_adopt`: a follower reads the
   leader's newest state every ``refresh_interval_s`` and adopts it when the assignment or
   the hand-overs changed; while the new assignment names targets this replica cannot find,
@@ -117,13 +118,15 @@ class Replication:
     def leader(self) -> str | None:
         return self._leader()
 
-    def on_leadership_change(self, leading: bool, *, take_over: Callable[[], None]) -> None:
-        """The role the loop saw this pass. On becoming the leader ``take_over`` runs first
-        (it re-reads the store and records the new token); if it raises, this replica is
-        still a follower here and tries again on the next pass."""
-        if leading and not self._leading:
-            take_over()
-        elif not leading and self._leading:
+    @property
+    def leading(self) -> bool:
+        """The role the last pass saw (``note_role``)."""
+        return self._leading
+
+    def note_role(self, leading: bool) -> None:
+        """The role the loop saw this pass, noted once a new leader has taken over (a
+        take-over that raised leaves this replica a follower: it tries again next pass)."""
+        if not leading and self._leading:
             log.warning("no longer the leader; following %s", self._leader())
         self._leading = leading
 

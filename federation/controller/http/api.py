@@ -73,6 +73,8 @@ def create_app(
         description="Shard map, HTTP SD for child Prometheus servers, plans and rebalances.",
     )
     metrics = controller.metrics
+    views, publication, children = controller.views, controller.publication, controller.children
+    """What the read routes depend on directly: the read model, the SD snapshot, the children."""
 
     app.state.auth = auth
     app.state.controller = controller
@@ -167,14 +169,14 @@ def create_app(
 
     def sd_answer(child: str, job: str | None) -> Response:
         started = time.perf_counter()
-        snapshot = controller.sd
+        snapshot = publication.sd
         body = snapshot.answer(child, job)
         if body is None:
             sd_missing.inc()
             what = f"child {child!r}" if snapshot.child_shard.get(child) is None else f"job {job!r}"
             return problem(404, "Not found", f"unknown {what}")
         sd_ok.inc()
-        controller.note_fetch(snapshot.child_shard[child])
+        children.note_fetch(snapshot.child_shard[child])
         metrics.sd_latency.observe(time.perf_counter() - started)
         return Response(body, media_type="application/json", headers={VERSION_HEADER: str(snapshot.version)})
 
@@ -193,7 +195,7 @@ def create_app(
     # ---- shards and targets ------------------------------------------------------------------
     @app.get("/v1/shards", tags=["shards"])
     def shards(budget: Reader) -> dict[str, Any]:
-        rows = controller.shard_rows()
+        rows = views.shard_rows()
         budget.charge(len(rows))
         return {"assignment_version": controller.state.assignment_version, "shards": rows}
 
@@ -213,11 +215,11 @@ def create_app(
     ) -> Response:
         """One page of targets, by identity; rows are built for the page only (an index kept
         per assignment). ``ETag``/``If-None-Match`` answer 304 while nothing changed."""
-        tag = etag("targets", controller.read_version(), region, shard, q, offset, limit)
+        tag = etag("targets", views.read_version(), region, shard, q, offset, limit)
         unchanged = not_modified(request, tag)
         if unchanged is not None:
             return unchanged
-        total, rows = controller.target_page(region=region, shard=shard, q=q, offset=offset, limit=limit)
+        total, rows = views.target_page(region=region, shard=shard, q=q, offset=offset, limit=limit)
         budget.charge(len(rows))
         body = {"total": total, "offset": offset, "limit": limit, "targets": rows}
         return JSONResponse(body, headers={"ETag": tag})
@@ -226,7 +228,7 @@ def create_app(
         "/v1/targets/{identity:path}", tags=["targets"], summary="Which children scrape a target, and why"
     )
     def target(identity: str, budget: Reader) -> dict[str, Any]:
-        return controller.explain(identity)
+        return views.explain(identity)
 
     @app.get("/v1/handovers", tags=["shards"])
     def handovers(budget: Reader) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 A reconcile step (``place.state_after``), an applied plan, finished hand-overs, a new
 leader's first audit entry: each is a state to commit and then serve. :class:`Pipeline`
 holds the committed state, the one lock that orders changes, and the two doors: commit (one
-fenced ``StateStore.apply``: state, audit, set deltas) and publish (``publish.Publication``:
+fenced ``StateStore.apply``: state, audit, set deltas; a registry deletion's journal goes
+through the same call, without a state) and publish (``publish.Publication``:
 SD first, metrics, then file_sd lists or the config bundle). A state read from the store
 (restore, take-over, a follower's refresh) enters at the second door only
 (:meth:`Pipeline.serve_stored`): it is committed already.
@@ -50,12 +51,24 @@ class Pipeline:
         nothing is served that the store refused (``StoreError`` and its kin propagate)."""
         expected = self.state.revision if self.state.revision else None
         commit = Commit(state=state, expected_revision=expected, audit=audit, changed=changed, sets=sets)
+        saved = self._apply(commit)
+        if saved is None:  # a store that took a state must name its revision
+            raise StoreError("the store accepted the state but returned none")
+        self.state = saved
+        return saved
+
+    def journal(self, sets: SetChanges) -> None:
+        """Set changes that carry no state (a registry deletion), durable before they are
+        acknowledged, through the same fenced call: a deposed leader writes none of it."""
+        if sets:
+            self._apply(Commit.journal(sets))
+
+    def _apply(self, commit: Commit) -> ControllerState | None:
         try:
-            self.state = self.store.apply(commit, fence=self._fence())
+            return self.store.apply(commit, fence=self._fence())
         except StoreError:
             self.metrics.store_errors.inc()
             raise
-        return self.state
 
     def publish(self, targets: Mapping[str, Target], *, changed: Changed | None = None) -> None:
         """Serve the committed state: ``changed`` is what may differ from what is served now."""

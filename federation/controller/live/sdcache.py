@@ -4,12 +4,17 @@
 ``/v1/sd/{child}`` all jobs at once. Replicas of a shard serve the same bytes (they
 differ only in external labels). A shard that still hands targets over serves those
 too (``handover.outgoing``). A shard whose members did not change keeps its bytes from
-the previous build, so a new version after one registration costs one shard's JSON.
+the previous build, so a new version after one registration costs one shard's JSON; and
+that shard's JSON is joined from its members' groups, each unchanged one cut from the
+bytes served before (``ShardAnswers.order``: where each group starts), encoding only the
+targets that are new or changed.
 """
 
 from __future__ import annotations
 
 import json
+from array import array
+from bisect import bisect_left
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -17,19 +22,29 @@ from federation.controller.live import handover as handing
 from federation.controller.state import Handover
 from sharder.assignment import Assignment
 from sharder.inventory import Target
-from sharder.render import target_groups
 
 EMPTY = b"[]"
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
+
+
 def _dump(groups: list[dict[str, object]]) -> bytes:
-    return json.dumps(groups, separators=(",", ":"), sort_keys=True).encode()
+    return _ENCODER.encode(groups).encode()
+
+
+def _group(target: Target) -> bytes:
+    """One target's group as ``_dump(target_groups([target]))`` writes it, without the brackets."""
+    return _ENCODER.encode({"targets": [target.instance], "labels": target.target_labels()}).encode()
 
 
 def _joined(by_job: Mapping[str, bytes]) -> bytes:
     """Every job's groups in one array, job by job: the same bytes as dumping the joined
     list, without encoding each group twice."""
-    inner = [answer[1:-1] for _job, answer in sorted(by_job.items()) if answer != EMPTY]
+    answers = [answer for _job, answer in sorted(by_job.items()) if answer != EMPTY]
+    if len(answers) == 1:  # one job (the common shard): the same bytes, not a copy of them
+        return answers[0]
+    inner = [answer[1:-1] for answer in answers]
     return b"[" + b",".join(inner) + b"]" if inner else EMPTY
 
 
@@ -40,6 +55,21 @@ class ShardAnswers:
     check inside dict comparison makes an unchanged shard cheap to compare)."""
     by_job: dict[str, bytes]
     whole: bytes
+    order: dict[str, tuple[list[str], array[int]]] = field(default_factory=dict)
+    """job -> (its identities in order, where each one's group starts in ``by_job[job]``, and
+    the offset of the closing bracket): the next build cuts an unchanged target's bytes from
+    there (12 bytes a target, not a copy of its group)."""
+
+    def group(self, job: str, identity: str) -> bytes | None:
+        """``identity``'s encoded group in this job's answer, None when it has none."""
+        found = self.order.get(job)
+        if found is None:
+            return None
+        ids, starts = found
+        k = bisect_left(ids, identity)
+        if k == len(ids) or ids[k] != identity:
+            return None
+        return self.by_job[job][starts[k] : starts[k + 1] - 1]
 
 
 @dataclass(frozen=True)
@@ -101,13 +131,7 @@ def build(
         if old is not None and (old.members is key or old.members == key):
             shards[shard] = old
         else:
-            by_job: dict[str, list[Target]] = {job: [] for job in jobs}
-            for target in key.values():
-                found = by_job.get(target.job)
-                if found is not None:  # an undefined job: left out, named by the config render
-                    found.append(target)
-            answers = {job: _dump(target_groups(ts)) if ts else EMPTY for job, ts in by_job.items()}
-            shards[shard] = ShardAnswers(members=key, by_job=answers, whole=_joined(answers))
+            shards[shard] = _answers(key, jobs, old)
         child_shard[shard] = shard
         info = assignment.shards.get(shard)
         if info is not None:
@@ -123,6 +147,36 @@ def build(
         assignment=assignment,
         handovers=handing_over,
     )
+
+
+def _answers(members: dict[str, Target], jobs: list[str], old: ShardAnswers | None) -> ShardAnswers:
+    """A shard's answers: ``_dump(target_groups(...))`` per job, byte for byte, joined from
+    encoded groups; a member whose target is the one ``old`` served keeps its bytes."""
+    was = old.members if old is not None else {}
+    by_job: dict[str, list[str]] = {job: [] for job in jobs}
+    for identity, target in members.items():
+        found = by_job.get(target.job)
+        if found is not None:  # an undefined job: left out, named by the config render
+            found.append(identity)
+    answers: dict[str, bytes] = {}
+    order: dict[str, tuple[list[str], array[int]]] = {}
+    for job, ids in by_job.items():
+        if not ids:
+            answers[job] = EMPTY
+            continue
+        ids.sort()
+        parts: list[bytes] = []
+        starts, at = array("I"), 1
+        for identity in ids:
+            target = members[identity]
+            group = old.group(job, identity) if old is not None and was.get(identity) is target else None
+            parts.append(_group(target) if group is None else group)
+            starts.append(at)
+            at += len(parts[-1]) + 1
+        starts.append(at)
+        answers[job] = b"[" + b",".join(parts) + b"]"
+        order[job] = (ids, starts)
+    return ShardAnswers(members=members, by_job=answers, whole=_joined(answers), order=order)
 
 
 def _members_after(

@@ -1,10 +1,9 @@
 """The shared state store: Consul KV, so several ``gpufed serve`` replicas see one state.
 
-Same contract as ``sqlite_store`` (:class:`~federation.controller.stores.store.StateStore`):
-every ``save`` is check-and-set, a lost CAS raises ``StoreConflict`` and never
-overwrites, and a write carrying a fencing token older than the newest one recorded
-raises ``FencedOut``. The only module of the controller that imports py-consul besides
-``consul_lock``.
+Same contract as ``sqlite_store`` (``store.StateStore``): every write is check-and-set, a
+lost CAS raises ``StoreConflict`` and never overwrites, and a write carrying a fencing token
+older than the newest recorded raises ``FencedOut``. With ``consul_lock``, the only module
+of the controller that imports py-consul.
 
 Layout under the prefix ``P`` (``--store consul://host:8500/P``, default ``gpufed``)::
 
@@ -20,14 +19,14 @@ Layout under the prefix ``P`` (``--store consul://host:8500/P``, default ``gpufe
                                      committed it; the newest ``audit_keep`` are kept
     P/sets                           head of the discovery sources' last known sets: one
                                      descriptor per bucket (``setbuckets``: by identity)
-    P/sets-blocks/<gen>-<digest16>/<i>   one bucket of the sets; a change writes the buckets
-                                          it touched only (``save_set_changes``, fenced)
+    P/sets-blocks/<gen>-<digest16>/<i>   one bucket of the sets; a commit writes the buckets
+                                          it touched only (``store.apply``, fenced)
     P/leader                         the election lock (``consul_lock``), not written here
     P/fetched/<replica>              when each replica last served each shard's SD: children
                                      poll any replica, the leader's hand-overs need them all
 
-A save writes the changed blocks and the new chunks first, then the small head with ``?cas=<ModifyIndex of the
-head it read>``: the head is the commit point, so a reader never meets a half-written
+A save writes the changed blocks and new chunks, then the small head with ``?cas=<the
+head's ModifyIndex>``: the head is the commit point, so a reader never meets a half-written
 state, and a writer that lost the race leaves only orphan chunks, collected later. After
 a commit, chunk sets older than the previous generation are deleted (a reader that read
 the old head a moment ago still finds its chunks; one that comes later re-reads the head,
@@ -41,12 +40,12 @@ JSON, so ``consul kv get gpufed/state`` shows an operator where things stand.
 token any write carried; a write with an older one is refused, and the CAS on the head
 makes "check the token, then write" one step: a deposed leader whose request was already
 in flight when a new leader recorded its token fails the CAS. A new leader records its
-token with its first write (``Controller.take_over``), before it does anything else.
+token with its first write (``Adoption.take_over``), before anything else.
 
 **Reads.** ``load`` fetches the head (one small GET) and the chunks only when the digest
-changed, and of the blocks only those it has not seen, so a follower polling every second
-costs Consul one request per second. A head of ``format`` 1 (an older gpufed: the whole
-state in one blob) is read as it is; the next save writes format 2.
+changed, and of the blocks only those it has not seen: a follower polling every second
+costs Consul one request per second. A ``format`` 1 head (an older gpufed: one blob) is
+read as it is; the next save writes format 2.
 """
 
 from __future__ import annotations
@@ -72,17 +71,17 @@ from federation.controller.stores.store import (
     StoreConflict,
     StoreError,
     apply_in_order,
+    audit_document,
     newest_audit,
+    without_placements,
 )
 from sharder.inventory import Target
 
 log = logging.getLogger(__name__)
 FORMAT = 2
 AUDIT_SINGLE_READS = 32
-"""An audit page of at most this many entries is read key by key."""
-MAX_AUDIT_BYTES = 32 * 1024
-"""An audit entry larger than this (a change naming thousands of targets) keeps its
-summary only, so the head stays small."""
+"""An audit page of at most this many entries is read key by key (an entry over
+``store.MAX_AUDIT_BYTES`` keeps its summary only, so the head stays small)."""
 
 
 class ConsulStore(ConsulKV):
@@ -208,7 +207,7 @@ class ConsulStore(ConsulKV):
         self._blocks, self._blocks_of = blocks, full
         return state.model_copy(update={"assignment": full})
 
-    def apply(self, commit: Commit, *, fence: int | None) -> ControllerState:
+    def apply(self, commit: Commit, *, fence: int | None) -> ControllerState | None:
         return apply_in_order(self, commit, fence=fence)
 
     def save(
@@ -234,7 +233,7 @@ class ConsulStore(ConsulKV):
             revision = (found or 0) + 1
             stored = state.model_copy(update={"revision": revision})
             blocks, named = self._write_blocks(head, stored.assignment, changed, generation=revision)
-            rest = _without_placements(stored).model_dump_json()
+            rest = without_placements(stored).model_dump_json()
             payload = f'{{"blocks":{json.dumps(named, sort_keys=True)},"state":{rest}}}'.encode()
             described = self._write_blob(
                 "state-chunks", kvblob.encode(payload, chunk_bytes=self.chunk_bytes), generation=revision
@@ -244,7 +243,7 @@ class ConsulStore(ConsulKV):
                 "format": FORMAT,
                 "revision": revision,
                 "fence": None if newest < 0 else newest,
-                "audit": None if audit is None else _audit_document(audit),
+                "audit": None if audit is None else audit_document(audit),
                 **described,
             }
             cas = head.modify_index if head is not None else 0
@@ -399,20 +398,3 @@ class ConsulStore(ConsulKV):
         session = getattr(self.client.http, "session", None)
         if session is not None:
             session.close()
-
-
-def _without_placements(state: ControllerState) -> ControllerState:
-    """The state document's part: the placements live in their blocks."""
-    if state.assignment is None:
-        return state
-    return state.model_copy(
-        update={"assignment": state.assignment.model_copy(update={"targets": {}, "weights": {}})}
-    )
-
-
-def _audit_document(audit: AuditEntry) -> dict[str, Any]:
-    doc = audit.model_dump(mode="json", exclude={"id"})
-    size = len(json.dumps(doc))
-    if size > MAX_AUDIT_BYTES:
-        doc["detail"] = {"truncated": True, "bytes": size, "keys": sorted(audit.detail)[:50]}
-    return doc

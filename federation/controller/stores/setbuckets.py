@@ -7,6 +7,10 @@ updates the mirror and names the dirty buckets, whose bytes the store then write
 is ``{source: [target document, ...]}`` in identity order, naming the sources it holds
 entries of (``kube_parts.join_sets`` reads it; the Consul store stores one blob per bucket):
 a source seen for the first time (the registry's first entry) dirties its buckets only.
+
+The mirror holds each entry already encoded (its JSON bytes, not a document): a dirty
+bucket's payload is those bytes joined, so a change encodes the entries it names, not the
+bucket's 2,000, and the mirror of a million targets is bytes, not a million dicts.
 """
 
 from __future__ import annotations
@@ -39,8 +43,15 @@ def bucket_count(targets: int, *, current: int | None) -> int:
     return wanted
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def dumps(doc: Any) -> bytes:
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    return _ENCODER.encode(doc).encode()
+
+
+def _entry(target: Target) -> bytes:
+    return _ENCODER.encode(target_document(target)).encode()
 
 
 class SetBuckets:
@@ -49,7 +60,7 @@ class SetBuckets:
         self.version = version
         """The stored version these buckets match (a head's digest or resourceVersion)."""
         self.sources = set(sources)
-        self.groups: list[dict[str, dict[str, dict[str, Any]]]] = [
+        self.groups: list[dict[str, dict[str, bytes]]] = [
             {source: {} for source in self.sources} for _ in range(count)
         ]
 
@@ -62,7 +73,7 @@ class SetBuckets:
         for source, targets in sets.items():
             for target in targets:
                 bucket = out.groups[bucket_of(target.identity, out.count)]
-                bucket[source][target.identity] = target_document(target)
+                bucket[source][target.identity] = _entry(target)
         return out
 
     @property
@@ -85,15 +96,19 @@ class SetBuckets:
                     if entries.pop(identity, None) is not None:
                         dirty.add(index)
                 else:
-                    entries[identity] = target_document(target)
+                    entries[identity] = _entry(target)
                     dirty.add(index)
         return dirty
 
     def payload(self, index: int) -> bytes:
-        group = self.groups[index]
-        return dumps(
-            {source: [found[i] for i in sorted(found)] for source, found in sorted(group.items()) if found}
-        )
+        """``dumps({source: [document, ...]})`` in identity order, byte for byte, from the
+        entries' bytes."""
+        parts = [
+            dumps(source) + b":[" + b",".join([found[i] for i in sorted(found)]) + b"]"
+            for source, found in sorted(self.groups[index].items())
+            if found
+        ]
+        return b"{" + b",".join(parts) + b"}"
 
     def payloads(self) -> dict[int, bytes]:
         return {index: self.payload(index) for index in range(self.count)}

@@ -36,7 +36,14 @@ from typing import NamedTuple
 from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.stores import integrity
 from federation.controller.stores import sqlite_members as rows_of_sets
-from federation.controller.stores.store import Changed, Commit, FencedOut, StoreConflict, StoreError
+from federation.controller.stores.store import (
+    Changed,
+    Commit,
+    FencedOut,
+    StoreConflict,
+    StoreError,
+    without_placements,
+)
 from sharder.assignment import Assignment
 from sharder.inventory import Target
 from sharder.step import SetChanges
@@ -160,8 +167,11 @@ class SqliteStore:
         full = assignment.model_copy(update={"targets": placed.shards, "weights": placed.weights})
         return state.model_copy(update={"assignment": full})
 
-    def apply(self, commit: Commit, *, fence: int | None) -> ControllerState:
-        """State, audit entry and set rows in one transaction."""
+    def apply(self, commit: Commit, *, fence: int | None) -> ControllerState | None:
+        """State, audit entry and set rows in one transaction (a journal commit: its set rows)."""
+        if commit.state is None:
+            self.save_set_changes(commit.sets, fence=fence)
+            return None
         return self.save(commit.state, expected_revision=commit.expected_revision, audit=commit.audit,
                          fence=fence, changed=commit.changed, sets=commit.sets)  # fmt: skip
 
@@ -195,7 +205,7 @@ class SqliteStore:
                         "INSERT INTO state (id, revision, fence, body) VALUES (1, ?, ?, ?) "
                         "ON CONFLICT (id) DO UPDATE SET revision = excluded.revision, "
                         "fence = COALESCE(excluded.fence, state.fence), body = excluded.body",
-                        (stored.revision, fence, _without_placements(stored).model_dump_json()),
+                        (stored.revision, fence, without_placements(stored).model_dump_json()),
                     )
                     if audit is not None:
                         db.execute(
@@ -375,12 +385,3 @@ class SqliteStore:
                 db.close()
             self._connections.clear()
         self._local = threading.local()
-
-
-def _without_placements(state: ControllerState) -> ControllerState:
-    """The state row's part: the placements live in their own rows."""
-    if state.assignment is None:
-        return state
-    return state.model_copy(
-        update={"assignment": state.assignment.model_copy(update={"targets": {}, "weights": {}})}
-    )

@@ -14,8 +14,9 @@ that knows a newer token refuses the write with :class:`FencedOut`.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -49,19 +50,28 @@ class Commit:
     """Everything one change writes, in one fenced call (:meth:`StateStore.apply`): the
     state (check-and-set on ``expected_revision``), its audit entry, the set changes the
     step carries, and ``changed`` (what placement may differ from the stored assignment,
-    so a store writes only those rows, blocks or buckets)."""
+    so a store writes only those rows, blocks or buckets).
 
-    state: ControllerState
+    A commit without a state (:meth:`journal`) carries set changes alone: a registry
+    deletion, durable before it is answered, fenced like any other write."""
+
+    state: ControllerState | None
     expected_revision: int | None
     audit: AuditEntry | None = None
     changed: Changed | None = None
     sets: SetChanges = field(default_factory=dict)
 
+    @classmethod
+    def journal(cls, sets: SetChanges) -> Commit:
+        """Set changes with no state: what a registry deletion writes before its 204."""
+        return cls(state=None, expected_revision=None, sets=sets)
+
 
 class StateStore(Protocol):
-    def apply(self, commit: Commit, *, fence: int | None) -> ControllerState:
+    def apply(self, commit: Commit, *, fence: int | None) -> ControllerState | None:
         """Write ``commit`` (a writer with a ``fence`` older than the newest recorded writes
-        none of it: ``FencedOut``); returns the state with its new ``revision``."""
+        none of it: ``FencedOut``); returns the state with its new ``revision`` (None for a
+        commit that carries no state: a journal entry)."""
         ...
 
     def load(self) -> ControllerState | None:
@@ -91,36 +101,9 @@ class StateStore(Protocol):
         """Persist the discovery sources' last known sets (a restart during an outage)."""
         ...
 
-    def save_set_changes(
-        self, changes: Mapping[str, Mapping[str, Target | None]], *, fence: int | None = None
-    ) -> None:
-        """Write what changed in the sets (source -> identity -> target, None: gone): the
-        cost of the change; ``fence`` as for ``save`` (``FencedOut``: nothing written)."""
-        ...
-
     def load_sets(self) -> dict[str, list[Target]]: ...
 
     def close(self) -> None: ...
-
-
-class LastKnownView:
-    """A store seen as the reconcile loop's ``LastKnownStore`` (``save(sets)``); every delta
-    it writes carries the writer's fencing token (``fence()``)."""
-
-    def __init__(self, store: StateStore, *, fence: Callable[[], int | None] = lambda: None) -> None:
-        self._store = store
-        self._fence = fence
-
-    def save(self, sets: Mapping[str, Sequence[Target]]) -> None:
-        self._store.save_sets(sets)
-
-    def load(self) -> dict[str, list[Target]]:
-        return self._store.load_sets()
-
-    def save_changes(self, changes: Mapping[str, Mapping[str, Target | None]]) -> bool:
-        """Only what changed (every store writes the rows or buckets it touched)."""
-        self._store.save_set_changes(changes, fence=self._fence())
-        return True
 
 
 def newest_audit(found: Mapping[int, Mapping[str, Any]], *, limit: int, top: int | None) -> list[AuditEntry]:
@@ -139,14 +122,39 @@ def newest_audit(found: Mapping[int, Mapping[str, Any]], *, limit: int, top: int
     return out
 
 
-def apply_in_order(store: Any, commit: Commit, *, fence: int | None) -> ControllerState:
+def apply_in_order(store: Any, commit: Commit, *, fence: int | None) -> ControllerState | None:
     """A key-value store's :meth:`StateStore.apply`: the set buckets first, then the state
     head, the commit point (a reader never meets a state naming sets not written yet), both
-    checked against ``fence``."""
+    checked against ``fence``. A journal commit (no state) writes its buckets only, and
+    returns once they are stored."""
     if commit.sets:
         store.save_set_changes(commit.sets, fence=fence)
+    if commit.state is None:
+        return None
     saved: ControllerState = store.save(
         commit.state, expected_revision=commit.expected_revision, audit=commit.audit, fence=fence,
         changed=commit.changed,
     )  # fmt: skip
     return saved
+
+
+MAX_AUDIT_BYTES = 32 * 1024
+"""An audit entry's largest document in a key-value store; a bigger detail is summarised."""
+
+
+def without_placements(state: ControllerState) -> ControllerState:
+    """The state document's part: every store keeps the placements in rows or blocks of their own."""
+    if state.assignment is None:
+        return state
+    return state.model_copy(
+        update={"assignment": state.assignment.model_copy(update={"targets": {}, "weights": {}})}
+    )
+
+
+def audit_document(audit: AuditEntry) -> dict[str, Any]:
+    """An audit entry as a key-value store keeps it (a detail over ``MAX_AUDIT_BYTES``: its keys)."""
+    doc = audit.model_dump(mode="json", exclude={"id"})
+    size = len(json.dumps(doc))
+    if size > MAX_AUDIT_BYTES:
+        doc["detail"] = {"truncated": True, "bytes": size, "keys": sorted(audit.detail)[:50]}
+    return doc
