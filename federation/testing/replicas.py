@@ -201,6 +201,13 @@ class ReplicaSet:
         found = self.statuses()
         return [r for r in self.replicas if (found[r.name] or {}).get("role") == "leader"]
 
+    def none_died(self) -> None:
+        """Raise, with its log's tail, when a replica failed on its own (a signal's end is a test's)."""
+        for replica in self.replicas:
+            code = replica.proc.poll()
+            if code is not None and code > 0:
+                raise RuntimeError(f"{replica.name} exited with {code}:\n{self.tail(replica)}")
+
     def one_leader(self, *, timeout: float) -> Replica:
         def single() -> Replica | None:
             found = self.leaders()
@@ -212,6 +219,7 @@ class ReplicaSet:
         """Wait until every live replica is ready and serves the same assignment version."""
 
         def same() -> int | None:
+            self.none_died()
             found = [s for r, s in zip(self.replicas, self.statuses().values(), strict=True) if r.alive]
             if not found or any(s is None or not s.get("ready") for s in found):
                 return None
