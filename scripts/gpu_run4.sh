@@ -8,7 +8,12 @@ trap 'tar czf $OUT/run4.tgz -C $R . ; cp $R/summary.txt $OUT/ 2>/dev/null' EXIT
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $G/wheels/*.whl || exit 1
 export PYTHONPATH=$G/src:/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
 cd $G/src
-T() { local s=$1; shift; local t0=$EPOCHREALTIME; timeout $s "$@"; local rc=$?; echo "step rc=$rc $(awk "BEGIN{print $EPOCHREALTIME - $t0}")s: $*" >> $R/summary.txt; }
+# Every step is bounded, and once the whole run is past ${GPU_RUN_BUDGET_S:-420} s the rest is
+# skipped, so the EXIT trap packs the results before the device tool's own limit cuts the call.
+DEADLINE=$((SECONDS + ${GPU_RUN_BUDGET_S:-420}))
+T() { local s=$1; shift; if (( SECONDS + 5 > DEADLINE )); then echo "step skipped (run budget spent): $*" >> $R/summary.txt; return; fi
+  (( SECONDS + s > DEADLINE )) && s=$((DEADLINE - SECONDS))
+  local t0=$EPOCHREALTIME; timeout $s "$@"; local rc=$?; echo "step rc=$rc $(awk "BEGIN{print $EPOCHREALTIME - $t0}")s: $*" >> $R/summary.txt; }
 python3 -c "import pynvml,prometheus_client,pydantic,sys;print(sys.version, pynvml.__file__, prometheus_client.__version__, pydantic.VERSION)" > $R/versions.txt 2>&1
 nvidia-smi > $R/nvidia-smi.txt 2>&1
 nvidia-smi -q > $R/nvidia-smi-q.txt 2>&1
