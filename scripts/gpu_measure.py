@@ -1,10 +1,11 @@
 """Drive a real `gpufed-exporter` process and measure it from outside; print JSON.
 
 Starts the exporter (the command after `--`) on a free loopback port, then: time to
-/readyz; one scrape idle; one under `--load` (a command run in the background, e.g. a
-matmul loop) and one after `--xid` (a command that faults the GPU); per-thread CPU of the
-exporter over an idle window with no scrapes; client latency p50/p99 and process CPU over
-`--scrapes` keep-alive scrapes; RSS; SIGTERM to exit time. Scraped texts land in `--out`.
+/readyz; one scrape right after ready and one after the idle window (GPM needs two
+collections); one under `--load` (a command run in the background, e.g. a matmul loop) and
+one after `--xid` (a command that faults the GPU); per-thread CPU of the exporter over an
+idle window with no scrapes; client latency p50/p99 and process CPU over `--scrapes`
+keep-alive scrapes; RSS; SIGTERM to exit time. Scraped texts land in `--out`.
 Used for exporter/MEASURED-H100.md; with `-- gpufed-exporter --backend simulated` it runs
 anywhere.
 """
@@ -141,6 +142,9 @@ def main() -> None:
             time.sleep(args.idle)
             after, cpu1 = task_cpu(proc.pid), process_cpu(proc.pid)
             result["idle_window_s"] = args.idle
+            # The first scrape follows the first collection: GPM (two samples) is not there yet.
+            # This one, after the idle window, is what to compare with the simulated backend.
+            result["scrape_after_idle_status"] = scrape_to(port, args.out / "metrics-after-idle.prom")
             # Whole process: the per-read worker threads are gone by now, their CPU is not.
             result["idle_process_cpu_ms"] = round((cpu1 - cpu0) * 1000, 1)
             result["idle_threads"] = {

@@ -35,7 +35,7 @@ def plain(value: Any) -> Any:
         return value.decode(errors="replace")
     if isinstance(value, str | int | float | bool) or value is None:
         return value
-    if isinstance(value, list | tuple):
+    if isinstance(value, list | tuple) or hasattr(value, "_length_"):  # ctypes arrays too
         return [plain(v) for v in value]
     fields = getattr(value, "_fields_", None)
     if fields:
@@ -98,6 +98,7 @@ def probe(nvml: Any, repeat: int) -> dict[str, Any]:
     report["gpm"] = probe_gpm(nvml, handle)
     report["events"] = probe_events(nvml, handle)
     report["nvlink"] = probe_nvlink(nvml, handle, min(repeat, 20))
+    report["default_set"] = probe_default_set(nvml, handle, min(repeat, 20))
     nvml.nvmlShutdown()
     return report
 
@@ -200,6 +201,29 @@ def probe_nvlink(nvml: Any, handle: Any, repeat: int) -> dict[str, Any]:
                                         "error": batch.get("error")}
         if "error" not in batch:
             out[f"fields_{links}_links"]["answers"] = field_answers(nvml, handle, ids)
+    return out
+
+
+def probe_default_set(nvml: Any, handle: Any, repeat: int) -> dict[str, Any]:
+    """The calls behind dcgm-exporter's default rows that issue #28 added: memory info v2
+    (FB_RESERVED), row remapping, vGPU licensing, and the `nvlink_gpu` family's one batch
+    (throughput with scopeId UINT_MAX, the four error totals), each answer and its latency."""
+    from exporter.nvml_nvlink import NVLINK_GPU_FIELDS
+
+    out: dict[str, Any] = {}
+    version = getattr(nvml, "nvmlMemory_v2", None)
+    calls: dict[str, Callable[[], Any]] = {
+        "nvmlDeviceGetMemoryInfo.v1": lambda: nvml.nvmlDeviceGetMemoryInfo(handle),
+        "nvmlDeviceGetMemoryInfo.v2": lambda: nvml.nvmlDeviceGetMemoryInfo(handle, version=version),
+        "nvmlDeviceGetRemappedRows": lambda: nvml.nvmlDeviceGetRemappedRows(handle),
+        "nvmlDeviceGetGridLicensableFeatures": lambda: nvml.nvmlDeviceGetGridLicensableFeatures(handle),
+    }
+    for name, fn in calls.items():
+        out[name] = timed(fn, repeat)
+    ids = [(getattr(nvml, name), scope) for name, scope in NVLINK_GPU_FIELDS.values()]
+    batch = timed(lambda: nvml.nvmlDeviceGetFieldValues(handle, ids), repeat)
+    out["nvlink_gpu_fields"] = {"median_us": batch["median_us"], "max_us": batch["max_us"],
+                                "error": batch.get("error"), "answers": field_answers(nvml, handle, ids)}
     return out
 
 

@@ -1,8 +1,9 @@
 #!/bin/bash
-# Device side of run 4 (exporter/MEASURED-H100.md, 2026-11-25): 4.x names and the nvlink family on
-# a real GPU, in one call of the device tool. Stage first, in an ignored folder .gpu/ of the checkout
-# the tool sends: .gpu/wheels (py3.12 wheels, gpufed from `pip wheel --no-deps`), .gpu/src (a copy of
-# this tree), then run `bash .gpu/src/scripts/gpu_run4.sh` with carry [".gpu"]; results: $OUT/run4.tgz.
+# Device side of run 4 (exporter/MEASURED-H100.md: prepared 2026-11-25, run 2026-11-26): 4.x names
+# and the nvlink family on a real GPU, in one call of the device tool. Stage first, in an ignored
+# folder .gpu/ of the checkout the tool sends: .gpu/wheels (py3.12 wheels, gpufed from
+# `pip wheel --no-deps`), .gpu/src (a copy of this tree), then run `bash .gpu/src/scripts/gpu_run4.sh`
+# with carry [".gpu"]; results: $OUT/run4.tgz.
 G=$PWD/.gpu; R=/tmp/r; mkdir -p $R
 trap 'tar czf $OUT/run4.tgz -C $R . ; cp $R/summary.txt $OUT/ 2>/dev/null' EXIT
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $G/wheels/*.whl || exit 1
@@ -14,7 +15,8 @@ DEADLINE=$((SECONDS + ${GPU_RUN_BUDGET_S:-420}))
 T() { local s=$1; shift; if (( SECONDS + 5 > DEADLINE )); then echo "step skipped (run budget spent): $*" >> $R/summary.txt; return; fi
   (( SECONDS + s > DEADLINE )) && s=$((DEADLINE - SECONDS))
   local t0=$EPOCHREALTIME; timeout $s "$@"; local rc=$?; echo "step rc=$rc $(awk "BEGIN{print $EPOCHREALTIME - $t0}")s: $*" >> $R/summary.txt; }
-python3 -c "import pynvml,prometheus_client,pydantic,sys;print(sys.version, pynvml.__file__, prometheus_client.__version__, pydantic.VERSION)" > $R/versions.txt 2>&1
+# prometheus_client has no __version__ (run of 2026-11-26): ask the installed distributions instead.
+python3 -c "import sys,pynvml;from importlib.metadata import version as v;print(sys.version, pynvml.__file__, *(f'{d}={v(d)}' for d in ('nvidia-ml-py','prometheus-client','pydantic','gpufed')))" > $R/versions.txt 2>&1
 nvidia-smi > $R/nvidia-smi.txt 2>&1
 nvidia-smi -q > $R/nvidia-smi-q.txt 2>&1
 { echo "## nvlink -s"; nvidia-smi nvlink -s; echo "## nvlink --status"; nvidia-smi nvlink --status; echo "## nvlink -c"; nvidia-smi nvlink -c; echo "## nvlink -e"; nvidia-smi nvlink -e; echo "## topo -m"; nvidia-smi topo -m; } > $R/nvidia-smi-nvlink.txt 2>&1
@@ -35,6 +37,9 @@ for pass in 1 2; do
   T 60 gpufed-exporter bench --backend simulated --gpus 1 --dcgm-names 3 --fleet-nodes 0 --scrapes 2000 --collect-rounds 50 --json > $R/bench-sim-default-3-p$pass.json
   T 60 gpufed-exporter bench --backend simulated --gpus 1 --dcgm-names 4 --fleet-nodes 0 --scrapes 2000 --collect-rounds 50 --json > $R/bench-sim-default-4-p$pass.json
 done
-T 240 python3 -m pytest tests/exporter -q -p no:cacheprovider -m "not e2e" -k "not promtool" > $R/pytest.txt 2>&1
+T 60 python3 scripts/gpu_measure.py --out $R/xid --idle 2 --scrapes 50 --xid "python3 scripts/gpu_xid.py" -- gpufed-exporter --backend nvml --collect-interval 1 --dcgm-names both > $R/measure-xid.json
+# The device's pytest does not know pytest-asyncio's ini option; under filterwarnings=error that
+# warning ended the 2026-11-26 run's step with rc 3 before any test ran.
+T 240 python3 -m pytest tests/exporter -q -p no:cacheprovider -o filterwarnings= -W ignore::pytest.PytestConfigWarning -m "not e2e" -k "not promtool" > $R/pytest.txt 2>&1
 dmesg 2>/dev/null | grep -iE "xid|nvrm|nvlink" | tail -40 > $R/dmesg.txt
 cat $R/summary.txt
