@@ -253,8 +253,10 @@ class NvmlBackend:
 
     def _vgpu_licence(self, handle: Any) -> float | None:
         """DCGM field 526 as DCGM 4.6.0 reads it: nvmlDeviceGetGridLicensableFeatures; 0 when
-        licensing is not supported, else 1 if the vGPU feature's state is set. A GPU whose
-        driver answers "not supported" (bare metal) leaves the series out, as DCGM does."""
+        licensing is not supported, else 1 if the vGPU feature's state is set. A driver that
+        answers "not supported" leaves the series out, as DCGM does. The H100 in a
+        pass-through VM (driver 580.159.04, MEASURED-H100.md 2026-11-26) answered, and the
+        series read 0."""
         nvml = self._nvml
         call = getattr(nvml, "nvmlDeviceGetGridLicensableFeatures", None)
         features = None if call is None else self._optional(partial(call, handle))

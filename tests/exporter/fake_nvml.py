@@ -108,7 +108,7 @@ class FakeGpu:
     mem_clock: int = 2619
     pcie_kb_s: int = 1000
     gpm: bool = True
-    nvlinks: int = 0  # links that answer nvmlDeviceGetNvLinkState
+    nvlinks: int = 0  # links that answer nvmlDeviceGetNvLinkState; 0: every link NotSupported
     nvlinks_down: set[int] = field(default_factory=set)
     nvlink_tx_kib: int = 5_000_000
     unsupported: set[str] = field(default_factory=set)  # method names or NVML_FI_* names
@@ -231,9 +231,12 @@ class FakeNvml:
             # pynvml takes a field id, or (field id, scopeId) for per-link NVLink fields.
             field_id, link = requested if isinstance(requested, tuple) else (requested, None)
             ret = NVML_ERROR_NOT_SUPPORTED if _FIELD_NAMES[field_id] in gpu.unsupported else NVML_SUCCESS
-            nvlink_field = field_id in (38, 45, 52, 59, 138, 139)
+            nvlink_field = field_id in (38, 45, 52, 59, 138, 139, 161, 162)
             if nvlink_field and not gpu.nvlinks:
-                ret = NVML_ERROR_NOT_SUPPORTED  # a GPU without NVLink
+                # a GPU without NVLink; measured on an H100 alone in a pass-through VM
+                # (exporter/MEASURED-H100.md, 2026-11-26): every per-link and all-links field
+                # answers NotSupported (3) in its slot, the call itself succeeds
+                ret = NVML_ERROR_NOT_SUPPORTED
             kind = _FIELD_TYPES.get(field_id, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG)
             # A union: only the member of this value type holds the answer.
             value = SimpleNamespace(**{member: 0 for member in _MEMBERS})
@@ -253,16 +256,25 @@ class FakeNvml:
             out.append(SimpleNamespace(fieldId=field_id, nvmlReturn=ret, valueType=kind, value=value))
         return out
 
-    def nvmlDeviceGetNvLinkState(self, handle: FakeGpu, link: int) -> int:
-        gpu = self._gpu(handle, "nvmlDeviceGetNvLinkState")
+    @staticmethod
+    def _no_such_link(gpu: FakeGpu, link: int) -> None:
+        """A GPU without NVLink answers NotSupported for every link, as the H100 of the
+        2026-11-26 run did for links 0-35 (state, error counters, version, capability, remote
+        PCI); past the links of a GPU that has some, NVML answers InvalidArgument
+        (NVIDIA/TensorRT-LLM#17060, GB200)."""
+        if not gpu.nvlinks:
+            raise NVMLError_NotSupported()
         if link >= gpu.nvlinks:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetNvLinkState(self, handle: FakeGpu, link: int) -> int:
+        gpu = self._gpu(handle, "nvmlDeviceGetNvLinkState")
+        self._no_such_link(gpu, link)
         return 0 if link in gpu.nvlinks_down else NVML_FEATURE_ENABLED
 
     def nvmlDeviceGetNvLinkErrorCounter(self, handle: FakeGpu, link: int, counter: int) -> int:
         gpu = self._gpu(handle, "nvmlDeviceGetNvLinkErrorCounter")
-        if link >= gpu.nvlinks:
-            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        self._no_such_link(gpu, link)
         return {NVML_NVLINK_ERROR_DL_CRC_FLIT: 10 + link, NVML_NVLINK_ERROR_DL_CRC_DATA: link}[counter]
 
     def nvmlDeviceGetMinorNumber(self, handle: FakeGpu) -> int:

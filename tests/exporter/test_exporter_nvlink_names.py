@@ -224,14 +224,39 @@ def test_nvlink_lost_gpu_still_fails_the_reading() -> None:
 
 
 def test_nvlink_all_links_inactive_is_one_down_series_per_link() -> None:
-    """A GPU with no NVLink peer (a PCIe card, or one SXM GPU alone in a VM) reports every
-    link's state as disabled rather than NotSupported (public DCGM/NVSentinel reports); the
-    exporter shows each as `gpufed_nvlink_link_up 0`, without failing anything."""
+    """A GPU whose links exist but are down reports each link's state as disabled (public
+    DCGM/NVSentinel reports: a PCIe A100 without its bridge); the exporter shows each as
+    `gpufed_nvlink_link_up 0`, without failing anything. (One SXM H100 alone in a
+    pass-through VM does not answer this way: see the next test.)"""
     gpu = FakeGpu(uuid=UUID, nvlinks=18, nvlinks_down=set(range(18)))
     text = scrape(gpu, select_families(include=["nvlink"]))
     up = lines(text, "gpufed_nvlink_link_up{")
     assert len(up) == 18 and all(line.endswith(" 0.0") for line in up)
     assert lines(text, "gpufed_gpu_health{") == [f"gpufed_gpu_health{{{LABELS}}} 1.0"]
+
+
+@pytest.mark.parametrize("names", ["3", "4", "both"])
+def test_nvlink_not_supported_as_the_h100_vm_answered(names: DcgmNames, caplog: pytest.LogCaptureFixture) -> None:
+    """What the H100 80GB HBM3 alone in a pass-through VM answered on 2026-11-26 (driver
+    580.159.04, exporter/measured-h100/run4/probe.json): NotSupported for the state of every
+    link 0-35, for link 0's error counters, and in every slot of the per-link and all-links
+    field batches. The exporter then writes no NVLink series at all (no `link_up 0` per
+    link), logs nothing, keeps the GPU healthy, and asks for the link state once per
+    process, not once per collection."""
+    nvml = FakeNvml([FakeGpu(uuid=UUID)])
+    backend = NvmlBackend(nvml, event_timeout_ms=20)
+    families = select_families(include=["nvlink"])
+    try:
+        with caplog.at_level(logging.WARNING):
+            text = _twice(backend, families, names, [1_700_000_000.0])
+            backend.read(families)
+    finally:
+        backend.close()
+    assert not [line for line in text.splitlines() if "NVLINK" in line.upper() and not line.startswith("#")]
+    assert lines(text, "gpufed_gpu_health{") == [f"gpufed_gpu_health{{{LABELS}}} 1.0"]
+    assert nvml.calls["nvmlDeviceGetNvLinkState"] == 1  # three collections, one probe
+    assert nvml.calls["nvmlDeviceGetNvLinkErrorCounter"] == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 SEED_BUSY = 0
