@@ -236,7 +236,8 @@ def test_nvlink_all_links_inactive_is_one_down_series_per_link() -> None:
 
 
 @pytest.mark.parametrize("names", ["3", "4", "both"])
-def test_nvlink_not_supported_as_the_h100_vm_answered(names: DcgmNames, caplog: pytest.LogCaptureFixture) -> None:
+def test_nvlink_not_supported_as_the_h100_vm_answered(names: DcgmNames,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
     """What the H100 80GB HBM3 alone in a pass-through VM answered on 2026-11-26 (driver
     580.159.04, exporter/measured-h100/run4/probe.json): NotSupported for the state of every
     link 0-35, for link 0's error counters, and in every slot of the per-link and all-links
