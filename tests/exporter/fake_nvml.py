@@ -233,9 +233,11 @@ class FakeNvml:
             ret = NVML_ERROR_NOT_SUPPORTED if _FIELD_NAMES[field_id] in gpu.unsupported else NVML_SUCCESS
             nvlink_field = field_id in (38, 45, 52, 59, 138, 139, 161, 162)
             if nvlink_field and not gpu.nvlinks:
-                # a GPU without NVLink; measured on an H100 alone in a pass-through VM
-                # (exporter/MEASURED-H100.md, 2026-11-26): every per-link and all-links field
-                # answers NotSupported (3) in its slot, the call itself succeeds
+                # a GPU without NVLink. Measured on an H100 alone in a pass-through VM
+                # (exporter/MEASURED-H100.md, 2026-11-26): the call succeeds and every per-link
+                # slot (138/139/161/162, links 0-17) answers NotSupported (3). The all-links
+                # slots (scopeId UINT_MAX, 38-59) were not probed raw; the exporter wrote no
+                # series and logged nothing, which this answer reproduces
                 ret = NVML_ERROR_NOT_SUPPORTED
             kind = _FIELD_TYPES.get(field_id, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG)
             # A union: only the member of this value type holds the answer.

@@ -240,10 +240,11 @@ def test_nvlink_not_supported_as_the_h100_vm_answered(names: DcgmNames,
                                                       caplog: pytest.LogCaptureFixture) -> None:
     """What the H100 80GB HBM3 alone in a pass-through VM answered on 2026-11-26 (driver
     580.159.04, exporter/measured-h100/run4/probe.json): NotSupported for the state of every
-    link 0-35, for link 0's error counters, and in every slot of the per-link and all-links
-    field batches. The exporter then writes no NVLink series at all (no `link_up 0` per
-    link), logs nothing, keeps the GPU healthy, and asks for the link state once per
-    process, not once per collection."""
+    link 0-35, for link 0's error counters, and in every slot of the per-link field batch
+    (the all-links batch was not probed raw; the exporter wrote none of its series there).
+    The exporter then writes no NVLink series at all (no `link_up 0` per link), logs
+    nothing, keeps the GPU healthy, and asks for the link state once per process, not once
+    per collection."""
     nvml = FakeNvml([FakeGpu(uuid=UUID)])
     backend = NvmlBackend(nvml, event_timeout_ms=20)
     families = select_families(include=["nvlink"])
