@@ -97,6 +97,7 @@ class FakeGpu:
     memory_used: int = 40000 * MIB
     memory_reserved: int = 0
     vgpu_licensed: int = 1  # a vGPU guest whose licence is active
+    grid_licensing: bool = True  # False: the driver answers, but licensing is not supported
     remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)  # correctable, uncorrectable, pending, failed
     util: int = 70
     mem_util: int = 40
@@ -328,7 +329,7 @@ class FakeNvml:
         gpu = self._gpu(handle, "nvmlDeviceGetGridLicensableFeatures")
         feature = SimpleNamespace(featureCode=NVML_GRID_LICENSE_FEATURE_CODE_VGPU,
                                   featureState=gpu.vgpu_licensed)
-        return SimpleNamespace(isGridLicenseSupported=1, licensableFeaturesCount=1,
+        return SimpleNamespace(isGridLicenseSupported=int(gpu.grid_licensing), licensableFeaturesCount=1,
                                gridLicensableFeatures=[feature])
 
     def nvmlDeviceGetRemappedRows(self, handle: FakeGpu) -> tuple[int, int, int, int]:

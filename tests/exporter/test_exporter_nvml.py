@@ -16,6 +16,8 @@ from exporter.exposition import LabelPolicy, SnapshotCollector
 from exporter.nvml_backend import NvmlBackend
 
 ALL = select_families(include=["pcie", "gpm", "process"])
+REMAP_ROWS = ("CORRECTABLE_REMAPPED_ROWS", "UNCORRECTABLE_REMAPPED_ROWS", "ROW_REMAP_PENDING",
+              "ROW_REMAP_FAILURE")
 
 
 def _gpus(n: int = 2) -> list[FakeGpu]:
@@ -54,6 +56,52 @@ def test_devices_and_units(backend: NvmlBackend, nvml: FakeNvml) -> None:
     assert values["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] == 123_456_789.0  # mJ, as DCGM
     assert values["DCGM_FI_DEV_GPU_UTIL"] == 70.0
     assert values["DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"] == 7.0
+
+
+def test_default_set_fields_as_the_h100_answered() -> None:
+    """Issue #28's rows as the run-4 H100 answered them (exporter/measured-h100/run4,
+    `nvidia-smi -q`: FB Total 81559, Reserved 480, Used 0, Free 81079 MiB; no remapped rows;
+    pass-through, so no vGPU licence): memory info v2 keeps the reservation out of `used`."""
+    gpu = FakeGpu(uuid="GPU-2964922d-326e-a665-7aa7-9810a75d4c83", memory_used=0, memory_reserved=480 * 2**20,
+                  grid_licensing=False)
+    backend = NvmlBackend(FakeNvml([gpu]), event_timeout_ms=20)
+    try:
+        values = backend.read(select_families())[0].values
+    finally:
+        backend.close()
+    assert [values[f"DCGM_FI_DEV_FB_{k}"] for k in ("FREE", "USED", "RESERVED")] == [81079.0, 0.0, 480.0]
+    assert values["DCGM_FI_DEV_VGPU_LICENSE_STATUS"] == 0.0
+    rows = REMAP_ROWS
+    assert [values[f"DCGM_FI_DEV_{k}"] for k in rows] == [0.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(("changes", "licence"), [
+    ({}, 1.0),  # a vGPU guest with an active licence
+    ({"vgpu_licensed": 0}, 0.0),  # a vGPU guest without one
+    ({"grid_licensing": False}, 0.0),  # the driver answers, licensing not supported
+    ({"unsupported": {"nvmlDeviceGetGridLicensableFeatures"}}, None),  # NotSupported: no series
+])  # fmt: skip
+def test_vgpu_licence_status_branches(changes: dict, licence: float | None) -> None:
+    backend = NvmlBackend(FakeNvml([FakeGpu(uuid="GPU-1", **changes)]), event_timeout_ms=20)
+    try:
+        values = backend.read(select_families())[0].values
+    finally:
+        backend.close()
+    assert values.get("DCGM_FI_DEV_VGPU_LICENSE_STATUS") == licence
+
+
+def test_row_remapping_pending_and_failed() -> None:
+    gpu = FakeGpu(uuid="GPU-1", remapped_rows=(3, 1, 1, 0))
+    backend = NvmlBackend(FakeNvml([gpu]), event_timeout_ms=20)
+    try:
+        values = backend.read(select_families())[0].values
+        gpu.remapped_rows = (3, 2, 0, 1)
+        later = backend.read(select_families())[0].values
+    finally:
+        backend.close()
+    rows = REMAP_ROWS
+    assert [values[f"DCGM_FI_DEV_{k}"] for k in rows] == [3.0, 1.0, 1.0, 0.0]
+    assert [later[f"DCGM_FI_DEV_{k}"] for k in rows] == [3.0, 2.0, 0.0, 1.0]
 
 
 def test_init_once_handles_cached_fields_batched(backend: NvmlBackend, nvml: FakeNvml) -> None:
