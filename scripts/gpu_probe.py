@@ -98,7 +98,10 @@ def probe(nvml: Any, repeat: int) -> dict[str, Any]:
     report["gpm"] = probe_gpm(nvml, handle)
     report["events"] = probe_events(nvml, handle)
     report["nvlink"] = probe_nvlink(nvml, handle, min(repeat, 20))
-    report["default_set"] = probe_default_set(nvml, handle, min(repeat, 20))
+    try:
+        report["default_set"] = probe_default_set(nvml, handle, min(repeat, 20))
+    except Exception as exc:  # a new section must not cost the rest of the report
+        report["default_set"] = {"error": error_text(exc)}
     nvml.nvmlShutdown()
     return report
 
