@@ -47,7 +47,7 @@ from typing import Any
 import yaml
 
 from federation.spec import GpufedSpec
-from sharder.spec import parse_duration
+from sharder.kernel.models import parse_duration
 
 FILE_NAME = "freshness.yml"
 #: Missed scrapes before a target counts as silent.

@@ -33,6 +33,7 @@ from sharder import output
 from sharder import plan as planning
 from sharder import previous as previous_state
 from sharder.assignment import Assignment
+from sharder.children import tree
 from sharder.errors import OutputError
 from sharder.inventory import Target
 from sharder.loading import StaticFileSource
@@ -44,7 +45,7 @@ BundlePart = Callable[[GpufedSpec, list[Target], Assignment], output.Bundle]
 
 
 def sharder_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
-    return output.build_bundle(spec, targets, assignment)
+    return tree.build_bundle(spec, targets, assignment)
 
 
 def alerting_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
@@ -301,7 +302,7 @@ def check_bundle(
     def changed(path: str) -> bool:
         return previous is None or previous.get(path) != bundle[path]
 
-    configs = [p for p in output.prometheus_configs(bundle) if changed(p)]
+    configs = [p for p in tree.prometheus_configs(bundle) if changed(p)]
     checked, master, alerting = 0, False, False
     if checker is not None:
         checked = check_all(checker, root, configs, agent=agent, workers=workers)

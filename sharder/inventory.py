@@ -14,7 +14,8 @@ from typing import Annotated, Protocol
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from sharder.addresses import host_port, normalise_host, normalise_identity
-from sharder.spec import LABEL_NAME_RE, MAX_WEIGHT
+from sharder.kernel.models import LABEL_NAME_RE
+from sharder.spec import MAX_WEIGHT
 
 RESERVED_LABELS = frozenset({"cluster", "region", "shard", "replica", "job", "instance"})
 PLAIN_TEXT_PATTERN = r"^(?:[^\p{C}\p{Z}](?:[^\p{C}\p{Zl}\p{Zp}]*[^\p{C}\p{Z}])?)?\z"

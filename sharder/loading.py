@@ -22,6 +22,7 @@ from sharder import documents, secrets
 from sharder.endpoints import Endpoint, endpoint_of
 from sharder.errors import InventoryError, SpecError, preview
 from sharder.inventory import PLAIN_TEXT_PATTERN, Target, sort_targets
+from sharder.kernel.models import field_path
 from sharder.spec import FederationSpec, JobSpec
 
 MAX_DOCUMENT_BYTES = 1 << 30
@@ -41,16 +42,6 @@ INTEGER_FIELDS = ("port", "gpus", "weight")
 
 # sharder.inventory.PlainText's regex would say nothing to a reader.
 PLAIN_TEXT_MESSAGE = "must not contain control characters or start/end with whitespace"
-
-
-def field_path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if part == "[key]":  # pydantic's marker: the mapping key itself is what is wrong
-            out += " (key)"
-        else:
-            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 def raise_first_error(

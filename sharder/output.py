@@ -1,9 +1,10 @@
 """Rendered files on disk: the one place YAML/JSON is dumped, and the atomic tree swap.
 
-Pipeline position: ``sharder.render`` produces dicts; ``build_bundle`` dumps them into a
-*bundle* (relative path -> bytes) and ``write_tree`` puts a whole bundle on disk. Other
-packages add files by composing bundles (``{**a, **b}``) before the write. Dumping is
-sorted and unwrapped, so the same input gives the same bytes on every run and host.
+Part of the shared kernel: every renderer returns dicts, dumps them here into a *bundle*
+(relative path -> bytes), and ``write_tree`` puts a whole bundle on disk. Packages add
+files by composing bundles (``{**a, **b}``) before the write; the sharder's own part is
+``sharder.children.tree.build_bundle``. Dumping is sorted and unwrapped, so the same input
+gives the same bytes on every run and host.
 
 Layout of an output tree::
 
@@ -20,18 +21,13 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 
-from sharder.assignment import Assignment
-from sharder.errors import AssignmentError, OutputError, clip
-from sharder.inventory import Target
-from sharder.render import ChildConfig, manifest, render_children
-from sharder.spec import FederationSpec
+from sharder.errors import OutputError
 
 Bundle = dict[str, bytes]
 """Relative POSIX path -> file content."""
@@ -50,50 +46,6 @@ def dump_yaml(data: Any) -> bytes:
 
 def dump_json(data: Any) -> bytes:
     return (json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-
-
-def child_files(child: ChildConfig) -> Bundle:
-    base = f"children/{child.child}"
-    files = {f"{base}/prometheus.yml": dump_yaml(child.prometheus)}
-    for job, groups in child.file_sd.items():
-        files[f"{base}/targets/{job}.json"] = dump_json(groups)
-    return files
-
-
-def build_bundle(spec: FederationSpec, targets: Iterable[Target], assignment: Assignment) -> Bundle:
-    """The sharder's part of an output tree: every child, the manifest and the assignment."""
-    children = render_children(spec, targets, assignment)
-    bundle: Bundle = {}
-    for child in children:
-        bundle.update(child_files(child))
-    bundle[MANIFEST_FILE] = dump_json(manifest(spec, assignment, children))
-    bundle[ASSIGNMENT_FILE] = dump_json(assignment.model_dump(mode="json"))
-    return bundle
-
-
-def prometheus_configs(bundle: Bundle) -> list[str]:
-    """Relative paths of the child configs in a bundle, for checking."""
-    return sorted(p for p in bundle if p.startswith("children/") and p.endswith("/prometheus.yml"))
-
-
-def read_assignment(out_dir: str | Path) -> Assignment | None:
-    """The assignment a previous run left in ``out_dir``; None on a first run."""
-    path = Path(out_dir) / ASSIGNMENT_FILE
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise AssignmentError(f"{path}: cannot read previous assignment: {exc.strerror}") from None
-    try:
-        return Assignment.model_validate_json(raw)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = clip(".".join(str(p) for p in first["loc"]))
-        raise AssignmentError(
-            f"{path}: not a valid assignment ({where + ': ' if where else ''}{clip(first['msg'])});"
-            " delete it to start afresh (the next render then places every target anew)"
-        ) from None
 
 
 def _safe_relative(path: str) -> PurePosixPath:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from sharder import output
 from sharder.assignment import Assignment
+from sharder.children import tree
 from sharder.errors import MassRemovalError, OutputError, preview
 
 Warn = Callable[[str], None]
@@ -33,7 +34,7 @@ def load_previous(out_dir: str | Path, *, cluster: str, warn: Warn = _ignore) ->
     """The previous assignment in ``out_dir`` made consistent, or None on a first run."""
     out = Path(out_dir)
     _check_cluster(out, cluster=cluster)
-    previous = output.read_assignment(out)
+    previous = tree.read_assignment(out)
     if previous is None:
         return None
     path = out / output.ASSIGNMENT_FILE

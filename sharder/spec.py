@@ -10,24 +10,20 @@ from __future__ import annotations
 import math
 import re
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from sharder import secrets
 from sharder.errors import preview
+from sharder.kernel.models import (
+    NAME_RE,
+    StrictModel,
+    check_label_name,
+    check_url,
+    parse_duration,
+)
 from sharder.re2check import check_re2
 
-# ASCII digits only (Python's \d also takes other scripts' digits, Go does not); \Z, not $,
-# which would let a trailing newline through.
-DURATION_RE = re.compile(
-    r"^(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?\Z"
-)
-LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*\Z")
-# Shard ids become label values, directory names and URL path segments.
-NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
-# Go's time.Duration (int64 nanoseconds) ends just past 292 years; Prometheus refuses beyond.
-MAX_DURATION_SECONDS = 290 * 365 * 86400
 MAX_WEIGHT = 10_000
 # Headers Prometheus 2.42 refuses in remote_write.headers (checked against promtool in the tests).
 RESERVED_HEADERS = frozenset(
@@ -57,49 +53,9 @@ IDENTIFYING_LABELS = frozenset(
 """Labels that tell one series from another; a job may not drop them (see ``JobSpec``)."""
 
 
-def parse_duration(text: str) -> float:
-    """Seconds in a Prometheus duration such as ``1m30s``; ValueError when malformed."""
-    match = DURATION_RE.match(text)
-    if not text or not match:
-        raise ValueError(f"not a Prometheus duration: {preview(text)} (examples: 15s, 1m, 2h)")
-    y, w, d, h, m, s, ms = (int(match.group(i) or 0) for i in (2, 4, 6, 8, 10, 12, 14))
-    seconds = ((((y * 365 + w * 7 + d) * 24 + h) * 60 + m) * 60 + s) + ms / 1000
-    if seconds > MAX_DURATION_SECONDS:
-        raise ValueError(f"duration {text!r} is longer than Prometheus allows (about 290 years)")
-    return seconds
-
-
 def _check_positive_duration(value: str) -> str:
     if parse_duration(value) <= 0:
         raise ValueError(f"{value!r} must be longer than 0s")
-    return value
-
-
-def check_url(value: str) -> str:
-    """An http(s) URL with a host, as Prometheus parses it; ValueError naming what is missing."""
-    if not value.isprintable() or any(c.isspace() for c in value):
-        raise ValueError("URL must not contain spaces or control characters")
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
-    except ValueError as exc:
-        raise ValueError(f"not a valid URL: {exc}") from None
-    if parts.scheme not in ("http", "https"):
-        raise ValueError("URL must start with http:// or https://")
-    if not parts.hostname:
-        raise ValueError("URL has no host (write e.g. http://master:9090/api/v1/write)")
-    why = secrets.url_secret(value)
-    if why is not None:
-        raise ValueError(
-            f"{secrets.LITERAL}: {why}; Prometheus reads credentials from files"
-            " (remote_write: basic_auth.password_file or authorization.credentials_file)"
-        )
-    return value
-
-
-def check_label_name(value: str) -> str:
-    if not LABEL_NAME_RE.match(value):
-        raise ValueError(f"not a valid label name: {preview(value)}")
     return value
 
 
@@ -107,10 +63,6 @@ Interval = Annotated[str, AfterValidator(_check_positive_duration)]
 """A Prometheus duration above zero (scrape, evaluation and refresh intervals)."""
 Url = Annotated[str, AfterValidator(check_url)]
 Re2Regex = Annotated[str, AfterValidator(check_re2)]
-
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class RegionSpec(StrictModel):

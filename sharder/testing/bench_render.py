@@ -14,6 +14,7 @@ from typing import Any
 
 from sharder import output
 from sharder.assign import assign
+from sharder.children import tree
 from sharder.inventory import Target
 from sharder.promtool import Promtool, check_all
 from sharder.spec import FederationSpec
@@ -62,9 +63,9 @@ def run_render_bench(
     assignment = assign(spec, targets)
     timings["assign_s"] = time.perf_counter() - started
     mark = time.perf_counter()
-    bundle = output.build_bundle(spec, targets, assignment)
+    bundle = tree.build_bundle(spec, targets, assignment)
     timings["render_s"] = time.perf_counter() - mark
-    configs = output.prometheus_configs(bundle)
+    configs = tree.prometheus_configs(bundle)
     checked = 0
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-") as tmp:
         mark = time.perf_counter()

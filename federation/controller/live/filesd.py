@@ -31,7 +31,7 @@ def target_lists(
     *, jobs: Iterable[str], snapshot: SdSnapshot, assignment: Assignment, shards: Iterable[str]
 ) -> output.Bundle:
     """``children/<child>/targets/<job>.json`` of every child of ``shards`` (every job, an
-    empty list too), as ``sharder.output.build_bundle`` renders them."""
+    empty list too), as ``sharder.children.tree.build_bundle`` renders them."""
     names = sorted(jobs)
     files: output.Bundle = {}
     for shard in sorted(shards):

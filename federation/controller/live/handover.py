@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from federation.controller.state import Handover
 from federation.spec import GpufedSpec
 from sharder.assignment import Assignment
-from sharder.spec import parse_duration
+from sharder.kernel.models import parse_duration
 
 DISCOVERY_THROTTLE_S = 5.0
 """Prometheus' discovery-to-scrape update throttle (``discovery.Manager``)."""

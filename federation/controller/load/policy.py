@@ -22,7 +22,7 @@ from federation.controller.plans import ApplyResult, PlannedChange
 from federation.controller.state import ControllerState
 from federation.spec import GpufedSpec
 from sharder.inventory import Target
-from sharder.spec import parse_duration
+from sharder.kernel.models import parse_duration
 
 log = logging.getLogger(__name__)
 
