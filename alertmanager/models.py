@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from alertmanager.errors import AlertingError
-from sharder import secrets
+from sharder.kernel import secrets
 from sharder.kernel.models import LABEL_NAME_RE, NAME_RE, StrictModel, parse_duration
 
 Severity = Literal["critical", "warning", "info"]

@@ -16,8 +16,8 @@ import yaml
 
 from federation.grafana import formats as grafana_formats
 from logs import formats as logs_formats
-from sharder.errors import ConfigCheckError
-from sharder.output import Bundle
+from sharder.kernel.errors import ConfigCheckError
+from sharder.kernel.output import Bundle
 
 #: Only files under these have a model; the check never looks at the (large) target lists.
 PREFIXES = ("logs/", "grafana/provisioning/")

@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 import yaml
 
 from federation import compose_grafana, compose_logs
-from sharder.errors import OutputError
-from sharder.output import Bundle, dump_yaml
+from sharder.kernel.errors import OutputError
+from sharder.kernel.output import Bundle, dump_yaml
 
 MONITORING_FILE = "compose/monitoring.yml"
 ENV_EXAMPLE_FILE = "compose/.env.example"

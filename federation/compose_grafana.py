@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from federation.grafana import render as grafana_render
-from sharder.output import Bundle
+from sharder.kernel.output import Bundle
 
 POSTGRES_IMAGE = "postgres:16.4"
 _REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}\Z")

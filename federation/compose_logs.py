@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from sharder.output import Bundle, dump_yaml
+from sharder.kernel.output import Bundle, dump_yaml
 
 LOKI_IMAGE = "grafana/loki:3.5.1"
 LOKI_FILE = "compose/loki.yml"

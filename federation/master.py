@@ -32,7 +32,7 @@ from alertmanager import ha
 from federation import freshness, meta_monitoring
 from federation.master_spec import REPLICA_ENV, MasterSpec
 from federation.spec import GpufedSpec
-from sharder.output import Bundle, dump_json, dump_yaml
+from sharder.kernel.output import Bundle, dump_json, dump_yaml
 from thanos.models import RECEIVE_REPLICA_LABEL, ThanosSpec
 from thanos.render import MasterInstance
 

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from federation.master_spec import MonitoringSpec
 from federation.spec import GpufedSpec
-from sharder.assignment import Assignment
+from sharder.engine.assignment import Assignment
 
 CHILD_JOB = "gpufed-child"
 MASTER_JOB = "gpufed-master"

@@ -1,9 +1,10 @@
 """Render and plan as plain functions: what ``gpufed render``/``plan`` and the controller call.
 
 Pipeline: load spec + inventory -> lock the output -> read the previous
-``assignment.json`` (sticky; ``sharder.previous``) -> ``sharder.assign`` -> refuse a mass
-removal -> bundle (relative path -> bytes, composed from ``BUNDLE_PARTS``) -> write into a
-staging dir -> :func:`check_bundle` (promtool/amtool, the one check) -> swap -> unlock.
+``assignment.json`` (sticky; ``sharder.children.previous_state``) ->
+``sharder.engine.assigning`` -> refuse a mass removal -> bundle (relative path -> bytes,
+composed from ``BUNDLE_PARTS``) -> write into a staging dir -> :func:`check_bundle`
+(promtool/amtool, the one check) -> swap -> unlock.
 A failed check or bad input leaves the existing output tree untouched.
 
 More bundles (Alertmanager, master, Thanos) join by adding a ``BundlePart`` to the tuple or by
@@ -28,17 +29,15 @@ from federation.dashboards import dashboard_files
 from federation.grafana.render import relay_with_grafana, render_grafana_bundle
 from federation.spec import GpufedSpec, load_gpufed_spec
 from logs.render import render_logs_bundle
-from sharder import assign as assigning
-from sharder import output
-from sharder import plan as planning
-from sharder import previous as previous_state
-from sharder.assignment import Assignment
-from sharder.children import tree
-from sharder.errors import OutputError
-from sharder.inventory import Target
-from sharder.loading import StaticFileSource
-from sharder.lock import output_lock
-from sharder.promtool import ConfigChecker, check_all
+from sharder.children import previous_state, tree
+from sharder.children.lock import output_lock
+from sharder.engine import assigning, planning
+from sharder.engine.assignment import Assignment
+from sharder.kernel import output
+from sharder.kernel.errors import OutputError
+from sharder.kernel.promtool import ConfigChecker, check_all
+from sharder.model.inventory import Target
+from sharder.model.loading import StaticFileSource
 from thanos.render import render_thanos_bundle
 
 BundlePart = Callable[[GpufedSpec, list[Target], Assignment], output.Bundle]

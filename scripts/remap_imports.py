@@ -8,32 +8,35 @@ A map has one move per line, ``old -> new``; ``#`` starts a comment. Two kinds:
     sharder.plan -> sharder.engine.planning                 a module (or package) moved
     sharder.spec:StrictModel -> sharder.kernel.models:StrictModel   one name moved module
 
-What it rewrites, across the tree (``.venv``, ``.git`` and ``node_modules`` skipped):
+What it rewrites, across the tree (the files git tracks or would track):
 
 * Python imports, through the AST: ``import old``, ``from old import x``, ``from pkg import
   old_leaf`` (a moved module imported from its package; ``as`` is dropped when it named the
   new leaf, added when the leaf was renamed), and ``from m import a, b`` split in two when
   ``a`` and ``b`` now live in different modules;
-* any other mention of a dotted name (docstrings, ``mock.patch("old.f")``, ``"old:app"``,
-  ``python -m old``) and of its path (``sharder/plan.py``) in ``.py``, ``.md``, ``.toml``,
+* any other mention of a dotted name and of its path (``sharder/plan.py``): in Python only
+  inside strings and comments (docstrings, ``mock.patch("old.f")``, ``"old:app"``, ``-m
+  old``; never in code or an f-string's ``{...}``), and anywhere in ``.md``, ``.toml``,
   ``.importlinter``, ``.sh``, ``.yml``, ``.yaml``, ``.cfg``, ``.ini`` and ``Dockerfile``.
 
-Idempotent: a second run changes nothing, because no new name starts with the old one at a
-name boundary. It does not follow namespace use (``output.build_bundle`` after ``from
-sharder import output`` when ``build_bundle`` alone moved): mypy names those.
+Idempotent: a second run changes nothing (a name that already reads as its new form is left
+alone, so ``federation.master -> federation.master.render`` can run twice). It does not
+follow namespace use (``output.build_bundle`` after ``from sharder import output`` when
+``build_bundle`` alone moved): mypy names those.
 """
 
 from __future__ import annotations
 
 import ast
+import io
 import re
 import shutil
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SKIP = {".venv", ".git", "node_modules", "__pycache__", ".mypy_cache", ".ruff_cache", "out"}
 TEXT = {".py", ".md", ".toml", ".importlinter", ".sh", ".yml", ".yaml", ".cfg", ".ini"}
 
 
@@ -62,7 +65,10 @@ def remap_module(name: str, modules: dict[str, str]) -> str:
     probe = name
     while probe:
         if probe in modules:
-            return modules[probe] + name[len(probe) :]
+            new = modules[probe]
+            if name == new or name.startswith(new + "."):
+                return name  # already moved (``federation.master`` -> ``federation.master.render``)
+            return new + name[len(probe) :]
         probe = probe.rpartition(".")[0]
     return name
 
@@ -142,24 +148,66 @@ def _patterns(modules: dict[str, str], symbols: dict) -> list[tuple[re.Pattern[s
     return out
 
 
-def rewrite_text(text: str, patterns: list[tuple[re.Pattern[str], str]]) -> str:
+def rewrite_text(text: str, patterns: list[tuple[re.Pattern[str], str]], *, fstring: bool = False) -> str:
     for pattern, new in patterns:
-        text = pattern.sub(new, text)
+        text = pattern.sub(lambda match, new=new: _replace(match, new, fstring=fstring), text)
     return text
 
 
-def files() -> list[Path]:
-    found = []
-    for path in ROOT.rglob("*"):
-        rel = path.relative_to(ROOT)
-        if any(part in SKIP for part in rel.parts) or not path.is_file():
+def _replace(match: re.Match[str], new: str, *, fstring: bool) -> str:
+    """``new`` for a match, unless it already reads ``new`` or sits in an f-string's ``{...}``."""
+    text, start = match.string, match.start()
+    ahead = text[start : start + len(new) + 1]
+    if ahead.startswith(new) and (len(ahead) == len(new) or not (ahead[-1].isalnum() or ahead[-1] == "_")):
+        return match.group(0)  # old is a prefix of new (a module moved into a package of its name)
+    if fstring:
+        before = text[:start].replace("{{", "").replace("}}", "")
+        if before.count("{") > before.count("}"):
+            return match.group(0)  # code, not text: ``f"{federation.master.url}"`` is a variable
+    return new
+
+
+def rewrite_python_text(source: str, patterns: list[tuple[re.Pattern[str], str]]) -> str:
+    """Rewrite names in strings and comments only: code is the AST pass's business."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return source
+    lines = source.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    edits = []
+    for token in tokens:
+        kind = tokenize.tok_name[token.type]
+        if kind not in {"STRING", "COMMENT", "FSTRING_MIDDLE"}:
             continue
-        is_map = rel.parts[:1] == ("docs",) and path.name.startswith("moves-")
-        if is_map or path == Path(__file__).resolve():
+        prefix = re.match(r"[A-Za-z]*", token.string).group(0).lower() if kind == "STRING" else ""
+        new = rewrite_text(token.string, patterns, fstring="f" in prefix)
+        if new != token.string:
+            start = offsets[token.start[0] - 1] + token.start[1]
+            end = offsets[token.end[0] - 1] + token.end[1]
+            edits.append((start, end, new))
+    for start, end, new in sorted(edits, reverse=True):
+        source = source[:start] + new + source[end:]
+    return source
+
+
+def files() -> list[Path]:
+    """Tracked and untracked files git does not ignore (so never ``.venv`` or caches)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    ).stdout.split("\0")
+    found = []
+    for name in sorted(set(filter(None, listed))):
+        path = ROOT / name
+        is_map = name.startswith("docs/moves-")
+        if is_map or path == Path(__file__).resolve() or not path.is_file():
             continue
         if path.suffix in TEXT or path.name in {"Dockerfile", ".importlinter"}:
             found.append(path)
-    return sorted(found)
+    return found
 
 
 def main(argv: list[str]) -> int:
@@ -172,8 +220,10 @@ def main(argv: list[str]) -> int:
             text = path.read_text()
         except UnicodeDecodeError:
             continue
-        new = rewrite_imports(text, modules, symbols) if path.suffix == ".py" else text
-        new = rewrite_text(new, patterns)
+        if path.suffix == ".py":
+            new = rewrite_python_text(rewrite_imports(text, modules, symbols), patterns)
+        else:
+            new = rewrite_text(text, patterns)
         if new != text:
             path.write_text(new)
             changed.append(str(path))

@@ -23,9 +23,9 @@ from rich.table import Table
 from alertmanager.amtool import Amtool
 from alertmanager.errors import AmtoolError
 from federation import pipeline
-from sharder.errors import ConfigCheckError, SharderError
-from sharder.plan import Plan
-from sharder.promtool import Promtool
+from sharder.engine.planning import Plan
+from sharder.kernel.errors import ConfigCheckError, SharderError
+from sharder.kernel.promtool import Promtool
 
 SpecOpt = Annotated[Path, typer.Option("--spec", help="federation.yaml")]
 InventoryOpt = Annotated[Path, typer.Option("--inventory", help="static inventory (YAML or JSON)")]

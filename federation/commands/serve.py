@@ -23,7 +23,7 @@ from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, SettingsError, build_service
 from federation.controller.stores.store import StoreError
 from federation.spec import GpufedSpec, load_gpufed_spec
-from sharder.sizing import Hysteresis
+from sharder.engine.sizing import Hysteresis
 from sharder.sources.consul import ConsulConfig
 from sharder.sources.kubernetes import KubernetesConfig
 

@@ -12,8 +12,8 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from federation.controller.state import Desired
-from sharder.assignment import Assignment
-from sharder.spec import FederationSpec
+from sharder.engine.assignment import Assignment
+from sharder.model.spec import FederationSpec
 
 MAX_SHARDS_PER_REGION = 10_000
 MAX_ENTRIES = 10_000

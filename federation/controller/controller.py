@@ -3,7 +3,7 @@
 Where a registration becomes an SD answer (follow it top to bottom):
 
 1. intake: ``PUT /v1/registry/...`` -> ``sharder.sources.registry.BuiltinRegistry`` (and the
-   file/Consul/Kubernetes sources) push into ``sharder.reconcile.Reconciler``;
+   file/Consul/Kubernetes sources) push into ``sharder.live.reconcile.Reconciler``;
 2. placement: the worker (``loop.Worker``, woken by ``live.inbox``) runs
    ``live.route.Route.tick``: the reconciler debounces, applies grace and hysteresis, and
    places the change with its incremental engine, the operator's overrides being data it
@@ -61,15 +61,14 @@ from federation.controller.stores.store import (
 )
 from federation.controller.views import ReadViews
 from federation.spec import GpufedSpec
-from sharder import plan as planning
-from sharder import sizing
-from sharder.assignment import Assignment
-from sharder.discovery_metrics import DiscoveryMetrics
-from sharder.inventory import Target
-from sharder.reconcile import Reconciler
+from sharder.engine import planning, sizing
+from sharder.engine.assignment import Assignment
+from sharder.engine.step import Step
+from sharder.live.reconcile import Reconciler
+from sharder.model.inventory import Target
+from sharder.sources.discovery_metrics import DiscoveryMetrics
 from sharder.sources.registry import SOURCE as REGISTRY
 from sharder.sources.registry import BuiltinRegistry
-from sharder.step import Step
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@
     ├── Invalid              422 a change the overrides or the engine refuse (names the field)
     └── Unavailable          503 a follower asked to write (names the leader)
 
-Bad input in a body (a target, a batch entry) is a ``sharder.errors.SharderError`` and
+Bad input in a body (a target, a batch entry) is a ``sharder.kernel.errors.SharderError`` and
 maps to 422 the same way; store failures are ``store.StoreError``.
 """
 

@@ -20,7 +20,7 @@ from federation.controller.live.children import Children
 from federation.controller.live.inbox import Inbox
 from federation.controller.live.route import Route
 from federation.controller.stores.store import FencedOut, StoreConflict
-from sharder.step import Step
+from sharder.engine.step import Step
 
 log = logging.getLogger(__name__)
 

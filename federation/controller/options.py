@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sharder.sizing import Hysteresis
+from sharder.engine.sizing import Hysteresis
 
 
 @dataclass(frozen=True)

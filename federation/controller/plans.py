@@ -21,11 +21,11 @@ from federation.controller.metrics import ControllerMetrics
 from federation.controller.shed import shed
 from federation.controller.state import AuditEntry, ControllerState, Desired, Handover
 from federation.spec import GpufedSpec
-from sharder import plan as planning
-from sharder.assign import assign
-from sharder.assignment import Assignment
-from sharder.errors import AssignmentError
-from sharder.inventory import Target
+from sharder.engine import planning
+from sharder.engine.assigning import assign
+from sharder.engine.assignment import Assignment
+from sharder.kernel.errors import AssignmentError
+from sharder.model.inventory import Target
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from federation.controller.stores.consul_store import ConsulStore
 from federation.controller.stores.sqlite_store import SqliteStore
 from federation.controller.stores.store import StateStore
 from federation.spec import GpufedSpec
-from sharder.promtool import Promtool
+from sharder.kernel.promtool import Promtool
 from sharder.sources.build import WatchOptions, build_sources
 from sharder.sources.consul import ConsulConfig, make_client
 from sharder.sources.kubernetes import KubernetesConfig

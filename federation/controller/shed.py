@@ -1,7 +1,7 @@
 """What a load-aware plan takes off overloaded shards before the sticky assignment runs. Pure.
 
 The assignment engine keeps every target on its shard while the shard stays under the
-keep limit, ``max(c x mean, ceil(mean) + heaviest - 1)`` (``sharder.fill.keep_limit``):
+keep limit, ``max(c x mean, ceil(mean) + heaviest - 1)`` (``sharder.engine.fill.keep_limit``):
 generous on purpose, so that a rerun moves nothing. With load-aware weights that bound
 is the problem: one target that really weighs 10 units lifts the limit by 9, and the
 shard it sits on keeps its full share of other targets besides. New weights alone then
@@ -29,8 +29,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Collection, Mapping
 
-from sharder.assignment import Assignment
-from sharder.hashing import key_hash
+from sharder.engine.assignment import Assignment
+from sharder.engine.hashing import key_hash
 
 
 def shed(assignment: Assignment, *, load_factor: float, pinned: Collection[str] = ()) -> Assignment:

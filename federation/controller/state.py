@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from federation.controller import audit_bounds
-from sharder.assignment import Assignment
+from sharder.engine.assignment import Assignment
 
 
 class StateModel(BaseModel):
@@ -27,7 +27,7 @@ class StateModel(BaseModel):
 
 
 class Desired(StateModel):
-    """Operator overrides; see ``sharder.overrides`` for what each one means."""
+    """Operator overrides; see ``sharder.engine.overriding`` for what each one means."""
 
     shard_counts: dict[str, int] = Field(default_factory=dict)
     pins: dict[str, str] = Field(default_factory=dict)

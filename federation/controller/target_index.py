@@ -22,8 +22,8 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sharder.assignment import Assignment
-from sharder.inventory import Target
+from sharder.engine.assignment import Assignment
+from sharder.model.inventory import Target
 
 CACHED_QUERIES = 32
 """Filtered selections kept per index (region/shard/q combinations)."""

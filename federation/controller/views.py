@@ -18,11 +18,11 @@ from federation.controller.live.pipeline import Pipeline
 from federation.controller.load import tracker as loading
 from federation.controller.state import ControllerState
 from federation.spec import GpufedSpec
-from sharder import plan as planning
-from sharder.assignment import Assignment
-from sharder.discovery_metrics import DiscoveryMetrics
-from sharder.inventory import Target
-from sharder.reconcile import Reconciler
+from sharder.engine import planning
+from sharder.engine.assignment import Assignment
+from sharder.live.reconcile import Reconciler
+from sharder.model.inventory import Target
+from sharder.sources.discovery_metrics import DiscoveryMetrics
 
 
 class ReadViews:
@@ -232,8 +232,8 @@ def _ring_owner(assignment: Assignment, identity: str, region: str) -> str | Non
     """The shard the ring alone would pick (no capacity bound), for ``explain``."""
     if assignment.algorithm != "bounded-ring":
         return None
-    from sharder.assign import VNODES
-    from sharder.hashing import key_hash, shared_ring
+    from sharder.engine.assigning import VNODES
+    from sharder.engine.hashing import key_hash, shared_ring
 
     active = [
         s

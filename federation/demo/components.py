@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from federation.demo.plan import Layout, url
-from sharder.render import AGENT_FLAG
+from sharder.children.render import AGENT_FLAG
 
 LOOPBACK = "127.0.0.1"
 

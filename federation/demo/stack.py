@@ -56,11 +56,11 @@ from federation.demo.sink import DingTalkSink, Message, Robot, as_group_sees_it
 from federation.demo.supervisor import ComponentFailed, ProcessSpec, Supervisor, reap_previous
 from federation.loopback import free_port
 from federation.spec import GpufedSpec
-from sharder.assignment import Assignment
-from sharder.errors import SharderError
-from sharder.loading import parse_model, parse_target
-from sharder.output import dump_yaml
-from sharder.promtool import Promtool
+from sharder.engine.assignment import Assignment
+from sharder.kernel.errors import SharderError
+from sharder.kernel.output import dump_yaml
+from sharder.kernel.promtool import Promtool
+from sharder.model.loading import parse_model, parse_target
 
 log = logging.getLogger(__name__)
 MARKER = ".gpufed-demo"

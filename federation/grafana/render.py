@@ -23,8 +23,8 @@ import yaml
 
 from federation.grafana import datasources, ha, teams
 from federation.grafana.models import GrafanaSpec
-from sharder.inventory import Target
-from sharder.output import Bundle, dump_json, dump_yaml
+from sharder.kernel.output import Bundle, dump_json, dump_yaml
+from sharder.model.inventory import Target
 
 ROOT_ENV = "$GPUFED_GRAFANA_DIR"
 DATASOURCES_FILE = "grafana/provisioning/datasources/gpufed.yml"

@@ -34,9 +34,9 @@ from typing import Any
 
 from federation.controller.load import weights as weighing
 from federation.controller.shed import shed
-from sharder import plan as planning
-from sharder.assign import assign
-from sharder.assignment import Assignment
+from sharder.engine import planning
+from sharder.engine.assigning import assign
+from sharder.engine.assignment import Assignment
 from sharder.testing.bench_sharding import bench_spec, synth_targets
 
 NODE_SERIES, PER_GPU = 5, 21

@@ -53,7 +53,7 @@ def _spec_file(directory: Path, *, shards: int, port: int) -> Path:
 
 
 def _targets(count: int) -> list[Any]:
-    from sharder.inventory import Target
+    from sharder.model.inventory import Target
 
     rng = random.Random(0)
     return [

@@ -27,7 +27,7 @@ seconds of the change phase; ``process_resident_memory_bytes``). Then one
 ``POST /v1/registry/batch`` of ``batch`` entries gives ``registry_batch_per_s`` (null, with
 ``registry_batch_error``, when the controller has no batch route or refuses it). After the
 process is stopped, the anchors run in this process on the same targets: one change through
-``sharder.incremental.IncrementalAssigner`` and one full ``sharder.assign.assign``.
+``sharder.engine.incremental.IncrementalAssigner`` and one full ``sharder.engine.assigning.assign``.
 """
 
 from __future__ import annotations

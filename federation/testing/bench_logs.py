@@ -20,7 +20,7 @@ from typing import Any
 
 from federation import pipeline
 from federation.grafana import render as grafana_render
-from sharder.inventory import Target
+from sharder.model.inventory import Target
 
 ROOT = Path(__file__).resolve().parents[2]
 

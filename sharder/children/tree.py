@@ -1,8 +1,8 @@
 """The sharder's part of an output tree: child configs, the manifest and the assignment.
 
-Pipeline position: ``sharder.render`` produces the child configs as dicts; this module
-dumps them through the kernel's ``sharder.output`` into a bundle (and reads back the
-assignment a previous run left), which ``sharder.output.write_tree`` puts on disk.
+Pipeline position: ``sharder.children.render`` produces the child configs as dicts; this module
+dumps them through the kernel's ``sharder.kernel.output`` into a bundle (and reads back the
+assignment a previous run left), which ``sharder.kernel.output.write_tree`` puts on disk.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from sharder.assignment import Assignment
-from sharder.errors import AssignmentError, clip
-from sharder.inventory import Target
-from sharder.output import ASSIGNMENT_FILE, MANIFEST_FILE, Bundle, dump_json, dump_yaml
-from sharder.render import ChildConfig, manifest, render_children
-from sharder.spec import FederationSpec
+from sharder.children.render import ChildConfig, manifest, render_children
+from sharder.engine.assignment import Assignment
+from sharder.kernel.errors import AssignmentError, clip
+from sharder.kernel.output import ASSIGNMENT_FILE, MANIFEST_FILE, Bundle, dump_json, dump_yaml
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec
 
 
 def child_files(child: ChildConfig) -> Bundle:

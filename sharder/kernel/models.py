@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
-from sharder import secrets
-from sharder.errors import preview
+from sharder.kernel import secrets
+from sharder.kernel.errors import preview
 
 # ASCII digits only (Python's \d also takes other scripts' digits, Go does not); \Z, not $,
 # which would let a trailing newline through.

@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sharder import output
-from sharder.assign import assign
 from sharder.children import tree
-from sharder.inventory import Target
-from sharder.promtool import Promtool, check_all
-from sharder.spec import FederationSpec
+from sharder.engine.assigning import assign
+from sharder.kernel import output
+from sharder.kernel.promtool import Promtool, check_all
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec
 
 REGIONS = ("cn-beijing", "cn-shanghai", "cn-hangzhou")
 

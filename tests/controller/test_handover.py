@@ -8,7 +8,7 @@ from federation.controller.changes import ChangeRequest
 from federation.controller.live import handover
 from federation.controller.options import ControllerOptions
 from federation.controller.state import Handover
-from sharder.assignment import Assignment, ShardInfo
+from sharder.engine.assignment import Assignment, ShardInfo
 from tests.controller.harness import build, fleet
 
 

@@ -14,8 +14,8 @@ from federation.controller.stores import kube_parts
 from federation.controller.stores.kube_objects import ConfigMaps, Head
 from federation.controller.stores.kube_store import KubeStore
 from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
-from sharder.assign import assign
-from sharder.spec import FederationSpec
+from sharder.engine.assigning import assign
+from sharder.model.spec import FederationSpec
 from sharder.testing.kube_standin import FakeKubeAPI, configmap_bytes
 from tests.controller.ha_helpers import state
 from tests.controller.harness import fleet

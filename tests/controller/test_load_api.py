@@ -24,7 +24,7 @@ from federation.controller.load.weights import Observation, TargetKey, max_over_
 from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, Service, build_service
 from federation.spec import load_gpufed_spec
-from sharder.inventory import Target
+from sharder.model.inventory import Target
 
 TOKEN = "k7q2w9x4m1v8z3c6b5n0p7r2"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

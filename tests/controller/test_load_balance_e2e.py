@@ -34,7 +34,7 @@ from federation.controller.load.weights import max_over_mean
 from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, Service, build_service
 from federation.spec import load_gpufed_spec
-from sharder.inventory import Target
+from sharder.model.inventory import Target
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

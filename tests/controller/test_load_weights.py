@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from federation.controller.load import weights as lw
 from federation.controller.shed import shed
-from sharder.assign import assign
-from sharder.assignment import Assignment, ShardInfo
-from sharder.inventory import Target
-from sharder.plan import diff
-from sharder.spec import FederationSpec
+from sharder.engine.assigning import assign
+from sharder.engine.assignment import Assignment, ShardInfo
+from sharder.engine.planning import diff
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec
 
 
 def target(i: int, *, gpus: int = 8, job: str = "gpu", node: str | None = None) -> Target:

@@ -8,10 +8,10 @@ import pytest
 
 from federation.controller.live import handover as handing
 from federation.controller.live import sdcache
-from sharder.assign import assign
-from sharder.incremental import IncrementalAssigner
-from sharder.render import target_groups
-from sharder.spec import FederationSpec
+from sharder.children.render import target_groups
+from sharder.engine.assigning import assign
+from sharder.engine.incremental import IncrementalAssigner
+from sharder.model.spec import FederationSpec
 from tests.controller.harness import fleet
 
 SPEC = FederationSpec.model_validate(

@@ -17,7 +17,7 @@ from federation.controller.live.publisher import Publisher
 from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, build_service
 from federation.spec import load_gpufed_spec
-from sharder.errors import ConfigCheckError
+from sharder.kernel.errors import ConfigCheckError
 from tests.controller.harness import TOKEN, fleet
 
 SECRETS = {

@@ -14,8 +14,8 @@ from federation.cli import _register, app
 from federation.controller.state import ControllerState
 from federation.controller.stores.sqlite_store import SqliteStore
 from federation.controller.stores.store import StoreError
-from sharder.assign import assign
-from sharder.spec import FederationSpec
+from sharder.engine.assigning import assign
+from sharder.model.spec import FederationSpec
 from tests.controller.harness import TOKEN, fleet, write_spec
 
 

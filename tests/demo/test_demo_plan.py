@@ -13,8 +13,8 @@ from exporter.settings import ExporterSettings
 from federation import master as mastering
 from federation.demo import components, plan
 from federation.spec import GpufedSpec
-from sharder.assign import assign
-from sharder.loading import parse_model, parse_target
+from sharder.engine.assigning import assign
+from sharder.model.loading import parse_model, parse_target
 
 
 def ports() -> plan.Ports:

@@ -27,7 +27,7 @@ from typer.testing import CliRunner, Result
 from alertmanager.amtool import Amtool
 from federation.commands import render
 from federation.dashboards import dashboard_files
-from sharder.promtool import Promtool
+from sharder.kernel.promtool import Promtool
 
 
 def invoke(*args: str | Path) -> Result:

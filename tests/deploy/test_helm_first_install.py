@@ -24,9 +24,9 @@ from federation import master as mastering
 from federation import meta_monitoring
 from federation.commands import serve
 from federation.spec import GpufedSpec, load_gpufed_spec
-from sharder.assign import assign
-from sharder.loading import parse_model
-from sharder.promtool import Promtool
+from sharder.engine.assigning import assign
+from sharder.kernel.promtool import Promtool
+from sharder.model.loading import parse_model
 from sharder.sources.kubernetes import KubernetesConfig
 
 ONLY_A_TOKEN = {"controller": {"token": {"value": "a-token-0123456789abcdef"}}}

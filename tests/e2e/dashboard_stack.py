@@ -44,7 +44,7 @@ from exporter.simulated import SimulatedBackend
 from federation import master as mastering
 from federation import meta_monitoring, pipeline
 from federation.demo.router import ChildRouter
-from sharder.promtool import Promtool
+from sharder.kernel.promtool import Promtool
 
 REGIONS = ("region-0", "region-1")
 SPECIAL = "gpu-region-0-attributed"

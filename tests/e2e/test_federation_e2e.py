@@ -37,9 +37,9 @@ from exporter.fleet import FleetApp, fleet_nodes
 from exporter.settings import ExporterSettings
 from federation import master as mastering
 from federation import pipeline
-from sharder.assignment import Assignment
-from sharder.inventory import Target
-from sharder.promtool import Promtool
+from sharder.engine.assignment import Assignment
+from sharder.kernel.promtool import Promtool
+from sharder.model.inventory import Target
 
 pytestmark = pytest.mark.e2e
 

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from federation import pipeline
 from federation.spec import GpufedSpec
-from sharder.errors import SharderError
-from sharder.inventory import Target
-from sharder.loading import StaticFileSource, parse_model, parse_target
+from sharder.kernel.errors import SharderError
+from sharder.model.inventory import Target
+from sharder.model.loading import StaticFileSource, parse_model, parse_target
 
 SPEC = {
     "cluster": "fuzz",

@@ -11,10 +11,10 @@ import yaml
 from federation import master as mastering
 from federation import meta_monitoring
 from federation.spec import GpufedSpec, load_gpufed_spec
-from sharder.assign import assign
-from sharder.errors import SpecError
-from sharder.loading import parse_model
-from sharder.promtool import Promtool
+from sharder.engine.assigning import assign
+from sharder.kernel.errors import SpecError
+from sharder.kernel.promtool import Promtool
+from sharder.model.loading import parse_model
 from tests.controller.harness import build, fleet, spec_document
 
 RULES = Path(__file__).resolve().parents[2] / "federation" / "rules" / "federation.yml"

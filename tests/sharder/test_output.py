@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from sharder import output, promtool
-from sharder.assignment import Assignment, ShardInfo
 from sharder.children.tree import read_assignment
-from sharder.errors import AssignmentError, ConfigCheckError, OutputError
+from sharder.engine.assignment import Assignment, ShardInfo
+from sharder.kernel import output, promtool
+from sharder.kernel.errors import AssignmentError, ConfigCheckError, OutputError
 
 
 @pytest.fixture

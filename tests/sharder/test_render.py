@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 import yaml
 
-from sharder import output, render
-from sharder.assignment import Assignment, ShardInfo
-from sharder.children import tree
-from sharder.errors import AssignmentError
-from sharder.inventory import Target
-from sharder.promtool import Promtool, check_all
-from sharder.spec import FederationSpec
+from sharder.children import render, tree
+from sharder.engine.assignment import Assignment, ShardInfo
+from sharder.kernel import output
+from sharder.kernel.errors import AssignmentError
+from sharder.kernel.promtool import Promtool, check_all
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 REGEN = os.environ.get("GPUFED_REGEN_GOLDEN") == "1"

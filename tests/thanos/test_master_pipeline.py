@@ -10,8 +10,8 @@ import yaml
 from federation import master as mastering
 from federation import pipeline
 from federation.spec import load_gpufed_spec
-from sharder.errors import ConfigCheckError
-from sharder.promtool import Promtool
+from sharder.kernel.errors import ConfigCheckError
+from sharder.kernel.promtool import Promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "examples" / "federation.yaml"

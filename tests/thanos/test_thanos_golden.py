@@ -17,7 +17,7 @@ import pytest
 
 from federation import master as mastering
 from federation.spec import GpufedSpec, load_gpufed_spec
-from sharder.output import Bundle
+from sharder.kernel.output import Bundle
 from thanos import formats
 from thanos.render import HASHRINGS_FILE, OBJSTORE_FILE, SECRETS_FILE, render_thanos_bundle
 

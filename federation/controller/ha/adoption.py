@@ -22,10 +22,10 @@ from federation.controller.live.pipeline import Pipeline
 from federation.controller.options import ControllerOptions
 from federation.controller.state import ControllerState, overrides_of
 from federation.controller.stores.store import StateStore
-from sharder.assignment import Assignment
-from sharder.documents import gc_paused
-from sharder.inventory import Target
-from sharder.reconcile import Reconciler
+from sharder.engine.assignment import Assignment
+from sharder.kernel.documents import gc_paused
+from sharder.live.reconcile import Reconciler
+from sharder.model.inventory import Target
 from sharder.sources.registry import BuiltinRegistry
 
 log = logging.getLogger(__name__)

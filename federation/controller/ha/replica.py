@@ -35,9 +35,9 @@ from federation.controller.live.children import Children
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.stores.store import StateStore, StoreError
-from sharder.assignment import Assignment
-from sharder.inventory import Target
-from sharder.targetsets import merge_sets
+from sharder.engine.assignment import Assignment
+from sharder.engine.targetsets import merge_sets
+from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
 WITHHOLD_REFRESHES = 3

@@ -34,7 +34,7 @@ from federation.controller.http.ratelimit import RateLimited, RateLimiter
 from federation.controller.http.read_guard import Reader, etag, not_modified, read_limiter
 from federation.controller.http.redact import redact_file
 from federation.controller.stores.store import StoreError
-from sharder.errors import SharderError
+from sharder.kernel.errors import SharderError
 from sharder.sources.registry import RegistryFull
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from federation.controller.http.api_deps import Ctl, Registrar
 from federation.controller.http.http_guards import problem
 from federation.controller.http.ratelimit import RateLimiter
 from federation.controller.http.read_guard import Reader, etag, not_modified
-from sharder.lastknown import target_document
+from sharder.sources.lastknown import target_document
 from sharder.sources.registry import BatchInvalid, EndpointTaken, IdentityMismatch
 
 router = APIRouter()

@@ -18,8 +18,8 @@ from federation.controller.metrics import ControllerMetrics
 from federation.controller.options import ControllerOptions
 from federation.controller.state import Handover
 from federation.spec import GpufedSpec
-from sharder.assignment import Assignment
-from sharder.inventory import Target
+from sharder.engine.assignment import Assignment
+from sharder.model.inventory import Target
 
 Answers = dict[str, dict[TargetKey, ScrapeState] | None]
 """child -> its active targets (None: unreachable or no URL)."""

@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 
 from federation.controller.state import Handover
 from federation.spec import GpufedSpec
-from sharder.assignment import Assignment
+from sharder.engine.assignment import Assignment
 from sharder.kernel.models import parse_duration
 
 DISCOVERY_THROTTLE_S = 5.0

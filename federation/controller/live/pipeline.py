@@ -19,8 +19,8 @@ from federation.controller.live.publish import Publication
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.stores.store import Changed, Commit, StateStore, StoreError
-from sharder.inventory import Target
-from sharder.step import NO_SETS, SetChanges
+from sharder.engine.step import NO_SETS, SetChanges
+from sharder.model.inventory import Target
 
 
 class Pipeline:

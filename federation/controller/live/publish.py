@@ -31,8 +31,8 @@ from federation.controller.options import ControllerOptions
 from federation.controller.state import ControllerState
 from federation.controller.stores.store import Changed
 from federation.spec import GpufedSpec
-from sharder.assignment import Assignment
-from sharder.inventory import Target
+from sharder.engine.assignment import Assignment
+from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
 

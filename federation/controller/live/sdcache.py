@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 from federation.controller.live import handover as handing
 from federation.controller.state import Handover
-from sharder.assignment import Assignment
-from sharder.inventory import Target
+from sharder.engine.assignment import Assignment
+from sharder.model.inventory import Target
 
 EMPTY = b"[]"
 

@@ -17,8 +17,8 @@ from federation.controller.metrics import ControllerMetrics
 from federation.controller.options import ControllerOptions
 from federation.controller.state import ControllerState, Handover
 from federation.spec import GpufedSpec
-from sharder.assignment import Assignment
-from sharder.inventory import Target
+from sharder.engine.assignment import Assignment
+from sharder.model.inventory import Target
 
 Settled = tuple[list[Handover], list[tuple[Handover, str]]]
 """(hand-overs still pending, [(finished hand-over, result)])."""

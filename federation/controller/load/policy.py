@@ -21,8 +21,8 @@ from federation.controller.load import tracker as loading
 from federation.controller.plans import ApplyResult, PlannedChange
 from federation.controller.state import ControllerState
 from federation.spec import GpufedSpec
-from sharder.inventory import Target
 from sharder.kernel.models import parse_duration
+from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from federation.controller.load import weights as weighing
-from sharder import plan as planning
-from sharder.assignment import Assignment
-from sharder.inventory import Target
+from sharder.engine import planning
+from sharder.engine.assignment import Assignment
+from sharder.model.inventory import Target
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Protocol
 
-from sharder.inventory import Target
-from sharder.spec import MAX_WEIGHT
+from sharder.model.inventory import Target
+from sharder.model.spec import MAX_WEIGHT
 
 TargetKey = tuple[str, str, str]
 """(job, instance, node): how a series is matched to a gpufed target (as ``probe.py`` does)."""

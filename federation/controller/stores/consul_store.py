@@ -75,7 +75,7 @@ from federation.controller.stores.store import (
     newest_audit,
     without_placements,
 )
-from sharder.inventory import Target
+from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
 FORMAT = 2

@@ -62,7 +62,7 @@ from federation.controller.stores.store import (
     audit_document,
     newest_audit,
 )
-from sharder.inventory import Target
+from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
 AUDIT_PAGE = 16

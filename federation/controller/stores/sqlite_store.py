@@ -44,9 +44,9 @@ from federation.controller.stores.store import (
     StoreError,
     without_placements,
 )
-from sharder.assignment import Assignment
-from sharder.inventory import Target
-from sharder.step import SetChanges
+from sharder.engine.assignment import Assignment
+from sharder.engine.step import SetChanges
+from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
 

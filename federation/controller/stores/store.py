@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from federation.controller.state import AuditEntry, ControllerState
-from sharder.assignment import Assignment
-from sharder.inventory import Target
-from sharder.step import SetChanges
+from sharder.engine.assignment import Assignment
+from sharder.engine.step import SetChanges
+from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
 

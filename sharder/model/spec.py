@@ -1,8 +1,8 @@
 """The federation spec (``federation.yaml``): typed models and nothing else.
 
 The spec is the one source every renderer reads: the child Prometheus configs
-(``sharder.render``), and in later stages the master tier, Thanos and Alertmanager.
-Loading from disk and mapping validation errors lives in ``sharder.loading``.
+(``sharder.children.render``), and in later stages the master tier, Thanos and Alertmanager.
+Loading from disk and mapping validation errors lives in ``sharder.model.loading``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from sharder import secrets
-from sharder.errors import preview
+from sharder.kernel import secrets
+from sharder.kernel.errors import preview
 from sharder.kernel.models import (
     NAME_RE,
     StrictModel,
@@ -22,7 +22,7 @@ from sharder.kernel.models import (
     check_url,
     parse_duration,
 )
-from sharder.re2check import check_re2
+from sharder.kernel.re2check import check_re2
 
 MAX_WEIGHT = 10_000
 # Headers Prometheus 2.42 refuses in remote_write.headers (checked against promtool in the tests).

@@ -1,6 +1,6 @@
 """Bytes -> plain Python data for specs and inventories, with hard bounds on what input costs.
 
-Pipeline position: the first step of ``sharder.loading``; nothing here knows the schema.
+Pipeline position: the first step of ``sharder.model.loading``; nothing here knows the schema.
 Every failure is a :class:`DocumentError` (a ``ValueError``) with a one-line reason, so
 the caller only adds the file name. Foreign parser errors are mapped here and nowhere else.
 

@@ -1,6 +1,6 @@
 """The reconcile loop's placement step: a delta in, the next assignment out.
 
-The loop (``sharder.reconcile``) decides *when* to place and *what* changed (the merged
+The loop (``sharder.live.reconcile``) decides *when* to place and *what* changed (the merged
 targets, grace periods, hysteresis counts); the :class:`Placer` decides *how*:
 
 * labels only changed: the assignment stays, SD rebuilds the relabelled targets;
@@ -20,15 +20,15 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from sharder import overrides as overriding
-from sharder.assign import assign
-from sharder.assignment import Assignment
-from sharder.errors import SharderError
-from sharder.incremental import IncrementalAssigner
-from sharder.inventory import Target, sort_targets
-from sharder.spec import FederationSpec
-from sharder.step import Placement
-from sharder.targetsets import Delta
+from sharder.engine import overriding
+from sharder.engine.assigning import assign
+from sharder.engine.assignment import Assignment
+from sharder.engine.incremental import IncrementalAssigner
+from sharder.engine.step import Placement
+from sharder.engine.targetsets import Delta
+from sharder.kernel.errors import SharderError
+from sharder.model.inventory import Target, sort_targets
+from sharder.model.spec import FederationSpec
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def sticky_assign(
     previous: Assignment | None,
     shard_counts: Mapping[str, int],
 ) -> Assignment:
-    """Default ``assign_fn``: sticky ``sharder.assign.assign`` with the hysteresis counts."""
+    """Default ``assign_fn``: sticky ``sharder.engine.assigning.assign`` with the hysteresis counts."""
     return assign(spec, targets, previous=previous, shard_counts=shard_counts)
 
 

@@ -1,6 +1,6 @@
 """Reading the spec and inventories, with errors that name the spot: the one validation layer.
 
-This is the only sharder module that opens files for input; ``sharder.documents`` turns
+This is the only sharder module that opens files for input; ``sharder.kernel.documents`` turns
 the bytes into data within bounds. Everything that becomes a ``Target`` goes through
 :func:`parse_target` (one raw mapping -> ``Target`` or an ``InventoryError`` naming the
 field and value) and a :class:`TargetIndex` (duplicates by endpoint, by identity, and a
@@ -18,12 +18,12 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from sharder import documents, secrets
-from sharder.endpoints import Endpoint, endpoint_of
-from sharder.errors import InventoryError, SpecError, preview
-from sharder.inventory import PLAIN_TEXT_PATTERN, Target, sort_targets
+from sharder.kernel import documents, secrets
+from sharder.kernel.errors import InventoryError, SpecError, preview
 from sharder.kernel.models import field_path
-from sharder.spec import FederationSpec, JobSpec
+from sharder.model.endpoints import Endpoint, endpoint_of
+from sharder.model.inventory import PLAIN_TEXT_PATTERN, Target, sort_targets
+from sharder.model.spec import FederationSpec, JobSpec
 
 MAX_DOCUMENT_BYTES = 1 << 30
 """About 8 million nodes of inventory; anything larger is a mistake (or /dev/zero)."""
@@ -40,7 +40,7 @@ MAX_TARGET_BYTES = 8192
 """All of one target's text together: names, address, identity, path, labels."""
 INTEGER_FIELDS = ("port", "gpus", "weight")
 
-# sharder.inventory.PlainText's regex would say nothing to a reader.
+# sharder.model.inventory.PlainText's regex would say nothing to a reader.
 PLAIN_TEXT_MESSAGE = "must not contain control characters or start/end with whitespace"
 
 

@@ -2,9 +2,9 @@
 
 Everything the assignment depends on is hashed here, with xxh3-64 (fast, fixed across
 platforms and processes), never with the built-in ``hash()``, which is salted per
-process. ``sharder.assign`` builds its ring from :func:`ring_points` and keys targets on
+process. ``sharder.engine.assigning`` builds its ring from :func:`ring_points` and keys targets on
 :func:`key_hash` of their identity; changing either changes every placement, so both are
-covered by ``ALGORITHM_VERSION`` in ``sharder.assign``.
+covered by ``ALGORITHM_VERSION`` in ``sharder.engine.assigning``.
 
 :func:`hashmod` reproduces Prometheus' ``action: hashmod`` relabelling exactly, so that
 benchmarks can compare our movement with the classic ``hashmod``/``keep`` sharding.
@@ -54,7 +54,7 @@ class Ring:
     fleet, instead of a binary search per key. Adding a shard only inserts vnodes, so
     only slices whose first vnode is a new one change owner, to the new shard: the ring
     stays consistent. The slicing is part of the placement, so covered by the strategy's
-    version in ``sharder.assign``.
+    version in ``sharder.engine.assigning``.
     """
 
     __slots__ = ("_shift", "owners", "positions", "slice_owners", "slice_slots")

@@ -3,10 +3,10 @@
 Pipeline: sources (``sharder.sources.*``, one thread each) push *full* target sets into
 :meth:`Reconciler.on_change`; :meth:`Reconciler.tick` (called by :meth:`Reconciler.run`
 or by a test with a fake clock) merges them, applies grace periods and shard-count
-hysteresis, and assigns through ``assign_fn`` (sticky ``sharder.assign.assign`` unless
+hysteresis, and assigns through ``assign_fn`` (sticky ``sharder.engine.assigning.assign`` unless
 the controller injects its own). Plain Python, no I/O: time comes from ``clock``.
 
-**Merge.** What the sources say, merged, is :class:`sharder.merging.MergedSources`'s:
+**Merge.** What the sources say, merged, is :class:`sharder.live.merging.MergedSources`'s:
 by target identity, the source earlier in ``precedence`` first (so ``precedence=("file",
 "consul")`` lets a hand-kept file override Consul), one target per endpoint. Within a
 source a second identity for an endpoint is skipped; across sources the later one is
@@ -22,10 +22,10 @@ registry never settles (a trailing debounce would keep postponing it).
 target never changes shard. A source that fails keeps its last set: errors go to
 :meth:`Reconciler.on_error` and only count.
 
-**Hysteresis.** See :mod:`sharder.sizing`; its counts go to ``assign`` as ``shard_counts``.
+**Hysteresis.** See :mod:`sharder.engine.sizing`; its counts go to ``assign`` as ``shard_counts``.
 
-**Incremental.** Placement is :class:`sharder.placer.Placer`'s: with the default
-``assign_fn`` it keeps a ``sharder.incremental.IncrementalAssigner``, so a change costs
+**Incremental.** Placement is :class:`sharder.live.placer.Placer`'s: with the default
+``assign_fn`` it keeps a ``sharder.engine.incremental.IncrementalAssigner``, so a change costs
 time in proportion to the change, and the result equals ``assign(spec, targets,
 previous=<last>, <overrides>)``. The operator's overrides (pins, drains, weights, shard
 counts) are data it holds (:meth:`Reconciler.set_overrides`), not a reason to re-assign:
@@ -43,25 +43,25 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import MappingProxyType
 
-from sharder import documents, intake, sizing
-from sharder import overrides as overriding
-from sharder import plan as plan_mod
-from sharder.assignment import Assignment
-from sharder.errors import SharderError
-from sharder.incremental import IncrementalAssigner
-from sharder.intake import DiscoveryObserver
-from sharder.inventory import Target, sort_targets
-from sharder.merging import MergedSources
-from sharder.persisting import LastKnownStore, SetPersister
-from sharder.placer import AssignFn, Placer, sticky_assign
-from sharder.spec import FederationSpec
-from sharder.step import Step
-from sharder.targetsets import Delta, NodeCounts, count_nodes, nodes_after
+from sharder.engine import overriding, planning, sizing
+from sharder.engine.assignment import Assignment
+from sharder.engine.incremental import IncrementalAssigner
+from sharder.engine.step import Step
+from sharder.engine.targetsets import Delta, NodeCounts, count_nodes, nodes_after
+from sharder.kernel import documents
+from sharder.kernel.errors import SharderError
+from sharder.live import intake
+from sharder.live.intake import DiscoveryObserver
+from sharder.live.merging import MergedSources
+from sharder.live.persisting import LastKnownStore, SetPersister
+from sharder.live.placer import AssignFn, Placer, sticky_assign
+from sharder.model.inventory import Target, sort_targets
+from sharder.model.spec import FederationSpec
 
 log = logging.getLogger(__name__)
 
 
-OnAssignment = Callable[[Assignment, plan_mod.Plan], None]
+OnAssignment = Callable[[Assignment, planning.Plan], None]
 
 
 class Reconciler:
@@ -84,7 +84,7 @@ class Reconciler:
         persist_interval_s: float = 5.0,
         sets_in_steps: bool = False,
     ) -> None:
-        """``sets_in_steps``: every :class:`~sharder.step.Step` carries the per-source set
+        """``sets_in_steps``: every :class:`~sharder.engine.step.Step` carries the per-source set
         changes not stored yet, for a caller that commits them with the step (then give no
         ``store``: the loop writes none itself)."""
         self.spec = spec
@@ -214,7 +214,7 @@ class Reconciler:
         return None if step is None else step.assignment
 
     def step(self) -> Step | None:
-        """Apply what is due now: the change as one value (:class:`~sharder.step.Step`),
+        """Apply what is due now: the change as one value (:class:`~sharder.engine.step.Step`),
         or None when nothing changed."""
         with self._lock:
             now = self._clock()
@@ -247,8 +247,8 @@ class Reconciler:
             return None
         previous, new = self._assignment, placed.assignment
         only = None if placed.touched is None else set(placed.touched)
-        plan = plan_mod.diff(previous, new, only=only) if self._on_assignment is not None else None
-        summary = plan_mod.summarize(previous, new, only=only)
+        plan = planning.diff(previous, new, only=only) if self._on_assignment is not None else None
+        summary = planning.summarize(previous, new, only=only)
         with self._lock:
             self._assignment, self._applied = new, targets
             self._nodes = nodes.nodes
@@ -277,7 +277,7 @@ class Reconciler:
         return nodes_after(self._nodes, self._applied, delta)
 
     def _persist(self, now: float) -> None:
-        """Save what changed in the per-source sets (``sharder.persisting``)."""
+        """Save what changed in the per-source sets (``sharder.live.persisting``)."""
         if self._persister.store is None:
             return
         with self._lock:

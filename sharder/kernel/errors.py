@@ -21,7 +21,7 @@ from __future__ import annotations
 import reprlib
 from typing import Any
 
-from sharder import secrets
+from sharder.kernel import secrets
 
 MAX_SHOWN = 120
 _repr = reprlib.Repr()

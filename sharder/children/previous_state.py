@@ -1,6 +1,6 @@
 """The previous run's state, read defensively, and what a new run may do to it.
 
-Pipeline position: before ``sharder.assign`` (:func:`load_previous` gives the sticky
+Pipeline position: before ``sharder.engine.assigning`` (:func:`load_previous` gives the sticky
 previous assignment) and after it (:func:`check_removal` refuses a change that would stop
 scraping a large part of the fleet at once). Pure apart from reading two files.
 
@@ -18,10 +18,10 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from sharder import output
-from sharder.assignment import Assignment
 from sharder.children import tree
-from sharder.errors import MassRemovalError, OutputError, preview
+from sharder.engine.assignment import Assignment
+from sharder.kernel import output
+from sharder.kernel.errors import MassRemovalError, OutputError, preview
 
 Warn = Callable[[str], None]
 

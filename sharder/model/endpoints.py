@@ -2,9 +2,9 @@
 
 An *endpoint* is what Prometheus would scrape: scheme, host, port and metrics path, with
 the job's defaults filled in. Hosts and ``host:port`` identities are already in one
-spelling when a ``Target`` exists (``sharder.addresses``), so the key is plain data.
+spelling when a ``Target`` exists (``sharder.model.addresses``), so the key is plain data.
 
-Three places use it, none with a copy: the inventory loader (``sharder.loading.TargetIndex``
+Three places use it, none with a copy: the inventory loader (``sharder.model.loading.TargetIndex``
 refuses the second entry), the built-in registry (refuses an entry whose endpoint another
 identity serves) and the reconcile loop's merge of sources (:func:`cross_source_duplicates`:
 the source earlier in precedence keeps the endpoint, the other identity is left out).
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sharder.inventory import Target
-from sharder.spec import JobSpec
+from sharder.model.inventory import Target
+from sharder.model.spec import JobSpec
 
 Endpoint = tuple[str, str, int, str]
 """(scheme, host, port, metrics_path)."""

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-from sharder.inventory import Target
+from sharder.model.inventory import Target
 
 Delta = tuple[list[Target], list[str], set[str]]
 """(targets to place, identities to remove, identities whose other fields changed)."""

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sharder.errors import LockedError
+from sharder.kernel.errors import LockedError
 
 
 def lock_path(out_dir: str | Path) -> Path:

@@ -1,7 +1,7 @@
 """A change as one value: what the reconcile loop hands to whoever commits and publishes it.
 
-:class:`Placement` is what :meth:`sharder.placer.Placer.place` returns; :class:`Step` is
-what :meth:`sharder.reconcile.Reconciler.step` returns: the assignment, the one it was
+:class:`Placement` is what :meth:`sharder.live.placer.Placer.place` returns; :class:`Step` is
+what :meth:`sharder.live.reconcile.Reconciler.step` returns: the assignment, the one it was
 placed from, what may differ between them, the targets it places and the per-source set
 changes not stored yet. Frozen, read forward: nothing is read back from the placer or the
 loop after the call (no side outputs, no callbacks).
@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from sharder.assignment import Assignment
-from sharder.inventory import Target
-from sharder.plan import PlanSummary
+from sharder.engine.assignment import Assignment
+from sharder.engine.planning import PlanSummary
+from sharder.model.inventory import Target
 
 SetChanges = Mapping[str, Mapping[str, Target | None]]
 """source -> identity -> target (None: gone from the source)."""

@@ -2,7 +2,7 @@
 
 Written after every applied change with stage-then-rename (``os.replace``), so a crash
 mid-write leaves the previous file intact. Read at start-up through the same inventory
-validation as every other input (``sharder.loading.parse_inventory``); an entry that no
+validation as every other input (``sharder.model.loading.parse_inventory``); an entry that no
 longer validates is skipped with a warning rather than losing the rest.
 """
 
@@ -16,10 +16,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sharder.errors import InventoryError
-from sharder.inventory import Target
-from sharder.loading import TargetIndex, parse_target
-from sharder.spec import JobSpec
+from sharder.kernel.errors import InventoryError
+from sharder.model.inventory import Target
+from sharder.model.loading import TargetIndex, parse_target
+from sharder.model.spec import JobSpec
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
@@ -40,7 +40,7 @@ def parse_entries(
     jobs: Mapping[str, JobSpec] | None = None,
     cache: Parsed | None = None,
 ) -> tuple[list[Target], list[str]]:
-    """Validate registry entries one by one through ``sharder.loading`` (the one validation
+    """Validate registry entries one by one through ``sharder.model.loading`` (the one validation
     layer): (good targets, one message per refused entry). A bad entry, or a duplicate of
     an earlier one, is skipped; the rest of the answer is kept.
 

@@ -1,7 +1,7 @@
 """The bounded-load fill shared by every placement strategy and by the incremental path.
 
-``sharder.assign`` builds one :class:`Fill` per region and runs its stages; the
-incremental assigner (``sharder.incremental``) runs the same stages on the few targets a
+``sharder.engine.assigning`` builds one :class:`Fill` per region and runs its stages; the
+incremental assigner (``sharder.engine.incremental``) runs the same stages on the few targets a
 change touches, starting from loads it keeps up to date, so both give equal results.
 
 Stages, each offering every target that is still unplaced one shard:

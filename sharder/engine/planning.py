@@ -1,6 +1,6 @@
 """What changes between two assignments: the plan that ``gpufed plan`` and REST print.
 
-Pipeline: ``sharder.assign`` -> :func:`diff` (here, pure) -> CLI/REST show the plan, the
+Pipeline: ``sharder.engine.assigning`` -> :func:`diff` (here, pure) -> CLI/REST show the plan, the
 controller applies it. A plan is plain data: every list is sorted and every dict keyed in
 shard order, so ``to_json_dict()`` is the same for the same two assignments.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from sharder.assignment import Assignment, ShardInfo
+from sharder.engine.assignment import Assignment, ShardInfo
 
 
 class PlanModel(BaseModel):

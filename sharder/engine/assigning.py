@@ -1,15 +1,15 @@
 """Targets -> shards: consistent hashing with bounded loads on a vnode ring, per region.
 
-Pipeline: sources list targets -> :func:`assign` (here, pure) -> ``sharder.plan.diff``
+Pipeline: sources list targets -> :func:`assign` (here, pure) -> ``sharder.engine.planning.diff``
 against the saved assignment -> renderers write one config per child. The reconcile loop
-follows a live fleet with ``sharder.incremental``, whose results equal :func:`assign`'s.
+follows a live fleet with ``sharder.engine.incremental``, whose results equal :func:`assign`'s.
 
 **Algorithm** ``bounded-ring`` (Mirrokni, Thorup, Zadimoghaddam, "Consistent hashing with
 bounded loads", 2018): a hash ring with :data:`VNODES` virtual nodes per shard; every
 target goes to the shard owning the first vnode clockwise from its key hash unless that
 would lift the shard above its capacity; targets left over walk on clockwise, in ring
 order, to the first shard with room. The stages and capacities live in
-:mod:`sharder.fill`. ``bounded-rendezvous`` (weighted rendezvous/HRW, the same fill)
+:mod:`sharder.engine.fill`. ``bounded-rendezvous`` (weighted rendezvous/HRW, the same fill)
 scores all S shards per target and is kept as the measured alternative (~10x slower).
 Both sit in :data:`STRATEGIES` behind one :class:`Placer` signature;
 ``spec.sharding.algorithm`` picks one and the result is pinned by name and version.
@@ -25,7 +25,7 @@ start and kept whole, see :class:`Strategy`):
 * A fill leaves the room one more shard would take (capacity ``c x total / (S + 1)``),
   so right after adding a shard no shard is above the load factor and none has to shed
   on top of the new shard's share; max/mean stays below c.
-* Keys are placed by the ring's slice table (``sharder.hashing.Ring``), one C-level pass
+* Keys are placed by the ring's slice table (``sharder.engine.hashing.Ring``), one C-level pass
   for the fleet instead of a binary search per key, and the ring has 128 vnodes per shard
   instead of 512: with new shards filled from the most loaded, the ring only decides where
   new and orphaned targets go, and a smaller ring is built faster. 100,000 targets on 100
@@ -46,13 +46,13 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Protocol
 
-from sharder import overrides as overriding
-from sharder.assignment import Assignment, ShardInfo
-from sharder.errors import AssignmentError
-from sharder.fill import Fill, Order, base_capacity, keep_limit
-from sharder.hashing import Ring, key_hashes, rendezvous_ranking, rendezvous_seeds, rendezvous_winner
-from sharder.inventory import Target
-from sharder.spec import FederationSpec, shard_id
+from sharder.engine import overriding
+from sharder.engine.assignment import Assignment, ShardInfo
+from sharder.engine.fill import Fill, Order, base_capacity, keep_limit
+from sharder.engine.hashing import Ring, key_hashes, rendezvous_ranking, rendezvous_seeds, rendezvous_winner
+from sharder.kernel.errors import AssignmentError
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec, shard_id
 
 ALGORITHM = "bounded-ring"
 ALGORITHM_VERSION = 2
@@ -60,9 +60,9 @@ VNODES = 128
 
 
 def capacity(total: int, *, shards: int, heaviest: int, load_factor: float) -> int:
-    """Most weight one shard can end up with, pins aside: :func:`sharder.fill.keep_limit`.
+    """Most weight one shard can end up with, pins aside: :func:`sharder.engine.fill.keep_limit`.
 
-    A fill places targets under :func:`sharder.fill.base_capacity` (below ``c x mean``)
+    A fill places targets under :func:`sharder.engine.fill.base_capacity` (below ``c x mean``)
     and only a walk that finds no room raises that, never beyond this bound; targets
     already on a shard may stay up to it.
     """
@@ -116,7 +116,7 @@ def run_stages(
     pinned: Sequence[int] | None,
     load_factor: float,
 ) -> list[int]:
-    """Pins, new shards' share, keep, first choice, walk: the stages of :mod:`sharder.fill`."""
+    """Pins, new shards' share, keep, first choice, walk: the stages of :mod:`sharder.engine.fill`."""
     placed = False
     if pinned is not None:
         fill.pin(pinned)
@@ -320,7 +320,7 @@ def assign(
     The algorithm is ``spec.sharding.algorithm`` unless ``algorithm`` names another
     (benchmarks compare them). ``shard_counts``, ``pins``, ``drained`` and
     ``weight_overrides`` are the control plane's overrides, described and checked in
-    :mod:`sharder.overrides`; a bad one raises :class:`AssignmentError` naming it.
+    :mod:`sharder.engine.overriding`; a bad one raises :class:`AssignmentError` naming it.
 
     Shards are listed by region name then index; targets by region, then in input order
     (re-sorting 1M keys would cost more than the assignment), so compare assignments with

@@ -13,14 +13,14 @@ import logging
 from collections.abc import Collection, Iterable, Sequence
 from typing import Protocol
 
-from sharder.endpoints import EndpointIndex
-from sharder.inventory import Target
+from sharder.model.endpoints import EndpointIndex
+from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
 
 
 class DiscoveryObserver(Protocol):
-    """What the loop reports (``sharder.discovery_metrics.DiscoveryMetrics`` implements it)."""
+    """What the loop reports (``sharder.sources.discovery_metrics.DiscoveryMetrics`` implements it)."""
 
     def success(self, source: str, *, targets: int) -> None: ...
 

@@ -1,6 +1,6 @@
 """Saving the reconcile loop's per-source sets: only what changed, at most every interval.
 
-The loop (``sharder.reconcile``) notes which identities of which source changed; the
+The loop (``sharder.live.reconcile``) notes which identities of which source changed; the
 :class:`SetPersister` writes them to a delta store (``LastKnownChanges``, e.g. the
 controller's SQLite rows) or, for a store that takes only whole sets, the whole sets.
 Not thread-safe on its own: ``note``/``take`` run under the loop's lock, ``write`` outside
@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from sharder.inventory import Target
+from sharder.model.inventory import Target
 
 Changes = dict[str, dict[str, Target | None]]
 """source -> identity -> target (None: gone from the source)."""
 
 
 class LastKnownStore(Protocol):
-    """Where the merged per-source sets survive a restart (``sharder.lastknown``)."""
+    """Where the merged per-source sets survive a restart (``sharder.sources.lastknown``)."""
 
     def save(self, sets: Mapping[str, Sequence[Target]]) -> None: ...
 

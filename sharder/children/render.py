@@ -1,11 +1,11 @@
 """Child Prometheus configs: typed spec + assignment + targets in, plain dicts out.
 
-Pipeline position: ``sharder.assign`` decides which shard owns each target; this module
+Pipeline position: ``sharder.engine.assigning`` decides which shard owns each target; this module
 turns that decision into one ``prometheus.yml`` dict per child (replicas of a shard
 differ only in their ``replica`` external label) plus the target groups each child
 discovers, either from files beside its config (file_sd) or from the controller's
 HTTP SD endpoint (``http_sd_groups`` is what that endpoint serves). Nothing here
-dumps YAML or touches disk: ``sharder.output`` does that, so output stays byte-stable.
+dumps YAML or touches disk: ``sharder.kernel.output`` does that, so output stays byte-stable.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sharder.assignment import Assignment
-from sharder.errors import AssignmentError
-from sharder.inventory import Target
-from sharder.spec import FederationSpec, JobSpec, RemoteWriteSpec
+from sharder.engine.assignment import Assignment
+from sharder.kernel.errors import AssignmentError
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec, JobSpec, RemoteWriteSpec
 
 AGENT_FLAG = "--enable-feature=agent"
 """Prometheus 2.x agent mode is a feature flag, not a config key."""

@@ -2,12 +2,12 @@
 
 :class:`MergedSources` holds each source's last set and its endpoint index, the
 cross-source duplicates left out, the targets that vanished and are in their grace
-period, and the identities changed since the last tick. :class:`sharder.reconcile.Reconciler`
+period, and the identities changed since the last tick. :class:`sharder.live.reconcile.Reconciler`
 owns one and decides *when* to place; this module says *what* there is to place.
 
 **Merge.** Sources merge by target identity; the source earlier in ``precedence`` wins,
 the others follow in name order (``consul/<service>@<dc>`` ranks as "consul"). One
-endpoint is one target (``sharder.endpoints``): across sources the earlier one keeps it
+endpoint is one target (``sharder.model.endpoints``): across sources the earlier one keeps it
 and the other identity is left out, logged once and counted (``duplicate_endpoint``).
 
 **Grace.** A placed target that no source names any more stays for ``grace_s``.
@@ -23,7 +23,9 @@ import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from sharder.endpoints import (
+from sharder.engine.targetsets import Delta, merge_sets, note_change, ranked_sources, target_delta
+from sharder.live.intake import DiscoveryObserver
+from sharder.model.endpoints import (
     Duplicate,
     Endpoint,
     EndpointIndex,
@@ -33,17 +35,15 @@ from sharder.endpoints import (
     show,
     winner,
 )
-from sharder.intake import DiscoveryObserver
-from sharder.inventory import Target, sort_targets
-from sharder.spec import JobSpec
-from sharder.targetsets import Delta, merge_sets, note_change, ranked_sources, target_delta
+from sharder.model.inventory import Target, sort_targets
+from sharder.model.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
 
 class MergedSources:
     """Per-source target sets and their merge. Not thread-safe: the owner
-    (:class:`sharder.reconcile.Reconciler`) calls every method under its own lock."""
+    (:class:`sharder.live.reconcile.Reconciler`) calls every method under its own lock."""
 
     def __init__(
         self,

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from sharder.errors import OutputError
+from sharder.kernel.errors import OutputError
 
 Bundle = dict[str, bytes]
 """Relative POSIX path -> file content."""

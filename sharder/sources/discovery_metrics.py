@@ -2,7 +2,7 @@
 
 Nothing registers at import time: :class:`DiscoveryMetrics` takes the registry it
 registers into (the controller's, or a fresh one in tests). It implements the
-``DiscoveryObserver`` protocol of ``sharder.intake``.
+``DiscoveryObserver`` protocol of ``sharder.live.intake``.
 """
 
 from __future__ import annotations

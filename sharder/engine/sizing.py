@@ -11,7 +11,7 @@ and ``c`` shards now:
   ``shrink_after_s``; then to the smallest such ``s``.
 
 Right after growing to ``ceil(n / t)`` neither rule fires, so the count is stable
-inside the band. Pure: the caller passes ``now``; used by ``sharder.reconcile``.
+inside the band. Pure: the caller passes ``now``; used by ``sharder.live.reconcile``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from sharder.assignment import Assignment
-from sharder.inventory import Target
-from sharder.spec import FederationSpec
+from sharder.engine.assignment import Assignment
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec
 
 
 @dataclass(frozen=True)

@@ -3,14 +3,14 @@
 The reconcile loop holds one :class:`IncrementalAssigner` per spec and overrides and
 feeds it what discovery reports (``apply(added=..., removed=...)``). Each result is
 *equal* to ``assign(spec, all_targets, previous=<last result>, <same overrides>)``, the
-from-scratch sticky assignment, because it runs the same stages of :mod:`sharder.fill`:
+from-scratch sticky assignment, because it runs the same stages of :mod:`sharder.engine.fill`:
 
 * stage 0 and 2 (pins, keep) are the state itself: per shard, the load of its pinned
   targets and its other members sorted in ring order, kept up to date. A shard sheds only
   when it is above the keep limit after the change (the fleet shrank); then its members
   are walked in ring order exactly as the keep stage would.
 * stages 3 and 4 (first choice, walk) run on the few unplaced targets (new ones and the
-  shed ones) over the current loads, with the same :class:`~sharder.fill.Fill` code.
+  shed ones) over the current loads, with the same :class:`~sharder.engine.fill.Fill` code.
 * stage 1 (a new shard's share) never applies: the shard set does not change here.
 
 Where the fast path cannot be exact it falls back to a full ``assign``: when sizing by
@@ -27,14 +27,13 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sharder import assign as assigning
-from sharder import overrides as overriding
-from sharder.assignment import Assignment
-from sharder.errors import AssignmentError
-from sharder.fill import Fill, base_capacity, keep_limit
-from sharder.hashing import Ring, key_hash
-from sharder.inventory import Target
-from sharder.spec import FederationSpec
+from sharder.engine import assigning, overriding
+from sharder.engine.assignment import Assignment
+from sharder.engine.fill import Fill, base_capacity, keep_limit
+from sharder.engine.hashing import Ring, key_hash
+from sharder.kernel.errors import AssignmentError
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec
 
 Member = tuple[int, str]  # (key hash, identity): ring order, ties broken by identity
 

@@ -13,9 +13,9 @@ from typing import Annotated, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from sharder.addresses import host_port, normalise_host, normalise_identity
 from sharder.kernel.models import LABEL_NAME_RE
-from sharder.spec import MAX_WEIGHT
+from sharder.model.addresses import host_port, normalise_host, normalise_identity
+from sharder.model.spec import MAX_WEIGHT
 
 RESERVED_LABELS = frozenset({"cluster", "region", "shard", "replica", "job", "instance"})
 PLAIN_TEXT_PATTERN = r"^(?:[^\p{C}\p{Z}](?:[^\p{C}\p{Zl}\p{Zp}]*[^\p{C}\p{Z}])?)?\z"
@@ -23,7 +23,7 @@ PlainText = Annotated[str, StringConstraints(pattern=PLAIN_TEXT_PATTERN)]
 """Names and label values: no control characters, no leading or trailing whitespace.
 
 Checked by pydantic-core's regex engine (a Python validator per field costs 800k calls
-per 400k-node inventory); ``sharder.loading`` words the mismatch for people.
+per 400k-node inventory); ``sharder.model.loading`` words the mismatch for people.
 """
 
 

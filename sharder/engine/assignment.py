@@ -1,6 +1,6 @@
 """The result of assigning targets to shards: plain data, saved as ``assignment.json``.
 
-Produced by ``sharder.assign``, compared by ``sharder.plan.diff``, read by the renderers
+Produced by ``sharder.engine.assigning``, compared by ``sharder.engine.planning.diff``, read by the renderers
 and persisted by the CLI/controller so the next run is sticky and its algorithm pinned.
 
 A *shard* is a logical slice of one region's targets. With replication factor r each

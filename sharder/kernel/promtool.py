@@ -1,6 +1,6 @@
 """Client module for ``promtool check config``: the only sharder module that runs processes.
 
-Pipeline position: after ``sharder.output`` has written a bundle into its staging dir and
+Pipeline position: after ``sharder.kernel.output`` has written a bundle into its staging dir and
 before the swap, every child config is checked here, so a config Prometheus would refuse
 never replaces a good one. ``ConfigChecker`` is the seam: tests and the controller may pass
 any object with ``check``; the real one is ``Promtool``.
@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
-from sharder.errors import ConfigCheckError
+from sharder.kernel.errors import ConfigCheckError
 
 
 class ConfigChecker(Protocol):

@@ -1,6 +1,6 @@
 """Operator and control-plane overrides of an assignment, checked before any placement.
 
-``sharder.assign.assign`` takes four keyword-only overrides; the reconcile loop and the
+``sharder.engine.assigning.assign`` takes four keyword-only overrides; the reconcile loop and the
 controller feed them from hysteresis and operator actions:
 
 * ``shard_counts``: region -> shard count, replacing the spec's sizing (fixed count or
@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from sharder.errors import AssignmentError
-from sharder.spec import FederationSpec
+from sharder.kernel.errors import AssignmentError
+from sharder.model.spec import FederationSpec
 
 
 def _positive_int(value: object) -> bool:
