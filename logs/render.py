@@ -1,6 +1,6 @@
 """The logs tier's bundle: ``LogsSpec`` + the Thanos bucket in, files under ``logs/`` out.
 
-Pipeline position: ``federation.pipeline.logs_part`` calls :func:`render_logs_bundle`::
+Pipeline position: ``federation.master.pipeline.logs_part`` calls :func:`render_logs_bundle`::
 
     logs/promtail.yml                    every GPU node (node identity from its environment)
     logs/loki.yml                        single binary (compose)

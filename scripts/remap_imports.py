@@ -73,6 +73,33 @@ def remap_module(name: str, modules: dict[str, str]) -> str:
     return name
 
 
+def _is_new(dotted: str, modules: dict[str, str]) -> bool:
+    """``dotted`` (or a prefix of it) already names a module at its new place.
+
+    Needed where an old module became a package of the same name: after ``federation.master
+    -> federation.master.render`` and ``federation.pipeline -> federation.master.pipeline``,
+    ``federation.master.pipeline`` is new and must not be read as an attribute of the old
+    ``federation.master``.
+    """
+    new = _new_names(modules)
+    probe = dotted
+    while probe:
+        if probe in new and probe not in modules:
+            return True
+        probe = probe.rpartition(".")[0]
+    return False
+
+
+_NEW: dict[int, frozenset[str]] = {}
+
+
+def _new_names(modules: dict[str, str]) -> frozenset[str]:
+    key = id(modules)
+    if key not in _NEW:
+        _NEW[key] = frozenset(modules.values())
+    return _NEW[key]
+
+
 def _alias(name: str, asname: str | None) -> str:
     return name if asname in (None, name) else f"{name} as {asname}"
 
@@ -101,12 +128,18 @@ def rewrite_imports(source: str, modules: dict[str, str], symbols: dict) -> str:
     edits: list[tuple[int, int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names = [_alias(remap_module(a.name, modules), a.asname) for a in node.names]
+            names = [
+                _alias(a.name if _is_new(a.name, modules) else remap_module(a.name, modules), a.asname)
+                for a in node.names
+            ]
             new = f"import {', '.join(names)}"
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             groups: dict[str, list[str]] = {}
             for a in node.names:
                 full = f"{node.module}.{a.name}"
+                if _is_new(full, modules) or _is_new(node.module, modules):
+                    groups.setdefault(node.module, []).append(_alias(a.name, a.asname))
+                    continue
                 if (node.module, a.name) in symbols:
                     module, name = symbols[(node.module, a.name)]
                     entry = _alias(name, a.asname or (a.name if name != a.name else None))
@@ -135,8 +168,13 @@ def _same(old: str, new: str) -> bool:
     return squash(old) == squash(new)
 
 
-def _patterns(modules: dict[str, str], symbols: dict) -> list[tuple[re.Pattern[str], str]]:
-    out: list[tuple[re.Pattern[str], str]] = []
+Patterns = list[tuple[re.Pattern[str], str]]
+MODULES: dict[str, str] = {}
+"""The module moves of this run, for :func:`_replace` (set by :func:`main`)."""
+
+
+def _patterns(modules: dict[str, str], symbols: dict) -> Patterns:
+    out: Patterns = []
     for (old_mod, old_name), (new_mod, new_name) in symbols.items():
         for sep in (".", ":"):
             old, new = f"{old_mod}{sep}{old_name}", f"{new_mod}{sep}{new_name}"
@@ -148,18 +186,25 @@ def _patterns(modules: dict[str, str], symbols: dict) -> list[tuple[re.Pattern[s
     return out
 
 
-def rewrite_text(text: str, patterns: list[tuple[re.Pattern[str], str]], *, fstring: bool = False) -> str:
-    for pattern, new in patterns:
-        text = pattern.sub(lambda match, new=new: _replace(match, new, fstring=fstring), text)
-    return text
+def rewrite_text(text: str, patterns: Patterns, *, fstring: bool = False) -> str:
+    # One pass over all patterns at once, so a replacement is never matched again.
+    combined = re.compile("|".join(f"(?P<p{i}>{p.pattern})" for i, (p, _) in enumerate(patterns)))
+    news = [new for _, new in patterns]
+
+    def one(match: re.Match[str]) -> str:
+        index = int(next(name for name, value in match.groupdict().items() if value is not None)[1:])
+        return _replace(match, news[index], fstring=fstring)
+
+    return combined.sub(one, text) if patterns else text
 
 
 def _replace(match: re.Match[str], new: str, *, fstring: bool) -> str:
-    """``new`` for a match, unless it already reads ``new`` or sits in an f-string's ``{...}``."""
+    """``new`` for a match, unless it already reads as a new name or is f-string code."""
     text, start = match.string, match.start()
-    ahead = text[start : start + len(new) + 1]
-    if ahead.startswith(new) and (len(ahead) == len(new) or not (ahead[-1].isalnum() or ahead[-1] == "_")):
-        return match.group(0)  # old is a prefix of new (a module moved into a package of its name)
+    chain = re.match(r"[\w./]+", text[start:])
+    dotted = chain.group(0).removesuffix(".py").replace("/", ".") if chain else ""
+    if _is_new(dotted.rstrip("."), MODULES):
+        return match.group(0)  # already moved: the old name is a prefix of a new one
     if fstring:
         before = text[:start].replace("{{", "").replace("}}", "")
         if before.count("{") > before.count("}"):
@@ -167,7 +212,7 @@ def _replace(match: re.Match[str], new: str, *, fstring: bool) -> str:
     return new
 
 
-def rewrite_python_text(source: str, patterns: list[tuple[re.Pattern[str], str]]) -> str:
+def rewrite_python_text(source: str, patterns: Patterns) -> str:
     """Rewrite names in strings and comments only: code is the AST pass's business."""
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
@@ -213,6 +258,7 @@ def files() -> list[Path]:
 def main(argv: list[str]) -> int:
     maps = [Path(arg) for arg in argv] or sorted((ROOT / "docs").glob("moves-*.txt"))
     modules, symbols = read_map(maps)
+    MODULES.update(modules)
     patterns = _patterns(modules, symbols)
     changed: list[str] = []
     for path in files():

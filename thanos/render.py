@@ -1,6 +1,6 @@
 """Pure renderers: ``ThanosSpec`` in, Thanos files and per-component arguments out.
 
-Pipeline position: ``federation.pipeline.thanos_part`` calls ``render_thanos_bundle``
+Pipeline position: ``federation.master.pipeline.thanos_part`` calls ``render_thanos_bundle``
 with the master instances (sidecar mode runs one sidecar beside each); the bundle
 lands under ``thanos/`` in the output tree::
 

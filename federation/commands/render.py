@@ -1,4 +1,4 @@
-"""``gpufed render`` and ``gpufed plan``: thin commands over ``federation.pipeline``.
+"""``gpufed render`` and ``gpufed plan``: thin commands over ``federation.master.pipeline``.
 
 Bad input (any ``SharderError``) prints one ``error: ...`` line on stderr and exits 2;
 a config promtool rejects exits 1 with promtool's message. No tracebacks either way;
@@ -22,7 +22,7 @@ from rich.table import Table
 
 from alertmanager.amtool import Amtool
 from alertmanager.errors import AmtoolError
-from federation import pipeline
+from federation.master import pipeline
 from sharder.engine.planning import Plan
 from sharder.kernel.errors import ConfigCheckError, SharderError
 from sharder.kernel.promtool import Promtool

@@ -66,7 +66,7 @@ def controller(
     # The token goes through the environment: a flag would show in `ps` to every user.
     return Launch(
         name="controller",
-        argv=python("federation.cli", *args),
+        argv=python("federation.commands.cli", *args),
         env={"GPUFED_TOKEN": token},
         ready_url=url(port, "/healthz"),
     )

@@ -1,6 +1,6 @@
 """The ``grafana/`` bundle: datasources, dashboard providers, team folders, HA, API calls.
 
-Pipeline position: ``federation.pipeline.grafana_part``::
+Pipeline position: ``federation.master.pipeline.grafana_part``::
 
     grafana/provisioning/datasources/gpufed.yml   Prometheus + Loki, correlated by node
     grafana/provisioning/dashboards/gpufed.yml    the shared folder, then one per team

@@ -130,7 +130,7 @@ class ServeProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = workdir / "serve.log"
-        args = [sys.executable, "-m", "federation.cli", "serve", "--spec", str(spec),
+        args = [sys.executable, "-m", "federation.commands.cli", "serve", "--spec", str(spec),
                 "--data-dir", str(workdir / "data"), "--listen", f"127.0.0.1:{self.port}",
                 "--debounce", str(debounce_s), "--registry-ttl", "86400",
                 "--log-level", "warning"]  # fmt: skip

@@ -1,6 +1,6 @@
 """One writer per output tree: an advisory lock file beside ``--out``.
 
-Pipeline position: ``federation.pipeline.render`` holds :func:`output_lock` from reading
+Pipeline position: ``federation.master.pipeline.render`` holds :func:`output_lock` from reading
 the previous ``assignment.json`` to the swap of the new tree, so two renders into one
 directory cannot both read the same previous state and then overwrite each other's
 staging or swap. The lock is ``<parent>/.<name>.lock`` (the output directory itself is

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from federation.cli import _register, app
+from federation.commands.cli import _register, app
 from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.stores.integrity import MARKER_NAME
 from federation.controller.stores.sqlite_store import SqliteStore

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from federation.cli import _register, app
+from federation.commands.cli import _register, app
 from federation.controller.state import ControllerState
 from federation.controller.stores.sqlite_store import SqliteStore
 from federation.controller.stores.store import StoreError

@@ -10,8 +10,8 @@ import pytest
 import typer
 from typer.testing import CliRunner, Result
 
-from federation import pipeline
 from federation.commands import render
+from federation.master import pipeline
 from sharder.kernel import output
 from sharder.kernel.errors import AssignmentError
 from sharder.kernel.promtool import Promtool

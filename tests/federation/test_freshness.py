@@ -1,4 +1,5 @@
-"""The freshness records (``federation.freshness``): bounds from the spec, the shipped copy, the bundle.
+"""The freshness records (``federation.master.freshness``): bounds from the spec, the shipped copy,
+the bundle.
 
 Their behaviour (a dead child's targets read as down, a removed target is gone, a shard
 missing within 2 minutes) is proven by ``promtool test rules`` in
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from federation import freshness, master
+from federation.master import freshness
+from federation.master import render as master
 from federation.spec import GpufedSpec, load_gpufed_spec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
-from federation import pipeline
 from federation.commands import render
+from federation.master import pipeline
 from sharder.children.lock import lock_path, output_lock
 from sharder.kernel import output
 from sharder.kernel.errors import AssignmentError, LockedError, MassRemovalError, OutputError, SharderError
@@ -247,7 +247,7 @@ def test_alias_bomb_under_ulimit_fails_cleanly_in_seconds(tmp_path: Path, which:
     (tmp_path / "federation.yaml").write_text(SPEC)
     (tmp_path / "inventory.yaml").write_text(inventory(6))
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "federation.cli", "render", "--no-check", "--out", str(out)]
+    command = [sys.executable, "-m", "federation.commands.cli", "render", "--no-check", "--out", str(out)]
     command += ["--spec", str(tmp_path / "federation.yaml"), "--inventory", str(tmp_path / "inventory.yaml")]
     good = subprocess.run(command, capture_output=True, preexec_fn=limit_memory, timeout=60, check=False)
     assert good.returncode == 0, good.stderr

@@ -39,7 +39,7 @@ KEYS = {
 
 
 def bench_app() -> typer.Typer:
-    """The same wiring as ``federation.cli``: a ``bench`` group with our command in it."""
+    """The same wiring as ``federation.commands.cli``: a ``bench`` group with our command in it."""
     app = typer.Typer()
     group = typer.Typer()
     app.add_typer(group, name="bench")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from federation import pipeline
+from federation.master import pipeline
 from federation.spec import GpufedSpec
 from sharder.kernel import output
 from sharder.kernel.errors import ConfigCheckError, SpecError

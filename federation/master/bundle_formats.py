@@ -1,6 +1,6 @@
 """Part of the one bundle check: files no binary here can check, parsed strictly instead.
 
-``federation.pipeline.check_bundle`` runs promtool and amtool where they apply and this
+``federation.master.pipeline.check_bundle`` runs promtool and amtool where they apply and this
 for the rest: Promtail, Loki and Loki-ruler files (``logs.formats``) and Grafana's
 provisioning files (``federation.grafana.formats``), so a render, the controller's
 publisher and the demo refuse a bad one before the tree is swapped, as they refuse a

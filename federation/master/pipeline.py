@@ -22,11 +22,11 @@ from typing import Any
 
 from alertmanager.amtool import ConfigTool
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
-from federation import bundle_formats
-from federation import compose as composing
-from federation import master as mastering
 from federation.dashboards import dashboard_files
 from federation.grafana.render import relay_with_grafana, render_grafana_bundle
+from federation.master import bundle_formats
+from federation.master.compose import render_compose_bundle
+from federation.master.render import MASTER_FILE, load_rule_pack, master_instances, render_master_bundle
 from federation.spec import GpufedSpec, load_gpufed_spec
 from logs.render import render_logs_bundle
 from sharder.children import previous_state, tree
@@ -63,7 +63,7 @@ def master_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment)
     del targets, assignment  # the master receives whatever the children send
     if spec.master is None:
         return {}
-    return mastering.render_master_bundle(spec, rule_pack=mastering.load_rule_pack())
+    return render_master_bundle(spec, rule_pack=load_rule_pack())
 
 
 def thanos_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
@@ -71,7 +71,7 @@ def thanos_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment)
     del targets, assignment
     if spec.thanos is None:
         return {}
-    return render_thanos_bundle(spec.thanos, masters=mastering.master_instances(spec))
+    return render_thanos_bundle(spec.thanos, masters=master_instances(spec))
 
 
 def logs_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
@@ -91,7 +91,7 @@ def grafana_prometheus_url(spec: GpufedSpec) -> str | None:
     if spec.thanos is not None:
         return f"http://thanos-query:{spec.thanos.query.http_port}"
     if spec.master is not None:
-        return f"http://{mastering.master_instances(spec)[0].host}:{spec.master.port}"
+        return f"http://{master_instances(spec)[0].host}:{spec.master.port}"
     return None
 
 
@@ -129,7 +129,7 @@ def compose_part(*, out_name: str) -> BundlePart:
         dashboards = {p.name: p.read_bytes() for p in dashboard_files()}
         receive = spec.thanos.receive if spec.thanos is not None else None
         routers = {r.name: r.host for r in receive.routers} if receive is not None else {}
-        return composing.render_compose_bundle(
+        return render_compose_bundle(
             out_name=out_name,
             files=files,
             dashboards=dashboards,
@@ -305,8 +305,8 @@ def check_bundle(
     checked, master, alerting = 0, False, False
     if checker is not None:
         checked = check_all(checker, root, configs, agent=agent, workers=workers)
-        if mastering.MASTER_FILE in bundle and changed(mastering.MASTER_FILE):
-            checker.check(root, mastering.MASTER_FILE)
+        if MASTER_FILE in bundle and changed(MASTER_FILE):
+            checker.check(root, MASTER_FILE)
             master = True
     if alert_checker is not None and ALERTMANAGER_FILE in bundle and changed(ALERTMANAGER_FILE):
         alert_checker.check_config(root / ALERTMANAGER_FILE)

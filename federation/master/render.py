@@ -1,8 +1,8 @@
 """The master Prometheus: ``master/prometheus.yml``, its flags and the rule pack beside it.
 
-Pipeline position: ``federation.pipeline.master_part`` calls ``render_master_bundle`` with
+Pipeline position: ``federation.master.pipeline.master_part`` calls ``render_master_bundle`` with
 the loaded rule pack (``load_rule_pack``, the only function here that reads files; its
-``freshness.yml`` is rendered again from the spec, ``federation.freshness``); the
+``freshness.yml`` is rendered again from the spec, ``federation.master.freshness``); the
 bundle is written under ``master/`` and ``promtool check config`` runs on it (which also
 checks every rule file) before the output tree is swapped.
 
@@ -15,7 +15,7 @@ What the config wires together:
   (or of masters) produce are one alert to Alertmanager, and clears ``shard`` on alerts
   about one machine, so the copies the old and the new shard produce during a hand-over
   are one alert too (see ``SHARD_OF_MACHINE_ALERTS``);
-* ``scrape_configs`` are the meta-monitoring jobs (``federation.meta_monitoring``): the
+* ``scrape_configs`` are the meta-monitoring jobs (``federation.master.meta_monitoring``): the
   children through the controller's ``/v1/sd-children``, the controllers, Alertmanagers,
   relay, Thanos components and the master replicas;
 * with Thanos Receive, ``remote_write`` forwards everything with the tenant header: one
@@ -29,7 +29,7 @@ from importlib import resources
 from typing import Any
 
 from alertmanager import ha
-from federation import freshness, meta_monitoring
+from federation.master import freshness, meta_monitoring
 from federation.master_spec import REPLICA_ENV, MasterSpec
 from federation.spec import GpufedSpec
 from sharder.kernel.output import Bundle, dump_json, dump_yaml

@@ -1,6 +1,6 @@
 """Grafana in ``compose/monitoring.yml`` when the spec has a ``grafana:`` section.
 
-Called by ``federation.compose.render_compose_bundle`` after its single Grafana service is
+Called by ``federation.master.compose.render_compose_bundle`` after its single Grafana service is
 built: that service then provisions from the rendered ``grafana/`` tree (datasources linked
 by node, a folder per team; ``GPUFED_GRAFANA_DIR`` is what the provider paths expand), and
 with ``grafana.ha`` it becomes replica 0 of a set sharing PostgreSQL (``grafana/ha.json``),

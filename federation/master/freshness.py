@@ -60,7 +60,7 @@ SHARD_TARGETS = 'shard!="", job!~"gpufed-child.*"'
 MEMORY_S = 3600.0
 LAST_SEEN = "gpufed:up_copy:last_seen_seconds"
 HEADER = (
-    b"# Rendered by federation/freshness.py from the spec; do not edit. The copy in\n"
+    b"# Rendered by federation/master/freshness.py from the spec; do not edit. The copy in\n"
     b"# federation/rules/ (and helm/gpufed/rules/) is the rendering of examples/federation.yaml.\n"
     b"# Bound per job: 3 x scrape_interval + the largest remote_write batch_send_deadline.\n"
 )

@@ -1,6 +1,6 @@
 """The master's scrape jobs about gpufed itself, and the list of children it scrapes. Pure.
 
-Pipeline position: ``federation.master.render_master_config`` appends :func:`scrape_jobs`
+Pipeline position: ``federation.master.render.render_master_config`` appends :func:`scrape_jobs`
 to the master config (so ``gpufed render``, the controller's ``master/prometheus.yml``,
 compose, Helm and the demo all run the same jobs); the controller's
 ``GET /v1/sd-children`` answers :func:`children_groups` over its served assignment.

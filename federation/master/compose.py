@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from federation import compose_grafana, compose_logs
+from federation.master import compose_grafana, compose_logs
 from sharder.kernel.errors import OutputError
 from sharder.kernel.output import Bundle, dump_yaml
 

@@ -1,6 +1,6 @@
 """The logs tier in ``compose/monitoring.yml``: a Loki service over the rendered ``logs/``.
 
-Called by ``federation.compose.render_compose_bundle`` when the bundle has ``logs/loki.yml``
+Called by ``federation.master.compose.render_compose_bundle`` when the bundle has ``logs/loki.yml``
 (the spec has a ``logs:`` section). Loki runs as one binary (``-target=all``) with the
 bucket Thanos uses; its rule directory moves into the mounted tree, so compose gets its own
 copy of the config (``compose/loki.yml``) that differs from ``logs/loki.yml`` only there.

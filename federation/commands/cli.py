@@ -20,7 +20,7 @@ app.add_typer(bench_app, name="bench")
 
 
 def _register() -> None:
-    # Imported here so that importing federation.cli stays cheap and side-effect free.
+    # Imported here so that importing federation.commands.cli stays cheap and side-effect free.
     from federation.commands import (
         bench,
         bench_balance,
