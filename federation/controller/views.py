@@ -9,7 +9,7 @@ it takes no lock and changes nothing, so a slow page never holds up discovery or
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from federation.controller import target_index
 from federation.controller.errors import NotFound
@@ -20,9 +20,18 @@ from federation.controller.state import ControllerState
 from federation.spec import GpufedSpec
 from sharder.engine import planning
 from sharder.engine.assignment import Assignment
-from sharder.live.reconcile import Reconciler
 from sharder.model.inventory import Target
 from sharder.sources.discovery_metrics import DiscoveryMetrics
+
+
+class TargetsSeen(Protocol):
+    """What the read views take from the live loop (``sharder.live.reconcile.Reconciler``):
+    its applied targets and the per-source sets, both read without changing anything."""
+
+    @property
+    def target_map(self) -> Mapping[str, Target]: ...
+
+    def source_sets(self) -> dict[str, list[Target]]: ...
 
 
 class ReadViews:
@@ -31,7 +40,7 @@ class ReadViews:
         *,
         spec: GpufedSpec,
         pipeline: Pipeline,
-        reconciler: Reconciler,
+        reconciler: TargetsSeen,
         children: Children,
         load: loading.LoadTracker | None,
         discovery: DiscoveryMetrics,
