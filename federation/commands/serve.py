@@ -18,7 +18,7 @@ import typer
 
 from federation.commands.render import SpecOpt, user_errors
 from federation.controller.http.auth import TokenError
-from federation.controller.load.tracker import LoadOptions
+from federation.controller.load.tracking import LoadOptions
 from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, SettingsError, build_service
 from federation.controller.stores.store import StoreError

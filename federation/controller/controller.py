@@ -34,11 +34,10 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from federation.controller import changes as changing
-from federation.controller import plans
+from federation.controller import changing, plans
 from federation.controller.errors import Conflict, Unavailable
 from federation.controller.ha.adoption import Adoption
-from federation.controller.ha.replica import Replication
+from federation.controller.ha.replicating import Replication
 from federation.controller.live.children import Children
 from federation.controller.live.inbox import Inbox
 from federation.controller.live.pipeline import Pipeline
@@ -47,7 +46,7 @@ from federation.controller.live.publish import Publication
 from federation.controller.live.publisher import Publisher
 from federation.controller.live.route import Route
 from federation.controller.live.settling import HandoverSettler
-from federation.controller.load import tracker as loading
+from federation.controller.load import tracking
 from federation.controller.load.policy import LoadPolicy
 from federation.controller.loop import Worker
 from federation.controller.metrics import ControllerMetrics
@@ -85,7 +84,7 @@ class Controller:
         publisher: Publisher | None = None,
         wall_clock: Callable[[], float] = time.time,
         replication: Replication | None = None,
-        load: loading.LoadTracker | None = None,
+        load: tracking.LoadTracker | None = None,
     ) -> None:
         self.spec = spec
         self.store = store

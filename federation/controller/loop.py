@@ -14,7 +14,7 @@ import logging
 import threading
 
 from federation.controller.ha.adoption import Adoption
-from federation.controller.ha.replica import Replication
+from federation.controller.ha.replicating import Replication
 from federation.controller.live import inbox as waking
 from federation.controller.live.children import Children
 from federation.controller.live.inbox import Inbox

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from federation.controller import changes as changing
+from federation.controller import changing
 from federation.controller.errors import Conflict, Invalid, NotFound
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.shed import shed

@@ -28,14 +28,14 @@ from alertmanager.amtool import Amtool
 from federation.controller.controller import Controller
 from federation.controller.ha.consul_lock import ConsulLock
 from federation.controller.ha.leader import AlwaysLeader, LeaderElector
-from federation.controller.ha.replica import Replication
+from federation.controller.ha.replicating import Replication
 from federation.controller.http import api
 from federation.controller.http.auth import Authenticator, load_tokens
 from federation.controller.live.probe import ChildProbe
 from federation.controller.live.publisher import Publisher
 from federation.controller.load.reader import PrometheusLoadReader
-from federation.controller.load.tracker import LoadOptions, LoadTracker
-from federation.controller.load.weights import LoadReader
+from federation.controller.load.tracking import LoadOptions, LoadTracker
+from federation.controller.load.weighing import LoadReader
 from federation.controller.metrics import ControllerMetrics, register_process
 from federation.controller.options import ControllerOptions
 from federation.controller.stores.consul_store import ConsulStore

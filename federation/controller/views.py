@@ -15,7 +15,7 @@ from federation.controller import target_index
 from federation.controller.errors import NotFound
 from federation.controller.live.children import Children
 from federation.controller.live.pipeline import Pipeline
-from federation.controller.load import tracker as loading
+from federation.controller.load import tracking
 from federation.controller.state import ControllerState
 from federation.spec import GpufedSpec
 from sharder.engine import planning
@@ -42,7 +42,7 @@ class ReadViews:
         pipeline: Pipeline,
         reconciler: TargetsSeen,
         children: Children,
-        load: loading.LoadTracker | None,
+        load: tracking.LoadTracker | None,
         discovery: DiscoveryMetrics,
     ) -> None:
         self.spec, self.pipeline, self.reconciler = spec, pipeline, reconciler

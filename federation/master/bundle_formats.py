@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from federation.grafana import formats as grafana_formats
-from logs import formats as logs_formats
+from federation.grafana.formats import parse_datasources, parse_providers
+from logs.formats import parse_loki, parse_promtail, parse_rules
 from sharder.kernel.errors import ConfigCheckError
 from sharder.kernel.output import Bundle
 
@@ -29,15 +29,15 @@ def _yaml(parse: Callable[..., Any]) -> Callable[[bytes, str], Any]:
 
 def _checker(path: str) -> Callable[[bytes, str], Any] | None:
     if path == "logs/promtail.yml":
-        return lambda data, source: logs_formats.parse_promtail(data, source=source)
+        return lambda data, source: parse_promtail(data, source=source)
     if path.startswith("logs/loki") and path.endswith(".yml"):
-        return lambda data, source: logs_formats.parse_loki(data, source=source)
+        return lambda data, source: parse_loki(data, source=source)
     if path.startswith("logs/rules/") and path.endswith(".yml"):
-        return lambda data, source: logs_formats.parse_rules(data, source=source)
+        return lambda data, source: parse_rules(data, source=source)
     if path.startswith("grafana/provisioning/datasources/"):
-        return _yaml(grafana_formats.parse_datasources)
+        return _yaml(parse_datasources)
     if path.startswith("grafana/provisioning/dashboards/"):
-        return _yaml(grafana_formats.parse_providers)
+        return _yaml(parse_providers)
     return None
 
 

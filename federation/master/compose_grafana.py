@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from federation.grafana import render as grafana_render
+from federation.grafana.render import DATASOURCES_FILE, HA_FILE
 from sharder.kernel.output import Bundle
 
 POSTGRES_IMAGE = "postgres:16.4"
@@ -30,14 +30,14 @@ def _required(value: str, what: str) -> str:
 def grafana_services(
     services: dict[str, dict[str, Any]], volumes: dict[str, dict[str, Any]], *, files: Bundle, tree: str
 ) -> None:
-    if grafana_render.DATASOURCES_FILE not in files:
+    if DATASOURCES_FILE not in files:
         return
     base = services["grafana"]
     base["environment"]["GF_PATHS_PROVISIONING"] = f"{tree}/grafana/provisioning"
     base["environment"]["GPUFED_GRAFANA_DIR"] = f"{tree}/grafana"
-    if grafana_render.HA_FILE not in files:
+    if HA_FILE not in files:
         return
-    ha = json.loads(files[grafana_render.HA_FILE])
+    ha = json.loads(files[HA_FILE])
     template = copy.deepcopy(base)
     for i, (_, replica) in enumerate(sorted(ha["replicas"].items())):
         service = base if i == 0 else copy.deepcopy(template)

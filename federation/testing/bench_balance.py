@@ -32,7 +32,7 @@ import random
 import time
 from typing import Any
 
-from federation.controller.load import weights as weighing
+from federation.controller.load import weighing
 from federation.controller.shed import shed
 from sharder.engine import planning
 from sharder.engine.assigning import assign

@@ -264,7 +264,7 @@ def run_rebalance_bench(*, targets: int, shards: int) -> dict[str, Any]:
     import httpx
     import uvicorn
 
-    from federation.controller.changes import ChangeRequest
+    from federation.controller.changing import ChangeRequest
 
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-rebalance-") as tmp:
         port = free_port()

@@ -19,8 +19,8 @@ import yaml
 from typer.testing import CliRunner
 
 from federation.commands import serve
-from federation.controller.load.tracker import LoadOptions
-from federation.controller.load.weights import Observation, TargetKey, max_over_mean
+from federation.controller.load.tracking import LoadOptions
+from federation.controller.load.weighing import Observation, TargetKey, max_over_mean
 from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, Service, build_service
 from federation.spec import load_gpufed_spec

@@ -15,9 +15,9 @@ import pytest
 import yaml
 from fastapi import FastAPI
 
-from federation.controller.changes import ChangeRequest
+from federation.controller.changing import ChangeRequest
 from federation.controller.controller import Controller
-from federation.controller.ha.replica import Replication
+from federation.controller.ha.replicating import Replication
 from federation.controller.metrics import ControllerMetrics
 from federation.controller.options import ControllerOptions
 from federation.controller.service import (

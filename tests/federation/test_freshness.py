@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from federation.master import freshness
-from federation.master import render as master
+from federation.master.render import RULES_DIR, load_rule_pack, render_master_bundle
 from federation.spec import GpufedSpec, load_gpufed_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,10 +52,10 @@ def test_bounds_are_three_intervals_plus_the_send_deadline() -> None:
 def test_master_bundle_carries_the_spec_own_bounds(promtool: str, tmp_path: Path) -> None:
     demo = ROOT / "federation" / "demo" / "default-spec.yaml"
     spec = GpufedSpec.model_validate(yaml.safe_load(demo.read_text()))
-    bundle = master.render_master_bundle(spec, rule_pack=master.load_rule_pack())
-    text = bundle[f"{master.RULES_DIR}/{freshness.FILE_NAME}"].decode()
+    bundle = render_master_bundle(spec, rule_pack=load_rule_pack())
+    text = bundle[f"{RULES_DIR}/{freshness.FILE_NAME}"].decode()
     assert 'gpufed:up_copy:last_seen_seconds{job="gpu"} < bool time() - 16' in text  # 3 x 5s + 1s deadline
-    assert bundle[f"{master.RULES_DIR}/{freshness.FILE_NAME}"] != SHIPPED.read_bytes()
+    assert bundle[f"{RULES_DIR}/{freshness.FILE_NAME}"] != SHIPPED.read_bytes()
     path = tmp_path / freshness.FILE_NAME
     path.write_text(text)
     done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True,

@@ -17,8 +17,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
-from federation.controller.ha import replica as replicating
-from federation.controller.ha.replica import Replication
+from federation.controller.ha import replicating
+from federation.controller.ha.replicating import Replication
 from federation.controller.live.pipeline import Pipeline
 from federation.controller.options import ControllerOptions
 from federation.controller.state import ControllerState, overrides_of

@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from federation.controller import changes as changing
+from federation.controller import changing
 from federation.controller.errors import Invalid, NotFound
 from federation.controller.live.children import Children
-from federation.controller.load import tracker as loading
+from federation.controller.load import tracking
 from federation.controller.plans import ApplyResult, PlannedChange
 from federation.controller.state import ControllerState
 from federation.spec import GpufedSpec
@@ -42,7 +42,7 @@ class LoadPolicy:
         self,
         *,
         spec: GpufedSpec,
-        load: loading.LoadTracker | None,
+        load: tracking.LoadTracker | None,
         children: Children,
         can_write: Callable[[], bool],
         targets: Callable[[], Mapping[str, Target]],

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from federation.controller.load import weights as weighing
+from federation.controller.load import weighing
 from sharder.engine import planning
 from sharder.engine.assignment import Assignment
 from sharder.model.inventory import Target
