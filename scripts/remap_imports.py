@@ -19,10 +19,14 @@ What it rewrites, across the tree (the files git tracks or would track):
   old``; never in code or an f-string's ``{...}``), and anywhere in ``.md``, ``.toml``,
   ``.importlinter``, ``.sh``, ``.yml``, ``.yaml``, ``.cfg``, ``.ini`` and ``Dockerfile``.
 
+* namespace use of a name that moved alone: ``output.build_bundle`` after ``from sharder
+  import output`` becomes ``tree.build_bundle`` with ``from sharder.children import tree``.
+
 Idempotent: a second run changes nothing (a name that already reads as its new form is left
-alone, so ``federation.master -> federation.master.render`` can run twice). It does not
-follow namespace use (``output.build_bundle`` after ``from sharder import output`` when
-``build_bundle`` alone moved): mypy names those.
+alone, so ``federation.master -> federation.master.render`` can run twice). Afterwards it
+runs ``ruff --select I,F401 --fix`` on the files it changed (import order, imports left
+unused). Aliases stay as written; attribute access through ``getattr`` or strings built at
+run time is not followed (mypy and the tests name those).
 """
 
 from __future__ import annotations
@@ -149,17 +153,68 @@ def rewrite_imports(source: str, modules: dict[str, str], symbols: dict) -> str:
                 else:
                     module, entry = remap_module(node.module, modules), _alias(a.name, a.asname)
                 groups.setdefault(module, []).append(entry)
-            indent = re.match(r"\s*", lines[node.lineno - 1]).group(0)
+            indent = _indent(lines[node.lineno - 1])
             new = _from_lines(indent, groups).lstrip()
         else:
             continue
         start = offsets[node.lineno - 1] + node.col_offset
-        end = offsets[node.end_lineno - 1] + node.end_col_offset
+        end = _end(node, offsets)
         if source[start:end] != new and not _same(source[start:end], new):
             edits.append((start, end, new))
-    for start, end, new in sorted(edits, reverse=True):
+    edits += _namespace_edits(tree, offsets, lines, modules, symbols)
+    for start, end, new in sorted(edits, key=lambda edit: (edit[0], edit[1]), reverse=True):
         source = source[:start] + new + source[end:]
     return source
+
+
+def _namespace_edits(
+    tree: ast.AST, offsets: list[int], lines: list[str], modules: dict[str, str], symbols: dict
+) -> list[tuple[int, int, str]]:
+    """``output.build_bundle`` -> ``tree.build_bundle`` (+ ``from sharder.children import tree``)
+    where a module is used as a namespace and the name alone moved to another module."""
+    moved_from = {old for old, _ in symbols}
+    bound: dict[str, tuple[str, ast.stmt]] = {}  # local name -> (old module, its import)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for a in node.names:
+                if f"{node.module}.{a.name}" in moved_from and not _is_new(node.module, modules):
+                    bound[a.asname or a.name] = (f"{node.module}.{a.name}", node)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname and a.name in moved_from:
+                    bound[a.asname] = (a.name, node)
+    if not bound:
+        return []
+    taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    edits: list[tuple[int, int, str]] = []
+    added: dict[tuple[str, str], ast.stmt] = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
+            continue
+        if node.value.id not in bound or (bound[node.value.id][0], node.attr) not in symbols:
+            continue
+        old_module, statement = bound[node.value.id]
+        new_module, new_name = symbols[(old_module, node.attr)]
+        parent, _, leaf = new_module.rpartition(".")
+        local = leaf if leaf not in taken or leaf in bound else f"{leaf}_module"
+        start = offsets[node.lineno - 1] + node.col_offset
+        end = _end(node, offsets)
+        edits.append((start, end, f"{local}.{new_name}"))
+        added.setdefault((parent, _alias(leaf, local)), statement)
+    for (parent, entry), statement in added.items():
+        indent = _indent(lines[statement.lineno - 1])
+        at = _end(statement, offsets)
+        edits.append((at, at, f"\n{indent}from {parent} import {entry}"))
+    return edits
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
+def _end(node: ast.stmt | ast.expr, offsets: list[int]) -> int:
+    assert node.end_lineno is not None and node.end_col_offset is not None  # parsed, not built
+    return offsets[node.end_lineno - 1] + node.end_col_offset
 
 
 def _same(old: str, new: str) -> bool:
@@ -227,8 +282,9 @@ def rewrite_python_text(source: str, patterns: Patterns) -> str:
         kind = tokenize.tok_name[token.type]
         if kind not in {"STRING", "COMMENT", "FSTRING_MIDDLE"}:
             continue
-        prefix = re.match(r"[A-Za-z]*", token.string).group(0).lower() if kind == "STRING" else ""
-        new = rewrite_text(token.string, patterns, fstring="f" in prefix)
+        text = token.string
+        prefix = text[: len(text) - len(text.lstrip("rRbBfFuU"))].lower() if kind == "STRING" else ""
+        new = rewrite_text(text, patterns, fstring="f" in prefix)
         if new != token.string:
             start = offsets[token.start[0] - 1] + token.start[1]
             end = offsets[token.end[0] - 1] + token.end[1]
@@ -274,8 +330,9 @@ def main(argv: list[str]) -> int:
             path.write_text(new)
             changed.append(str(path))
     python = [p for p in changed if p.endswith(".py")]
-    if python and shutil.which("ruff"):  # split or renamed imports: sort the blocks again
-        subprocess.run(["ruff", "check", "--select", "I", "--fix", "-q", *python], check=False)
+    if python and shutil.which("ruff"):  # split or renamed imports: sort the blocks again, and
+        # drop a namespace import whose every use moved to another module
+        subprocess.run(["ruff", "check", "--select", "I,F401", "--fix", "-q", *python], check=False)
     print(f"remap_imports: {len(changed)} files rewritten from {', '.join(str(m) for m in maps)}")
     return 0
 
