@@ -34,8 +34,12 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from federation.controller import changing, plans
-from federation.controller.errors import Conflict, Unavailable
+from federation.controller.base import changing, plans
+from federation.controller.base.errors import Conflict, Unavailable
+from federation.controller.base.metrics import ControllerMetrics
+from federation.controller.base.options import ControllerOptions
+from federation.controller.base.plans import ApplyResult, PlannedChange
+from federation.controller.base.state import AuditEntry, ControllerState, Handover, overrides_of
 from federation.controller.ha.adoption import Adoption
 from federation.controller.ha.replicating import Replication
 from federation.controller.live.children import Children
@@ -49,10 +53,6 @@ from federation.controller.live.settling import HandoverSettler
 from federation.controller.load import tracking
 from federation.controller.load.policy import LoadPolicy
 from federation.controller.loop import Worker
-from federation.controller.metrics import ControllerMetrics
-from federation.controller.options import ControllerOptions
-from federation.controller.plans import ApplyResult, PlannedChange
-from federation.controller.state import AuditEntry, ControllerState, Handover, overrides_of
 from federation.controller.stores.store import (
     FencedOut,
     StateStore,

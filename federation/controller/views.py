@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from federation.controller import target_index
-from federation.controller.errors import NotFound
+from federation.controller.base import target_index
+from federation.controller.base.errors import NotFound
+from federation.controller.base.state import ControllerState
 from federation.controller.live.children import Children
 from federation.controller.live.pipeline import Pipeline
 from federation.controller.load import tracking
-from federation.controller.state import ControllerState
 from federation.spec import GpufedSpec
 from sharder.engine import planning
 from sharder.engine.assignment import Assignment

@@ -32,8 +32,8 @@ import random
 import time
 from typing import Any
 
+from federation.controller.base.shed import shed
 from federation.controller.load import weighing
-from federation.controller.shed import shed
 from sharder.engine import planning
 from sharder.engine.assigning import assign
 from sharder.engine.assignment import Assignment

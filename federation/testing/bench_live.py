@@ -50,7 +50,7 @@ from urllib.parse import quote
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from federation.controller.metrics import SUBPROCESS_CPU
+from federation.controller.base.metrics import SUBPROCESS_CPU
 from federation.loopback import free_port, wait_until
 from federation.testing.live_anchors import engine_anchors
 from federation.testing.live_shapes import BUILTIN, ShapeError, StoreStandin, shape_spec, start_store

@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import yaml
 
+from federation.controller.base.options import ControllerOptions
 from federation.controller.controller import Controller
-from federation.controller.options import ControllerOptions
-from federation.controller.service import ServeSettings, Service, build_service
+from federation.controller.http.service import ServeSettings, Service, build_service
 from federation.spec import GpufedSpec, load_gpufed_spec
 from sharder.model.inventory import Target
 

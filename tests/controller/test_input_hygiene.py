@@ -15,8 +15,8 @@ import pytest
 import uvicorn
 import yaml
 
+from federation.controller.base.options import ControllerOptions
 from federation.controller.http.http_guards import DeadlineH11Protocol
-from federation.controller.options import ControllerOptions
 from federation.loopback import free_port
 from federation.spec import load_gpufed_spec
 from sharder.engine.sizing import Hysteresis

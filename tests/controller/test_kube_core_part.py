@@ -3,7 +3,7 @@ as dumping the state's document, before and after a change that keeps or changes
 
 from __future__ import annotations
 
-from federation.controller.state import ControllerState, Desired
+from federation.controller.base.state import ControllerState, Desired
 from federation.controller.stores import kube_parts
 from sharder.engine.assigning import assign
 from sharder.model.spec import FederationSpec

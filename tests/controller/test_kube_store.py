@@ -227,7 +227,7 @@ def test_the_audit_log_is_bounded_and_pages_back(fake: FakeKubeAPI) -> None:
 
 
 def kube_audit(action: str) -> Any:
-    from federation.controller.state import AuditEntry
+    from federation.controller.base.state import AuditEntry
 
     return AuditEntry(at=1.0, actor="ops", action=action)
 

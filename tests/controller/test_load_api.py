@@ -19,10 +19,10 @@ import yaml
 from typer.testing import CliRunner
 
 from federation.commands import serve
+from federation.controller.base.options import ControllerOptions
+from federation.controller.http.service import ServeSettings, Service, build_service
 from federation.controller.load.tracking import LoadOptions
 from federation.controller.load.weighing import Observation, TargetKey, max_over_mean
-from federation.controller.options import ControllerOptions
-from federation.controller.service import ServeSettings, Service, build_service
 from federation.spec import load_gpufed_spec
 from sharder.model.inventory import Target
 

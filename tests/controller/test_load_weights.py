@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from federation.controller.base.shed import shed
 from federation.controller.load import weighing
-from federation.controller.shed import shed
 from sharder.engine.assigning import assign
 from sharder.engine.assignment import Assignment, ShardInfo
 from sharder.engine.planning import diff

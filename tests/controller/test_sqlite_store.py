@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from federation.controller.state import AuditEntry, ControllerState
+from federation.controller.base.state import AuditEntry, ControllerState
 from federation.controller.stores.sqlite_store import SqliteStore
 from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
 from sharder.engine.assigning import assign

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from federation.commands.cli import _register, app
-from federation.controller.state import ControllerState
+from federation.controller.base.state import ControllerState
 from federation.controller.stores.sqlite_store import SqliteStore
 from federation.controller.stores.store import StoreError
 from sharder.engine.assigning import assign

@@ -17,11 +17,11 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
+from federation.controller.base.options import ControllerOptions
+from federation.controller.base.state import ControllerState, overrides_of
 from federation.controller.ha import replicating
 from federation.controller.ha.replicating import Replication
 from federation.controller.live.pipeline import Pipeline
-from federation.controller.options import ControllerOptions
-from federation.controller.state import ControllerState, overrides_of
 from federation.controller.stores.store import StateStore
 from sharder.engine.assignment import Assignment
 from sharder.kernel.documents import gc_paused

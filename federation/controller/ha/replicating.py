@@ -31,9 +31,9 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from federation.controller.base.metrics import ControllerMetrics
+from federation.controller.base.state import AuditEntry, ControllerState
 from federation.controller.live.children import Children
-from federation.controller.metrics import ControllerMetrics
-from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.stores.store import StateStore, StoreError
 from sharder.engine.assignment import Assignment
 from sharder.engine.targetsets import merge_sets

@@ -23,7 +23,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from federation.controller import errors
+from federation.controller.base import errors
 from federation.controller.controller import Controller
 from federation.controller.http import routes_changes, routes_registry
 from federation.controller.http.api_deps import Forbidden

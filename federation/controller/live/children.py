@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from federation.controller.base.metrics import ControllerMetrics
+from federation.controller.base.options import ControllerOptions
+from federation.controller.base.state import Handover
 from federation.controller.live.probe import ChildProbe, ScrapeState, TargetKey
-from federation.controller.metrics import ControllerMetrics
-from federation.controller.options import ControllerOptions
-from federation.controller.state import Handover
 from federation.spec import GpufedSpec
 from sharder.engine.assignment import Assignment
 from sharder.model.inventory import Target

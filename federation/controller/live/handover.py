@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
 
-from federation.controller.state import Handover
+from federation.controller.base.state import Handover
 from federation.spec import GpufedSpec
 from sharder.engine.assignment import Assignment
 from sharder.kernel.models import parse_duration

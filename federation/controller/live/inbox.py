@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from federation.controller.options import ControllerOptions
+from federation.controller.base.options import ControllerOptions
 from sharder.kernel.documents import gc_paused
 from sharder.live.reconcile import Reconciler
 

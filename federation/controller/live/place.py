@@ -8,8 +8,8 @@ is passed in); the façade commits what it returns.
 
 from __future__ import annotations
 
+from federation.controller.base.state import AuditEntry, ControllerState
 from federation.controller.live.settling import HandoverSettler
-from federation.controller.state import AuditEntry, ControllerState
 from sharder.engine.step import Step
 
 

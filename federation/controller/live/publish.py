@@ -22,12 +22,12 @@ import threading
 import time
 from collections.abc import Mapping
 
+from federation.controller.base.metrics import ControllerMetrics
+from federation.controller.base.options import ControllerOptions
+from federation.controller.base.state import ControllerState
 from federation.controller.live import filesd, sdcache
 from federation.controller.live.children import Children
 from federation.controller.live.publisher import Publisher
-from federation.controller.metrics import ControllerMetrics
-from federation.controller.options import ControllerOptions
-from federation.controller.state import ControllerState
 from federation.controller.stores.store import Changed
 from federation.master import pipeline
 from federation.spec import GpufedSpec

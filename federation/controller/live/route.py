@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from federation.controller.base.metrics import ControllerMetrics
 from federation.controller.live import place as placing
 from federation.controller.live.pipeline import Pipeline
 from federation.controller.live.settling import HandoverSettler
-from federation.controller.metrics import ControllerMetrics
 from federation.controller.stores.store import StoreError
 from sharder.engine.step import Step
 from sharder.live.reconcile import Reconciler

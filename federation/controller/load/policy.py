@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from federation.controller import changing
-from federation.controller.errors import Invalid, NotFound
+from federation.controller.base import changing
+from federation.controller.base.errors import Invalid, NotFound
+from federation.controller.base.plans import ApplyResult, PlannedChange
+from federation.controller.base.state import ControllerState
 from federation.controller.live.children import Children
 from federation.controller.load import tracking
-from federation.controller.plans import ApplyResult, PlannedChange
-from federation.controller.state import ControllerState
 from federation.spec import GpufedSpec
 from sharder.kernel.models import parse_duration
 from sharder.model.inventory import Target

@@ -60,7 +60,7 @@ from typing import Any
 import consul
 import requests
 
-from federation.controller.state import AuditEntry, ControllerState
+from federation.controller.base.state import AuditEntry, ControllerState
 from federation.controller.stores import kvblob, kvblocks, setbuckets, store_guard
 from federation.controller.stores.consul_kv import READ_ATTEMPTS, ConsulKV, Head
 from federation.controller.stores.consul_sets import ConsulSets

@@ -26,7 +26,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from federation.controller.state import AuditEntry
+from federation.controller.base.state import AuditEntry
 from federation.controller.stores.store import StoreError
 from sharder.kernel.errors import InventoryError
 from sharder.model import loading

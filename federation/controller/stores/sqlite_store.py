@@ -33,7 +33,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from federation.controller.state import AuditEntry, ControllerState
+from federation.controller.base.state import AuditEntry, ControllerState
 from federation.controller.stores import integrity
 from federation.controller.stores import sqlite_members as rows_of_sets
 from federation.controller.stores.store import (

@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from federation.controller.state import Desired
+from federation.controller.base.state import Desired
 from sharder.engine.assignment import Assignment
 from sharder.model.spec import FederationSpec
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from federation.controller import audit_bounds
+from federation.controller.base import audit_bounds
 from sharder.engine.assignment import Assignment
 
 

@@ -25,6 +25,8 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from alertmanager.amtool import Amtool
+from federation.controller.base.metrics import ControllerMetrics, register_process
+from federation.controller.base.options import ControllerOptions
 from federation.controller.controller import Controller
 from federation.controller.ha.consul_lock import ConsulLock
 from federation.controller.ha.leader import AlwaysLeader, LeaderElector
@@ -36,8 +38,6 @@ from federation.controller.live.publisher import Publisher
 from federation.controller.load.reader import PrometheusLoadReader
 from federation.controller.load.tracking import LoadOptions, LoadTracker
 from federation.controller.load.weighing import LoadReader
-from federation.controller.metrics import ControllerMetrics, register_process
-from federation.controller.options import ControllerOptions
 from federation.controller.stores.consul_store import ConsulStore
 from federation.controller.stores.sqlite_store import SqliteStore
 from federation.controller.stores.store import StateStore

@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from federation.controller import changing
-from federation.controller.errors import Conflict, Invalid, NotFound
-from federation.controller.metrics import ControllerMetrics
-from federation.controller.shed import shed
-from federation.controller.state import AuditEntry, ControllerState, Desired, Handover
+from federation.controller.base import changing
+from federation.controller.base.errors import Conflict, Invalid, NotFound
+from federation.controller.base.metrics import ControllerMetrics
+from federation.controller.base.shed import shed
+from federation.controller.base.state import AuditEntry, ControllerState, Desired, Handover
 from federation.spec import GpufedSpec
 from sharder.engine import planning
 from sharder.engine.assigning import assign
