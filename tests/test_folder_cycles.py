@@ -18,11 +18,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ("exporter", "sharder", "federation", "thanos", "alertmanager", "logs")
-# Folders counted as one: the controller's root modules and its wings (http, ha, load, live,
-# stores) interleave on the floors of the ``controller-layers`` contract (service > http >
-# controller > ... > stores > state), which import-linter already keeps acyclic module by
-# module. Its outside arrows are checked here like every other folder's.
-ONE_FOLDER = ("federation.controller",)
 
 
 def _modules() -> dict[str, Path]:
@@ -40,9 +35,6 @@ def _modules() -> dict[str, Path]:
 
 def _folder(module: str, modules: dict[str, Path]) -> str:
     """The package folder a module lives in (a package's ``__init__`` is in its own folder)."""
-    for whole in ONE_FOLDER:
-        if module == whole or module.startswith(whole + "."):
-            return whole
     return module if modules[module].name == "__init__.py" else module.rpartition(".")[0]
 
 
@@ -123,7 +115,8 @@ def test_find_cycle_names_the_cycle() -> None:
 def test_folder_graph_sees_the_product() -> None:
     graph = folder_graph()
     assert "sharder.kernel" in graph.get("thanos", {})
-    assert "federation.controller" in graph.get("federation.commands", {})
+    assert "federation.controller.http" in graph.get("federation.commands", {})
+    assert "federation.controller.base" in graph.get("federation.controller.stores", {})
 
 
 def test_no_folder_level_cycle() -> None:
