@@ -61,6 +61,15 @@ def read_map(paths: list[Path]) -> tuple[dict[str, str], dict[tuple[str, str], t
                 symbols[(old_mod, old_name)] = (new_mod, new_name)
             else:
                 modules[old] = new
+    # A module moved twice (``changes -> changing``, then ``changing -> base.changing``):
+    # every old name goes straight to its last place, and so does every moved name's module.
+    for old in modules:
+        seen = {old}
+        while modules[old] in modules and modules[old] not in seen:
+            seen.add(modules[old])
+            modules[old] = modules[modules[old]]
+    for key, (module, name) in symbols.items():
+        symbols[key] = (remap_module(module, modules), name)
     return modules, symbols
 
 
