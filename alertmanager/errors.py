@@ -2,7 +2,7 @@
 
     AlertmanagerError
     ├── AlertingError     an ``alerting`` spec section that does not validate; also a
-    │                     ``sharder.errors.SpecError`` (field, value, file) and a ValueError
+    │                     ``sharder.kernel.errors.SpecError`` (field, value, file) and a ValueError
     │                     so a pydantic validator may raise it and ``parse_model`` maps it
     └── AmtoolError       amtool rejected a rendered config, failed or could not be run
 
@@ -11,7 +11,7 @@ Every message names the field or file and says what to change.
 
 from __future__ import annotations
 
-from sharder.errors import SpecError
+from sharder.kernel.errors import SpecError
 
 
 class AlertmanagerError(Exception):

@@ -25,8 +25,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from alertmanager.errors import AlertingError
-from sharder import secrets
-from sharder.spec import LABEL_NAME_RE, NAME_RE, StrictModel, parse_duration
+from sharder.kernel import secrets
+from sharder.kernel.models import LABEL_NAME_RE, NAME_RE, StrictModel, parse_duration
 
 Severity = Literal["critical", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")

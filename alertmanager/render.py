@@ -2,8 +2,8 @@
 
 Pipeline position: the CLI loads ``GpufedSpec`` and passes its ``alerting`` section with the
 cluster and region names (this package never imports ``federation``, which imports it);
-``render_alerting_bundle`` returns files that ``sharder.output.write_tree`` puts under the
-output dir. Functions here return plain dicts; dumping happens in ``sharder.output``.
+``render_alerting_bundle`` returns files that ``sharder.kernel.output.write_tree`` puts under the
+output dir. Functions here return plain dicts; dumping happens in ``sharder.kernel.output``.
 
 Routing tree (first match wins, no ``continue``)::
 
@@ -43,7 +43,7 @@ from alertmanager.models import (
     region_receiver,
     severity_receiver,
 )
-from sharder.output import Bundle, dump_json, dump_yaml
+from sharder.kernel.output import Bundle, dump_json, dump_yaml
 
 ALERTMANAGER_FILE = "alertmanager/alertmanager.yml"
 HA_FILE = "alertmanager/ha.json"

@@ -1,5 +1,5 @@
 """`python -m exporter`: the same entry point as the `gpufed-exporter` script."""
 
-from exporter.cli import main
+from exporter.commands.cli import main
 
 main()

@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from sharder.spec import LABEL_NAME_RE, StrictModel, check_url, parse_duration
+from sharder.kernel.models import LABEL_NAME_RE, StrictModel, check_url, parse_duration
 
 #: Env var a replica's launcher sets; Prometheus expands it in external_labels when
 #: started with --enable-feature=expand-external-labels (one config for both replicas).

@@ -14,8 +14,8 @@ from alertmanager.models import AlertingSpec, check_regions
 from federation.grafana.models import GrafanaSpec
 from federation.master_spec import MasterSpec
 from logs.models import LogsSpec
-from sharder.loading import parse_model, read_document
-from sharder.spec import FederationSpec
+from sharder.model.loading import parse_model, read_document
+from sharder.model.spec import FederationSpec
 from thanos.models import ThanosSpec
 
 

@@ -1,7 +1,7 @@
 """Live discovery for ``gpufed watch``: sources -> reconcile loop -> a view or JSON lines.
 
 :func:`sharder.sources.build.build_sources` turns the CLI's choices into source adapters
-pushing into one ``sharder.reconcile.Reconciler``; :class:`Watcher` owns the threads and the recent
+pushing into one ``sharder.live.reconcile.Reconciler``; :class:`Watcher` owns the threads and the recent
 history; :func:`assignment_record` (one JSON object per new assignment) and
 :func:`render_view` (regions -> shards -> load, recent changes, registry health) are
 pure functions of that state, so the CLI stays a few lines and tests need no terminal.
@@ -20,13 +20,13 @@ from prometheus_client import CollectorRegistry
 from rich.console import Group
 from rich.table import Table
 
-from sharder.assignment import Assignment
-from sharder.discovery_metrics import DiscoveryMetrics
-from sharder.lastknown import LastKnownFile
-from sharder.plan import Plan
-from sharder.reconcile import Reconciler
+from sharder.engine.assignment import Assignment
+from sharder.engine.planning import Plan
+from sharder.live.reconcile import Reconciler
+from sharder.model.spec import FederationSpec
 from sharder.sources.build import WatchOptions, build_sources
-from sharder.spec import FederationSpec
+from sharder.sources.discovery_metrics import DiscoveryMetrics
+from sharder.sources.lastknown import LastKnownFile
 
 
 @dataclass

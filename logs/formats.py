@@ -17,8 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from logs import loki_structs, promtail_structs
-from sharder.loading import field_path
-from sharder.spec import LABEL_NAME_RE
+from sharder.kernel.models import LABEL_NAME_RE, field_path
 
 
 class LogsFormatError(ValueError):

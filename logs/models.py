@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from sharder.spec import StrictModel, parse_duration
+from sharder.kernel.models import StrictModel, parse_duration
 
 #: Loki's bucket client: "may only contain digits, English alphabet letters and dashes"
 #: (grafana/loki pkg/storage/bucket/client.go@044402b2, validPrefixCharactersRegex).

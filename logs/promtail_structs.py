@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from sharder.spec import LABEL_NAME_RE
+from sharder.kernel.models import LABEL_NAME_RE
 
 
 class GoStruct(BaseModel):

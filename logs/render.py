@@ -1,6 +1,6 @@
 """The logs tier's bundle: ``LogsSpec`` + the Thanos bucket in, files under ``logs/`` out.
 
-Pipeline position: ``federation.pipeline.logs_part`` calls :func:`render_logs_bundle`::
+Pipeline position: ``federation.master.pipeline.logs_part`` calls :func:`render_logs_bundle`::
 
     logs/promtail.yml                    every GPU node (node identity from its environment)
     logs/loki.yml                        single binary (compose)
@@ -8,7 +8,7 @@ Pipeline position: ``federation.pipeline.logs_part`` calls :func:`render_logs_bu
     logs/rules/<tenant>/gpufed-xid.yml   Loki ruler: XID lines per node
     logs/secrets.json                    VAR -> {env} | {file}: the bucket's secrets, as for Thanos
 
-Dumping happens in ``sharder.output`` (sorted keys, byte-stable).
+Dumping happens in ``sharder.kernel.output`` (sorted keys, byte-stable).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from logs import loki, promtail, rules
 from logs.models import LogsSpec
-from sharder.output import Bundle, dump_json, dump_yaml
+from sharder.kernel.output import Bundle, dump_json, dump_yaml
 from thanos.objstore import ObjstoreSpec
 
 

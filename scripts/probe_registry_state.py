@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from federation.controller.options import ControllerOptions
-from federation.controller.state import ControllerState
+from federation.controller.base.options import ControllerOptions
+from federation.controller.base.state import ControllerState
 from federation.controller.stores.sqlite_store import SqliteStore
 from federation.spec import load_gpufed_spec
 from tests.controller.harness import ControllerHarness, build, fleet, spec_document

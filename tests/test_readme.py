@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-GPUFED = [sys.executable, "-m", "federation.cli"]
+GPUFED = [sys.executable, "-m", "federation.commands.cli"]
 
 
 def section(title: str) -> str:

@@ -7,5 +7,5 @@
     hashring Thanos Receive's ketama/hashmod placement, reproduced for the bench and tests
     bench    ``gpufed bench thanos``: series moved when an ingestor joins
 
-Nothing here runs Thanos or touches the network; ``federation.pipeline`` writes the bundle.
+Nothing here runs Thanos or touches the network; ``federation.master.pipeline`` writes the bundle.
 """

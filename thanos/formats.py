@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from sharder.loading import field_path
+from sharder.kernel.models import field_path
 
 
 class ThanosFormatError(ValueError):

@@ -23,7 +23,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sharder.spec import LABEL_NAME_RE, NAME_RE, StrictModel, parse_duration
+from sharder.kernel.models import LABEL_NAME_RE, NAME_RE, StrictModel, parse_duration
 from thanos.objstore import ObjstoreSpec
 
 HOST_PORT_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:\d{1,5}$")

@@ -1,6 +1,6 @@
 """Pure renderers: ``ThanosSpec`` in, Thanos files and per-component arguments out.
 
-Pipeline position: ``federation.pipeline.thanos_part`` calls ``render_thanos_bundle``
+Pipeline position: ``federation.master.pipeline.thanos_part`` calls ``render_thanos_bundle``
 with the master instances (sidecar mode runs one sidecar beside each); the bundle
 lands under ``thanos/`` in the output tree::
 
@@ -11,7 +11,7 @@ lands under ``thanos/`` in the output tree::
 
 Thanos expands ``$(VAR)`` in ``--objstore.config-file`` at startup (extkingpin's env
 substitution, Kubernetes syntax) and refuses unset variables, so a key never sits in a
-file that gets logged or committed. Dumping happens in ``sharder.output``.
+file that gets logged or committed. Dumping happens in ``sharder.kernel.output``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sharder.output import Bundle, dump_json, dump_yaml
+from sharder.kernel.output import Bundle, dump_json, dump_yaml
 from thanos.models import RECEIVE_REPLICA_LABEL, EndpointSpec, ReceiveSpec, ThanosSpec
 from thanos.objstore import ObjstoreSpec, OSSStore, S3Store, SecretRef
 

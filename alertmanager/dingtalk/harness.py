@@ -26,7 +26,7 @@ from fastapi import FastAPI
 from alertmanager import ha
 from alertmanager.models import AlertingSpec, ReplicaSpec
 from alertmanager.render import render_alertmanager_config
-from sharder.output import dump_yaml
+from sharder.kernel.output import dump_yaml
 
 #: Test-only timings; the rendered flags leave these at Alertmanager's defaults.
 FAST_GOSSIP = ("--cluster.settle-timeout=2s", "--cluster.gossip-interval=50ms",

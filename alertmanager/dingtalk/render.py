@@ -21,10 +21,10 @@ from zoneinfo import ZoneInfo
 
 import jinja2
 
-from alertmanager.dingtalk import labels as alert_labels
 from alertmanager.dingtalk import logslink
 from alertmanager.dingtalk.config import RelayConfig, RobotConfig
 from alertmanager.dingtalk.errors import ConfigError
+from alertmanager.dingtalk.labels import folded, lead
 from alertmanager.dingtalk.payload import ZERO_TIME, Alert, WebhookMessage
 
 _SPLIT_MOBILES = re.compile(r"[\s,;]+")
@@ -89,8 +89,8 @@ class Renderer:
         self._env.filters["localtime"] = self._localtime
         self._env.filters["since"] = self._since
         self._env.filters["labelstr"] = _labelstr
-        self._env.filters["lead"] = alert_labels.lead
-        self._env.filters["folded"] = alert_labels.folded
+        self._env.filters["lead"] = lead
+        self._env.filters["folded"] = folded
         self._env.filters["logs_link"] = logslink.logs_link
         default = resources.files("alertmanager.dingtalk").joinpath("templates/default.md.j2").read_text()
         self._default = self._compile(config.template) if config.template else self._env.from_string(default)

@@ -1,1 +1,1 @@
-"""CLI command groups, each registered by federation.cli."""
+"""CLI command groups, each registered by federation.commands.cli."""

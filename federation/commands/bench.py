@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sharder.assign import ALGORITHM, STRATEGIES
+from sharder.engine.assigning import ALGORITHM, STRATEGIES
 from sharder.testing.bench_inventory import MAX_NODES, run_inventory_bench
 from sharder.testing.bench_render import run_render_bench
 from sharder.testing.bench_sharding import MAX_TARGETS, run_sharding_bench

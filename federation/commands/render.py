@@ -1,4 +1,4 @@
-"""``gpufed render`` and ``gpufed plan``: thin commands over ``federation.pipeline``.
+"""``gpufed render`` and ``gpufed plan``: thin commands over ``federation.master.pipeline``.
 
 Bad input (any ``SharderError``) prints one ``error: ...`` line on stderr and exits 2;
 a config promtool rejects exits 1 with promtool's message. No tracebacks either way;
@@ -22,10 +22,10 @@ from rich.table import Table
 
 from alertmanager.amtool import Amtool
 from alertmanager.errors import AmtoolError
-from federation import pipeline
-from sharder.errors import ConfigCheckError, SharderError
-from sharder.plan import Plan
-from sharder.promtool import Promtool
+from federation.master import pipeline
+from sharder.engine.planning import Plan
+from sharder.kernel.errors import ConfigCheckError, SharderError
+from sharder.kernel.promtool import Promtool
 
 SpecOpt = Annotated[Path, typer.Option("--spec", help="federation.yaml")]
 InventoryOpt = Annotated[Path, typer.Option("--inventory", help="static inventory (YAML or JSON)")]

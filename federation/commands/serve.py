@@ -1,6 +1,6 @@
 """``gpufed serve``: the controller as a service (HTTP SD, shard map, plans, rebalances).
 
-A thin command over ``federation.controller.service``; uvicorn serves the app. Bad
+A thin command over ``federation.controller.http.service``; uvicorn serves the app. Bad
 settings (spec, tokens, flags) print one ``error:`` line and exit 2.
 """
 
@@ -17,13 +17,13 @@ from typing import Annotated
 import typer
 
 from federation.commands.render import SpecOpt, user_errors
+from federation.controller.base.options import ControllerOptions
 from federation.controller.http.auth import TokenError
-from federation.controller.load.tracker import LoadOptions
-from federation.controller.options import ControllerOptions
-from federation.controller.service import ServeSettings, SettingsError, build_service
+from federation.controller.http.service import ServeSettings, SettingsError, build_service
+from federation.controller.load.tracking import LoadOptions
 from federation.controller.stores.store import StoreError
 from federation.spec import GpufedSpec, load_gpufed_spec
-from sharder.sizing import Hysteresis
+from sharder.engine.sizing import Hysteresis
 from sharder.sources.consul import ConsulConfig
 from sharder.sources.kubernetes import KubernetesConfig
 

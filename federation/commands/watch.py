@@ -20,7 +20,7 @@ from rich.live import Live
 from federation.commands.render import SpecOpt, user_errors
 from federation.spec import load_gpufed_spec
 from federation.watching import Watcher, render_view
-from sharder.sizing import Hysteresis
+from sharder.engine.sizing import Hysteresis
 from sharder.sources.build import WatchOptions
 from sharder.sources.consul import ConsulConfig
 from sharder.sources.kubernetes import KubernetesConfig

@@ -3,7 +3,7 @@
 Where a registration becomes an SD answer (follow it top to bottom):
 
 1. intake: ``PUT /v1/registry/...`` -> ``sharder.sources.registry.BuiltinRegistry`` (and the
-   file/Consul/Kubernetes sources) push into ``sharder.reconcile.Reconciler``;
+   file/Consul/Kubernetes sources) push into ``sharder.live.reconcile.Reconciler``;
 2. placement: the worker (``loop.Worker``, woken by ``live.inbox``) runs
    ``live.route.Route.tick``: the reconciler debounces, applies grace and hysteresis, and
    places the change with its incremental engine, the operator's overrides being data it
@@ -34,11 +34,14 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from federation.controller import changes as changing
-from federation.controller import plans
-from federation.controller.errors import Conflict, Unavailable
+from federation.controller.base import changing, plans
+from federation.controller.base.errors import Conflict, Unavailable
+from federation.controller.base.metrics import ControllerMetrics
+from federation.controller.base.options import ControllerOptions
+from federation.controller.base.plans import ApplyResult, PlannedChange
+from federation.controller.base.state import AuditEntry, ControllerState, Handover, overrides_of
 from federation.controller.ha.adoption import Adoption
-from federation.controller.ha.replica import Replication
+from federation.controller.ha.replicating import Replication
 from federation.controller.live.children import Children
 from federation.controller.live.inbox import Inbox
 from federation.controller.live.pipeline import Pipeline
@@ -47,13 +50,9 @@ from federation.controller.live.publish import Publication
 from federation.controller.live.publisher import Publisher
 from federation.controller.live.route import Route
 from federation.controller.live.settling import HandoverSettler
-from federation.controller.load import tracker as loading
+from federation.controller.load import tracking
 from federation.controller.load.policy import LoadPolicy
 from federation.controller.loop import Worker
-from federation.controller.metrics import ControllerMetrics
-from federation.controller.options import ControllerOptions
-from federation.controller.plans import ApplyResult, PlannedChange
-from federation.controller.state import AuditEntry, ControllerState, Handover, overrides_of
 from federation.controller.stores.store import (
     FencedOut,
     StateStore,
@@ -61,15 +60,14 @@ from federation.controller.stores.store import (
 )
 from federation.controller.views import ReadViews
 from federation.spec import GpufedSpec
-from sharder import plan as planning
-from sharder import sizing
-from sharder.assignment import Assignment
-from sharder.discovery_metrics import DiscoveryMetrics
-from sharder.inventory import Target
-from sharder.reconcile import Reconciler
+from sharder.engine import planning, sizing
+from sharder.engine.assignment import Assignment
+from sharder.engine.step import Step
+from sharder.live.reconcile import Reconciler
+from sharder.model.inventory import Target
+from sharder.sources.discovery_metrics import DiscoveryMetrics
 from sharder.sources.registry import SOURCE as REGISTRY
 from sharder.sources.registry import BuiltinRegistry
-from sharder.step import Step
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +84,7 @@ class Controller:
         publisher: Publisher | None = None,
         wall_clock: Callable[[], float] = time.time,
         replication: Replication | None = None,
-        load: loading.LoadTracker | None = None,
+        load: tracking.LoadTracker | None = None,
     ) -> None:
         self.spec = spec
         self.store = store

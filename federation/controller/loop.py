@@ -14,13 +14,12 @@ import logging
 import threading
 
 from federation.controller.ha.adoption import Adoption
-from federation.controller.ha.replica import Replication
-from federation.controller.live import inbox as waking
+from federation.controller.ha.replicating import Replication
 from federation.controller.live.children import Children
-from federation.controller.live.inbox import Inbox
+from federation.controller.live.inbox import Inbox, paused
 from federation.controller.live.route import Route
 from federation.controller.stores.store import FencedOut, StoreConflict
-from sharder.step import Step
+from sharder.engine.step import Step
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +54,7 @@ class Worker:
                 self.adoption.refresh_from_store()
                 self.replication.share_fetches(self.children)
             return
-        waking.paused(lambda: self.step(idle=idle))
+        paused(lambda: self.step(idle=idle))
         if self.inbox.settle_due(leading=True):
             self.replication.share_fetches(self.children)
             self.settle()

@@ -9,20 +9,29 @@ it takes no lock and changes nothing, so a slow page never holds up discovery or
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from federation.controller import target_index
-from federation.controller.errors import NotFound
+from federation.controller.base import target_index
+from federation.controller.base.errors import NotFound
+from federation.controller.base.state import ControllerState
 from federation.controller.live.children import Children
 from federation.controller.live.pipeline import Pipeline
-from federation.controller.load import tracker as loading
-from federation.controller.state import ControllerState
+from federation.controller.load import tracking
 from federation.spec import GpufedSpec
-from sharder import plan as planning
-from sharder.assignment import Assignment
-from sharder.discovery_metrics import DiscoveryMetrics
-from sharder.inventory import Target
-from sharder.reconcile import Reconciler
+from sharder.engine import planning
+from sharder.engine.assignment import Assignment
+from sharder.model.inventory import Target
+from sharder.sources.discovery_metrics import DiscoveryMetrics
+
+
+class TargetsSeen(Protocol):
+    """What the read views take from the live loop (``sharder.live.reconcile.Reconciler``):
+    its applied targets and the per-source sets, both read without changing anything."""
+
+    @property
+    def target_map(self) -> Mapping[str, Target]: ...
+
+    def source_sets(self) -> dict[str, list[Target]]: ...
 
 
 class ReadViews:
@@ -31,9 +40,9 @@ class ReadViews:
         *,
         spec: GpufedSpec,
         pipeline: Pipeline,
-        reconciler: Reconciler,
+        reconciler: TargetsSeen,
         children: Children,
-        load: loading.LoadTracker | None,
+        load: tracking.LoadTracker | None,
         discovery: DiscoveryMetrics,
     ) -> None:
         self.spec, self.pipeline, self.reconciler = spec, pipeline, reconciler
@@ -232,8 +241,8 @@ def _ring_owner(assignment: Assignment, identity: str, region: str) -> str | Non
     """The shard the ring alone would pick (no capacity bound), for ``explain``."""
     if assignment.algorithm != "bounded-ring":
         return None
-    from sharder.assign import VNODES
-    from sharder.hashing import key_hash, shared_ring
+    from sharder.engine.assigning import VNODES
+    from sharder.engine.hashing import key_hash, shared_ring
 
     active = [
         s

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from federation.demo.plan import Layout, url
-from sharder.render import AGENT_FLAG
+from sharder.children.render import AGENT_FLAG
 
 LOOPBACK = "127.0.0.1"
 
@@ -66,7 +66,7 @@ def controller(
     # The token goes through the environment: a flag would show in `ps` to every user.
     return Launch(
         name="controller",
-        argv=python("federation.cli", *args),
+        argv=python("federation.commands.cli", *args),
         env={"GPUFED_TOKEN": token},
         ready_url=url(port, "/healthz"),
     )

@@ -27,7 +27,7 @@ import httpx
 
 from federation.demo import gaps, plan
 from federation.demo.stack import DemoError, DemoStack
-from sharder.spec import parse_duration
+from sharder.kernel.models import parse_duration
 
 GPU_SERIES = "DCGM_FI_DEV_GPU_TEMP"
 NO_HANDOVER = "--no-handover"

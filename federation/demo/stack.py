@@ -4,7 +4,7 @@ Start order (each waits for what it needs; independent processes start together)
 
     data dir   clean it (or --keep), stop what a killed run left (pids.json)
     files      spec.yaml from the embedded default; config/ rendered and checked by
-               ``federation.pipeline.render`` (gpufed render's pipeline: what compose
+               ``federation.master.pipeline.render`` (gpufed render's pipeline: what compose
                runs), the master, Alertmanagers and relay started on those files and
                their rendered flags; a random token
     in-process DingTalk sink, child router
@@ -47,20 +47,20 @@ import httpx
 from alertmanager.amtool import Amtool
 from alertmanager.errors import AmtoolError
 from alertmanager.render import ALERTMANAGER_FILE, HA_FILE, RELAY_FILE
-from federation import master as mastering
-from federation import pipeline
 from federation.demo import components, plan, procstat, report
 from federation.demo.components import Launch
 from federation.demo.router import ChildRouter
 from federation.demo.sink import DingTalkSink, Message, Robot, as_group_sees_it
 from federation.demo.supervisor import ComponentFailed, ProcessSpec, Supervisor, reap_previous
 from federation.loopback import free_port
+from federation.master import pipeline
+from federation.master.render import FLAGS_FILE, MASTER_FILE
 from federation.spec import GpufedSpec
-from sharder.assignment import Assignment
-from sharder.errors import SharderError
-from sharder.loading import parse_model, parse_target
-from sharder.output import dump_yaml
-from sharder.promtool import Promtool
+from sharder.engine.assignment import Assignment
+from sharder.kernel.errors import SharderError
+from sharder.kernel.output import dump_yaml
+from sharder.kernel.promtool import Promtool
+from sharder.model.loading import parse_model, parse_target
 
 log = logging.getLogger(__name__)
 MARKER = ".gpufed-demo"
@@ -190,8 +190,8 @@ class DemoStack:
                 for replica in spec.alerting.replicas
             ),
             components.master(
-                binary=self._binaries["prometheus"], config=config / mastering.MASTER_FILE,
-                flags=_json(config / mastering.FLAGS_FILE)["flags"], port=spec.master.port,
+                binary=self._binaries["prometheus"], config=config / MASTER_FILE,
+                flags=_json(config / FLAGS_FILE)["flags"], port=spec.master.port,
             ),
         ]
         controller = components.controller(

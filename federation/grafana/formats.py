@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sharder.loading import field_path
+from sharder.kernel.models import field_path
 
 
 class GrafanaFormatError(ValueError):

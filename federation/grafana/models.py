@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sharder.spec import NAME_RE, StrictModel
+from sharder.kernel.models import NAME_RE, StrictModel
 from thanos.objstore import SecretRef
 
 #: Grafana's dashboard and folder uids are at most 40 characters.

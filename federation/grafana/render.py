@@ -1,6 +1,6 @@
 """The ``grafana/`` bundle: datasources, dashboard providers, team folders, HA, API calls.
 
-Pipeline position: ``federation.pipeline.grafana_part``::
+Pipeline position: ``federation.master.pipeline.grafana_part``::
 
     grafana/provisioning/datasources/gpufed.yml   Prometheus + Loki, correlated by node
     grafana/provisioning/dashboards/gpufed.yml    the shared folder, then one per team
@@ -23,8 +23,8 @@ import yaml
 
 from federation.grafana import datasources, ha, teams
 from federation.grafana.models import GrafanaSpec
-from sharder.inventory import Target
-from sharder.output import Bundle, dump_json, dump_yaml
+from sharder.kernel.output import Bundle, dump_json, dump_yaml
+from sharder.model.inventory import Target
 
 ROOT_ENV = "$GPUFED_GRAFANA_DIR"
 DATASOURCES_FILE = "grafana/provisioning/datasources/gpufed.yml"

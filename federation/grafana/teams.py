@@ -31,7 +31,7 @@ from typing import Any
 
 from federation.grafana.models import MAX_UID, TeamSpec
 from logs.explore import scope_link
-from sharder.inventory import Target
+from sharder.model.inventory import Target
 
 TEAM_DASHBOARDS = ("gpufed-cluster.json", "gpufed-node.json", "gpufed-workloads.json", "gpufed-quota.json")
 TEAMLESS_PREFIXES = ("gpufed:region_", "gpufed:scheduler_")

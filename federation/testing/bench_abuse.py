@@ -34,7 +34,7 @@ BATCH = 20_000
 def _serve(directory: str, targets: int, shards: int, port: int, ready: Any, read_rate: float | None) -> None:
     import uvicorn
 
-    from sharder.lastknown import target_document
+    from sharder.sources.lastknown import target_document
 
     service = _build(Path(directory), targets=0, shards=shards, port=port, read_rate=read_rate)
     controller = service.controller

@@ -32,11 +32,11 @@ import random
 import time
 from typing import Any
 
-from federation.controller.load import weights as weighing
-from federation.controller.shed import shed
-from sharder import plan as planning
-from sharder.assign import assign
-from sharder.assignment import Assignment
+from federation.controller.base.shed import shed
+from federation.controller.load import weighing
+from sharder.engine import planning
+from sharder.engine.assigning import assign
+from sharder.engine.assignment import Assignment
 from sharder.testing.bench_sharding import bench_spec, synth_targets
 
 NODE_SERIES, PER_GPU = 5, 21

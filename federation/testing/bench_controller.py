@@ -53,7 +53,7 @@ def _spec_file(directory: Path, *, shards: int, port: int) -> Path:
 
 
 def _targets(count: int) -> list[Any]:
-    from sharder.inventory import Target
+    from sharder.model.inventory import Target
 
     rng = random.Random(0)
     return [
@@ -71,8 +71,8 @@ def _targets(count: int) -> list[Any]:
 
 
 def _build(directory: Path, *, targets: int, shards: int, port: int, read_rate: float | None = None) -> Any:
-    from federation.controller.options import ControllerOptions
-    from federation.controller.service import ServeSettings, build_service
+    from federation.controller.base.options import ControllerOptions
+    from federation.controller.http.service import ServeSettings, build_service
     from federation.spec import load_gpufed_spec
 
     spec = load_gpufed_spec(_spec_file(directory, shards=shards, port=port))
@@ -264,7 +264,7 @@ def run_rebalance_bench(*, targets: int, shards: int) -> dict[str, Any]:
     import httpx
     import uvicorn
 
-    from federation.controller.changes import ChangeRequest
+    from federation.controller.base.changing import ChangeRequest
 
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-rebalance-") as tmp:
         port = free_port()

@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 from federation.demo import gaps, plan, rebalance
 from federation.demo.stack import DemoOptions, DemoStack
-from sharder.spec import parse_duration
+from sharder.kernel.models import parse_duration
 
 Say = Callable[[str], None]
 

@@ -27,7 +27,7 @@ seconds of the change phase; ``process_resident_memory_bytes``). Then one
 ``POST /v1/registry/batch`` of ``batch`` entries gives ``registry_batch_per_s`` (null, with
 ``registry_batch_error``, when the controller has no batch route or refuses it). After the
 process is stopped, the anchors run in this process on the same targets: one change through
-``sharder.incremental.IncrementalAssigner`` and one full ``sharder.assign.assign``.
+``sharder.engine.incremental.IncrementalAssigner`` and one full ``sharder.engine.assigning.assign``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from urllib.parse import quote
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from federation.controller.metrics import SUBPROCESS_CPU
+from federation.controller.base.metrics import SUBPROCESS_CPU
 from federation.loopback import free_port, wait_until
 from federation.testing.live_anchors import engine_anchors
 from federation.testing.live_shapes import BUILTIN, ShapeError, StoreStandin, shape_spec, start_store
@@ -130,7 +130,7 @@ class ServeProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = workdir / "serve.log"
-        args = [sys.executable, "-m", "federation.cli", "serve", "--spec", str(spec),
+        args = [sys.executable, "-m", "federation.commands.cli", "serve", "--spec", str(spec),
                 "--data-dir", str(workdir / "data"), "--listen", f"127.0.0.1:{self.port}",
                 "--debounce", str(debounce_s), "--registry-ttl", "86400",
                 "--log-level", "warning"]  # fmt: skip

@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from federation import pipeline
 from federation.grafana import render as grafana_render
-from sharder.inventory import Target
+from federation.master import pipeline
+from sharder.model.inventory import Target
 
 ROOT = Path(__file__).resolve().parents[2]
 

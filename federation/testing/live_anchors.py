@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 from federation.spec import load_gpufed_spec
-from sharder.assign import assign
-from sharder.errors import InventoryError
-from sharder.incremental import IncrementalAssigner
-from sharder.inventory import Target
-from sharder.loading import parse_inventory, read_document
+from sharder.engine.assigning import assign
+from sharder.engine.incremental import IncrementalAssigner
+from sharder.kernel.errors import InventoryError
+from sharder.model.inventory import Target
+from sharder.model.loading import parse_inventory, read_document
 
 REPEATS = 5
 

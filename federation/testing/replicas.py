@@ -150,7 +150,7 @@ class ReplicaSet:
         port = free_port()
         log = self.workdir / f"{name}.log"
         args = [
-            sys.executable, "-m", "federation.cli", "serve",
+            sys.executable, "-m", "federation.commands.cli", "serve",
             "--spec", str(self.spec), "--inventory", str(self.inventory),
             "--data-dir", str(self.workdir / name), "--listen", f"127.0.0.1:{port}",
             "--store", self.store or f"consul://{self.consul}/{self.prefix}",

@@ -6,7 +6,7 @@
     kubernetes     Kubernetes EndpointSlices/Pods + Nodes (the only module importing kubernetes)
 
 A source knows nothing of hashing: it turns registry data into ``Target``s through the
-inventory validation in ``sharder.loading`` and calls ``sink.on_change(name, targets)``
+inventory validation in ``sharder.model.loading`` and calls ``sink.on_change(name, targets)``
 with its whole current set, or ``sink.on_error(name, reason)`` when a poll fails (the
-sink keeps the last set). ``sharder.reconcile.Reconciler`` is the sink.
+sink keeps the last set). ``sharder.live.reconcile.Reconciler`` is the sink.
 """

@@ -7,11 +7,11 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from sharder.inventory import Target
+from sharder.model.inventory import Target
 
 
 class DiscoverySink(Protocol):
-    """Where sources push; ``sharder.reconcile.Reconciler`` implements it."""
+    """Where sources push; ``sharder.live.reconcile.Reconciler`` implements it."""
 
     def on_change(self, source: str, targets: Iterable[Target], *, version: str | None = None) -> None: ...
 

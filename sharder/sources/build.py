@@ -1,7 +1,7 @@
 """The CLI's and the server's discovery choices turned into source adapters.
 
 ``gpufed watch`` and ``gpufed serve`` both start the same sources pushing into one
-``sharder.reconcile.Reconciler``; this is the one place that maps the options to the
+``sharder.live.reconcile.Reconciler``; this is the one place that maps the options to the
 adapters (file, Consul, Kubernetes), so the server need not import the watch TUI.
 """
 
@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sharder.reconcile import Reconciler
-from sharder.sizing import Hysteresis
+from sharder.engine.sizing import Hysteresis
+from sharder.live.reconcile import Reconciler
+from sharder.model.spec import FederationSpec
 from sharder.sources.base import Source
 from sharder.sources.consul import ConsulConfig, ConsulSource
 from sharder.sources.file import FileSource
 from sharder.sources.kubernetes import KubernetesConfig, KubernetesSource
-from sharder.spec import FederationSpec
 
 
 @dataclass(frozen=True)

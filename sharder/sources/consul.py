@@ -12,7 +12,7 @@ give it (``__meta_consul_service_address``, ``__meta_consul_service_metadata_<ke
 target field reads the first non-empty label of its list in :class:`ConsulMapping`;
 the defaults read what ``gpufed-exporter`` registers (Meta region/rack/team/gpu_count/
 metrics_path/node). Every entry then goes through the inventory validation
-(``sharder.lastknown.parse_entries``); an entry that fails is skipped and counted
+(``sharder.sources.lastknown.parse_entries``); an entry that fails is skipped and counted
 (``invalid_target``) while the good entries of the same answer are kept.
 """
 
@@ -30,11 +30,11 @@ from typing import Any
 import consul
 import requests
 
-from sharder.inventory import Target
-from sharder.lastknown import parse_entries
+from sharder.model.inventory import Target
+from sharder.model.spec import JobSpec
 from sharder.sources.base import Backoff, DiscoverySink
 from sharder.sources.entries import NotAList, decode_answer
-from sharder.spec import JobSpec
+from sharder.sources.lastknown import parse_entries
 
 log = logging.getLogger(__name__)
 PREFIX = "__meta_consul_"

@@ -2,7 +2,7 @@
 
 Polls ``stat`` every ``interval`` seconds; when mtime, size or inode moved it reads the
 file and compares a SHA-256 of the bytes, so a touch without an edit changes nothing.
-The whole file goes through ``sharder.loading.parse_inventory`` (the same validation as
+The whole file goes through ``sharder.model.loading.parse_inventory`` (the same validation as
 ``gpufed render``): a file that does not validate is refused as a whole, the error is
 logged with its field and value, and the last good set stays in force (a half-edited
 file must not drop half the fleet).
@@ -16,10 +16,10 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from sharder.errors import InventoryError
-from sharder.loading import parse_inventory, read_document
+from sharder.kernel.errors import InventoryError
+from sharder.model.loading import parse_inventory, read_document
+from sharder.model.spec import JobSpec
 from sharder.sources.base import DiscoverySink
-from sharder.spec import JobSpec
 
 log = logging.getLogger(__name__)
 

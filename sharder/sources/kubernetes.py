@@ -14,7 +14,7 @@ after ``watch_timeout_s``, then resume from the last version. A watch answered w
 request, relists; the known objects are replaced only once the new
 list has arrived, so nothing is dropped in between. Other errors back off with jitter.
 Raw JSON is used (``_preload_content=False``): the client's model classes are not needed.
-Every endpoint becomes an inventory entry validated by ``sharder.lastknown.parse_entries``.
+Every endpoint becomes an inventory entry validated by ``sharder.sources.lastknown.parse_entries``.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from typing import Any
 import kubernetes
 from kubernetes.watch.watch import iter_resp_lines
 
-from sharder.inventory import Target
-from sharder.lastknown import Parsed, parse_entries
+from sharder.model.inventory import Target
+from sharder.model.spec import JobSpec
 from sharder.sources.base import Backoff, DiscoverySink
-from sharder.spec import JobSpec
+from sharder.sources.lastknown import Parsed, parse_entries
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 ``PUT /v1/registry/targets/{identity}`` lands in :meth:`BuiltinRegistry.put` and
 ``POST /v1/registry/batch`` in :meth:`BuiltinRegistry.batch`, with the same validation as
-an inventory file entry (``sharder.loading.parse_target``). An entry lives ``ttl_s`` after
+an inventory file entry (``sharder.model.loading.parse_target``). An entry lives ``ttl_s`` after
 its last PUT, so an exporter that dies without deregistering goes the way a failing Consul
 check would (then the reconcile loop's grace period applies).
 
@@ -20,12 +20,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sharder.addresses import normalise_identity
-from sharder.endpoints import EndpointIndex, endpoint_of, show
-from sharder.errors import InventoryError, SpecError, clip, preview
-from sharder.inventory import Target
-from sharder.loading import parse_target
-from sharder.spec import JobSpec
+from sharder.kernel.errors import InventoryError, SpecError, clip, preview
+from sharder.model.addresses import normalise_identity
+from sharder.model.endpoints import EndpointIndex, endpoint_of, show
+from sharder.model.inventory import Target
+from sharder.model.loading import parse_target
+from sharder.model.spec import JobSpec
 
 SOURCE = "registry"
 MAX_ERRORS = 100
@@ -33,7 +33,7 @@ MAX_ERRORS = 100
 
 
 class DeltaSink(Protocol):
-    """Where the registry pushes; ``sharder.reconcile.Reconciler`` implements it."""
+    """Where the registry pushes; ``sharder.live.reconcile.Reconciler`` implements it."""
 
     def on_change(self, source: str, targets: Iterable[Target], *, version: str | None = None) -> None: ...
 

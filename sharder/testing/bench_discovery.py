@@ -27,12 +27,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sharder.assignment import Assignment
-from sharder.inventory import Target
-from sharder.plan import Plan
-from sharder.reconcile import Reconciler
+from sharder.engine.assignment import Assignment
+from sharder.engine.planning import Plan
+from sharder.live.reconcile import Reconciler
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec
 from sharder.sources.consul import ConsulConfig, ConsulSource
-from sharder.spec import FederationSpec
 
 AGENT_MODULE = "sharder.testing.consul_standin"
 CONSUL_SD_REFRESH_S = 30.0  # Prometheus' default refresh_interval for consul_sd_configs

@@ -7,7 +7,7 @@ It writes a seeded inventory of N GPU nodes (three regions, ``gpu`` + ``node`` e
 * ``assign_seconds``: a first assignment (no previous), saved as ``assignment.json``
   (as a first render leaves it).
 * Then, in a fresh process, exactly what ``gpufed plan --previous`` does:
-  ``load_seconds`` (read, parse with ``sharder.documents``, validate every target) and
+  ``load_seconds`` (read, parse with ``sharder.kernel.documents``, validate every target) and
   ``plan_seconds`` (read ``assignment.json`` back, a sticky re-assignment, the diff).
 * ``plan_command_seconds``: load + plan; the issue's budget is 60 s and 2.5 GB.
   ``peak_rss_mb`` is that fresh process's peak resident set; ``setup_peak_rss_mb`` the
@@ -31,10 +31,12 @@ from typing import Any
 
 import yaml
 
-from sharder import documents, output, plan, previous
-from sharder.assign import assign
-from sharder.loading import StaticFileSource
-from sharder.spec import FederationSpec, JobSpec, RegionSpec, ShardingSpec
+from sharder.children import previous_state as previous
+from sharder.engine import planning as plan
+from sharder.engine.assigning import assign
+from sharder.kernel import documents, output
+from sharder.model.loading import StaticFileSource
+from sharder.model.spec import FederationSpec, JobSpec, RegionSpec, ShardingSpec
 
 REGIONS = ("bench-a", "bench-b", "bench-c")
 MAX_NODES = 3 * (1 << 16) * 64

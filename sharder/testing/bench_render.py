@@ -12,11 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sharder import output
-from sharder.assign import assign
-from sharder.inventory import Target
-from sharder.promtool import Promtool, check_all
-from sharder.spec import FederationSpec
+from sharder.children import tree
+from sharder.engine.assigning import assign
+from sharder.kernel import output
+from sharder.kernel.promtool import Promtool, check_all
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec
 
 REGIONS = ("cn-beijing", "cn-shanghai", "cn-hangzhou")
 
@@ -62,9 +63,9 @@ def run_render_bench(
     assignment = assign(spec, targets)
     timings["assign_s"] = time.perf_counter() - started
     mark = time.perf_counter()
-    bundle = output.build_bundle(spec, targets, assignment)
+    bundle = tree.build_bundle(spec, targets, assignment)
     timings["render_s"] = time.perf_counter() - mark
-    configs = output.prometheus_configs(bundle)
+    configs = tree.prometheus_configs(bundle)
     checked = 0
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-") as tmp:
         mark = time.perf_counter()

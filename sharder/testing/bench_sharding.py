@@ -3,7 +3,7 @@
 Figures it reports, all on seeded synthetic targets (unique 10.x.y.z:9400 addresses,
 each with 4 or 8 GPUs as its weight) in one region with a fixed shard count S:
 
-* ``assign_seconds``: :func:`sharder.assign.assign` from scratch, best of 5 (timings on a
+* ``assign_seconds``: :func:`sharder.engine.assigning.assign` from scratch, best of 5 (timings on a
   shared machine are noisy; the best run is the least disturbed one). All timings are CPU
   seconds of this process (``time.process_time``), see ``_clock``.
 * ``max_over_mean``: heaviest shard over the mean shard, by weight.
@@ -18,11 +18,11 @@ each with 4 or 8 GPUs as its weight) in one region with a fixed shard count S:
   address, timed alternately with ``assign_seconds`` in the same process (best of the
   same number of runs), the anchor of ``assign_over_hashmod_pass``.
 * ``incremental_change_seconds``: one target registering on the whole fleet through
-  :class:`sharder.incremental.IncrementalAssigner` (best of ``repeats`` changes), against
+  :class:`sharder.engine.incremental.IncrementalAssigner` (best of ``repeats`` changes), against
   ``assign_seconds`` as ``assign_over_incremental_change``.
 * ``add_shard_max_over_mean_worst``: the balance right after adding a shard, worst trial.
 
-Movement trials call :func:`sharder.assign.place` (the per-region core of ``assign``) on
+Movement trials call :func:`sharder.engine.assigning.place` (the per-region core of ``assign``) on
 plain lists, so renaming shards does not mean rebuilding a million ``Target`` models.
 """
 
@@ -35,11 +35,11 @@ from collections.abc import Sequence
 from statistics import fmean
 from typing import Any
 
-from sharder.assign import ALGORITHM, VNODES, Placer, assign, strategy
-from sharder.hashing import hashmod
-from sharder.incremental import IncrementalAssigner
-from sharder.inventory import Target
-from sharder.spec import FederationSpec, JobSpec, RegionSpec, ShardingSpec, shard_id
+from sharder.engine.assigning import ALGORITHM, VNODES, Placer, assign, strategy
+from sharder.engine.hashing import hashmod
+from sharder.engine.incremental import IncrementalAssigner
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec, JobSpec, RegionSpec, ShardingSpec, shard_id
 
 GPU_MIX = (4, 8)
 # CPU time of this process: the timed code is single-threaded, so on an idle machine this

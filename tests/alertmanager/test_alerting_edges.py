@@ -11,7 +11,7 @@ from test_alerting_models import BASE, spec_error
 from alertmanager import amtool as amtool_client
 from alertmanager import render
 from alertmanager.models import DEFAULT_INHIBIT_RULES, GUARANTEED_LABELS, AlertingSpec
-from sharder.output import dump_yaml
+from sharder.kernel.output import dump_yaml
 
 PAGER = {"name": "pager", "webhooks": [{"url": "http://pager.internal/hook"}]}
 DEADMAN = {"name": "deadman", "webhooks": [{"url": "http://deadman.internal/ping"}]}

@@ -13,8 +13,8 @@ from alertmanager.errors import AlertingError
 from alertmanager.models import AlertingSpec, check_regions
 from alertmanager.render import render_alerting_bundle
 from federation.spec import GpufedSpec, load_gpufed_spec
-from sharder.errors import SpecError
-from sharder.loading import parse_model
+from sharder.kernel.errors import SpecError
+from sharder.model.loading import parse_model
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,7 @@ from alertmanager.dingtalk.config import parse_config
 from alertmanager.errors import AmtoolError
 from alertmanager.models import AlertingSpec
 from federation.spec import GpufedSpec, load_gpufed_spec
-from sharder.output import Bundle
+from sharder.kernel.output import Bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"

@@ -14,7 +14,7 @@ import argparse
 import json
 import time
 
-from federation.controller.state import ControllerState
+from federation.controller.base.state import ControllerState
 from sharder.testing.kube_standin import FakeKubeAPI, configmap_bytes
 from tests.controller.ha_helpers import assignment
 from tests.controller.store_backends import kube_store

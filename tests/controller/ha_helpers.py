@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import consul
 
-from federation.controller.state import ControllerState
+from federation.controller.base.state import ControllerState
 from federation.controller.stores.consul_store import ConsulStore
-from sharder.assignment import Assignment, ShardInfo
+from sharder.engine.assignment import Assignment, ShardInfo
 from sharder.testing.consul_standin import FakeConsulAgent
 
 

@@ -13,11 +13,11 @@ from typing import Any
 import httpx
 import yaml
 
+from federation.controller.base.options import ControllerOptions
 from federation.controller.controller import Controller
-from federation.controller.options import ControllerOptions
-from federation.controller.service import ServeSettings, Service, build_service
+from federation.controller.http.service import ServeSettings, Service, build_service
 from federation.spec import GpufedSpec, load_gpufed_spec
-from sharder.inventory import Target
+from sharder.model.inventory import Target
 
 TOKEN = "t0k3n-for-tests-0123456789abcdef"
 READ_TOKEN = "read-only-token-0123456789abcdef"

@@ -35,7 +35,7 @@ class ServeProcess:
         args = [
             sys.executable,
             "-m",
-            "federation.cli",
+            "federation.commands.cli",
             "serve",
             "--spec",
             str(self.spec),

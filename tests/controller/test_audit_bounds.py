@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from federation.controller.audit_bounds import AUDIT_CHARS, AUDIT_IDS
-from federation.controller.state import AuditEntry
+from federation.controller.base.audit_bounds import AUDIT_CHARS, AUDIT_IDS
+from federation.controller.base.state import AuditEntry
 from tests.controller.harness import ControllerHarness, build, fleet
 
 FLEET = 60

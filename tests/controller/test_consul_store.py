@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from federation.controller.state import AuditEntry, ControllerState, Desired
+from federation.controller.base.state import AuditEntry, ControllerState, Desired
 from federation.controller.stores import kvblob
 from federation.controller.stores.consul_store import ConsulStore
 from federation.controller.stores.store import FencedOut, StoreConflict, StoreError

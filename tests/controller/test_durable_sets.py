@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from federation.controller.options import ControllerOptions
-from federation.controller.service import ServeSettings, Service, build_service
+from federation.controller.base.options import ControllerOptions
+from federation.controller.http.service import ServeSettings, Service, build_service
 from federation.controller.stores.sqlite_store import SqliteStore
 from federation.controller.stores.store import StateStore
 from sharder.testing.consul_standin import FakeConsulAgent

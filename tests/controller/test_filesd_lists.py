@@ -7,11 +7,11 @@ from pathlib import Path
 
 import yaml
 
-from federation import pipeline
 from federation.controller.live import filesd
 from federation.controller.live.sdcache import SdSnapshot, ShardAnswers
+from federation.master import pipeline
 from federation.spec import load_gpufed_spec
-from sharder.inventory import Target
+from sharder.model.inventory import Target
 from tests.controller.harness import ControllerHarness, build, fleet, spec_document
 
 

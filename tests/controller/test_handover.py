@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from federation.controller.changes import ChangeRequest
+from federation.controller.base.changing import ChangeRequest
+from federation.controller.base.options import ControllerOptions
+from federation.controller.base.state import Handover
 from federation.controller.live import handover
-from federation.controller.options import ControllerOptions
-from federation.controller.state import Handover
-from sharder.assignment import Assignment, ShardInfo
+from sharder.engine.assignment import Assignment, ShardInfo
 from tests.controller.harness import build, fleet
 
 
@@ -83,7 +83,7 @@ def test_old_shard_keeps_serving_a_moved_target_until_the_handover_ends(tmp_path
     h.feed(fleet(8))
     ctl = h.controller
     planned = ctl.plan(
-        __import__("federation.controller.changes", fromlist=["x"]).ChangeRequest(add_shard=["r1"])
+        __import__("federation.controller.base.changing", fromlist=["x"]).ChangeRequest(add_shard=["r1"])
     )
     result = ctl.apply(planned.version, actor="test")
     assert result.plan is not None and result.plan.moves

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from federation.controller.changes import MAX_ENTRIES, MAX_SHARDS_PER_REGION, MAX_STEPS
+from federation.controller.base.changing import MAX_ENTRIES, MAX_SHARDS_PER_REGION, MAX_STEPS
 from tests.controller.harness import ControllerHarness, build, fleet
 
 

@@ -15,11 +15,11 @@ import pytest
 import uvicorn
 import yaml
 
+from federation.controller.base.options import ControllerOptions
 from federation.controller.http.http_guards import DeadlineH11Protocol
-from federation.controller.options import ControllerOptions
 from federation.loopback import free_port
 from federation.spec import load_gpufed_spec
-from sharder.sizing import Hysteresis
+from sharder.engine.sizing import Hysteresis
 from tests.controller.harness import ControllerHarness, build, fleet, spec_document
 
 

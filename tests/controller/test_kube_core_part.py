@@ -3,10 +3,10 @@ as dumping the state's document, before and after a change that keeps or changes
 
 from __future__ import annotations
 
-from federation.controller.state import ControllerState, Desired
+from federation.controller.base.state import ControllerState, Desired
 from federation.controller.stores import kube_parts
-from sharder.assign import assign
-from sharder.spec import FederationSpec
+from sharder.engine.assigning import assign
+from sharder.model.spec import FederationSpec
 from tests.controller.harness import fleet
 
 SPEC = FederationSpec.model_validate(

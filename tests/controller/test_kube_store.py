@@ -14,8 +14,8 @@ from federation.controller.stores import kube_parts
 from federation.controller.stores.kube_objects import ConfigMaps, Head
 from federation.controller.stores.kube_store import KubeStore
 from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
-from sharder.assign import assign
-from sharder.spec import FederationSpec
+from sharder.engine.assigning import assign
+from sharder.model.spec import FederationSpec
 from sharder.testing.kube_standin import FakeKubeAPI, configmap_bytes
 from tests.controller.ha_helpers import state
 from tests.controller.harness import fleet
@@ -227,7 +227,7 @@ def test_the_audit_log_is_bounded_and_pages_back(fake: FakeKubeAPI) -> None:
 
 
 def kube_audit(action: str) -> Any:
-    from federation.controller.state import AuditEntry
+    from federation.controller.base.state import AuditEntry
 
     return AuditEntry(at=1.0, actor="ops", action=action)
 

@@ -19,7 +19,7 @@ import kmock as kmock_lib
 import kubernetes
 import pytest
 
-from federation.controller.state import AuditEntry
+from federation.controller.base.state import AuditEntry
 from federation.controller.stores.kube_store import KubeStore
 from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
 from tests.controller.ha_helpers import state

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from federation.controller.stores import kvblocks
-from sharder.assignment import ShardInfo
+from sharder.engine.assignment import ShardInfo
 from tests.controller.ha_helpers import assignment
 
 

@@ -19,12 +19,12 @@ import yaml
 from typer.testing import CliRunner
 
 from federation.commands import serve
-from federation.controller.load.tracker import LoadOptions
-from federation.controller.load.weights import Observation, TargetKey, max_over_mean
-from federation.controller.options import ControllerOptions
-from federation.controller.service import ServeSettings, Service, build_service
+from federation.controller.base.options import ControllerOptions
+from federation.controller.http.service import ServeSettings, Service, build_service
+from federation.controller.load.tracking import LoadOptions
+from federation.controller.load.weighing import Observation, TargetKey, max_over_mean
 from federation.spec import load_gpufed_spec
-from sharder.inventory import Target
+from sharder.model.inventory import Target
 
 TOKEN = "k7q2w9x4m1v8z3c6b5n0p7r2"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -28,13 +28,13 @@ from e2e.prom_process import PrometheusProcess
 from exporter.app import ExporterApp
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.settings import ExporterSettings
+from federation.controller.base.options import ControllerOptions
 from federation.controller.controller import Controller
-from federation.controller.load.tracker import LoadOptions
-from federation.controller.load.weights import max_over_mean
-from federation.controller.options import ControllerOptions
-from federation.controller.service import ServeSettings, Service, build_service
+from federation.controller.http.service import ServeSettings, Service, build_service
+from federation.controller.load.tracking import LoadOptions
+from federation.controller.load.weighing import max_over_mean
 from federation.spec import load_gpufed_spec
-from sharder.inventory import Target
+from sharder.model.inventory import Target
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from federation.controller.load.reader import DURATION, SAMPLES, PrometheusLoadReader
-from federation.controller.load.weights import Observation
+from federation.controller.load.weighing import Observation
 
 QUERY = re.compile(r'^max by \(job, instance, node\) \((\w+)(?:\{job=~"([a-z0-9|-]+)"\})?\)$')
 

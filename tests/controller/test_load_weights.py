@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from federation.controller.load import weights as lw
-from federation.controller.shed import shed
-from sharder.assign import assign
-from sharder.assignment import Assignment, ShardInfo
-from sharder.inventory import Target
-from sharder.plan import diff
-from sharder.spec import FederationSpec
+from federation.controller.base.shed import shed
+from federation.controller.load import weighing
+from sharder.engine.assigning import assign
+from sharder.engine.assignment import Assignment, ShardInfo
+from sharder.engine.planning import diff
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec
 
 
 def target(i: int, *, gpus: int = 8, job: str = "gpu", node: str | None = None) -> Target:
@@ -46,25 +46,25 @@ def test_rates_match_job_instance_and_node_and_divide_by_the_interval() -> None:
     same_address_other_node = target(1, node="elsewhere")
     targets = {"a": a, "b": b, "c": same_address_other_node}
     observations = {
-        ("gpu", a.instance, "n1"): lw.Observation(samples=300.0),
-        ("node", b.instance, "n2"): lw.Observation(samples=600.0),
+        ("gpu", a.instance, "n1"): weighing.Observation(samples=300.0),
+        ("node", b.instance, "n2"): weighing.Observation(samples=600.0),
     }
     intervals = {"gpu": 15.0, "node": 30.0}
-    assert lw.rates(observations, targets, interval_s=intervals.__getitem__) == {"a": 20.0, "b": 20.0}
+    assert weighing.rates(observations, targets, interval_s=intervals.__getitem__) == {"a": 20.0, "b": 20.0}
 
 
 def test_a_target_that_yielded_nothing_is_not_observed() -> None:
     a, b = target(1), target(2)
     observations = {
-        ("gpu", a.instance, "n1"): lw.Observation(samples=0.0),  # down: up == 0, no samples
-        ("gpu", b.instance, "n2"): lw.Observation(samples=math.nan),
+        ("gpu", a.instance, "n1"): weighing.Observation(samples=0.0),  # down: up == 0, no samples
+        ("gpu", b.instance, "n2"): weighing.Observation(samples=math.nan),
     }
-    assert lw.rates(observations, {"a": a, "b": b}, interval_s=lambda job: 15.0) == {}
+    assert weighing.rates(observations, {"a": a, "b": b}, interval_s=lambda job: 15.0) == {}
 
 
 # ---- smoothing --------------------------------------------------------------------------------
 def test_ewma_takes_the_first_reading_and_follows_half_way_in_one_half_life() -> None:
-    smoother = lw.Smoother(half_life_s=600)
+    smoother = weighing.Smoother(half_life_s=600)
     smoother.update({"a": 100.0}, now=0)
     assert smoother.values() == {"a": 100.0}
     smoother.update({"a": 200.0}, now=600)
@@ -74,7 +74,7 @@ def test_ewma_takes_the_first_reading_and_follows_half_way_in_one_half_life() ->
 
 
 def test_ewma_keeps_targets_missing_from_a_reading_until_they_leave() -> None:
-    smoother = lw.Smoother(half_life_s=60)
+    smoother = weighing.Smoother(half_life_s=60)
     smoother.update({"a": 10.0, "b": 20.0}, now=0)
     smoother.update({"a": 30.0}, now=60)
     assert smoother.values() == {"a": pytest.approx(20.0), "b": 20.0}
@@ -83,7 +83,7 @@ def test_ewma_keeps_targets_missing_from_a_reading_until_they_leave() -> None:
 
 
 def test_one_odd_reading_moves_a_smoothed_value_only_part_way() -> None:
-    smoother = lw.Smoother(half_life_s=600)
+    smoother = weighing.Smoother(half_life_s=600)
     smoother.update({"a": 100.0}, now=0)
     smoother.update({"a": 10_000.0}, now=60)  # a label explosion for one scrape
     assert 100.0 < smoother.values()["a"] < 1000.0
@@ -93,36 +93,36 @@ def test_one_odd_reading_moves_a_smoothed_value_only_part_way() -> None:
 def test_unit_is_the_median_rate_per_gpu_weight_so_the_heavy_few_do_not_shift_it() -> None:
     base = {f"t{i}": 8 for i in range(10)}
     observed = {f"t{i}": 80.0 for i in range(9)} | {"t9": 8000.0}
-    assert lw.unit(observed, base) == 10.0
+    assert weighing.unit(observed, base) == 10.0
 
 
 def test_typical_targets_keep_their_gpu_weight_and_a_heavy_one_weighs_what_it_scrapes() -> None:
     base = {f"t{i}": 4 if i % 2 else 8 for i in range(20)}
     observed = {i: 10.0 * w for i, w in base.items()}
     observed["t0"] = 10.0 * 8 * 10  # 10x what its 8 GPUs suggest
-    weights = lw.suggest(observed, base, policy=lw.WeightPolicy())
+    weights = weighing.suggest(observed, base, policy=weighing.WeightPolicy())
     assert weights["t0"] == 80
     assert {i: w for i, w in weights.items() if i != "t0"} == {i: w for i, w in base.items() if i != "t0"}
 
 
 def test_targets_not_observed_yet_keep_their_gpu_weight() -> None:
     base = {"seen": 8, "new": 4, "down": 8}
-    weights = lw.suggest({"seen": 160.0}, base, policy=lw.WeightPolicy())
+    weights = weighing.suggest({"seen": 160.0}, base, policy=weighing.WeightPolicy())
     assert weights == {"seen": 8, "new": 4, "down": 8}
 
 
 def test_weights_are_at_least_one_and_at_most_the_cap() -> None:
     base = {f"t{i}": 2 for i in range(9)} | {"tiny": 2, "runaway": 2}
     observed = {f"t{i}": 20.0 for i in range(9)} | {"tiny": 0.01, "runaway": 1e9}
-    weights = lw.suggest(observed, base, policy=lw.WeightPolicy(cap_factor=8))
+    weights = weighing.suggest(observed, base, policy=weighing.WeightPolicy(cap_factor=8))
     assert weights["tiny"] == 1
     assert weights["runaway"] == 16  # 8 x the median weight (2)
-    capped = lw.suggest(observed, base, policy=lw.WeightPolicy(cap_factor=1e9, max_weight=10_000))
+    capped = weighing.suggest(observed, base, policy=weighing.WeightPolicy(cap_factor=1e9, max_weight=10_000))
     assert capped["runaway"] == 10_000
 
 
 def test_without_observations_the_suggestion_is_the_gpu_weights() -> None:
-    assert lw.suggest({}, {"a": 8, "b": 4}, policy=lw.WeightPolicy()) == {"a": 8, "b": 4}
+    assert weighing.suggest({}, {"a": 8, "b": 4}, policy=weighing.WeightPolicy()) == {"a": 8, "b": 4}
 
 
 @settings(max_examples=60, deadline=None)
@@ -136,8 +136,8 @@ def test_without_observations_the_suggestion_is_the_gpu_weights() -> None:
 def test_suggested_weights_are_always_whole_and_within_bounds(data: dict[str, tuple[int, float]]) -> None:
     base = {i: gpus for i, (gpus, _) in data.items()}
     observed = {i: rate for i, (_, rate) in data.items() if rate > 0}
-    policy = lw.WeightPolicy()
-    weights = lw.suggest(observed, base, policy=policy)
+    policy = weighing.WeightPolicy()
+    weights = weighing.suggest(observed, base, policy=policy)
     assert weights.keys() == base.keys()
     assert all(isinstance(w, int) and 1 <= w <= policy.max_weight for w in weights.values())
     for identity in base.keys() - observed.keys():
@@ -146,11 +146,11 @@ def test_suggested_weights_are_always_whole_and_within_bounds(data: dict[str, tu
 
 def test_policy_refuses_bad_values_naming_them() -> None:
     with pytest.raises(ValueError, match="half_life_s must be positive"):
-        lw.WeightPolicy(half_life_s=0)
+        weighing.WeightPolicy(half_life_s=0)
     with pytest.raises(ValueError, match="cap_factor"):
-        lw.WeightPolicy(cap_factor=-1)
+        weighing.WeightPolicy(cap_factor=-1)
     with pytest.raises(ValueError, match="tolerance"):
-        lw.WeightPolicy(tolerance=-0.1)
+        weighing.WeightPolicy(tolerance=-0.1)
 
 
 # ---- what a plan carries -----------------------------------------------------------------------
@@ -158,13 +158,13 @@ def test_changes_leave_out_small_drifts_and_reset_to_the_gpu_weight_with_null() 
     base = {"a": 8, "b": 8, "c": 8, "d": 4}
     current = {"c": 40, "d": 20}
     suggested = {"a": 9, "b": 80, "c": 8, "d": 22}
-    assert lw.changes(suggested, base=base, current=current, tolerance=0.25) == {"b": 80, "c": None}
+    assert weighing.changes(suggested, base=base, current=current, tolerance=0.25) == {"b": 80, "c": None}
 
 
 def test_max_over_mean() -> None:
-    assert lw.max_over_mean([1.0, 1.0, 4.0]) == 2.0
-    assert lw.max_over_mean([]) == 0.0
-    assert lw.max_over_mean([0.0, 0.0]) == 0.0
+    assert weighing.max_over_mean([1.0, 1.0, 4.0]) == 2.0
+    assert weighing.max_over_mean([]) == 0.0
+    assert weighing.max_over_mean([0.0, 0.0]) == 0.0
 
 
 # ---- shedding -------------------------------------------------------------------------------------------
@@ -231,7 +231,7 @@ def test_a_weights_plan_with_shedding_isolates_a_heavy_target_and_reruns_move_no
     after = assign(fleet_spec, targets, previous=shed(sticky, load_factor=1.05), weight_overrides=weights)
     load, was = after.load(), sticky.load()
     assert load[after.targets[heavy]] < was[sticky.targets[heavy]]
-    assert lw.max_over_mean(load.values()) < min(1.1, lw.max_over_mean(was.values()))
+    assert weighing.max_over_mean(load.values()) < min(1.1, weighing.max_over_mean(was.values()))
     moved = diff(before, after).counts.moved
     assert 0 < moved < len(targets) / 2
     rerun = assign(fleet_spec, targets, previous=after, weight_overrides=weights)

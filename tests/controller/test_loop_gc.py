@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from federation.controller.live import inbox as loop
+from federation.controller.live.inbox import FREEZE_AFTER_S, paused
 
 
 class Host:
@@ -33,14 +33,14 @@ def unfrozen() -> Iterator[None]:
 
 def test_a_short_tick_pauses_the_collector_and_freezes_nothing() -> None:
     host = Host(0.0)
-    loop.paused(lambda: host.tick(idle=False))
+    paused(lambda: host.tick(idle=False))
     assert host.gc_during == [False] and gc.isenabled()
     assert gc.get_freeze_count() == 0
 
 
 def test_a_long_tick_freezes_what_it_built() -> None:
-    host = Host(loop.FREEZE_AFTER_S)
-    loop.paused(lambda: host.tick(idle=False))
+    host = Host(FREEZE_AFTER_S)
+    paused(lambda: host.tick(idle=False))
     assert gc.isenabled() and gc.get_freeze_count() > 0
     walked = {id(x) for generation in range(3) for x in gc.get_objects(generation=generation)}
     assert gc.is_tracked(host.built[0]) and id(host.built[0]) not in walked  # frozen: no pass walks it

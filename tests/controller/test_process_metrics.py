@@ -6,7 +6,7 @@ import os
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from federation.controller.metrics import SubprocessCollector, register_process
+from federation.controller.base.metrics import SubprocessCollector, register_process
 
 
 def test_subprocess_cpu_is_the_waited_for_childrens_user_plus_system_seconds() -> None:

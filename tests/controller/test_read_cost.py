@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from federation.controller import target_index, views
-from federation.controller.options import ControllerOptions
+from federation.controller import views
+from federation.controller.base import target_index
+from federation.controller.base.options import ControllerOptions
 from tests.controller.harness import ControllerHarness, build, fleet
 
 FLEET = 600

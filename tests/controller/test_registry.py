@@ -6,9 +6,9 @@ import threading
 import time
 from collections.abc import Iterable
 
-from sharder.inventory import Target
+from sharder.model.inventory import Target
+from sharder.model.spec import JobSpec
 from sharder.sources.registry import BuiltinRegistry
-from sharder.spec import JobSpec
 
 
 class CountingSink:
@@ -100,7 +100,7 @@ def test_an_unchanged_refresh_keeps_the_registry_healthy() -> None:
 
     from prometheus_client import CollectorRegistry
 
-    from sharder.discovery_metrics import DiscoveryMetrics
+    from sharder.sources.discovery_metrics import DiscoveryMetrics
 
     wall = [1000.0]
     metrics = DiscoveryMetrics(registry=CollectorRegistry(), wall_clock=lambda: wall[0])

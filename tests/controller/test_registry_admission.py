@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from federation.spec import load_gpufed_spec
-from sharder.inventory import Target
-from sharder.promtool import ConfigCheckError
+from sharder.kernel.promtool import ConfigCheckError
+from sharder.model.inventory import Target
 from tests.controller.harness import ControllerHarness, build, fleet, spec_document
 
 

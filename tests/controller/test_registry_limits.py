@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from federation.controller.base.options import ControllerOptions
 from federation.controller.http.ratelimit import RateLimited, RateLimiter
-from federation.controller.options import ControllerOptions
 from tests.controller.harness import READ_TOKEN, TOKEN, ControllerHarness, build
 
 

@@ -15,12 +15,12 @@ import pytest
 import yaml
 from fastapi import FastAPI
 
-from federation.controller.changes import ChangeRequest
+from federation.controller.base.changing import ChangeRequest
+from federation.controller.base.metrics import ControllerMetrics
+from federation.controller.base.options import ControllerOptions
 from federation.controller.controller import Controller
-from federation.controller.ha.replica import Replication
-from federation.controller.metrics import ControllerMetrics
-from federation.controller.options import ControllerOptions
-from federation.controller.service import (
+from federation.controller.ha.replicating import Replication
+from federation.controller.http.service import (
     ServeSettings,
     Service,
     SettingsError,
@@ -262,7 +262,7 @@ def controller(tmp_path: Path, agent: FakeConsulAgent, elector: Elector) -> Cont
 def test_a_deposed_leader_that_still_believes_it_leads_cannot_write(
     tmp_path: Path, agent: FakeConsulAgent
 ) -> None:
-    from federation.controller import errors
+    from federation.controller.base import errors
 
     old = controller(tmp_path / "old", agent, Elector(leading=True, fence=5))
     old.take_over()

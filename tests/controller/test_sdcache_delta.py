@@ -6,12 +6,12 @@ import random
 
 import pytest
 
-from federation.controller.live import handover as handing
 from federation.controller.live import sdcache
-from sharder.assign import assign
-from sharder.incremental import IncrementalAssigner
-from sharder.render import target_groups
-from sharder.spec import FederationSpec
+from federation.controller.live.handover import Handover, reconcile
+from sharder.children.render import target_groups
+from sharder.engine.assigning import assign
+from sharder.engine.incremental import IncrementalAssigner
+from sharder.model.spec import FederationSpec
 from tests.controller.harness import fleet
 
 SPEC = FederationSpec.model_validate(
@@ -29,7 +29,7 @@ def test_a_delta_build_equals_a_full_build(seed: int) -> None:
     current = {t.identity: t for t in fleet(80, region="r1") + fleet(30, region="r2", start=500)}
     engine = IncrementalAssigner(SPEC, list(current.values()), fallback_fraction=float("inf"))
     assignment = engine.assignment
-    handovers: list[handing.Handover] = []
+    handovers: list[Handover] = []
     snapshot = sdcache.build(version=1, jobs=["gpu"], assignment=assignment, targets=current)
     for step in range(8):
         gone = set(rnd.sample(sorted(current), rnd.randint(0, 6)))
@@ -44,7 +44,7 @@ def test_a_delta_build_equals_a_full_build(seed: int) -> None:
         before = assignment
         assignment = engine.apply(added=fresh, removed=gone)
         assert engine.touched is not None
-        handovers = handing.reconcile(
+        handovers = reconcile(
             before, assignment, handovers, now=float(step), job_of={i: "gpu" for i in current}, max_wait_s=60
         )
         if step % 3 == 2:

@@ -12,12 +12,12 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from federation.controller.base.options import ControllerOptions
 from federation.controller.http.redact import redact_file
+from federation.controller.http.service import ServeSettings, build_service
 from federation.controller.live.publisher import Publisher
-from federation.controller.options import ControllerOptions
-from federation.controller.service import ServeSettings, build_service
 from federation.spec import load_gpufed_spec
-from sharder.errors import ConfigCheckError
+from sharder.kernel.errors import ConfigCheckError
 from tests.controller.harness import TOKEN, fleet
 
 SECRETS = {

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from federation.cli import _register, app
+from federation.commands.cli import _register, app
 from tests.controller.harness import TOKEN, write_spec
 
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from federation.cli import _register, app
-from federation.controller.service import ServeSettings, SettingsError, build_elector, build_store
+from federation.commands.cli import _register, app
+from federation.controller.http.service import ServeSettings, SettingsError, build_elector, build_store
 from federation.controller.stores.kube_store import KubeStore
 from federation.controller.stores.store import StoreError
 from federation.spec import load_gpufed_spec

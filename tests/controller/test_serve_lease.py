@@ -18,9 +18,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from federation.cli import _register, app
+from federation.commands.cli import _register, app
 from federation.controller.ha.lease import ADDRESS_ANNOTATION, LeaseElector
-from federation.controller.service import ServeSettings, SettingsError, build_elector
+from federation.controller.http.service import ServeSettings, SettingsError, build_elector
 from federation.spec import load_gpufed_spec
 from federation.testing.replicas import ReplicaSet, Standin, write_fleet
 from tests.controller.harness import TOKEN, write_spec

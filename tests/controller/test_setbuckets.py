@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from federation.controller.stores import setbuckets
-from sharder.lastknown import target_document
+from sharder.sources.lastknown import target_document
 from tests.controller.harness import fleet
 
 

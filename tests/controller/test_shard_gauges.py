@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sharder.inventory import Target
+from sharder.model.inventory import Target
 from tests.controller.harness import build, fleet
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from federation.controller.state import AuditEntry
+from federation.controller.base.state import AuditEntry
 from federation.controller.stores.store import StoreError
 from sharder.testing.consul_standin import FakeConsulAgent
 from sharder.testing.kube_standin import FakeKubeAPI

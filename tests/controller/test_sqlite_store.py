@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from federation.controller.state import AuditEntry, ControllerState
+from federation.controller.base.state import AuditEntry, ControllerState
 from federation.controller.stores.sqlite_store import SqliteStore
 from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
-from sharder.assign import assign
-from sharder.spec import FederationSpec
+from sharder.engine.assigning import assign
+from sharder.model.spec import FederationSpec
 from tests.controller.harness import fleet
 
 SPEC = FederationSpec.model_validate(

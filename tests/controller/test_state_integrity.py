@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from federation.cli import _register, app
-from federation.controller.state import AuditEntry, ControllerState
+from federation.commands.cli import _register, app
+from federation.controller.base.state import AuditEntry, ControllerState
 from federation.controller.stores.integrity import MARKER_NAME
 from federation.controller.stores.sqlite_store import SqliteStore
 from federation.controller.stores.store import StoreError

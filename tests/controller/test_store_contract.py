@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from federation.controller.state import AuditEntry, ControllerState, Desired
+from federation.controller.base.state import AuditEntry, ControllerState, Desired
 from federation.controller.stores.store import Commit, FencedOut, StoreConflict
 from tests.controller.ha_helpers import state
 from tests.controller.harness import fleet

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from federation.cli import _register, app
-from federation.controller.state import ControllerState
+from federation.commands.cli import _register, app
+from federation.controller.base.state import ControllerState
 from federation.controller.stores.sqlite_store import SqliteStore
 from federation.controller.stores.store import StoreError
-from sharder.assign import assign
-from sharder.spec import FederationSpec
+from sharder.engine.assigning import assign
+from sharder.model.spec import FederationSpec
 from tests.controller.harness import TOKEN, fleet, write_spec
 
 

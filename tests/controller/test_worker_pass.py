@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from federation.controller.base.options import ControllerOptions
 from federation.controller.live.inbox import Inbox
 from federation.controller.loop import Worker
-from federation.controller.options import ControllerOptions
 from federation.controller.stores.store import FencedOut, StoreError
 
 

@@ -10,11 +10,11 @@ import pytest
 from alertmanager import ha
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.settings import ExporterSettings
-from federation import master as mastering
 from federation.demo import components, plan
+from federation.master.render import master_flags, render_master_config
 from federation.spec import GpufedSpec
-from sharder.assign import assign
-from sharder.loading import parse_model, parse_target
+from sharder.engine.assigning import assign
+from sharder.model.loading import parse_model, parse_target
 
 
 def ports() -> plan.Ports:
@@ -112,7 +112,7 @@ def test_rendered_flags_move_to_loopback_and_keep_everything_else() -> None:
     assert [f for f in moved if f.startswith("--cluster.peer=")] == [
         f for f in flags if f.startswith("--cluster.peer=")]
     master = components.master(binary="prometheus", config=Path("/c/prometheus.yml"),
-                               flags=mastering.master_flags(spec)["flags"], port=spec.master.port)
+                               flags=master_flags(spec)["flags"], port=spec.master.port)
     assert f"--web.listen-address=127.0.0.1:{spec.master.port}" in master.argv
     assert "--web.enable-remote-write-receiver" in master.argv
     # Links in alerts: one external URL per component, from the spec, not the host name.
@@ -160,7 +160,7 @@ def test_fleet_entries_are_what_the_exporter_fleet_registers() -> None:
 def test_the_demo_master_watches_every_component_on_its_loopback_port() -> None:
     p = ports()
     spec = demo(plan.Layout(nodes=12))
-    jobs = {j["job_name"]: j for j in mastering.render_master_config(spec)["scrape_configs"]}
+    jobs = {j["job_name"]: j for j in render_master_config(spec)["scrape_configs"]}
     targets = {name: j.get("static_configs", [{}])[0].get("targets") for name, j in jobs.items()}
     assert targets == {
         "alertmanager": [f"127.0.0.1:{web}" for web, _ in p.alertmanagers],

@@ -31,7 +31,7 @@ def compose_figures(tmp: Path) -> dict[str, dict[str, int]]:
         [
             sys.executable,
             "-m",
-            "federation.cli",
+            "federation.commands.cli",
             "render",
             "--spec",
             "compose/federation.yaml",

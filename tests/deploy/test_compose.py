@@ -27,7 +27,7 @@ from typer.testing import CliRunner, Result
 from alertmanager.amtool import Amtool
 from federation.commands import render
 from federation.dashboards import dashboard_files
-from sharder.promtool import Promtool
+from sharder.kernel.promtool import Promtool
 
 
 def invoke(*args: str | Path) -> Result:
@@ -178,7 +178,7 @@ def test_controller_service_runs_the_real_serve_flags(config: dict[str, Any], tm
 
 def controller_paths(tmp_path: Path) -> set[str]:
     """The routes of the controller's real app (built, not started)."""
-    from federation.controller.service import ServeSettings, build_service
+    from federation.controller.http.service import ServeSettings, build_service
     from federation.spec import load_gpufed_spec
 
     built = build_service(ServeSettings(spec=load_gpufed_spec(SPEC), data_dir=tmp_path / "ctl", dev=True,

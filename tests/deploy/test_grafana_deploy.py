@@ -24,7 +24,7 @@ from test_logs_deploy import LOGS_VALUES, _chart_objects, _named, compose, monit
 
 from federation.grafana import formats
 from federation.grafana.render import DATASOURCES_FILE, PROVIDERS_FILE
-from federation.pipeline import grafana_part
+from federation.master.pipeline import grafana_part
 from federation.spec import load_gpufed_spec
 
 
@@ -104,7 +104,7 @@ def test_tree_sync_script_copies_every_file_under_its_prefix(
     tmp_path: Path, separators: tuple[str, str], prefix: str
 ) -> None:
     """The chart's init script, run by the real sh + wget, against /v1/configs's answer shape."""
-    from federation.pipeline import logs_part
+    from federation.master.pipeline import logs_part
 
     spec = load_gpufed_spec(ROOT / "examples" / "federation.yaml")
     parts = {"grafana/": grafana_part(spec, [], None), "logs/": logs_part(spec, [], None)}  # type: ignore[arg-type]

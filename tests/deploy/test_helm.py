@@ -229,7 +229,7 @@ def test_one_controller_replica_keeps_sqlite_on_a_volume(chart: helm.Chart) -> N
 @pytest.mark.parametrize("values_file", CI_FILES, ids=lambda p: p.stem)
 def test_controller_knows_every_child_pod(chart: helm.Chart, values_file: Path, tmp_path: Path) -> None:
     """``--child-url`` names each child the spec yields, at the pod children.yaml runs it in."""
-    from sharder.assign import assign
+    from sharder.engine.assigning import assign
 
     objects = render(chart, values(values_file))
     _deployment, _container, params = controller_parts(objects)

@@ -20,13 +20,19 @@ import yaml
 from deploy_tools import serve_params
 from test_helm import CHART, KUBE_VERSIONS, RELEASE, find, render
 
-from federation import master as mastering
-from federation import meta_monitoring
 from federation.commands import serve
+from federation.master import meta_monitoring
+from federation.master.render import (
+    FLAGS_FILE,
+    MASTER_FILE,
+    load_rule_pack,
+    render_master_bundle,
+    render_master_config,
+)
 from federation.spec import GpufedSpec, load_gpufed_spec
-from sharder.assign import assign
-from sharder.loading import parse_model
-from sharder.promtool import Promtool
+from sharder.engine.assigning import assign
+from sharder.kernel.promtool import Promtool
+from sharder.model.loading import parse_model
 from sharder.sources.kubernetes import KubernetesConfig
 
 ONLY_A_TOKEN = {"controller": {"token": {"value": "a-token-0123456789abcdef"}}}
@@ -129,12 +135,12 @@ def test_the_master_config_the_controller_serves_passes_promtool(
     # the children write to every master replica the chart runs
     assert [w.url for w in spec.remote_write] == [
         f"http://gpufed-master-{i}.gpufed-master.monitoring.svc:9090/api/v1/write" for i in range(2)]
-    bundle = mastering.render_master_bundle(spec, rule_pack=mastering.load_rule_pack())
+    bundle = render_master_bundle(spec, rule_pack=load_rule_pack())
     for path, data in bundle.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_bytes(data)
-    Promtool().check(tmp_path, mastering.MASTER_FILE)
-    config = yaml.safe_load(bundle[mastering.MASTER_FILE])
+    Promtool().check(tmp_path, MASTER_FILE)
+    config = yaml.safe_load(bundle[MASTER_FILE])
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert jobs["gpufed-child"]["http_sd_configs"][0]["url"] == (
         "http://gpufed-controller.monitoring.svc:8080/v1/sd-children")
@@ -147,7 +153,7 @@ def test_the_master_config_the_controller_serves_passes_promtool(
     # the master's rule files are the ones its config-sync fetches from the controller
     master = find(objects, "StatefulSet", "-master")["spec"]["template"]["spec"]["initContainers"][0]
     files = next(e["value"] for e in master["env"] if e["name"] == "FILES").split()
-    assert set(files) == {p for p in bundle if p.startswith("master/") and p != mastering.FLAGS_FILE}
+    assert set(files) == {p for p in bundle if p.startswith("master/") and p != FLAGS_FILE}
 
 
 def test_alerting_gets_the_charts_alertmanager_pods_and_relay(tmp_path: Path) -> None:
@@ -172,6 +178,6 @@ def test_alerting_gets_the_charts_alertmanager_pods_and_relay(tmp_path: Path) ->
     relay = find(objects, "Service", "-dingtalk")
     assert spec.alerting.relay_url == f"http://{relay['metadata']['name']}.monitoring.svc:8060"
     targets = {job["job_name"]: job["static_configs"][0]["targets"]
-               for job in mastering.render_master_config(spec)["scrape_configs"] if "static_configs" in job}
+               for job in render_master_config(spec)["scrape_configs"] if "static_configs" in job}
     assert targets["alertmanager"] == [f"{r.host}:9093" for r in spec.alerting.replicas]
     assert targets["gpufed-dingtalk"] == ["gpufed-dingtalk.monitoring.svc:8060"]

@@ -158,7 +158,7 @@ def _named(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any
 
 def test_chart_logs_tier_runs_what_the_controller_renders(tmp_path: Path) -> None:
     """The chart's spec, rendered by gpufed, names exactly the Services and mounts the chart makes."""
-    from federation.pipeline import logs_part
+    from federation.master.pipeline import logs_part
     from federation.spec import load_gpufed_spec
     from logs import loki, promtail, rules
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from alertmanager.dingtalk import labels as alert_labels
 from alertmanager.dingtalk.config import DINGTALK_MAX_BYTES
+from alertmanager.dingtalk.labels import FOLD_MAX_BYTES, folded, lead
 from alertmanager.dingtalk.payload import WebhookMessage
 from alertmanager.dingtalk.render import PartInfo, Renderer, merge
 from alertmanager.dingtalk.split import split
@@ -125,16 +125,16 @@ def test_alert_leads_with_node_gpu_region_team_then_summary_runbook_and_folded_d
 
 def test_lead_falls_back_to_hostname_and_drops_its_duplicate() -> None:
     labels = {"Hostname": "n7", "gpus": "0,3", "region": "r", "alertname": "GPUTemperatureHigh", "x": "1"}
-    assert alert_labels.lead(labels) == "node=n7 · gpu=0,3 · region=r"
-    assert alert_labels.folded(labels) == "x=1"
-    assert alert_labels.folded({"node": "n7", "Hostname": "n7", "y": "2"}) == "y=2"
-    assert alert_labels.lead({"alertname": "A"}) == ""
+    assert lead(labels) == "node=n7 · gpu=0,3 · region=r"
+    assert folded(labels) == "x=1"
+    assert folded({"node": "n7", "Hostname": "n7", "y": "2"}) == "y=2"
+    assert lead({"alertname": "A"}) == ""
 
 
 def test_folded_labels_are_capped_with_a_count() -> None:
     labels = {f"label{i:02d}": "v" * 30 for i in range(40)}
-    out = alert_labels.folded(labels)
-    assert len(out.encode()) <= alert_labels.FOLD_MAX_BYTES + len(" (+99 more)")
+    out = folded(labels)
+    assert len(out.encode()) <= FOLD_MAX_BYTES + len(" (+99 more)")
     kept = out.count("=")
     assert out.endswith(f"(+{40 - kept} more)") and 0 < kept < 40
 
@@ -149,8 +149,8 @@ def test_many_noisy_alerts_still_split_under_the_limit_and_all_lead() -> None:
 
 def test_lead_reads_dcgm_exporters_newer_hostname_label_too() -> None:
     labels = {"hostname": "n8", "gpu": "1", "alertname": "GPURowRemapping", "x": "1"}
-    assert alert_labels.lead(labels) == "node=n8 · gpu=1"
-    assert alert_labels.folded(labels) == "x=1"
+    assert lead(labels) == "node=n8 · gpu=1"
+    assert folded(labels) == "x=1"
 
 
 def test_since_is_the_fault_start_from_the_rule_pack_annotation() -> None:

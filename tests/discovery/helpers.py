@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sharder.inventory import Target
-from sharder.spec import FederationSpec
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec
 
 REGIONS = ("r1", "r2")
 

@@ -14,9 +14,8 @@ from prometheus_client import CollectorRegistry
 from discovery.helpers import FakeClock, RecordingSink, make_spec
 from exporter.consul_registry import ConsulAgentRegistry
 from exporter.registration import service_definition
-from sharder.assign import assign
-from sharder.discovery_metrics import DiscoveryMetrics
-from sharder.reconcile import Reconciler
+from sharder.engine.assigning import assign
+from sharder.live.reconcile import Reconciler
 from sharder.sources.base import Backoff
 from sharder.sources.consul import (
     ConsulConfig,
@@ -26,6 +25,7 @@ from sharder.sources.consul import (
     split_address,
     target_document,
 )
+from sharder.sources.discovery_metrics import DiscoveryMetrics
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from discovery.k8s_objects import endpoint, endpoint_slice, node
 from discovery.test_kubernetes_kmock import NODES, SLICES
 from federation.commands import serve
 from federation.spec import GpufedSpec
-from sharder.loading import parse_model
+from sharder.model.loading import parse_model
 from sharder.sources.kubernetes import KubernetesConfig, KubernetesSource
 
 SPEC = parse_model(GpufedSpec, {

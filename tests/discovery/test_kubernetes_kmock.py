@@ -18,7 +18,7 @@ import pytest
 
 from discovery.helpers import FakeClock, RecordingSink, make_spec
 from discovery.k8s_objects import endpoint, endpoint_slice, node
-from sharder.reconcile import Reconciler
+from sharder.live.reconcile import Reconciler
 from sharder.sources.kubernetes import KubernetesConfig, KubernetesSource
 
 SLICES = kmock_lib.resource("discovery.k8s.io", "v1", "endpointslices")

@@ -15,7 +15,7 @@ from conftest import wait_for
 
 from discovery.helpers import FakeClock, RecordingSink, make_spec
 from discovery.k8s_objects import endpoint, endpoint_slice, node, pod
-from sharder.reconcile import Reconciler
+from sharder.live.reconcile import Reconciler
 from sharder.sources.base import Backoff
 from sharder.sources.kubernetes import KubernetesConfig, KubernetesSource
 from sharder.testing.kube_standin import FakeKubeAPI

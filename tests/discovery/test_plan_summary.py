@@ -1,4 +1,4 @@
-"""``plan.summarize`` (what the controller's loop keeps) agrees with ``plan.diff``."""
+"""``planning.summarize`` (what the controller's loop keeps) agrees with ``planning.diff``."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from discovery.helpers import fleet, make_spec
-from sharder import plan
-from sharder.assign import assign
-from sharder.incremental import IncrementalAssigner
+from sharder.engine import planning
+from sharder.engine.assigning import assign
+from sharder.engine.incremental import IncrementalAssigner
 
 
 @settings(max_examples=40, deadline=None)
@@ -29,7 +29,7 @@ def test_summary_counts_and_shards_equal_the_full_plan(
         return
     new = assign(spec, after, previous=old) if old is not None else assign(spec, after)
     for previous in (None, old):
-        full, summary = plan.diff(previous, new), plan.summarize(previous, new)
+        full, summary = planning.diff(previous, new), planning.summarize(previous, new)
         assert summary.counts == full.counts
         assert (summary.added_shards, summary.removed_shards) == (full.added_shards, full.removed_shards)
 
@@ -42,6 +42,6 @@ def test_summary_with_the_engines_touched_set_equals_the_full_plan() -> None:
     new = engine.assignment
     assert engine.touched is not None
     touched = set(engine.touched)
-    full = plan.diff(old, new)
-    summary = plan.summarize(old, new, only=touched)
+    full = planning.diff(old, new)
+    summary = planning.summarize(old, new, only=touched)
     assert summary.counts == full.counts and summary.counts.added == 3 and summary.counts.removed == 2

@@ -6,14 +6,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from discovery.helpers import FakeClock, fleet, make_spec, target
-from sharder.assign import assign
-from sharder.assignment import Assignment
-from sharder.discovery_metrics import DiscoveryMetrics
-from sharder.lastknown import LastKnownFile
-from sharder.plan import Plan
-from sharder.reconcile import Reconciler
-from sharder.sizing import Hysteresis
-from sharder.targetsets import placement_delta
+from sharder.engine.assigning import assign
+from sharder.engine.assignment import Assignment
+from sharder.engine.planning import Plan
+from sharder.engine.sizing import Hysteresis
+from sharder.engine.targetsets import placement_delta
+from sharder.live.reconcile import Reconciler
+from sharder.sources.discovery_metrics import DiscoveryMetrics
+from sharder.sources.lastknown import LastKnownFile
 
 
 def make(clock: FakeClock, **kw: object) -> tuple[Reconciler, list[tuple[Assignment, Plan]]]:
@@ -313,7 +313,7 @@ def test_a_waiting_loop_wakes_on_a_push_not_on_a_timer() -> None:
 
 def test_node_counts_follow_each_change_as_a_recount_would() -> None:
     """Sizing by targets_per_shard counts distinct nodes; the loop keeps the counts per change."""
-    from sharder.targetsets import count_nodes
+    from sharder.engine.targetsets import count_nodes
 
     clock = FakeClock()
     rec, seen = make(clock, spec=make_spec(targets_per_shard=4), debounce_s=0.0, grace_s=0.0)

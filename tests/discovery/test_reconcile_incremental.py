@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from discovery.helpers import FakeClock, make_spec, target
-from sharder.reconcile import Reconciler
+from sharder.live.reconcile import Reconciler
 
 SOURCES = ("file", "consul", "registry")
 """Two whole-set sources and one delta source, so precedence and grace both matter."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from discovery.helpers import target
-from sharder.inventory import Target
-from sharder.persisting import SetPersister
+from sharder.live.persisting import SetPersister
+from sharder.model.inventory import Target
 
 
 class DeltaStore:

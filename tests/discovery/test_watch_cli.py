@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from federation.commands import watch
 from federation.watching import Watcher, render_view
-from sharder.loading import load_spec
+from sharder.model.loading import load_spec
 from sharder.sources.build import WatchOptions
 from sharder.sources.consul import ConsulConfig
 

@@ -41,10 +41,10 @@ from exporter.models import GpuDevice, Reading, XidEvent
 from exporter.server import HttpServer, NodeRoutes
 from exporter.settings import ExporterSettings
 from exporter.simulated import SimulatedBackend
-from federation import master as mastering
-from federation import meta_monitoring, pipeline
 from federation.demo.router import ChildRouter
-from sharder.promtool import Promtool
+from federation.master import meta_monitoring, pipeline
+from federation.master.render import MASTER_FILE
+from sharder.kernel.promtool import Promtool
 
 REGIONS = ("region-0", "region-1")
 SPECIAL = "gpu-region-0-attributed"
@@ -257,7 +257,7 @@ def running_stack(root: Path) -> Iterator[Stack]:
         router = stack.enter_context(ChildRouter(port=0))
         sd = ChildrenSd(b"[]")
         stack.callback(sd.stop)
-        master = PrometheusProcess(prometheus, config=root / "out" / mastering.MASTER_FILE,
+        master = PrometheusProcess(prometheus, config=root / "out" / MASTER_FILE,
                                    data=root / "master-data", log=root / "master.log", client=client,
                                    extra_args=("--web.enable-remote-write-receiver",))
         document = spec(master_port=master.port, sd_port=sd.port, router=router,

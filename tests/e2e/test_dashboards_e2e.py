@@ -7,7 +7,7 @@ The stack (one per module, built by ``dashboard_stack.running_stack``):
   ``PodAttribution`` (GPUs 0-5 held by pods in two namespaces) and a backend whose driver
   reports XID 79 on GPU 0 and XID 13 on GPU 1, so health, XID and pod panels have data;
 * one inventory target nobody listens on (an exporter that is down);
-* child Prometheus servers rendered by ``federation.pipeline`` (one shard per region, each
+* child Prometheus servers rendered by ``federation.master.pipeline`` (one shard per region, each
   an HA pair: replication factor 2),
   remote-writing to a master Prometheus 2.42 that loads the rule pack, scrapes the
   children as the ``gpufed-child`` meta-monitoring job, itself, an Alertmanager 0.25 and

@@ -32,7 +32,7 @@ SERVICES = {"controller", "fleet", "master", "relay", "alertmanager-0", "alertma
 
 def run_demo(data: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any], str]:
     done = subprocess.run(
-        [sys.executable, "-m", "federation.cli", "demo", "--json", f"--data-dir={data}", *args],
+        [sys.executable, "-m", "federation.commands.cli", "demo", "--json", f"--data-dir={data}", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=240, env=env, check=False,
     )
     return done.returncode, json.loads(done.stdout), done.stderr
@@ -89,8 +89,8 @@ def test_sigint_stops_a_demo_started_in_the_background_and_restart_brings_back_a
     require_tool("prometheus-alertmanager")
     data, out, err = tmp_path / "demo", tmp_path / "out.json", tmp_path / "err.txt"
     script = '"$@" > "$OUT" 2> "$ERR" & echo $!; wait'  # no job control: the job ignores SIGINT
-    argv = [sys.executable, "-m", "federation.cli", "demo", "--json", f"--data-dir={data}", "--nodes=3",
-            "--regions=1", "--restart"]
+    argv = [sys.executable, "-m", "federation.commands.cli", "demo", "--json", f"--data-dir={data}",
+            "--nodes=3", "--regions=1", "--restart"]
     shell = subprocess.Popen(["/bin/sh", "-c", script, "sh", *argv], cwd=ROOT, stdout=subprocess.PIPE,
                              text=True, env={**os.environ, "OUT": str(out), "ERR": str(err)})
     pid: int | None = None

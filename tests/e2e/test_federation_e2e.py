@@ -35,11 +35,11 @@ from alertmanager.models import ReplicaSpec
 from alertmanager.render import ALERTMANAGER_FILE
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.settings import ExporterSettings
-from federation import master as mastering
-from federation import pipeline
-from sharder.assignment import Assignment
-from sharder.inventory import Target
-from sharder.promtool import Promtool
+from federation.master import pipeline
+from federation.master.render import FLAGS_FILE, MASTER_FILE, load_rule_pack
+from sharder.engine.assignment import Assignment
+from sharder.kernel.promtool import Promtool
+from sharder.model.inventory import Target
 
 pytestmark = pytest.mark.e2e
 
@@ -197,7 +197,7 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
         # render that needs its port, and started after it with the rendered flags.
         master = PrometheusProcess(
             prometheus,
-            config=root / "out" / mastering.MASTER_FILE,
+            config=root / "out" / MASTER_FILE,
             data=root / "data" / "master",
             log=root / "logs" / "master.log",
             client=client,
@@ -251,7 +251,7 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
 
 def rendered_master_flags(out: Path) -> tuple[str, ...]:
     """``master/flags.json`` minus where to listen and store, which the harness picks."""
-    flags = json.loads((out / mastering.FLAGS_FILE).read_text(encoding="utf-8"))["flags"]
+    flags = json.loads((out / FLAGS_FILE).read_text(encoding="utf-8"))["flags"]
     own = ("--storage.tsdb.path=", "--web.listen-address=")
     return tuple(flag for flag in flags if not flag.startswith(own))
 
@@ -330,7 +330,7 @@ def test_master_runs_the_rendered_config_and_rule_pack(federation: Federation) -
     response.raise_for_status()
     groups = response.json()["data"]["groups"]
     files = {Path(group["file"]).name for group in groups}
-    assert files == {*mastering.load_rule_pack(), "e2e-rules.yml"}
+    assert files == {*load_rule_pack(), "e2e-rules.yml"}
     assert all(rule["health"] != "err" for group in groups for rule in group["rules"])
     flags = federation.client.get(f"{federation.master.url}/api/v1/status/flags").json()["data"]
     assert flags["web.enable-remote-write-receiver"] == "true"

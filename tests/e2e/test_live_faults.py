@@ -51,12 +51,12 @@ import pytest
 import yaml
 from conftest import free_port, require_tool, wait_for
 
-from federation import master as mastering
 from federation.demo import components, plan, rebalance
 from federation.demo.plan import Layout
 from federation.demo.sink import Message
 from federation.demo.stack import DemoOptions, DemoStack
 from federation.demo.supervisor import ProcessSpec
+from federation.master.render import load_rule_pack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 LAYOUT = Layout(nodes=12, replication_factor=2)
@@ -72,7 +72,7 @@ def short_rule_pack(directory: Path) -> list[str]:
     """The shipped rule pack with only ``SHORT_FOR``'s ``for`` clauses changed; absolute paths."""
     directory.mkdir(parents=True, exist_ok=True)
     paths, changed = [], set()
-    for name, data in mastering.load_rule_pack().items():
+    for name, data in load_rule_pack().items():
         doc = yaml.safe_load(data)
         for group in doc["groups"]:
             for rule in group["rules"]:

@@ -47,7 +47,7 @@ from conftest import require_tool, wait_for
 from federation.demo import gaps, plan, rebalance, report
 from federation.demo.plan import Layout
 from federation.demo.stack import DemoOptions, DemoStack
-from sharder.spec import parse_duration
+from sharder.kernel.models import parse_duration
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 LAYOUT = Layout(nodes=24)

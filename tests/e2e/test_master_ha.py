@@ -18,7 +18,7 @@ import yaml
 from conftest import require_tool
 from prom_process import PrometheusProcess
 
-from federation import master as mastering
+from federation.master.render import FLAGS_FILE, MASTER_FILE, load_rule_pack, render_master_bundle
 from federation.spec import load_gpufed_spec
 
 pytestmark = pytest.mark.e2e
@@ -29,11 +29,11 @@ def test_replica_label_comes_from_the_rendered_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = load_gpufed_spec(ROOT / "examples" / "federation.yaml")
-    bundle = mastering.render_master_bundle(spec, rule_pack=mastering.load_rule_pack())
+    bundle = render_master_bundle(spec, rule_pack=load_rule_pack())
     for rel, data in bundle.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes(data)
-    flags = json.loads(bundle[mastering.FLAGS_FILE])
+    flags = json.loads(bundle[FLAGS_FILE])
     for name, value in flags["replicas"]["master-1"]["env"].items():
         monkeypatch.setenv(name, value)  # the child process inherits it, as a launcher would set it
     own = ("--storage.tsdb.path=", "--web.listen-address=")
@@ -41,7 +41,7 @@ def test_replica_label_comes_from_the_rendered_environment(
         httpx.Client(timeout=2.0) as client,
         PrometheusProcess(
             require_tool("prometheus"),
-            config=tmp_path / mastering.MASTER_FILE,
+            config=tmp_path / MASTER_FILE,
             data=tmp_path / "data",
             log=tmp_path / "master.log",
             client=client,
@@ -52,7 +52,7 @@ def test_replica_label_comes_from_the_rendered_environment(
         loaded = yaml.safe_load(client.get(f"{master.url}/api/v1/status/config").json()["data"]["yaml"])
         assert loaded["global"]["external_labels"] == {"cluster": spec.cluster, "replica": "master-1"}
         groups = client.get(f"{master.url}/api/v1/rules").json()["data"]["groups"]
-        assert {Path(g["file"]).name for g in groups} == set(mastering.load_rule_pack())
+        assert {Path(g["file"]).name for g in groups} == set(load_rule_pack())
         assert [w["name"] for w in loaded["remote_write"]] == [
             *(f"thanos-{r}" for r in spec.region_names()),
             "thanos-cluster",

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from exporter import logs
 from exporter.app import ExporterApp
 from exporter.catalogue import select_families
-from exporter.cli import build_settings, cli
 from exporter.collection import Collection
+from exporter.commands.cli import build_settings, cli
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.models import Reading
 from exporter.settings import ExporterSettings

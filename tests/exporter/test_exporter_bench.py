@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from typer.testing import CliRunner
 
 from exporter.catalogue import select_families
-from exporter.cli import cli
 from exporter.collection import Collection
+from exporter.commands.cli import cli
 from exporter.models import Reading
 from exporter.simulated import SimulatedBackend
 from exporter.testing import bench

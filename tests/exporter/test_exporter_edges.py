@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 
 from exporter import logs, textformat
 from exporter.catalogue import select_families
-from exporter.cli import cli, main
 from exporter.collection import Collection, CollectionLoop
+from exporter.commands.cli import cli, main
 from exporter.exposition import LabelPolicy, SnapshotCollector
 from exporter.server import Body, HttpServer, NodeRoutes
 from exporter.settings import ExporterSettings, parse_listen

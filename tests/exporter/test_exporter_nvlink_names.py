@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from typer.testing import CliRunner
 
-from exporter import cli, naming, textformat
+from exporter import naming, textformat
 from exporter.catalogue import select_families
 from exporter.collection import Collection
+from exporter.commands import cli
 from exporter.errors import BackendError
 from exporter.exposition import LabelPolicy, SnapshotCollector
 from exporter.naming import DCGM4, DCGM4_DRAFT, DcgmNames, exposed

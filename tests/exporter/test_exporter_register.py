@@ -20,7 +20,7 @@ from fakes.controller_registry import FakeControllerRegistry
 
 from exporter import logs
 from exporter.app import ExporterApp
-from exporter.cli import main
+from exporter.commands.cli import main
 from exporter.controller_registry import ControllerRegistry, controller_client, target_path
 from exporter.errors import RegistryError, RegistryRefused
 from exporter.fleet import FleetApp, fleet_nodes

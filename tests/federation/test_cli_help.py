@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from federation import cli
+from federation.commands import cli
 
 
 def commands() -> list[list[str]]:

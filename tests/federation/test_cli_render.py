@@ -10,11 +10,11 @@ import pytest
 import typer
 from typer.testing import CliRunner, Result
 
-from federation import pipeline
 from federation.commands import render
-from sharder import output
-from sharder.errors import AssignmentError
-from sharder.promtool import Promtool
+from federation.master import pipeline
+from sharder.kernel import output
+from sharder.kernel.errors import AssignmentError
+from sharder.kernel.promtool import Promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "examples" / "federation.yaml"

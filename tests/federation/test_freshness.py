@@ -1,4 +1,5 @@
-"""The freshness records (``federation.freshness``): bounds from the spec, the shipped copy, the bundle.
+"""The freshness records (``federation.master.freshness``): bounds from the spec, the shipped copy,
+the bundle.
 
 Their behaviour (a dead child's targets read as down, a removed target is gone, a shard
 missing within 2 minutes) is proven by ``promtool test rules`` in
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from federation import freshness, master
+from federation.master import freshness
+from federation.master.render import RULES_DIR, load_rule_pack, render_master_bundle
 from federation.spec import GpufedSpec, load_gpufed_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,10 +52,10 @@ def test_bounds_are_three_intervals_plus_the_send_deadline() -> None:
 def test_master_bundle_carries_the_spec_own_bounds(promtool: str, tmp_path: Path) -> None:
     demo = ROOT / "federation" / "demo" / "default-spec.yaml"
     spec = GpufedSpec.model_validate(yaml.safe_load(demo.read_text()))
-    bundle = master.render_master_bundle(spec, rule_pack=master.load_rule_pack())
-    text = bundle[f"{master.RULES_DIR}/{freshness.FILE_NAME}"].decode()
+    bundle = render_master_bundle(spec, rule_pack=load_rule_pack())
+    text = bundle[f"{RULES_DIR}/{freshness.FILE_NAME}"].decode()
     assert 'gpufed:up_copy:last_seen_seconds{job="gpu"} < bool time() - 16' in text  # 3 x 5s + 1s deadline
-    assert bundle[f"{master.RULES_DIR}/{freshness.FILE_NAME}"] != SHIPPED.read_bytes()
+    assert bundle[f"{RULES_DIR}/{freshness.FILE_NAME}"] != SHIPPED.read_bytes()
     path = tmp_path / freshness.FILE_NAME
     path.write_text(text)
     done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True,

@@ -3,7 +3,7 @@
 Three sources of input, each with a bounded example count: random data written as YAML
 or JSON, valid documents with a random part replaced (wrong shapes, nulls, mixed key
 types, huge or odd values), and raw bytes. Everything runs the loaders and the whole pure
-path (assign, render the bundle) of ``federation.pipeline``; promtool is not needed here.
+path (assign, render the bundle) of ``federation.master.pipeline``; promtool is not needed here.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from federation import pipeline
+from federation.master import pipeline
 from federation.spec import GpufedSpec
-from sharder.errors import SharderError
-from sharder.inventory import Target
-from sharder.loading import StaticFileSource, parse_model, parse_target
+from sharder.kernel.errors import SharderError
+from sharder.model.inventory import Target
+from sharder.model.loading import StaticFileSource, parse_model, parse_target
 
 SPEC = {
     "cluster": "fuzz",

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 import yaml
 
-from federation import master as mastering
-from federation import meta_monitoring
+from federation.master import meta_monitoring
+from federation.master.render import MASTER_FILE, render_master_bundle, render_master_config
 from federation.spec import GpufedSpec, load_gpufed_spec
-from sharder.assign import assign
-from sharder.errors import SpecError
-from sharder.loading import parse_model
-from sharder.promtool import Promtool
+from sharder.engine.assigning import assign
+from sharder.kernel.errors import SpecError
+from sharder.kernel.promtool import Promtool
+from sharder.model.loading import parse_model
 from tests.controller.harness import build, fleet, spec_document
 
 RULES = Path(__file__).resolve().parents[2] / "federation" / "rules" / "federation.yml"
@@ -35,7 +35,7 @@ def spec_of(monitoring: dict[str, Any] | None = None, *, rf: int = 1, alerting: 
 
 
 def jobs_by_name(spec: GpufedSpec) -> dict[str, dict[str, Any]]:
-    return {job["job_name"]: job for job in mastering.render_master_config(spec)["scrape_configs"]}
+    return {job["job_name"]: job for job in render_master_config(spec)["scrape_configs"]}
 
 
 def test_master_scrapes_every_gpufed_component_under_the_rule_packs_job_names() -> None:
@@ -71,10 +71,10 @@ def test_disabled_keeps_only_the_masters_own_job() -> None:
 
 def test_rendered_master_config_passes_promtool(tmp_path: Path) -> None:
     (tmp_path / "master").mkdir()
-    (tmp_path / mastering.MASTER_FILE).write_bytes(
-        mastering.render_master_bundle(spec_of(), rule_pack={})[mastering.MASTER_FILE]
+    (tmp_path / MASTER_FILE).write_bytes(
+        render_master_bundle(spec_of(), rule_pack={})[MASTER_FILE]
     )
-    Promtool().check(tmp_path, mastering.MASTER_FILE)
+    Promtool().check(tmp_path, MASTER_FILE)
 
 
 def test_children_groups_carry_the_labels_and_the_pods_ordinal() -> None:
@@ -138,6 +138,6 @@ async def test_controller_serves_its_children_for_the_master(tmp_path: Path) -> 
         published = await client.get("/v1/configs/master/prometheus.yml")
     assert published.status_code == 200
     config = yaml.safe_load(published.text)
-    assert config == mastering.render_master_config(load_gpufed_spec(path))
+    assert config == render_master_config(load_gpufed_spec(path))
     child_job = next(j for j in config["scrape_configs"] if j["job_name"] == "gpufed-child")
     assert child_job["http_sd_configs"][0]["url"] == "http://127.0.0.1:8080/v1/sd-children"

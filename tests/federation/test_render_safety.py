@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
-from federation import pipeline
 from federation.commands import render
-from sharder import output
-from sharder.errors import AssignmentError, LockedError, MassRemovalError, OutputError, SharderError
-from sharder.lock import lock_path, output_lock
+from federation.master import pipeline
+from sharder.children.lock import lock_path, output_lock
+from sharder.kernel import output
+from sharder.kernel.errors import AssignmentError, LockedError, MassRemovalError, OutputError, SharderError
 
 SPEC = """\
 cluster: gpu-test
@@ -214,7 +214,7 @@ def test_a_second_render_into_one_out_fails_clearly_or_waits(tmp_path: Path) -> 
 def test_a_lock_left_by_a_dead_process_does_not_block(tmp_path: Path) -> None:
     out = tmp_path / "out"
     code = (
-        "import sys, time; from sharder.lock import output_lock\n"
+        "import sys, time; from sharder.children.lock import output_lock\n"
         "with output_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(30)"
     )
     holder = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE)
@@ -247,7 +247,7 @@ def test_alias_bomb_under_ulimit_fails_cleanly_in_seconds(tmp_path: Path, which:
     (tmp_path / "federation.yaml").write_text(SPEC)
     (tmp_path / "inventory.yaml").write_text(inventory(6))
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "federation.cli", "render", "--no-check", "--out", str(out)]
+    command = [sys.executable, "-m", "federation.commands.cli", "render", "--no-check", "--out", str(out)]
     command += ["--spec", str(tmp_path / "federation.yaml"), "--inventory", str(tmp_path / "inventory.yaml")]
     good = subprocess.run(command, capture_output=True, preexec_fn=limit_memory, timeout=60, check=False)
     assert good.returncode == 0, good.stderr

@@ -21,8 +21,8 @@ import yaml
 
 from federation.grafana import formats, teams
 from federation.grafana.render import API_FILE, DATASOURCES_FILE, HA_FILE, PROVIDERS_FILE
-from federation.pipeline import grafana_part, load_inputs
-from sharder.output import Bundle
+from federation.master.pipeline import grafana_part, load_inputs
+from sharder.kernel.output import Bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "grafana-example"

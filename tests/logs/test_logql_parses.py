@@ -19,7 +19,7 @@ import yaml
 
 from federation.dashboards import DASHBOARDS_DIR
 from federation.grafana.render import DATASOURCES_FILE
-from federation.pipeline import grafana_part, load_inputs, logs_part
+from federation.master.pipeline import grafana_part, load_inputs, logs_part
 from logs import explore, promtail, rules
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from federation.pipeline import logs_part
+from federation.master.pipeline import logs_part
 from federation.spec import GpufedSpec, load_gpufed_spec
 from logs import formats, loki, promtail, rules
-from sharder.output import Bundle
+from sharder.kernel.output import Bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
@@ -183,8 +183,8 @@ def test_selector_check_refuses_empty_and_malformed(query: str) -> None:
 
 def test_the_one_bundle_check_refuses_a_bad_logs_or_grafana_file(tmp_path: Path) -> None:
     """``pipeline.check_bundle`` (render, controller, demo) parses these files before a swap."""
-    from federation.pipeline import check_bundle
-    from sharder.errors import ConfigCheckError
+    from federation.master.pipeline import check_bundle
+    from sharder.kernel.errors import ConfigCheckError
 
     bundle = dict(bundle_for("logs-example"))
     done = check_bundle(tmp_path, bundle, checker=None, alert_checker=None, agent=False)

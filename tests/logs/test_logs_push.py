@@ -19,7 +19,7 @@ import httpx
 import pytest
 import yaml
 
-from federation.pipeline import load_inputs, logs_part
+from federation.master.pipeline import load_inputs, logs_part
 from logs import promtail
 from logs.models import LogsSpec
 from logs.testing import push, snappy

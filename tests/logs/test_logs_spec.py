@@ -9,7 +9,7 @@ import yaml
 
 from federation.spec import load_gpufed_spec
 from logs import loki
-from sharder.errors import SpecError
+from sharder.kernel.errors import SpecError
 from thanos.objstore import S3Store
 
 ROOT = Path(__file__).resolve().parents[2]

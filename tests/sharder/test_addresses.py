@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sharder.addresses import host_port, normalise_host
+from sharder.model.addresses import host_port, normalise_host
 
 
 @pytest.mark.parametrize(

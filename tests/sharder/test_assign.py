@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sharder.assign import ALGORITHM, STRATEGIES, assign, capacity, place
-from sharder.assignment import Assignment
-from sharder.errors import AssignmentError, InventoryError, SpecError
-from sharder.inventory import Target
-from sharder.loading import parse_inventory, parse_model
-from sharder.plan import diff
-from sharder.spec import FederationSpec, shard_id
+from sharder.engine.assigning import ALGORITHM, STRATEGIES, assign, capacity, place
+from sharder.engine.assignment import Assignment
+from sharder.engine.planning import diff
+from sharder.kernel.errors import AssignmentError, InventoryError, SpecError
+from sharder.model.inventory import Target
+from sharder.model.loading import parse_inventory, parse_model
+from sharder.model.spec import FederationSpec, shard_id
 
 ROOT = Path(__file__).resolve().parents[2]
 REGIONS = ["r-a", "r-b", "r-c"]
@@ -90,9 +90,9 @@ def moved(old: Assignment, new: Assignment) -> set[str]:
 
 BUILD = """
 import random
-from sharder.assign import assign
-from sharder.inventory import Target
-from sharder.spec import FederationSpec
+from sharder.engine.assigning import assign
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec
 
 def build():
     rnd = random.Random(7)
@@ -402,7 +402,7 @@ def test_several_new_shards_share_the_growth() -> None:
 
 def test_identities_match_the_target_property() -> None:
     """assign() spells Target.identity out for speed; it must stay the same function."""
-    from sharder.assign import _identities
+    from sharder.engine.assigning import _identities
 
     targets = [
         Target(address="10.0.0.1", port=9400, job="gpu", node="n1", region="r-a"),
@@ -424,7 +424,7 @@ def test_identities_match_the_target_property() -> None:
 
 
 def test_a_jobs_weight_counts_in_the_full_assignment_as_in_the_incremental_one() -> None:
-    from sharder.incremental import IncrementalAssigner
+    from sharder.engine.incremental import IncrementalAssigner
 
     spec = make_spec({"r": 3})
     nodes = [gpu_target(n, region="r") for n in range(30)]

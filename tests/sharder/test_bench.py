@@ -10,7 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from federation.commands import bench
-from sharder.hashing import hashmod
+from sharder.engine.hashing import hashmod
 from sharder.testing.bench_sharding import run_sharding_bench, synth_targets
 
 KEYS = {
@@ -39,7 +39,7 @@ KEYS = {
 
 
 def bench_app() -> typer.Typer:
-    """The same wiring as ``federation.cli``: a ``bench`` group with our command in it."""
+    """The same wiring as ``federation.commands.cli``: a ``bench`` group with our command in it."""
     app = typer.Typer()
     group = typer.Typer()
     app.add_typer(group, name="bench")
@@ -48,7 +48,7 @@ def bench_app() -> typer.Typer:
 
 
 def md5_hashmod(value: str, modulus: int) -> int:
-    """Prometheus' hashmod written out independently of sharder.hashing."""
+    """Prometheus' hashmod written out independently of sharder.engine.hashing."""
     return int.from_bytes(hashlib.md5(value.encode()).digest()[8:], "big") % modulus
 
 

@@ -10,7 +10,7 @@ import yaml
 from typer.testing import CliRunner
 
 from federation.commands import bench
-from sharder.loading import parse_inventory
+from sharder.model.loading import parse_inventory
 from sharder.testing.bench_inventory import write_inventory
 
 KEYS = {

@@ -11,8 +11,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sharder import documents
-from sharder.documents import DocumentError, decode, parse_json, parse_yaml
+from sharder.kernel import documents
+from sharder.kernel.documents import DocumentError, decode, parse_json, parse_yaml
 
 scalars = st.one_of(
     st.none(),

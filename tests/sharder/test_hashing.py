@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sharder.hashing import (
+from sharder.engine.hashing import (
     Ring,
     hashmod,
     key_hash,

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sharder.assign import assign
-from sharder.assignment import Assignment
-from sharder.errors import AssignmentError
-from sharder.incremental import IncrementalAssigner
-from sharder.inventory import Target
-from sharder.plan import diff
-from sharder.spec import FederationSpec
+from sharder.engine.assigning import assign
+from sharder.engine.assignment import Assignment
+from sharder.engine.incremental import IncrementalAssigner
+from sharder.engine.planning import diff
+from sharder.kernel.errors import AssignmentError
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec
 
 FAST = settings(max_examples=40, deadline=None)
 NEVER = float("inf")  # fallback_fraction that keeps every change on the fast path

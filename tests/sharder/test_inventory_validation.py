@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from sharder import loading
-from sharder.errors import InventoryError
-from sharder.inventory import Target
-from sharder.loading import StaticFileSource, TargetIndex, parse_inventory, parse_target
-from sharder.spec import JobSpec
+from sharder.kernel.errors import InventoryError
+from sharder.model import loading
+from sharder.model.inventory import Target
+from sharder.model.loading import StaticFileSource, TargetIndex, parse_inventory, parse_target
+from sharder.model.spec import JobSpec
 
 JOBS = {
     "gpu": JobSpec(name="gpu"),

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from sharder import output, promtool
-from sharder.assignment import Assignment, ShardInfo
-from sharder.errors import AssignmentError, ConfigCheckError, OutputError
+from sharder.children.tree import read_assignment
+from sharder.engine.assignment import Assignment, ShardInfo
+from sharder.kernel import output, promtool
+from sharder.kernel.errors import AssignmentError, ConfigCheckError, OutputError
 
 
 @pytest.fixture
@@ -86,17 +87,17 @@ def test_assignment_round_trips_through_the_tree(tmp_path: Path) -> None:
         targets={"10.0.0.1:9400": "r-0"},
         weights={"10.0.0.1:9400": 8},
     )
-    assert output.read_assignment(tmp_path / "missing") is None
+    assert read_assignment(tmp_path / "missing") is None
     output.write_tree(
         tmp_path / "out", {output.ASSIGNMENT_FILE: output.dump_json(assignment.model_dump(mode="json"))}
     )
-    assert output.read_assignment(tmp_path / "out") == assignment
+    assert read_assignment(tmp_path / "out") == assignment
 
 
 def test_a_corrupt_assignment_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "assignment.json").write_text('{"algorithm": 3}')
     with pytest.raises(AssignmentError, match=r"assignment\.json: not a valid assignment \(algorithm: "):
-        output.read_assignment(tmp_path)
+        read_assignment(tmp_path)
 
 
 class RecordingChecker:

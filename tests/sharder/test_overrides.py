@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sharder.assign import STRATEGIES, assign, capacity
-from sharder.assignment import Assignment
-from sharder.errors import AssignmentError
-from sharder.inventory import Target
-from sharder.spec import FederationSpec, shard_id
+from sharder.engine.assigning import STRATEGIES, assign, capacity
+from sharder.engine.assignment import Assignment
+from sharder.kernel.errors import AssignmentError
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec, shard_id
 
 REGIONS = ["r-a", "r-b"]
 ALGORITHMS = sorted(STRATEGIES)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from sharder.assign import assign
-from sharder.assignment import Assignment, ShardInfo
-from sharder.inventory import Target
-from sharder.plan import diff
-from sharder.spec import FederationSpec
+from sharder.engine.assigning import assign
+from sharder.engine.assignment import Assignment, ShardInfo
+from sharder.engine.planning import diff
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec
 
 
 def assignment(

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sharder.errors import ConfigCheckError
-from sharder.promtool import BATCH, Promtool, check_all
+from sharder.kernel.errors import ConfigCheckError
+from sharder.kernel.promtool import BATCH, Promtool, check_all
 
 GOOD = (
     "global:\n  scrape_interval: 15s\nscrape_configs:\n  - job_name: gpu\n"

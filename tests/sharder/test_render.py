@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 import yaml
 
-from sharder import output, render
-from sharder.assignment import Assignment, ShardInfo
-from sharder.errors import AssignmentError
-from sharder.inventory import Target
-from sharder.promtool import Promtool, check_all
-from sharder.spec import FederationSpec
+from sharder.children import render, tree
+from sharder.engine.assignment import Assignment, ShardInfo
+from sharder.kernel import output
+from sharder.kernel.errors import AssignmentError
+from sharder.kernel.promtool import Promtool, check_all
+from sharder.model.inventory import Target
+from sharder.model.spec import FederationSpec
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 REGEN = os.environ.get("GPUFED_REGEN_GOLDEN") == "1"
@@ -164,7 +165,7 @@ def read_tree(root: Path) -> dict[str, bytes]:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_golden_tree(name: str, promtool: str) -> None:
     spec, targets, assignment = CASES[name]()
-    bundle = output.build_bundle(spec, targets, assignment)
+    bundle = tree.build_bundle(spec, targets, assignment)
     golden = GOLDEN / name
     if REGEN:
         shutil.rmtree(golden, ignore_errors=True)
@@ -175,18 +176,18 @@ def test_golden_tree(name: str, promtool: str) -> None:
     for path, content in bundle.items():
         assert content == expected[path], f"{name}/{path} differs from golden"
     checked = promtool_check(golden, bundle, agent=spec.children.agent_mode, binary=promtool)
-    assert checked == len(output.prometheus_configs(bundle)) > 0
+    assert checked == len(tree.prometheus_configs(bundle)) > 0
 
 
 def promtool_check(root: Path, bundle: output.Bundle, *, agent: bool, binary: str) -> int:
-    configs = output.prometheus_configs(bundle)
+    configs = tree.prometheus_configs(bundle)
     return check_all(Promtool(binary), root, configs, agent=agent)
 
 
 def test_rendering_is_deterministic_across_input_order() -> None:
     spec, targets, assignment = case_file_sd_basic()
     again = Assignment.model_validate_json(assignment.model_dump_json())
-    assert output.build_bundle(spec, targets, assignment) == output.build_bundle(
+    assert tree.build_bundle(spec, targets, assignment) == tree.build_bundle(
         spec, list(reversed(targets)), again
     )
 

@@ -21,8 +21,8 @@ from conftest import ROOT
 
 from federation.controller.http.redact import MASK, redact_file, redact_text
 from federation.spec import load_gpufed_spec
-from sharder import secrets
-from sharder.errors import SharderError
+from sharder.kernel import secrets
+from sharder.kernel.errors import SharderError
 
 PROMETHEUS = [
     "password", "client_secret", "secret_key", "credentials", "token", "auth_token", "application_secret",

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from alertmanager.models import RobotSpec, WebhookSpec
 from federation.controller.http.redact import RedactingFilter, redact_data, redact_file, redact_text
 from federation.spec import load_gpufed_spec
-from sharder import secrets
-from sharder.errors import SpecError
-from sharder.loading import load_spec
+from sharder.kernel import secrets
+from sharder.kernel.errors import SpecError
+from sharder.model.loading import load_spec
 
 SECRET = "s3cr3t-Value-0123456789abcdef"
 

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from federation import pipeline
+from federation.master import pipeline
 from federation.spec import GpufedSpec
-from sharder import output
-from sharder.errors import ConfigCheckError, SpecError
-from sharder.inventory import Target
-from sharder.loading import parse_model
-from sharder.promtool import Promtool, check_all
-from sharder.re2check import check_re2
-from sharder.spec import RESERVED_HEADERS, FederationSpec
+from sharder.kernel import output
+from sharder.kernel.errors import ConfigCheckError, SpecError
+from sharder.kernel.promtool import Promtool, check_all
+from sharder.kernel.re2check import check_re2
+from sharder.model.inventory import Target
+from sharder.model.loading import parse_model
+from sharder.model.spec import RESERVED_HEADERS, FederationSpec
 
 BASE: dict[str, Any] = {"cluster": "c", "regions": [{"name": "r-a", "shards": 1}], "jobs": [{"name": "gpu"}]}
 

@@ -1,5 +1,5 @@
 """Per-target bounds and one endpoint per target (issue 21, items 3 and 4), in the one
-validation every path shares (``parse_target``) and the one endpoint key (``sharder.endpoints``)."""
+validation every path shares (``parse_target``) and the one endpoint key (``sharder.model.endpoints``)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sharder import loading
-from sharder.addresses import normalise_host, normalise_identity
-from sharder.endpoints import EndpointIndex, cross_source_duplicates, endpoint_of
-from sharder.errors import InventoryError
-from sharder.inventory import Target
-from sharder.loading import parse_inventory, parse_target
-from sharder.reconcile import Reconciler
-from sharder.spec import FederationSpec, JobSpec, RegionSpec
+from sharder.kernel.errors import InventoryError
+from sharder.live.reconcile import Reconciler
+from sharder.model import loading
+from sharder.model.addresses import normalise_host, normalise_identity
+from sharder.model.endpoints import EndpointIndex, cross_source_duplicates, endpoint_of
+from sharder.model.inventory import Target
+from sharder.model.loading import parse_inventory, parse_target
+from sharder.model.spec import FederationSpec, JobSpec, RegionSpec
 
 JOBS = {"gpu": JobSpec(name="gpu"), "node": JobSpec(name="node")}
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sharder.inventory import Target
-from sharder.loading import parse_target
+from sharder.model.inventory import Target
+from sharder.model.loading import parse_target
 
 
 def _raw(i: int) -> dict[str, object]:

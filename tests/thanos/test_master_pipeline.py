@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from federation import master as mastering
-from federation import pipeline
+from federation.master import pipeline
+from federation.master.render import MASTER_FILE, load_rule_pack, render_master_config
 from federation.spec import load_gpufed_spec
-from sharder.errors import ConfigCheckError
-from sharder.promtool import Promtool
+from sharder.kernel.errors import ConfigCheckError
+from sharder.kernel.promtool import Promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "examples" / "federation.yaml"
@@ -27,7 +27,7 @@ def test_render_writes_master_and_thanos_beside_the_children(tmp_path: Path, pro
     result = pipeline.render(spec, targets, out=tmp_path / "out", checker=Promtool(promtool))
     assert result.master_checked and pipeline.summary(result)["master_checked"]
     files = tree(tmp_path / "out")
-    for name, data in mastering.load_rule_pack().items():
+    for name, data in load_rule_pack().items():
         assert files[f"master/rules/{name}"] == data
     for path in (
         "master/prometheus.yml",
@@ -44,7 +44,7 @@ def test_render_writes_master_and_thanos_beside_the_children(tmp_path: Path, pro
 
 def test_per_region_tenants_and_every_alertmanager(tmp_path: Path) -> None:
     spec = load_gpufed_spec(SPEC)
-    config = mastering.render_master_config(spec)
+    config = render_master_config(spec)
     writes = {w["name"]: w for w in config["remote_write"]}
     for region in spec.region_names():
         assert writes[f"thanos-{region}"]["headers"] == {"THANOS-TENANT": region}
@@ -79,5 +79,5 @@ def test_a_master_config_promtool_rejects_leaves_the_old_tree(tmp_path: Path, pr
     bad_spec, _ = pipeline.load_inputs(bad, INVENTORY)
     with pytest.raises(ConfigCheckError) as info:
         pipeline.render(bad_spec, targets, out=out, checker=Promtool(promtool))
-    assert info.value.path == mastering.MASTER_FILE
+    assert info.value.path == MASTER_FILE
     assert tree(out) == before

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from federation import master as mastering
+from federation.master.render import MASTER_FILE, load_rule_pack, master_instances, render_master_bundle
 from federation.spec import GpufedSpec, load_gpufed_spec
-from sharder.output import Bundle
+from sharder.kernel.output import Bundle
 from thanos import formats
 from thanos.render import HASHRINGS_FILE, OBJSTORE_FILE, SECRETS_FILE, render_thanos_bundle
 
@@ -39,9 +39,9 @@ def bundle_for(name: str) -> Bundle:
     """master/ and thanos/ files; the rule pack's copies are checked in test_master, not here."""
     spec = spec_for(name)
     assert spec.thanos is not None
-    bundle = render_thanos_bundle(spec.thanos, masters=mastering.master_instances(spec))
+    bundle = render_thanos_bundle(spec.thanos, masters=master_instances(spec))
     if spec.master is not None:
-        bundle.update(mastering.render_master_bundle(spec, rule_pack={}))
+        bundle.update(render_master_bundle(spec, rule_pack={}))
     return bundle
 
 
@@ -148,12 +148,12 @@ def test_compactor_retention_flags() -> None:
 @pytest.mark.parametrize("name", ["thanos-example", "thanos-s3-single"])
 def test_master_config_passes_promtool(name: str, promtool: str, tmp_path: Path) -> None:
     spec = spec_for(name)
-    bundle = mastering.render_master_bundle(spec, rule_pack=mastering.load_rule_pack())
+    bundle = render_master_bundle(spec, rule_pack=load_rule_pack())
     for rel, data in bundle.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes(data)
     done = subprocess.run(
-        [promtool, "check", "config", mastering.MASTER_FILE],
+        [promtool, "check", "config", MASTER_FILE],
         cwd=tmp_path,
         capture_output=True,
         text=True,

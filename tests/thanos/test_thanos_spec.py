@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from federation.spec import GpufedSpec, load_gpufed_spec
-from sharder.errors import SpecError
-from sharder.loading import raise_first_error
+from sharder.kernel.errors import SpecError
+from sharder.model.loading import raise_first_error
 from thanos import formats
 
 ROOT = Path(__file__).resolve().parents[2]

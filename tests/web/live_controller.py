@@ -25,8 +25,8 @@ import httpx
 import uvicorn
 from conftest import wait_for
 
-from federation.controller.options import ControllerOptions
-from federation.controller.service import ServeSettings, Service, build_service
+from federation.controller.base.options import ControllerOptions
+from federation.controller.http.service import ServeSettings, Service, build_service
 from federation.spec import GpufedSpec
 
 

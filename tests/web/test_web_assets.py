@@ -19,7 +19,7 @@ import pytest
 from conftest import ROOT
 
 from federation.controller.http.api import WEB_DIR
-from federation.controller.service import ServeSettings, build_service
+from federation.controller.http.service import ServeSettings, build_service
 from federation.spec import load_gpufed_spec
 
 Get = Callable[[str], httpx.Response]

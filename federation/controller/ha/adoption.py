@@ -14,21 +14,48 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
 
-from federation.controller.ha import replica as replicating
-from federation.controller.ha.replica import Replication
+from federation.controller.base.options import ControllerOptions
+from federation.controller.base.state import ControllerState, overrides_of
+from federation.controller.ha import replicating
+from federation.controller.ha.replicating import Replication
 from federation.controller.live.pipeline import Pipeline
-from federation.controller.options import ControllerOptions
-from federation.controller.state import ControllerState, overrides_of
 from federation.controller.stores.store import StateStore
-from sharder.assignment import Assignment
-from sharder.documents import gc_paused
-from sharder.inventory import Target
-from sharder.reconcile import Reconciler
+from sharder.engine.assignment import Assignment
+from sharder.kernel.documents import gc_paused
+from sharder.model.inventory import Target
 from sharder.sources.registry import BuiltinRegistry
 
 log = logging.getLogger(__name__)
+
+
+class Reseedable(Protocol):
+    """What adoption does to the live loop (``sharder.live.reconcile.Reconciler``): seed it
+    from stored sets, hand it the overrides and the adopted assignment, and read its sets."""
+
+    @property
+    def target_map(self) -> Mapping[str, Target]: ...
+
+    def source_sets(self) -> dict[str, list[Target]]: ...
+
+    def seed(self, sets: Mapping[str, Sequence[Target]]) -> None: ...
+
+    def on_change(self, source: str, targets: Iterable[Target], *, version: str | None = None) -> None: ...
+
+    def set_overrides(
+        self,
+        *,
+        shard_counts: Mapping[str, int] | None = None,
+        pins: Mapping[str, str] | None = None,
+        drained: Iterable[str] | None = None,
+        weights: Mapping[str, int] | None = None,
+    ) -> None: ...
+
+    def reset(
+        self, *, previous: Assignment | None, targets: Mapping[str, Target] | None = None, dirty: bool = False
+    ) -> None: ...
 
 
 class Adoption:
@@ -40,7 +67,7 @@ class Adoption:
         pipeline: Pipeline,
         store: StateStore,
         registry: BuiltinRegistry,
-        reconciler: Reconciler,
+        reconciler: Reseedable,
         replication: Replication,
         options: ControllerOptions,
         now: Callable[[], float],

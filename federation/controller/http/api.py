@@ -23,8 +23,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from federation import meta_monitoring
-from federation.controller import errors
+from federation.controller.base import errors
 from federation.controller.controller import Controller
 from federation.controller.http import routes_changes, routes_registry
 from federation.controller.http.api_deps import Forbidden
@@ -34,7 +33,8 @@ from federation.controller.http.ratelimit import RateLimited, RateLimiter
 from federation.controller.http.read_guard import Reader, etag, not_modified, read_limiter
 from federation.controller.http.redact import redact_file
 from federation.controller.stores.store import StoreError
-from sharder.errors import SharderError
+from federation.master import meta_monitoring
+from sharder.kernel.errors import SharderError
 from sharder.sources.registry import RegistryFull
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
-from federation.controller import errors
+from federation.controller.base import errors
 from federation.controller.controller import Controller
 from federation.controller.http.auth import Authenticator, Caller
 

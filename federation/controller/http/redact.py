@@ -1,5 +1,5 @@
 """Redaction of secrets in what the API shows: rendered files reference secrets, never hold them
-(the spec refuses literals, ``sharder.secrets``), but a value under a secret-looking name that
+(the spec refuses literals, ``sharder.kernel.secrets``), but a value under a secret-looking name that
 is not a reference is masked anyway, by the same list the spec, the logs and the audit use."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from federation.controller.http import url_scan
-from sharder import secrets
+from sharder.kernel import secrets
 
 MASK = "<redacted>"
 

@@ -11,8 +11,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from federation.controller import plans
-from federation.controller.changes import MAX_ID, ChangeRequest
+from federation.controller.base import plans
+from federation.controller.base.changing import MAX_ID, ChangeRequest
 from federation.controller.http.api_deps import Ctl, Writer
 from federation.controller.http.read_guard import Reader
 from federation.controller.http.redact import redact_data

@@ -13,12 +13,12 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from federation.controller import errors
+from federation.controller.base import errors
 from federation.controller.http.api_deps import Ctl, Registrar
 from federation.controller.http.http_guards import problem
 from federation.controller.http.ratelimit import RateLimiter
 from federation.controller.http.read_guard import Reader, etag, not_modified
-from sharder.lastknown import target_document
+from sharder.sources.lastknown import target_document
 from sharder.sources.registry import BatchInvalid, EndpointTaken, IdentityMismatch
 
 router = APIRouter()

@@ -13,13 +13,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from federation.controller.base.metrics import ControllerMetrics
+from federation.controller.base.options import ControllerOptions
+from federation.controller.base.state import Handover
 from federation.controller.live.probe import ChildProbe, ScrapeState, TargetKey
-from federation.controller.metrics import ControllerMetrics
-from federation.controller.options import ControllerOptions
-from federation.controller.state import Handover
 from federation.spec import GpufedSpec
-from sharder.assignment import Assignment
-from sharder.inventory import Target
+from sharder.engine.assignment import Assignment
+from sharder.model.inventory import Target
 
 Answers = dict[str, dict[TargetKey, ScrapeState] | None]
 """child -> its active targets (None: unreachable or no URL)."""

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from federation.controller.live.sdcache import SdSnapshot
-from sharder import output
-from sharder.assignment import Assignment
-from sharder.inventory import Target
-from sharder.render import target_groups
+from sharder.children.render import target_groups
+from sharder.engine.assignment import Assignment
+from sharder.kernel import output
+from sharder.model.inventory import Target
 
 
 def changed_shards(before: SdSnapshot, after: SdSnapshot) -> set[str]:
@@ -31,7 +31,7 @@ def target_lists(
     *, jobs: Iterable[str], snapshot: SdSnapshot, assignment: Assignment, shards: Iterable[str]
 ) -> output.Bundle:
     """``children/<child>/targets/<job>.json`` of every child of ``shards`` (every job, an
-    empty list too), as ``sharder.output.build_bundle`` renders them."""
+    empty list too), as ``sharder.children.tree.build_bundle`` renders them."""
     names = sorted(jobs)
     files: output.Bundle = {}
     for shard in sorted(shards):

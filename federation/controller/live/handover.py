@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
 
-from federation.controller.state import Handover
+from federation.controller.base.state import Handover
 from federation.spec import GpufedSpec
-from sharder.assignment import Assignment
-from sharder.spec import parse_duration
+from sharder.engine.assignment import Assignment
+from sharder.kernel.models import parse_duration
 
 DISCOVERY_THROTTLE_S = 5.0
 """Prometheus' discovery-to-scrape update throttle (``discovery.Manager``)."""

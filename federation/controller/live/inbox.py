@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from federation.controller.options import ControllerOptions
-from sharder.documents import gc_paused
-from sharder.reconcile import Reconciler
+from federation.controller.base.options import ControllerOptions
+from sharder.kernel.documents import gc_paused
+from sharder.live.reconcile import Reconciler
 
 FREEZE_AFTER_S = 0.5
 """A pass this long built a lot (a first placement, a full one): what it built stays."""

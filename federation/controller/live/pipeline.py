@@ -15,12 +15,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 
+from federation.controller.base.metrics import ControllerMetrics
+from federation.controller.base.state import AuditEntry, ControllerState
 from federation.controller.live.publish import Publication
-from federation.controller.metrics import ControllerMetrics
-from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.stores.store import Changed, Commit, StateStore, StoreError
-from sharder.inventory import Target
-from sharder.step import NO_SETS, SetChanges
+from sharder.engine.step import NO_SETS, SetChanges
+from sharder.model.inventory import Target
 
 
 class Pipeline:

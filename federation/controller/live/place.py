@@ -1,4 +1,4 @@
-"""Place: a reconcile :class:`~sharder.step.Step` becomes the state to commit.
+"""Place: a reconcile :class:`~sharder.engine.step.Step` becomes the state to commit.
 
 The second stage of the live route (inbox -> **place** -> commit -> publish): the new
 assignment, its version, the hand-overs it starts (make-before-break, ``settling``) and,
@@ -8,9 +8,9 @@ is passed in); the façade commits what it returns.
 
 from __future__ import annotations
 
+from federation.controller.base.state import AuditEntry, ControllerState
 from federation.controller.live.settling import HandoverSettler
-from federation.controller.state import AuditEntry, ControllerState
-from sharder.step import Step
+from sharder.engine.step import Step
 
 
 def state_after(

@@ -5,7 +5,7 @@ Three outputs, each built only from a state the store has accepted:
 * the HTTP SD snapshot (``sdcache``): rebuilt for the shards whose members changed and
   swapped in one assignment, so readers never take a lock;
 * the shard metrics;
-* the config bundle (``federation.pipeline``), rendered and checked on its own thread
+* the config bundle (``federation.master.pipeline``), rendered and checked on its own thread
   (promtool takes a while and SD must not wait for it), and only when what the children's
   configs depend on changed (:func:`config_key`: the children set, the spec), then the
   children whose config changed are reloaded;
@@ -22,17 +22,17 @@ import threading
 import time
 from collections.abc import Mapping
 
-from federation import pipeline
+from federation.controller.base.metrics import ControllerMetrics
+from federation.controller.base.options import ControllerOptions
+from federation.controller.base.state import ControllerState
 from federation.controller.live import filesd, sdcache
 from federation.controller.live.children import Children
 from federation.controller.live.publisher import Publisher
-from federation.controller.metrics import ControllerMetrics
-from federation.controller.options import ControllerOptions
-from federation.controller.state import ControllerState
 from federation.controller.stores.store import Changed
+from federation.master import pipeline
 from federation.spec import GpufedSpec
-from sharder.assignment import Assignment
-from sharder.inventory import Target
+from sharder.engine.assignment import Assignment
+from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
 

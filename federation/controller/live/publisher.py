@@ -1,9 +1,9 @@
 """Config bundles the controller publishes: validated first, then switched (never a bad one).
 
-The same bundle ``gpufed render`` writes (``federation.pipeline.build_bundle``), staged
-in ``<data-dir>/rendered`` through ``sharder.output.write_tree``: every Prometheus config
+The same bundle ``gpufed render`` writes (``federation.master.pipeline.build_bundle``), staged
+in ``<data-dir>/rendered`` through ``sharder.kernel.output.write_tree``: every Prometheus config
 whose bytes changed since the last good bundle is checked by promtool, the Alertmanager
-config by amtool (``federation.pipeline.check_bundle``, the check ``gpufed render``
+config by amtool (``federation.master.pipeline.check_bundle``, the check ``gpufed render``
 runs), and only then is the tree swapped and the new bytes served by
 ``GET /v1/configs/...``. A failed check keeps the previous bundle served and on disk;
 the error is kept for ``GET /v1/configs`` and counted.
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from alertmanager.amtool import ConfigTool
-from federation import pipeline
-from sharder import output
-from sharder.promtool import ConfigChecker
+from federation.master import pipeline
+from sharder.kernel import output
+from sharder.kernel.promtool import ConfigChecker
 
 log = logging.getLogger(__name__)
 

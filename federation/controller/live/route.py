@@ -3,7 +3,7 @@
 The third part of the live route (inbox -> **place -> commit -> publish**): the worker
 (``loop``) asks for one reconcile step and this module carries it forward, each stage
 handed the value the one before returned: the reconciler's frozen
-:class:`~sharder.step.Step`, the state :func:`~federation.controller.live.place.state_after`
+:class:`~sharder.engine.step.Step`, the state :func:`~federation.controller.live.place.state_after`
 makes of it, the one fenced commit (``Pipeline.commit``: state, audit, the step's set
 changes) and the publication of what it touched. Finished hand-overs go the same way
 (``settle``). Nothing here calls back: a lost check-and-set or fence propagates to the
@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from federation.controller.base.metrics import ControllerMetrics
 from federation.controller.live import place as placing
 from federation.controller.live.pipeline import Pipeline
 from federation.controller.live.settling import HandoverSettler
-from federation.controller.metrics import ControllerMetrics
 from federation.controller.stores.store import StoreError
-from sharder.reconcile import Reconciler
-from sharder.step import Step
+from sharder.engine.step import Step
+from sharder.live.reconcile import Reconciler
 
 
 class Route:

@@ -18,10 +18,10 @@ from bisect import bisect_left
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from federation.controller.base.state import Handover
 from federation.controller.live import handover as handing
-from federation.controller.state import Handover
-from sharder.assignment import Assignment
-from sharder.inventory import Target
+from sharder.engine.assignment import Assignment
+from sharder.model.inventory import Target
 
 EMPTY = b"[]"
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+from federation.controller.base.metrics import ControllerMetrics
+from federation.controller.base.options import ControllerOptions
+from federation.controller.base.state import ControllerState, Handover
 from federation.controller.live import handover as handing
 from federation.controller.live.children import Answers, Children
-from federation.controller.metrics import ControllerMetrics
-from federation.controller.options import ControllerOptions
-from federation.controller.state import ControllerState, Handover
 from federation.spec import GpufedSpec
-from sharder.assignment import Assignment
-from sharder.inventory import Target
+from sharder.engine.assignment import Assignment
+from sharder.model.inventory import Target
 
 Settled = tuple[list[Handover], list[tuple[Handover, str]]]
 """(hand-overs still pending, [(finished hand-over, result)])."""

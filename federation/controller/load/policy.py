@@ -14,15 +14,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from federation.controller import changes as changing
-from federation.controller.errors import Invalid, NotFound
+from federation.controller.base import changing
+from federation.controller.base.errors import Invalid, NotFound
+from federation.controller.base.plans import ApplyResult, PlannedChange
+from federation.controller.base.state import ControllerState
 from federation.controller.live.children import Children
-from federation.controller.load import tracker as loading
-from federation.controller.plans import ApplyResult, PlannedChange
-from federation.controller.state import ControllerState
+from federation.controller.load import tracking
 from federation.spec import GpufedSpec
-from sharder.inventory import Target
-from sharder.spec import parse_duration
+from sharder.kernel.models import parse_duration
+from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class LoadPolicy:
         self,
         *,
         spec: GpufedSpec,
-        load: loading.LoadTracker | None,
+        load: tracking.LoadTracker | None,
         children: Children,
         can_write: Callable[[], bool],
         targets: Callable[[], Mapping[str, Target]],

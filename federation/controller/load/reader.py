@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from federation.controller.load.weights import Observation, TargetKey
+from federation.controller.load.weighing import Observation, TargetKey
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def _matcher(jobs: Sequence[str]) -> str:
 
 
 class PrometheusLoadReader:
-    """A :class:`~federation.controller.load.weights.LoadReader`: instant queries on
+    """A :class:`~federation.controller.load.weighing.LoadReader`: instant queries on
     ``/api/v1/query`` of each URL (the master, or full-Prometheus children)."""
 
     def __init__(self, client: httpx.Client, *, jobs: Sequence[str] = ()) -> None:

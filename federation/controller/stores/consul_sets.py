@@ -21,8 +21,8 @@ from typing import Any
 from federation.controller.stores import kvblob, kvblocks, setbuckets
 from federation.controller.stores.consul_kv import ConsulKV, Head
 from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
-from sharder.inventory import Target
-from sharder.lastknown import parse_entries
+from sharder.model.inventory import Target
+from sharder.sources.lastknown import parse_entries
 
 log = logging.getLogger(__name__)
 FORMAT = 2

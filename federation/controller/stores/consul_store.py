@@ -60,7 +60,7 @@ from typing import Any
 import consul
 import requests
 
-from federation.controller.state import AuditEntry, ControllerState
+from federation.controller.base.state import AuditEntry, ControllerState
 from federation.controller.stores import kvblob, kvblocks, setbuckets, store_guard
 from federation.controller.stores.consul_kv import READ_ATTEMPTS, ConsulKV, Head
 from federation.controller.stores.consul_sets import ConsulSets
@@ -75,7 +75,7 @@ from federation.controller.stores.store import (
     newest_audit,
     without_placements,
 )
-from sharder.inventory import Target
+from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
 FORMAT = 2

@@ -26,11 +26,11 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from federation.controller.state import AuditEntry
+from federation.controller.base.state import AuditEntry
 from federation.controller.stores.store import StoreError
-from sharder import loading
-from sharder.errors import InventoryError
-from sharder.inventory import Target
+from sharder.kernel.errors import InventoryError
+from sharder.model import loading
+from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
 

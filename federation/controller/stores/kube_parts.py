@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from federation.controller.state import ControllerState
+from federation.controller.base.state import ControllerState
 from federation.controller.stores import kvblob
 
 PIECE_BYTES = 900 * 1024

@@ -17,8 +17,8 @@ from kubernetes.client.exceptions import ApiException
 from federation.controller.stores import kube_parts, setbuckets
 from federation.controller.stores.kube_objects import FORMAT, ConfigMaps, Head
 from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
-from sharder.inventory import Target
-from sharder.lastknown import parse_entries
+from sharder.model.inventory import Target
+from sharder.sources.lastknown import parse_entries
 
 log = logging.getLogger(__name__)
 

@@ -49,7 +49,7 @@ from typing import Any
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from federation.controller.state import AuditEntry, ControllerState
+from federation.controller.base.state import AuditEntry, ControllerState
 from federation.controller.stores import kube_parts, setbuckets, store_guard
 from federation.controller.stores.kube_objects import FORMAT, ConfigMaps, Head
 from federation.controller.stores.kube_sets import KubeSets, check_fence
@@ -62,7 +62,7 @@ from federation.controller.stores.store import (
     audit_document,
     newest_audit,
 )
-from sharder.inventory import Target
+from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
 AUDIT_PAGE = 16

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Collection, Mapping
 
 from federation.controller.stores import kvblob
-from sharder.assignment import Assignment
+from sharder.engine.assignment import Assignment
 
 Members = dict[str, int | None]
 """identity -> weight of one shard's targets."""

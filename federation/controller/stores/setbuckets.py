@@ -21,8 +21,8 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sharder.inventory import Target
-from sharder.lastknown import target_document
+from sharder.model.inventory import Target
+from sharder.sources.lastknown import target_document
 
 TARGETS_PER_BUCKET = 2_000
 """About 0.3 MB of JSON a bucket: one registration rewrites that, not the fleet."""

@@ -12,9 +12,9 @@ from pydantic import TypeAdapter
 
 from federation.controller.stores import integrity
 from federation.controller.stores.store import StoreError
-from sharder.inventory import Target
-from sharder.lastknown import parse_entries, target_document
-from sharder.step import SetChanges
+from sharder.engine.step import SetChanges
+from sharder.model.inventory import Target
+from sharder.sources.lastknown import parse_entries, target_document
 
 TARGETS = TypeAdapter(list[Target])
 

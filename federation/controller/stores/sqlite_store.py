@@ -33,7 +33,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from federation.controller.state import AuditEntry, ControllerState
+from federation.controller.base.state import AuditEntry, ControllerState
 from federation.controller.stores import integrity
 from federation.controller.stores import sqlite_members as rows_of_sets
 from federation.controller.stores.store import (
@@ -44,9 +44,9 @@ from federation.controller.stores.store import (
     StoreError,
     without_placements,
 )
-from sharder.assignment import Assignment
-from sharder.inventory import Target
-from sharder.step import SetChanges
+from sharder.engine.assignment import Assignment
+from sharder.engine.step import SetChanges
+from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The state store interface; SQLite (``sqlite_store``) is the embedded default.
 
-A store keeps one :class:`~federation.controller.state.ControllerState`, the audit log
+A store keeps one :class:`~federation.controller.base.state.ControllerState`, the audit log
 and the discovery sources' last known target sets. Every write is check-and-set on the
 state's ``revision``: a writer that read an older revision gets :class:`StoreConflict`
 and must re-read, never overwrite. ``fence`` is the leadership token of the writer
@@ -20,10 +20,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from federation.controller.state import AuditEntry, ControllerState
-from sharder.assignment import Assignment
-from sharder.inventory import Target
-from sharder.step import SetChanges
+from federation.controller.base.state import AuditEntry, ControllerState
+from sharder.engine.assignment import Assignment
+from sharder.engine.step import SetChanges
+from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,409 @@
+"""``gpufed render --target compose``: the monitoring tier as a Docker Compose file.
+
+A pure renderer over the other parts' output: the children (``manifest.json``), the master
+flags, the Alertmanager HA flags and the Thanos component arguments become one service
+each, named after the host the rendered configs already use, so no address is invented
+here. Writes ``compose/monitoring.yml``, ``compose/.env.example`` and Grafana's
+provisioning files beside them.
+
+Every container mounts the *parent* of the rendered tree at ``/gpufed``: ``write_tree``
+swaps the tree by rename, which a bind mount of the tree itself would not follow.
+Secrets stay in the operator's env file (``${VAR:?message}`` when required).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from federation.master import compose_grafana, compose_logs
+from sharder.kernel.errors import OutputError
+from sharder.kernel.output import Bundle, dump_yaml
+
+MONITORING_FILE = "compose/monitoring.yml"
+ENV_EXAMPLE_FILE = "compose/.env.example"
+GRAFANA_DIR = "compose/grafana"
+MOUNT = "/gpufed"
+CONTROLLER_URL = "http://gpufed-controller:8080"
+CHILD_HOST = "child-{child}"
+CHILD_URL_TEMPLATE = f"http://{CHILD_HOST}:9090"
+#: Relative to ``compose/`` (the project directory): the directory holding the tree.
+PARENT = "${GPUFED_RENDER_PARENT:-../..}"
+
+IMAGES = {
+    "gpufed": "${GPUFED_IMAGE:-gpufed/gpufed:0.1.0}",
+    "prometheus": "quay.io/prometheus/prometheus:v2.53.3",
+    "alertmanager": "quay.io/prometheus/alertmanager:v0.27.0",
+    "thanos": "quay.io/thanos/thanos:v0.36.1",
+    "grafana": "grafana/grafana:11.3.0",
+    "minio": "minio/minio:RELEASE.2024-10-13T13-34-11Z",
+    "consul": "hashicorp/consul:1.19.2",
+}
+REQUIRED_ENV = {
+    "GPUFED_SPEC": "path of federation.yaml on this host (the controller reads it)",
+    "GPUFED_TOKEN": "the controller's write token (16+ characters, no placeholder)",
+    "GRAFANA_ADMIN_PASSWORD": "Grafana's admin password",
+}
+OPTIONAL_HELP = {
+    "GPUFED_DISCOVERY_FLAGS": "--consul HOST:PORT: the Consul the nodes register in (node.yml's "
+    "GPUFED_REGISTRY; `--profile consul` runs one as consul:8500). Empty: the built-in registry only",
+    "GPUFED_CONTROLLER_FLAGS": "more `gpufed serve` flags, e.g. --auto-rebalance-imbalance 1.3 or "
+    "--no-handover",
+    "GPUFED_RENDER_PARENT": "the directory holding the rendered tree, relative to monitoring.yml",
+    "GPUFED_IMAGE": "built from this repository's Dockerfile",
+}
+HOST_PORTS = {"controller": 8080, "grafana": 3000, "query": 10904, "minio": 9001, "loki": 3100}
+ENV_NAME = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _required(name: str) -> str:
+    return f"${{{name}:?set {name}: {REQUIRED_ENV[name]}}}"
+
+
+def _wget(url: str) -> dict[str, Any]:
+    return {
+        "test": ["CMD", "wget", "-qO-", url],
+        "interval": "30s",
+        "timeout": "5s",
+        "retries": 3,
+        "start_period": "30s",
+    }
+
+
+def _python_get(url: str) -> dict[str, Any]:
+    code = f"import urllib.request; urllib.request.urlopen('{url}', timeout=3)"
+    return {**_wget(url), "test": ["CMD", "python", "-c", code]}
+
+
+def _service(image: str, *, host: str, command: list[str], health: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "image": image,
+        "hostname": host,
+        "command": command,
+        "restart": "unless-stopped",
+        "volumes": [{"type": "bind", "source": PARENT, "target": MOUNT, "read_only": True}],
+        "healthcheck": health,
+    }
+
+
+def _host(address: str) -> str:
+    return address.rsplit(":", 1)[0]
+
+
+def _flag(args: list[str], name: str) -> str | None:
+    return next((a.split("=", 1)[1] for a in args if a.startswith(f"{name}=")), None)
+
+
+def render_compose_bundle(
+    *,
+    out_name: str,
+    files: Bundle,
+    dashboards: Mapping[str, bytes],
+    router_hosts: Mapping[str, str] | None = None,
+    http_sd_url: str = CONTROLLER_URL,
+    consul: bool = True,
+) -> Bundle:
+    """``files``: the other parts' bundle (children, master, alerting, Thanos).
+
+    ``router_hosts``: Thanos router instance -> the host the master's remote_write names.
+    """
+    manifest = json.loads(files["manifest.json"])
+    if manifest["target_discovery"] != "http_sd" or not manifest["agent_mode"]:
+        raise OutputError(
+            "--target compose runs children in agent mode pulling HTTP SD from the controller: "
+            "set children.target_discovery: http_sd and children.agent_mode: true in the spec"
+        )
+    if urlsplit(http_sd_url).netloc != urlsplit(CONTROLLER_URL).netloc:
+        raise OutputError(
+            f"children.http_sd_url is {http_sd_url!r}; in compose the children reach the controller "
+            f"service as {CONTROLLER_URL}"
+        )
+    tree = f"{MOUNT}/{out_name}"
+    services: dict[str, dict[str, Any]] = {}
+    volumes: dict[str, dict[str, Any]] = {}
+
+    services["gpufed-controller"] = {
+        **_service(
+            IMAGES["gpufed"],
+            host="gpufed-controller",
+            command=["sh", "-c", " ".join(["exec", *_controller_args(files)])],
+            # /healthz, not /readyz: the controller is ready only once it holds an
+            # assignment, i.e. after the first node registers; an empty fleet is healthy.
+            health=_python_get("http://127.0.0.1:8080/healthz"),
+        ),
+        "environment": {"GPUFED_TOKEN": _required("GPUFED_TOKEN")},
+        "ports": [f"${{GPUFED_CONTROLLER_PORT:-{HOST_PORTS['controller']}}}:8080"],
+    }
+    services["gpufed-controller"]["volumes"] = [
+        {"type": "bind", "source": _required("GPUFED_SPEC"), "target": "/etc/gpufed/federation.yaml",
+         "read_only": True},
+        {"type": "volume", "source": "controller-data", "target": "/var/lib/gpufed"},
+    ]
+    volumes["controller-data"] = {}
+
+    for child in manifest["children"]:
+        name = child["child"]
+        flags = [f"--config.file={tree}/{child['config']}", "--enable-feature=agent",
+                 "--storage.agent.path=/prometheus", "--web.enable-lifecycle"]
+        host = CHILD_HOST.format(child=name)
+        service = _service(IMAGES["prometheus"], host=host, command=flags,
+                           health=_wget("http://127.0.0.1:9090/-/ready"))
+        service["volumes"].append({"type": "volume", "source": host, "target": "/prometheus"})
+        service["depends_on"] = {"gpufed-controller": {"condition": "service_started"}}
+        services[host] = service
+        volumes[host] = {}
+
+    if "master/flags.json" in files:
+        master = json.loads(files["master/flags.json"])
+        for i, (name, replica) in enumerate(sorted(master["replicas"].items())):
+            flags = [f"--config.file={tree}/master/{master['config']}",
+                     *(f for f in master["flags"] if not f.startswith("--storage.tsdb.path=")),
+                     "--storage.tsdb.path=/prometheus"]
+            service = _service(IMAGES["prometheus"], host=replica["host"], command=flags,
+                               health=_wget("http://127.0.0.1:9090/-/ready"))
+            service["environment"] = dict(replica["env"])
+            service["volumes"].append({"type": "volume", "source": name, "target": "/prometheus"})
+            service["ports"] = [f"${{GPUFED_MASTER_PORT_{i}:-{19090 + i}}}:9090"]
+            services[replica["host"]] = service
+            volumes[name] = {}
+
+    env_vars: dict[str, str] = {}
+    if "alertmanager/ha.json" in files:
+        ha = json.loads(files["alertmanager/ha.json"])
+        for i, (name, replica) in enumerate(sorted(ha["replicas"].items())):
+            host = _host(replica["address"])
+            flags = [f"--config.file={tree}/alertmanager/alertmanager.yml",
+                     "--storage.path=/alertmanager", *replica["flags"]]
+            service = _service(IMAGES["alertmanager"], host=host, command=flags,
+                               health=_wget("http://127.0.0.1:9093/-/ready"))
+            service["volumes"].append({"type": "volume", "source": name, "target": "/alertmanager"})
+            service["ports"] = [f"${{GPUFED_ALERTMANAGER_PORT_{i}:-{19093 + i}}}:9093"]
+            services[host] = service
+            volumes[name] = {}
+        relay = files["alertmanager/dingtalk.yml"].decode()
+        for var in sorted(set(ENV_NAME.findall(relay))):
+            env_vars[var] = f"${{{var}:?set {var}: a DingTalk robot secret the relay expands}}"
+        services["gpufed-dingtalk"] = {
+            **_service(IMAGES["gpufed"], host="gpufed-dingtalk",
+                       command=["gpufed-dingtalk", "--config", f"{tree}/alertmanager/dingtalk.yml",
+                                "--listen", "0.0.0.0:8060"],
+                       health=_python_get("http://127.0.0.1:8060/healthz")),
+            "environment": dict(env_vars),
+        }
+
+    query_host = _thanos_services(services, volumes, files=files, tree=tree, aliases=router_hosts or {})
+    datasource = f"http://{query_host}:10904" if query_host else (
+        f"http://{_first_master(files)}:9090" if "master/flags.json" in files else None
+    )
+    grafana_files = _grafana(services, volumes, tree=tree, datasource=datasource, dashboards=dashboards)
+    compose_grafana.grafana_services(services, volumes, files=files, tree=tree)
+    logs_files = compose_logs.loki_service(services, volumes, files=files, tree=tree,
+                                           mount=_service("", host="", command=[], health={})["volumes"][0],
+                                           secrets_env=_objstore_env)
+
+    if consul:
+        services["consul"] = {
+            "image": IMAGES["consul"],
+            "hostname": "consul",
+            "profiles": ["consul"],
+            "command": ["agent", "-server", "-bootstrap-expect=1", "-client=0.0.0.0", "-ui"],
+            "restart": "unless-stopped",
+            "ports": ["${GPUFED_CONSUL_PORT:-8500}:8500"],
+            "volumes": [{"type": "volume", "source": "consul-data", "target": "/consul/data"}],
+            "healthcheck": {**_wget("http://127.0.0.1:8500/v1/status/leader"),
+                            "test": ["CMD", "consul", "members"]},
+        }
+        volumes["consul-data"] = {}
+
+    document = {"name": "gpufed-monitoring", "services": services, "volumes": volumes}
+    env_example = _env_example(document)
+    return {
+        MONITORING_FILE: dump_yaml(document),
+        ENV_EXAMPLE_FILE: env_example.encode(),
+        **grafana_files,
+        **logs_files,
+    }
+
+
+def _controller_args(files: Bundle) -> list[str]:
+    """``gpufed serve`` as the controller service runs it; the env file adds flags last.
+
+    Children are ``child-<child>`` services: ``--child-url-template`` lets the controller
+    confirm hand-overs by asking the new child whether it scraped the target (agent mode
+    keeps ``/api/v1/targets``) and reload children. The master replicas get every
+    child's ``scrape_*`` series by remote_write, so they are the ``--load-url`` sources.
+    """
+    args = ["gpufed", "serve", "--spec", "/etc/gpufed/federation.yaml", "--data-dir", "/var/lib/gpufed",
+            "--listen", "0.0.0.0:8080", "--child-url-template", CHILD_URL_TEMPLATE]
+    if "master/flags.json" in files:
+        master = json.loads(files["master/flags.json"])
+        for replica in sorted(master["replicas"].values(), key=lambda r: r["host"]):
+            args += ["--load-url", f"http://{replica['host']}:9090"]
+    return [*args, "${GPUFED_DISCOVERY_FLAGS:-}", "${GPUFED_CONTROLLER_FLAGS:-}"]
+
+
+def _first_master(files: Bundle) -> str:
+    master = json.loads(files["master/flags.json"])
+    return str(sorted(master["replicas"].values(), key=lambda r: r["host"])[0]["host"])
+
+
+def _thanos_services(
+    services: dict[str, dict[str, Any]],
+    volumes: dict[str, dict[str, Any]],
+    *,
+    files: Bundle,
+    tree: str,
+    aliases: Mapping[str, str],
+) -> str | None:
+    """One service per Thanos instance; ``config_dir`` paths point into the mounted tree."""
+    if "thanos/receive.json" not in files and "thanos/query.json" not in files:
+        return None
+    objstore = yaml.safe_load(files["thanos/objstore.yml"])
+    store_type, store_config = objstore["type"], objstore.get("config", {})
+    query_host = None
+    for component in ("receive", "query", "store", "compact"):
+        path = f"thanos/{component}.json"
+        if path not in files:
+            continue
+        instances = json.loads(files[path])["instances"]
+        for name, instance in sorted(instances.items()):
+            args = [_retarget(a, tree=tree) for a in instance["args"]]
+            endpoint = _flag(args, "--receive.local-endpoint")
+            if component == "receive":
+                host = _host(endpoint) if endpoint else name
+            else:
+                host = f"thanos-{component}"
+            http = _flag(args, "--http-address") or "0.0.0.0:10902"
+            service = _service(IMAGES["thanos"], host=host, command=args,
+                               health=_wget(f"http://127.0.0.1:{http.rsplit(':', 1)[1]}/-/ready"))
+            for flag in ("--tsdb.path", "--data-dir"):
+                data = _flag(args, flag)
+                if data:
+                    service["volumes"].append({"type": "volume", "source": host, "target": data})
+                    volumes[host] = {}
+            if store_type == "FILESYSTEM":  # one machine: every component shares the bucket volume
+                service["volumes"].append(
+                    {"type": "volume", "source": "thanos-bucket", "target": store_config["directory"]}
+                )
+                volumes["thanos-bucket"] = {}
+            if _objstore_env(files):
+                service["environment"] = _objstore_env(files)
+            if name in aliases and aliases[name] != host:
+                service["networks"] = {"default": {"aliases": [aliases[name]]}}
+            if component == "query":
+                query_host = host
+                service["ports"] = [f"${{GPUFED_QUERY_PORT:-{HOST_PORTS['query']}}}:10904"]
+            services[host] = service
+    if store_type == "S3" and str(store_config.get("endpoint", "")).startswith("minio:"):
+        services["minio"] = {
+            "image": IMAGES["minio"],
+            "hostname": "minio",
+            "command": ["server", "/data", "--console-address", ":9001"],
+            "restart": "unless-stopped",
+            "environment": {
+                "MINIO_ROOT_USER": _thanos_var(store_config.get("access_key")),
+                "MINIO_ROOT_PASSWORD": _thanos_var(store_config.get("secret_key")),
+            },
+            "ports": [f"${{GPUFED_MINIO_CONSOLE_PORT:-{HOST_PORTS['minio']}}}:9001"],
+            "volumes": [{"type": "volume", "source": "minio-data", "target": "/data"}],
+            "healthcheck": {**_wget("http://127.0.0.1:9000/minio/health/live"),
+                            "test": ["CMD", "mc", "ready", "local"]},
+        }
+        volumes["minio-data"] = {}
+    return query_host
+
+
+def _objstore_env(files: Bundle) -> dict[str, str]:
+    """The object store's secrets, by the names ``thanos/secrets.json`` gives the launcher."""
+    names = sorted(json.loads(files["thanos/secrets.json"])) if "thanos/secrets.json" in files else []
+    return {n: f"${{{n}:?set {n}: an object store secret the spec names}}" for n in names}
+
+
+def _thanos_var(value: Any) -> str:
+    """``$(NAME)`` in the objstore file -> ``${NAME}`` for compose."""
+    match = re.fullmatch(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", str(value))
+    if match is None:
+        raise OutputError(f"the minio service needs S3 keys from the environment, got {value!r}")
+    return f"${{{match[1]}}}"
+
+
+def _retarget(arg: str, *, tree: str) -> str:
+    """``/etc/gpufed/thanos/x`` (the spec's ``config_dir``) -> the same file in the mounted tree."""
+    name, _, value = arg.partition("=")
+    if value.endswith((".yml", ".json")) and "/thanos/" in value and name.endswith("-file"):
+        return f"{name}={tree}/thanos/{value.rsplit('/', 1)[1]}"
+    return arg
+
+
+def _grafana(
+    services: dict[str, dict[str, Any]],
+    volumes: dict[str, dict[str, Any]],
+    *,
+    tree: str,
+    datasource: str | None,
+    dashboards: Mapping[str, bytes],
+) -> Bundle:
+    provisioning = f"{tree}/{GRAFANA_DIR}/provisioning"
+    files: Bundle = {
+        f"{GRAFANA_DIR}/provisioning/dashboards/gpufed.yml": dump_yaml({
+            "apiVersion": 1,
+            "providers": [{
+                "name": "gpufed",
+                "folder": "gpufed",
+                "type": "file",
+                "disableDeletion": True,
+                "options": {"path": f"{tree}/{GRAFANA_DIR}/dashboards"},
+            }],
+        }),
+        # agent-mode children cannot be queried: without a master or Thanos there is none
+        f"{GRAFANA_DIR}/provisioning/datasources/gpufed.yml": dump_yaml({
+            "apiVersion": 1,
+            "datasources": [{
+                "name": "gpufed",
+                "uid": "gpufed",
+                "type": "prometheus",
+                "access": "proxy",
+                "url": datasource,
+                "isDefault": True,
+            }] if datasource else [],
+        }),
+    }
+    for name, body in sorted(dashboards.items()):
+        files[f"{GRAFANA_DIR}/dashboards/{name}"] = body
+    service = _service(IMAGES["grafana"], host="grafana", command=[],
+                       health=_wget("http://127.0.0.1:3000/api/health"))
+    del service["command"]
+    service["environment"] = {
+        "GF_PATHS_PROVISIONING": provisioning,
+        "GF_SECURITY_ADMIN_PASSWORD": _required("GRAFANA_ADMIN_PASSWORD"),
+    }
+    service["volumes"].append({"type": "volume", "source": "grafana-data", "target": "/var/lib/grafana"})
+    service["ports"] = [f"${{GPUFED_GRAFANA_PORT:-{HOST_PORTS['grafana']}}}:3000"]
+    services["grafana"] = service
+    volumes["grafana-data"] = {}
+    return files
+
+
+def _env_example(document: dict[str, Any]) -> str:
+    """Every variable the compose file reads, required ones first, each with its default."""
+    text = json.dumps(document)
+    required, optional = [], []
+    seen: dict[str, str] = {}
+    for name, rest in re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:[-?][^}]*)?\}", text):
+        seen.setdefault(name, rest)
+    for name, rest in sorted(seen.items()):
+        if rest.startswith(":?"):
+            required.append(f"# {rest[2:]}\n{name}=\n")
+        else:
+            note = f"# {OPTIONAL_HELP[name]}\n" if name in OPTIONAL_HELP else ""
+            optional.append(f"{note}{name}={rest[2:]}\n")
+    return (
+        "# docker compose --env-file /etc/gpufed/monitoring.env -f out/compose/monitoring.yml up -d\n"
+        "# Keep the file outside the rendered tree (a render replaces the tree).\n\n"
+        "# Required\n" + "".join(required) + "\n# Optional (defaults shown)\n" + "".join(optional)
+    )

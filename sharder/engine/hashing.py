@@ -1,0 +1,147 @@
+"""Stable hashes for the sharder, and Prometheus' ``hashmod`` for comparison.
+
+Everything the assignment depends on is hashed here, with xxh3-64 (fast, fixed across
+platforms and processes), never with the built-in ``hash()``, which is salted per
+process. ``sharder.engine.assigning`` builds its ring from :func:`ring_points` and keys targets on
+:func:`key_hash` of their identity; changing either changes every placement, so both are
+covered by ``ALGORITHM_VERSION`` in ``sharder.engine.assigning``.
+
+:func:`hashmod` reproduces Prometheus' ``action: hashmod`` relabelling exactly, so that
+benchmarks can compare our movement with the classic ``hashmod``/``keep`` sharding.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import hashlib
+from collections.abc import Iterator, Sequence
+from itertools import accumulate, chain, repeat
+from operator import rshift
+
+import xxhash
+
+_xxh3 = xxhash.xxh3_64_intdigest
+
+
+def key_hash(key: str) -> int:
+    """64-bit position of a target on the ring; identical in every process."""
+    return _xxh3(key.encode())
+
+
+def key_hashes(keys: Sequence[str]) -> list[int]:
+    """:func:`key_hash` of many keys; one call so the hot loop stays in C."""
+    return list(map(_xxh3, map(str.encode, keys)))
+
+
+def ring_points(shard: str, count: int) -> list[int]:
+    """Positions of a shard's ``count`` virtual nodes: xxh3 of its name, seeded 0..count-1.
+
+    Seeding by the vnode index keeps points of one shard independent of every other
+    shard's, so adding a shard inserts points and moves none.
+    """
+    raw = shard.encode()
+    return [_xxh3(raw, seed) for seed in range(count)]
+
+
+class Ring:
+    """A consistent-hash ring, read through a table of equal slices of the hash space.
+
+    The vnodes sit at their exact positions (sorted, with the shard index owning each),
+    but a key is placed by the *slice* it falls in: 2^k equal slices (k from 16 to 20,
+    about four slices per vnode), each owned by the first vnode at or after the slice's
+    start. Looking a key up is then one shift and one list index, run in C for a whole
+    fleet, instead of a binary search per key. Adding a shard only inserts vnodes, so
+    only slices whose first vnode is a new one change owner, to the new shard: the ring
+    stays consistent. The slicing is part of the placement, so covered by the strategy's
+    version in ``sharder.engine.assigning``.
+    """
+
+    __slots__ = ("_shift", "owners", "positions", "slice_owners", "slice_slots")
+
+    def __init__(self, shards: Sequence[str], *, vnodes: int) -> None:
+        # Packing owner into the low bits lets one int sort do the work of a tuple sort;
+        # ties between equal positions (astronomically rare) then break by shard index.
+        width = max(1, len(shards)).bit_length()
+        packed = sorted(
+            (point << width) | index
+            for index, shard in enumerate(shards)
+            for point in ring_points(shard, vnodes)
+        )
+        mask = (1 << width) - 1
+        self.positions: list[int] = [p >> width for p in packed]
+        self.owners: list[int] = [p & mask for p in packed]
+        size = len(self.positions)
+        bits = min(20, max(16, size.bit_length() + 2))
+        self._shift = 64 - bits
+        counts = [0] * (1 << bits)
+        for position in self.positions:
+            counts[position >> self._shift] += 1
+        # Vnodes before slice b = index of the first vnode at or after its start; past the
+        # last vnode the ring wraps to the first.
+        slots = list(accumulate(counts[:-1], initial=0))
+        past = bisect.bisect_left(slots, size)  # slices after the last vnode
+        slots[past:] = repeat(0, len(slots) - past)
+        self.slice_slots: list[int] = slots
+        self.slice_owners: list[int] = list(map(self.owners.__getitem__, self.slice_slots)) if size else []
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def slot(self, point: int) -> int:
+        """Index of the first vnode a key at ``point`` meets going clockwise."""
+        return self.slice_slots[point >> self._shift]
+
+    def primary(self, point: int) -> int:
+        """Shard index that owns ``point`` when no shard is full."""
+        return self.slice_owners[point >> self._shift]
+
+    def owners_of(self, points: Sequence[int]) -> list[int]:
+        """:meth:`primary` of many points, in one C-level pass."""
+        return list(map(self.slice_owners.__getitem__, map(rshift, points, repeat(self._shift))))
+
+    def clockwise(self, slot: int) -> Iterator[int]:
+        """Shard indices of the vnodes from ``slot`` on, wrapping round once."""
+        owners = self.owners
+        return map(owners.__getitem__, chain(range(slot, len(owners)), range(slot)))
+
+
+def rendezvous_seeds(shards: Sequence[str]) -> list[int]:
+    """Per-shard seeds for rendezvous (highest random weight) hashing."""
+    return [_xxh3(shard.encode()) for shard in shards]
+
+
+def _scores(point: int, seeds: Sequence[int]) -> list[int]:
+    raw = point.to_bytes(8, "big")
+    return [_xxh3(raw, seed) for seed in seeds]
+
+
+def rendezvous_winner(point: int, seeds: Sequence[int]) -> int:
+    """Index of the shard with the highest score for a key hash (ties: lowest index)."""
+    scores = _scores(point, seeds)
+    return scores.index(max(scores))
+
+
+def rendezvous_ranking(point: int, seeds: Sequence[int]) -> list[int]:
+    """Shard indices from highest score to lowest (ties: lowest index first)."""
+    scores = _scores(point, seeds)
+    return sorted(range(len(seeds)), key=lambda i: (-scores[i], i))
+
+
+def hashmod(values: Sequence[str], modulus: int, *, separator: str = ";") -> int:
+    """Prometheus ``hashmod``: MD5 of the joined source label values, low 8 bytes, mod N.
+
+    Prometheus takes bytes 8..15 of the digest as a big-endian uint64 ("the last 8 bytes,
+    to give the same result as earlier versions"), see ``model/relabel/relabel.go``.
+    """
+    if modulus < 1:
+        raise ValueError(f"hashmod modulus must be at least 1, got {modulus}")
+    digest = hashlib.md5(separator.join(values).encode(), usedforsecurity=False).digest()
+    return int.from_bytes(digest[8:], "big") % modulus
+
+
+@functools.lru_cache(maxsize=32)
+def shared_ring(shards: tuple[str, ...], *, vnodes: int) -> Ring:
+    """The ring over ``shards``, built once per shard set and kept: read paths (why does
+    this target sit on that shard?) ask per request, and building a ring costs milliseconds."""
+    return Ring(shards, vnodes=vnodes)
