@@ -9,11 +9,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from federation.testing.benches.inventory import MAX_NODES, run_inventory_bench
+from federation.testing.benches.render import run_render_bench
+from federation.testing.benches.sharding import MAX_TARGETS, run_sharding_bench
+from federation.testing.benches.thanos import MAX_SERIES, run_thanos_bench
 from sharder.assign import ALGORITHM, STRATEGIES
-from sharder.testing.bench_inventory import MAX_NODES, run_inventory_bench
-from sharder.testing.bench_render import run_render_bench
-from sharder.testing.bench_sharding import MAX_TARGETS, run_sharding_bench
-from thanos.bench import MAX_SERIES, run_thanos_bench
 
 
 def sharding(

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from federation.commands.bench import _table
-from federation.testing.bench_balance import run_balance_bench
+from federation.testing.benches.balance import run_balance_bench
 
 
 def balance(

@@ -1,5 +1,5 @@
 """``gpufed bench sd`` and ``gpufed bench rebalance``: thin commands over the controller benches
-(``federation.testing.bench_controller``)."""
+(``federation.testing.benches.controller``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from federation.testing.bench_abuse import run_abuse_bench
-from federation.testing.bench_controller import MAX_TARGETS, run_rebalance_bench, run_sd_bench
+from federation.testing.benches.abuse import run_abuse_bench
+from federation.testing.benches.controller import MAX_TARGETS, run_rebalance_bench, run_sd_bench
 
 
 def sd(

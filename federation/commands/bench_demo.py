@@ -1,6 +1,6 @@
 """``gpufed bench gap`` and ``gpufed bench first-sample``: benchmarks over a live demo stack.
 
-Thin commands over ``federation.testing.bench_demo``. Each starts the whole demo (real children,
+Thin commands over ``federation.testing.benches.demo``. Each starts the whole demo (real children,
 master, Alertmanagers) in a fresh data directory, measures, stops everything and prints
 one JSON object (``--json``) or a short summary. Progress goes to stderr.
 """
@@ -19,7 +19,7 @@ import typer
 
 from federation.demo.plan import NODES_PER_CHILD, Layout
 from federation.demo.stack import ComponentFailed, DemoError
-from federation.testing.bench_demo import run_first_sample_bench, run_gap_bench
+from federation.testing.benches.demo import run_first_sample_bench, run_gap_bench
 
 AsJson = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 DataDir = Annotated[

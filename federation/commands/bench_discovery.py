@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from federation.commands.bench import _table
-from sharder.testing.bench_discovery import run_discovery_bench
+from federation.testing.benches.discovery import run_discovery_bench
 
 
 def discovery(

@@ -1,4 +1,4 @@
-"""``gpufed bench failover``: a thin command over ``federation.testing.failover_bench``."""
+"""``gpufed bench failover``: a thin command over ``federation.testing.benches.failover``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def failover(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Kill -9 the leader: take-over time, SD errors meanwhile, targets moved."""
-    from federation.testing.failover_bench import run_failover_bench
+    from federation.testing.benches.failover import run_failover_bench
 
     result = run_failover_bench(
         replicas=replicas, nodes=nodes, ttl_s=ttl, lock_delay_s=lock_delay, rounds=rounds

@@ -1,4 +1,4 @@
-"""``gpufed bench live``: a thin command over ``federation.testing.bench_live`` (the names of
+"""``gpufed bench live``: a thin command over ``federation.testing.benches.live`` (the names of
 its options and JSON keys are fixed: scripts read them)."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def live(
         raise typer.BadParameter(
             f"expected one of {', '.join(DISCOVERY)}, got {discovery!r}", param_hint="--discovery"
         )
-    from federation.testing.bench_live import LiveBenchError, run_live_bench
+    from federation.testing.benches.live import LiveBenchError, run_live_bench
 
     # SIGTERM (a CI timeout) unwinds like Ctrl-C, so the serve process and the temp dir go too.
     signal.signal(signal.SIGTERM, _raise_interrupt)

@@ -12,7 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from federation.commands import bench_live
-from federation.testing.bench_live import percentile, post_batch, registration
+from federation.testing.benches.live import percentile, post_batch, registration
 
 KEYS = {
     "change_to_served_p50_s", "change_to_served_p99_s", "controller_cpu_share", "rss_mib", "ready_s",

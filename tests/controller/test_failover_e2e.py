@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from federation.testing.failover_bench import SdPoller
-from federation.testing.replicas import ReplicaSet, Standin, kv_json, stopped, write_fleet
+from federation.testing.benches.failover import SdPoller
+from federation.testing.harnesses.replicas import ReplicaSet, Standin, kv_json, stopped, write_fleet
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 TTL = 10  # Consul's smallest session TTL

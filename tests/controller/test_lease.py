@@ -1,6 +1,6 @@
 """The Kubernetes Lease elector against kmock, with the optimistic lock scripted in.
 
-Why kmock rather than ``sharder/testing/kube_standin.py``: kmock is an aiohttp server the
+Why kmock rather than ``federation/testing/standins/kube.py``: kmock is an aiohttp server the
 official client talks to over HTTP, and it already serves GET, POST (create, with 409
 when the object exists) and 404 on a missing object the way the API server does. What
 it lacks for a Lease is exactly the part leader election rests on, and that is scripted

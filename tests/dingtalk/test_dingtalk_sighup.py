@@ -23,7 +23,8 @@ import httpx
 import pytest
 from conftest import free_port, stop_process
 from conftest import wait_for as shared_wait_for
-from fakes.dingtalk_api import FakeDingTalk
+
+from federation.testing.standins.dingtalk import FakeDingTalk
 
 from .payloads import alert, webhook
 

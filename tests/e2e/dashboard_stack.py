@@ -25,13 +25,11 @@ from typing import Any
 import httpx
 import yaml
 from conftest import free_port, require_tool, stop_process, wait_for
-from fakes.dingtalk_api import FakeDingTalk
 from prom_process import PrometheusProcess
 from prometheus_client import CollectorRegistry
 
 from alertmanager.dingtalk.app import create_app
 from alertmanager.dingtalk.config import parse_config
-from alertmanager.dingtalk.harness import RelayThread
 from exporter.backend import GpuBackend
 from exporter.catalogue import FAMILIES
 from exporter.collection import Collection, CollectionLoop
@@ -44,6 +42,8 @@ from exporter.simulated import SimulatedBackend
 from federation import master as mastering
 from federation import meta_monitoring, pipeline
 from federation.demo.router import ChildRouter
+from federation.testing.harnesses.alertmanager import RelayThread
+from federation.testing.standins.dingtalk import FakeDingTalk
 from sharder.promtool import Promtool
 
 REGIONS = ("region-0", "region-1")

@@ -24,12 +24,10 @@ import pytest
 import yaml
 from conftest import require_tool
 from conftest import wait_for as shared_wait_for
-from fakes.dingtalk_api import FakeDingTalk
 
 from alertmanager import amtool, ha
 from alertmanager.dingtalk.app import create_app
 from alertmanager.dingtalk.config import RelayConfig, load_config
-from alertmanager.dingtalk.harness import AlertmanagerHA, RelayThread, free_port, gpu_alert, loopback_replicas
 from alertmanager.models import (
     AlertingSpec,
     ReceiverSpec,
@@ -40,6 +38,14 @@ from alertmanager.models import (
     Timing,
 )
 from alertmanager.render import ALERTMANAGER_FILE, HA_FILE, RELAY_FILE, render_alerting_bundle
+from federation.testing.harnesses.alertmanager import (
+    AlertmanagerHA,
+    RelayThread,
+    free_port,
+    gpu_alert,
+    loopback_replicas,
+)
+from federation.testing.standins.dingtalk import FakeDingTalk
 
 pytestmark = pytest.mark.e2e
 

@@ -200,7 +200,7 @@ def test_the_one_bundle_check_refuses_a_bad_logs_or_grafana_file(tmp_path: Path)
 
 
 def test_bench_prints_json() -> None:
-    from federation.testing import bench_logs
+    from federation.testing.benches import logs as bench_logs
 
     result = bench_logs.measure(targets=300, teams=3, repeat=1)
     # 7 shared dashboards, 4 provisioning/API/HA files, 4 pinned per team: the 3 synthetic

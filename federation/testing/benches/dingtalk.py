@@ -1,13 +1,13 @@
 """Alert-storm benchmark: real Alertmanager HA pair + relay + DingTalk capture server.
 
-    python -m alertmanager.dingtalk.bench --alerts 5000 --regions 10 --json
+    python -m federation.testing.benches.dingtalk --alerts 5000 --regions 10 --json
 
 Posts the storm to both replicas (as Prometheus does), waits until every alert shows up
 in a captured DingTalk message (or the timeout), then reports delivery, duplicates, the
 busiest robot-minute and relay latency. The configs are gpufed's own: an ``AlertingSpec``
 (one region route and robot per region, ``${ENV}`` secrets) rendered by
-``render_alerting_bundle``, replicas started with ``ha.all_replica_flags``. Runs from a
-source checkout: the capture server is ``tests/fakes/dingtalk_api.py``. Times are
+``render_alerting_bundle``, replicas started with ``ha.all_replica_flags``. The capture
+server is the DingTalk stand-in, ``federation.testing.standins.dingtalk``. Times are
 wall-clock; nothing is faked.
 """
 
@@ -17,11 +17,9 @@ import argparse
 import bisect
 import json
 import re
-import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, MutableMapping
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,7 +27,6 @@ import yaml
 
 from alertmanager.dingtalk.app import create_app
 from alertmanager.dingtalk.config import parse_config
-from alertmanager.dingtalk.harness import AlertmanagerHA, RelayThread, free_port, gpu_alert, loopback_replicas
 from alertmanager.models import (
     AlertingSpec,
     ReceiverSpec,
@@ -40,18 +37,20 @@ from alertmanager.models import (
     Timing,
 )
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
+from federation.testing.harnesses.alertmanager import (
+    AlertmanagerHA,
+    RelayThread,
+    free_port,
+    gpu_alert,
+    loopback_replicas,
+)
+from federation.testing.standins.dingtalk import FakeDingTalk
 
 _ID = re.compile(r"alert_id=(a\d+)")
 Scope = MutableMapping[str, Any]
 ASGI = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 
 
-def _capture_server() -> Any:
-    tests = Path(__file__).resolve().parents[2] / "tests"
-    sys.path.insert(0, str(tests))
-    from fakes.dingtalk_api import FakeDingTalk
-
-    return FakeDingTalk
 
 
 class Timed:
@@ -98,7 +97,7 @@ def bench_spec(capture_url: str, region_names: list[str], *, relay_port: int) ->
 
 
 def run(*, alerts: int, regions: int, alertnames: int, timeout: float) -> dict[str, Any]:
-    fake_dingtalk = _capture_server()
+    fake_dingtalk = FakeDingTalk
     names = [f"GPUBench{k}" for k in range(alertnames)]
     region_names = [f"region-{r:02d}" for r in range(regions)]
     storm = [gpu_alert(region=region_names[i % regions], cluster="bench", node=f"node-{i // 8:05d}",

@@ -5,7 +5,7 @@ Pure and in one process: the assignment engine and the controller's load-aware p
 whose series counts are skewed. No Prometheus runs; what children would report is
 modelled from what the simulated exporter serves:
 
-* every target is a GPU exporter on a node with 4 or 8 GPUs (``sharder.testing.bench_sharding``'s mix),
+* every target is a GPU exporter on a node with 4 or 8 GPUs (``federation.testing.benches.sharding``'s mix),
   serving ``NODE_SERIES + PER_GPU x gpus`` samples per scrape (the simulated exporter's
   counts), times a per-target spread (``noise``, uniform +-), every ``interval_s``;
 * a ``heavy_fraction`` of them serve ``heavy_factor`` times that (MIG slices, extra
@@ -34,10 +34,10 @@ from typing import Any
 
 from federation.controller.load import weights as weighing
 from federation.controller.shed import shed
+from federation.testing.benches.sharding import bench_spec, synth_targets
 from sharder import plan as planning
 from sharder.assign import assign
 from sharder.assignment import Assignment
-from sharder.testing.bench_sharding import bench_spec, synth_targets
 
 NODE_SERIES, PER_GPU = 5, 21
 """Per scrape: series of a simulated exporter not tied to a GPU, and per GPU."""

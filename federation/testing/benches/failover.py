@@ -2,7 +2,7 @@
 what HTTP SD clients saw meanwhile and what moved.
 
 The Consul stand-in and every ``gpufed serve`` replica run as their own processes on
-127.0.0.1 (:mod:`federation.testing.replicas`). Before the kill, every replica serves one
+127.0.0.1 (:mod:`federation.testing.harnesses.replicas`). Before the kill, every replica serves one
 assignment version; pollers then ask every replica for every child's SD answer, back to
 back, from one second before the kill until the new leader has taken over and written.
 ``takeover_s`` runs from the SIGKILL to the first replica reporting ``role: leader``;
@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from federation.testing.replicas import Replica, ReplicaSet, Standin, wait_until, write_fleet
+from federation.testing.harnesses.replicas import Replica, ReplicaSet, Standin, wait_until, write_fleet
 
 
 @dataclass
@@ -174,9 +174,10 @@ def run_failover_bench(
         **summary,
         "per_round": results,
         "setup": (
-            "Consul stand-in (sharder.testing.consul_standin, its own process; sessions reaped at 2x TTL "
-            "as Consul's servers do, TTL checks critical at 1x) and N `gpufed serve --store consul://... "
-            "--leader-election consul` processes on 127.0.0.1 following one inventory; the leader is killed "
-            "with SIGKILL; SD errors count only surviving replicas (the killed one is counted apart)."
+            "Consul stand-in (federation.testing.standins.consul.agent, its own process; sessions "
+            "reaped at 2x TTL as Consul's servers do, TTL checks critical at 1x) and N "
+            "`gpufed serve --store consul://... --leader-election consul` processes on 127.0.0.1 "
+            "following one inventory; the leader is killed with SIGKILL; SD errors count only surviving "
+            "replicas (the killed one is counted apart)."
         ),
     }

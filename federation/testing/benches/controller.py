@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from federation.loopback import free_port, wait_port
+from federation.testing.harnesses.polling import free_port, wait_port
 
 MAX_TARGETS = 200_000
 

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from federation.loopback import free_port, wait_port
-from federation.testing.bench_controller import _build, _get, _summary, _targets
+from federation.testing.benches.controller import _build, _get, _summary, _targets
+from federation.testing.harnesses.polling import free_port, wait_port
 
 BATCH = 20_000
 

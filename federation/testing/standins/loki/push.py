@@ -27,7 +27,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 
-from logs.testing import snappy
+from federation.testing.standins.loki import snappy
 
 PUSH_PATH = "/loki/api/v1/push"
 _NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*\Z")

@@ -1,6 +1,6 @@
 """``gpufed bench discovery``: registry change -> new assignment, through Consul over HTTP.
 
-The registry is the Consul stand-in :mod:`sharder.testing.consul_standin` (shipped in
+The registry is the Consul stand-in :mod:`federation.testing.standins.consul.agent` (shipped in
 the package, so this runs from an install), started as its own process with ``--services`` exporter
 services, so this process's CPU and RSS are gpufed's alone (py-consul client, the Consul
 source, the reconcile loop and the assignment). Each change is a real HTTP registration
@@ -34,7 +34,7 @@ from sharder.reconcile import Reconciler
 from sharder.sources.consul import ConsulConfig, ConsulSource
 from sharder.spec import FederationSpec
 
-AGENT_MODULE = "sharder.testing.consul_standin"
+AGENT_MODULE = "federation.testing.standins.consul.agent"
 CONSUL_SD_REFRESH_S = 30.0  # Prometheus' default refresh_interval for consul_sd_configs
 HTTP_SD_REFRESH_S = 60.0  # ... and for http_sd_configs
 
@@ -194,9 +194,9 @@ def run_discovery_bench(
         if churn_minutes > 0:
             result.update(_churn(agent, targets=targets, churn=churn, minutes=churn_minutes, rng=rng,
                                  first=targets + changes))
-        result["note"] = ("registry is sharder.testing.consul_standin in its own process (a stand-in, not "
-                          "Consul); cpu/rss are this process only: py-consul, Consul source, reconcile, "
-                          "assignment")
+        result["note"] = ("registry is federation.testing.standins.consul.agent in its own process "
+                          "(a stand-in, not Consul); cpu/rss are this process only: py-consul, Consul "
+                          "source, reconcile, assignment")
         return result
     finally:
         stop.set()

@@ -1,5 +1,5 @@
 """What the logs tier and Grafana provisioning cost per render: ``python -m
-federation.testing.bench_logs [--targets N] [--teams T]`` prints JSON.
+federation.testing.benches.logs [--targets N] [--teams T]`` prints JSON.
 
 Times ``pipeline.logs_part`` and ``pipeline.grafana_part`` on the
 example spec and inventory, then on ``N`` synthetic GPU targets spread over ``T`` teams and
@@ -67,7 +67,7 @@ def measure(targets: int, teams: int, repeat: int) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m federation.testing.bench_logs", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m federation.testing.benches.logs", description=__doc__)
     parser.add_argument("--targets", type=int, default=100_000)
     parser.add_argument("--teams", type=int, default=40)
     parser.add_argument("--repeat", type=int, default=3)

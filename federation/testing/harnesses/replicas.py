@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import httpx
 import yaml
 
-from federation.loopback import free_port, wait_until
+from federation.testing.harnesses.polling import free_port, wait_until
 
 TOKEN = "failover-bench-token-0123456789abcdef"
 T = TypeVar("T")
@@ -88,7 +88,7 @@ class Standin:
             [
                 sys.executable,
                 "-m",
-                "sharder.testing.consul_standin",
+                "federation.testing.standins.consul.agent",
                 "--ttl-multiplier",
                 str(ttl_multiplier),
             ],

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from federation.testing.replicas import Standin, write_fleet
+from federation.testing.harnesses.replicas import Standin, write_fleet
 
 STORES = ("sqlite", "consul", "kubernetes")
 DISCOVERY = ("file_sd", "http_sd")
@@ -121,7 +121,7 @@ def start_store(kind: str, workdir: Path) -> StoreStandin:
         standin = Standin.start()
         return StoreStandin(kind=kind, args=("--store", f"consul://{standin.address}/gpufed-bench"),
                             consul=standin)  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "sharder.testing.kube_standin"],
+    proc = subprocess.Popen([sys.executable, "-m", "federation.testing.standins.kube"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
     assert proc.stdout is not None
     line = proc.stdout.readline().decode().strip()

@@ -26,8 +26,8 @@ index (backwards too, as after a snapshot restore); `inject()` queues canned ans
 same port, keeping the state; `register_local()` registers without HTTP (bulk set-up).
 
 KV and sessions (``/v1/kv/...``, ``/v1/session/...``) live in
-:mod:`sharder.testing.consul_kv` (``agent.kv``); `advance(seconds)` moves their clock.
-Run ``python -m sharder.testing.consul_standin --port N`` for a stand-in in its own process.
+:mod:`federation.testing.standins.consul.kv` (``agent.kv``); `advance(seconds)` moves their clock.
+Run ``python -m federation.testing.standins.consul.agent --port N`` for a stand-in in its own process.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from sharder.testing.consul_kv import KvError, KvSessions
+from federation.testing.standins.consul.kv import KvError, KvSessions
 
 NODE = "fake-node"
 NODE_ADDRESS = "127.0.0.1"

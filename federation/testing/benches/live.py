@@ -3,7 +3,7 @@ its child reads.
 
 What an operator sees, measured from outside: the controller runs as its own process on
 127.0.0.1 (fresh data dir, a token) in one of the shapes users deploy
-(``federation.testing.live_shapes``): a spec file (default ``examples/federation.yaml`` as
+(``federation.testing.benches.live_shapes``): a spec file (default ``examples/federation.yaml`` as
 shipped; ``builtin``: the bench's own, shards of about 1,000 targets over HTTP SD), a store
 (SQLite, or the Consul or Kubernetes stand-in in its own process) and a discovery mode
 (``file_sd`` or ``http_sd``). It follows ``targets`` targets from a file inventory over the
@@ -51,10 +51,10 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from federation.controller.metrics import SUBPROCESS_CPU
-from federation.loopback import free_port, wait_until
-from federation.testing.live_anchors import engine_anchors
-from federation.testing.live_shapes import BUILTIN, ShapeError, StoreStandin, shape_spec, start_store
-from federation.testing.replicas import write_fleet
+from federation.testing.benches.live_anchors import engine_anchors
+from federation.testing.benches.live_shapes import BUILTIN, ShapeError, StoreStandin, shape_spec, start_store
+from federation.testing.harnesses.polling import free_port, wait_until
+from federation.testing.harnesses.replicas import write_fleet
 
 TOKEN = "live-bench-token-0123456789abcdef0123"
 REGIONS = ("region-a", "region-b", "region-c")
