@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -16,12 +15,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for(

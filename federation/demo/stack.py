@@ -51,11 +51,11 @@ from federation import master as mastering
 from federation import pipeline
 from federation.demo import components, plan, procstat, report
 from federation.demo.components import Launch
+from federation.demo.ports import free_port
 from federation.demo.router import ChildRouter
 from federation.demo.sink import DingTalkSink, Message, Robot, as_group_sees_it
 from federation.demo.supervisor import ComponentFailed, ProcessSpec, Supervisor, reap_previous
 from federation.spec import GpufedSpec
-from federation.testing.harnesses.polling import free_port
 from sharder.assignment import Assignment
 from sharder.errors import SharderError
 from sharder.loading import parse_model, parse_target

@@ -17,8 +17,8 @@ import yaml
 
 from federation.controller.http.http_guards import DeadlineH11Protocol
 from federation.controller.options import ControllerOptions
+from federation.demo.ports import free_port
 from federation.spec import load_gpufed_spec
-from federation.testing.harnesses.polling import free_port
 from sharder.sizing import Hysteresis
 from tests.controller.harness import ControllerHarness, build, fleet, spec_document
 

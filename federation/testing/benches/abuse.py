@@ -25,8 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from federation.demo.ports import free_port
 from federation.testing.benches.controller import _build, _get, _summary, _targets
-from federation.testing.harnesses.polling import free_port, wait_port
+from federation.testing.harnesses.polling import wait_port
 
 BATCH = 20_000
 

@@ -28,7 +28,8 @@ from typing import Any
 
 import yaml
 
-from federation.testing.harnesses.polling import free_port, wait_port
+from federation.demo.ports import free_port
+from federation.testing.harnesses.polling import wait_port
 
 MAX_TARGETS = 200_000
 

@@ -10,7 +10,6 @@ subprocesses and always kills them on exit; state lives in a temp dir.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -26,17 +25,12 @@ from fastapi import FastAPI
 from alertmanager import ha
 from alertmanager.models import AlertingSpec, ReplicaSpec
 from alertmanager.render import render_alertmanager_config
+from federation.demo.ports import free_port
 from sharder.output import dump_yaml
 
 #: Test-only timings; the rendered flags leave these at Alertmanager's defaults.
 FAST_GOSSIP = ("--cluster.settle-timeout=2s", "--cluster.gossip-interval=50ms",
                "--cluster.pushpull-interval=1s")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def loopback_replicas(count: int = 2) -> list[ReplicaSpec]:

@@ -13,13 +13,6 @@ import httpx
 T = TypeVar("T")
 
 
-def free_port() -> int:
-    """A port nothing listens on now (the caller binds it soon after; races are the OS's)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def wait_until(check: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.05) -> T:
     """Poll ``check`` until it returns something truthy (HTTP errors count as "not yet")."""
     deadline = time.monotonic() + timeout

@@ -22,7 +22,8 @@ from typing import Any, TypeVar
 import httpx
 import yaml
 
-from federation.testing.harnesses.polling import free_port, wait_until
+from federation.demo.ports import free_port
+from federation.testing.harnesses.polling import wait_until
 
 TOKEN = "failover-bench-token-0123456789abcdef"
 T = TypeVar("T")
