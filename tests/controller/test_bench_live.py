@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from federation.commands import bench_live
+from federation.commands import bench
 from federation.testing.benches.live import percentile, post_batch, registration
 
 KEYS = {
@@ -23,8 +23,7 @@ KEYS = {
 
 def _app() -> typer.Typer:
     app = typer.Typer()
-    bench_live.register(app)
-    app.command("noop", hidden=True)(lambda: None)
+    bench.register(app)
     return app
 
 
