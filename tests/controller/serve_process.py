@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from conftest import free_port, stop_process, wait_for
+from conftest import stop_process, wait_for
 
+from federation.demo.ports import free_port
 from tests.controller.harness import TOKEN
 
 

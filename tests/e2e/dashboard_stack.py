@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 import yaml
-from conftest import free_port, require_tool, stop_process, wait_for
+from conftest import require_tool, stop_process, wait_for
 from prom_process import PrometheusProcess
 from prometheus_client import CollectorRegistry
 
@@ -41,6 +41,7 @@ from exporter.settings import ExporterSettings
 from exporter.simulated import SimulatedBackend
 from federation import master as mastering
 from federation import meta_monitoring, pipeline
+from federation.demo.ports import free_port
 from federation.demo.router import ChildRouter
 from federation.testing.harnesses.alertmanager import RelayThread
 from federation.testing.standins.dingtalk import FakeDingTalk

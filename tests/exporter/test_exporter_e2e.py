@@ -10,10 +10,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import free_port, require_tool, stop_process
+from conftest import require_tool, stop_process
 
 from exporter.app import ExporterApp
 from exporter.settings import ExporterSettings
+from federation.demo.ports import free_port
 
 
 def _api(port: int, path: str, **params: str) -> dict:

@@ -1,6 +1,6 @@
 """Pod attribution as kubelet and NVIDIA's DRA driver really speak it.
 
-A stand-in kubelet (tests/fakes/kubelet.py) serves `List`, `Get` and
+A stand-in kubelet (exporter/testing/kubelet.py) serves `List`, `Get` and
 `GetAllocatableResources` from kubelet's own `api.proto` (vendored unchanged). The node's
 answer is shaped like NVIDIA's drivers make it: device-plugin ids are GPU UUIDs (`::N`
 under time-slicing) or MIG UUIDs; DRA claim resources carry driver `gpu.nvidia.com`, the
