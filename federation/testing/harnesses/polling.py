@@ -1,16 +1,22 @@
-"""Loopback helpers shared by the benches, the demo and the multi-process tests: a free port,
-and polling until a server answers (never a blind sleep)."""
+"""Polling until a server answers (never a blind sleep), for the benches and the
+multi-process tests; and the port a ``gpufed serve --listen 127.0.0.1:0`` bound, read from
+its log."""
 
 from __future__ import annotations
 
+import re
 import socket
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 
 T = TypeVar("T")
+LISTENING = re.compile(rb"gpufed serve: listening on http://[^\s]*:(?P<port>\d+)")
+"""The line ``gpufed serve --listen HOST:0`` prints on stderr once it has bound a port."""
 
 
 def wait_until(check: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.05) -> T:
@@ -38,3 +44,18 @@ def wait_port(port: int, *, timeout: float = 60.0) -> None:
             return sock.connect_ex(("127.0.0.1", port)) == 0
 
     wait_until(listening, timeout=timeout, what=f"a server on 127.0.0.1:{port}")
+
+
+def serve_port(log: Path, proc: subprocess.Popen[bytes], *, since: int = 0, timeout: float = 60.0) -> int:
+    """The port a ``gpufed serve --listen 127.0.0.1:0`` writing to ``log`` (from byte ``since``) bound."""
+
+    def bound() -> int | None:
+        if proc.poll() is not None:
+            tail = log.read_bytes()[-2000:].decode(errors="replace") if log.exists() else ""
+            raise RuntimeError(f"gpufed serve exited ({proc.returncode}) before it listened: {tail}")
+        with log.open("rb") as out:
+            out.seek(since)
+            found = LISTENING.search(out.read())
+        return int(found["port"]) if found else None
+
+    return wait_until(bound, timeout=timeout, what=f"gpufed serve's port in {log}")

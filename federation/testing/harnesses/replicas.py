@@ -22,8 +22,7 @@ from typing import Any, TypeVar
 import httpx
 import yaml
 
-from federation.demo.ports import free_port
-from federation.testing.harnesses.polling import wait_until
+from federation.testing.harnesses.polling import serve_port, wait_until
 
 TOKEN = "failover-bench-token-0123456789abcdef"
 T = TypeVar("T")
@@ -111,10 +110,19 @@ class Standin:
 
 @dataclass
 class Replica:
+    """One ``gpufed serve --listen 127.0.0.1:0``: its port is read from its log when first asked
+    for, so no other process can take it between choosing and binding."""
+
     name: str
-    port: int
     proc: subprocess.Popen[bytes]
     log: Path
+    bound: int | None = None
+
+    @property
+    def port(self) -> int:
+        if self.bound is None:
+            self.bound = serve_port(self.log, self.proc)
+        return self.bound
 
     @property
     def url(self) -> str:
@@ -148,12 +156,11 @@ class ReplicaSet:
 
     def add(self) -> Replica:
         name = f"replica-{len(self.replicas)}"
-        port = free_port()
         log = self.workdir / f"{name}.log"
         args = [
             sys.executable, "-m", "federation.cli", "serve",
             "--spec", str(self.spec), "--inventory", str(self.inventory),
-            "--data-dir", str(self.workdir / name), "--listen", f"127.0.0.1:{port}",
+            "--data-dir", str(self.workdir / name), "--listen", "127.0.0.1:0",
             "--store", self.store or f"consul://{self.consul}/{self.prefix}",
             "--leader-election", self.election,
             "--lock-ttl", str(self.ttl_s), "--lock-delay", str(self.lock_delay_s),
@@ -166,7 +173,7 @@ class ReplicaSet:
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "GPUFED_TOKEN": TOKEN, "POD_NAME": name},  # a Lease holder's identity
             )
-        replica = Replica(name=name, port=port, proc=proc, log=log)
+        replica = Replica(name=name, proc=proc, log=log)
         self.replicas.append(replica)
         return replica
 
