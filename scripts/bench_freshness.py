@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from federation.demo.ports import free_port
+from federation.demo.loopback import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 INTERVAL_S = 15

@@ -51,7 +51,7 @@ from federation import master as mastering
 from federation import pipeline
 from federation.demo import components, plan, procstat, report
 from federation.demo.components import Launch
-from federation.demo.ports import free_port
+from federation.demo.loopback import free_port
 from federation.demo.router import ChildRouter
 from federation.demo.sink import DingTalkSink, Message, Robot, as_group_sees_it
 from federation.demo.supervisor import ComponentFailed, ProcessSpec, Supervisor, reap_previous

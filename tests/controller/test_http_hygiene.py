@@ -15,7 +15,7 @@ import pytest
 import uvicorn
 
 from federation.controller.http.http_guards import BodyGuard, DeadlineH11Protocol, relative_location
-from federation.demo.ports import free_port
+from federation.demo.loopback import free_port
 from tests.controller.harness import TOKEN, ControllerHarness, build, fleet
 
 

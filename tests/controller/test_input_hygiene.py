@@ -17,7 +17,7 @@ import yaml
 
 from federation.controller.http.http_guards import DeadlineH11Protocol
 from federation.controller.options import ControllerOptions
-from federation.demo.ports import free_port
+from federation.demo.loopback import free_port
 from federation.spec import load_gpufed_spec
 from sharder.sizing import Hysteresis
 from tests.controller.harness import ControllerHarness, build, fleet, spec_document

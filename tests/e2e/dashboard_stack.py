@@ -41,7 +41,7 @@ from exporter.settings import ExporterSettings
 from exporter.simulated import SimulatedBackend
 from federation import master as mastering
 from federation import meta_monitoring, pipeline
-from federation.demo.ports import free_port
+from federation.demo.loopback import free_port
 from federation.demo.router import ChildRouter
 from federation.testing.harnesses.alertmanager import RelayThread
 from federation.testing.standins.dingtalk import FakeDingTalk

@@ -54,7 +54,7 @@ from conftest import require_tool, wait_for
 from federation import master as mastering
 from federation.demo import components, plan, rebalance
 from federation.demo.plan import Layout
-from federation.demo.ports import free_port
+from federation.demo.loopback import free_port
 from federation.demo.sink import Message
 from federation.demo.stack import DemoOptions, DemoStack
 from federation.demo.supervisor import ProcessSpec

@@ -49,7 +49,7 @@ from conftest import require_tool, wait_for
 
 from federation.demo import plan, rebalance
 from federation.demo.plan import Layout
-from federation.demo.ports import free_port
+from federation.demo.loopback import free_port
 from federation.demo.sink import Message, as_group_sees_it
 from federation.demo.stack import DemoOptions, DemoStack
 from federation.demo.supervisor import ProcessSpec

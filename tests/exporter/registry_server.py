@@ -29,7 +29,7 @@ import yaml
 from federation.controller.ha.leader import AlwaysLeader
 from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, Service, build_service
-from federation.demo.ports import listening_socket
+from federation.demo.loopback import listening_socket
 from federation.spec import load_gpufed_spec
 from federation.testing.harnesses.polling import wait_until
 from sharder.lastknown import target_document

@@ -14,7 +14,7 @@ from conftest import require_tool, stop_process
 
 from exporter.app import ExporterApp
 from exporter.settings import ExporterSettings
-from federation.demo.ports import free_port
+from federation.demo.loopback import free_port
 
 
 def _api(port: int, path: str, **params: str) -> dict:

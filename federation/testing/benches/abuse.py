@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from federation.demo.ports import free_port
+from federation.demo.loopback import free_port
 from federation.testing.benches.controller import _build, _get, _summary, _targets
 from federation.testing.harnesses.polling import wait_port
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from federation.demo.ports import free_port
+from federation.demo.loopback import free_port
 from federation.testing.harnesses.polling import wait_port
 
 MAX_TARGETS = 200_000

@@ -25,7 +25,7 @@ from fastapi import FastAPI
 from alertmanager import ha
 from alertmanager.models import AlertingSpec, ReplicaSpec
 from alertmanager.render import render_alertmanager_config
-from federation.demo.ports import free_port
+from federation.demo.loopback import free_port
 from sharder.output import dump_yaml
 
 #: Test-only timings; the rendered flags leave these at Alertmanager's defaults.
