@@ -69,7 +69,8 @@ class LoopbackHTTPServer:
         self.host = host
         self.httpd = ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True, name=name)
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1},
+                                        daemon=True, name=name)
 
     @property
     def port(self) -> int:
@@ -86,6 +87,7 @@ class LoopbackHTTPServer:
     def stop(self) -> None:
         if self._thread.is_alive():
             self.httpd.shutdown()
+            self._thread.join(timeout=5)
         self.httpd.server_close()
 
     def __enter__(self) -> LoopbackHTTPServer:

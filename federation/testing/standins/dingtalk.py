@@ -17,9 +17,10 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
 
 MAX_BYTES = 20_000
 PER_MINUTE = 20
@@ -43,14 +44,11 @@ class FakeDingTalk:
         self.robots: dict[str, FakeRobot] = {}
         self.enforce_rate_limit = enforce_rate_limit
         self.lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._server = LoopbackHTTPServer(_handler_for(self), name="dingtalk-standin")
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self._server.url
 
     def add_robot(self, token: str, *, secret: str | None = None, keywords: list[str] | None = None) -> str:
         """Register a robot; returns its webhook URL (without timestamp/sign)."""
@@ -99,12 +97,11 @@ class FakeDingTalk:
         return code, why
 
     def __enter__(self) -> FakeDingTalk:
-        self._thread.start()
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()
 
 
 def _check_sign(secret: str, params: dict[str, str]) -> str | None:
@@ -119,23 +116,15 @@ def _check_sign(secret: str, params: dict[str, str]) -> str | None:
     return None if hmac.compare_digest(expected, sign) else "signature mismatch"
 
 
-def _handler_for(api: FakeDingTalk) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def _handler_for(api: FakeDingTalk) -> type[LoopbackHandler]:
+    class Handler(LoopbackHandler):
         def do_POST(self) -> None:
             parts = urlsplit(self.path)
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            body = self.body()
             if parts.path != "/robot/send":
                 self.send_error(404)
                 return
             code, msg = api.answer(parts.query, body)
-            raw = json.dumps({"errcode": code, "errmsg": msg}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+            self.reply(200, {"errcode": code, "errmsg": msg}, content_type="application/json")
 
     return Handler

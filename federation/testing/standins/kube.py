@@ -38,9 +38,10 @@ import copy
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
 
 KINDS = {
     "configmaps": ("ConfigMap", "v1"),
@@ -62,17 +63,14 @@ class FakeKubeAPI:
         self.fail_next: list[int] = []
         self._bookmarks = 0
         self._cond = threading.Condition()
-        self._server = ThreadingHTTPServer((host, port), self._handler_class())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        self._server = LoopbackHTTPServer(self._handler_class(), host=host, port=port, name="kube-standin")
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self._server.port}"
 
     def __enter__(self) -> FakeKubeAPI:
-        self._thread.start()
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -80,8 +78,7 @@ class FakeKubeAPI:
             self.revision += 1  # wake streams so they notice the shutdown
             self._closed = True
             self._cond.notify_all()
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()
 
     # ---- writes ------------------------------------------------------------------------
     def apply(self, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -146,27 +143,18 @@ class FakeKubeAPI:
             return {"kind": f"{kind}List", "apiVersion": api_version,
                     "metadata": {"resourceVersion": str(self.revision)}, "items": items}
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+    def _handler_class(self) -> type[LoopbackHandler]:
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(LoopbackHandler):
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True  # headers and body go out as two writes
 
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
             def _json(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.reply(status, body, content_type="application/json")
 
             def _body(self) -> dict[str, Any]:
-                length = int(self.headers.get("Content-Length") or 0)
-                return dict(json.loads(self.rfile.read(length) or b"{}"))
+                return dict(json.loads(self.body() or b"{}"))
 
             def _object(self) -> tuple[str, str, str] | None:
                 """(plural, namespace, name or "") of a writable object path, else None."""

@@ -40,10 +40,10 @@ import threading
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
 from federation.testing.standins.consul.kv import KvError, KvSessions
 
 NODE = "fake-node"
@@ -147,22 +147,19 @@ class FakeConsulAgent:
         self._cond = threading.Condition()
         self.kv = KvSessions(self, ttl_multiplier=ttl_multiplier, session_ttl_min_s=session_ttl_min_s)
         self._host = host
-        self._server = ThreadingHTTPServer((host, port), self._handler_class())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        daemon=True)
+        self._server = LoopbackHTTPServer(self._handler_class(), host=host, port=port, name="consul-standin")
 
     # ---- lifecycle -------------------------------------------------------------------
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return self._server.port
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> FakeConsulAgent:
-        self._thread.start()
+        self._server.start()
         self.kv.start()
         return self
 
@@ -173,10 +170,7 @@ class FakeConsulAgent:
     def _close(self) -> None:
         with self._cond:
             self._cond.notify_all()
-        if self._thread.is_alive():
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-        self._server.server_close()
+        self._server.stop()
 
     def __enter__(self) -> FakeConsulAgent:
         return self.start()
@@ -195,11 +189,8 @@ class FakeConsulAgent:
 
     def revive(self) -> None:
         """Listen again on the same port with the same state."""
-        self._server = ThreadingHTTPServer((self._host, self._killed_port), self._handler_class())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        daemon=True)
-        self._thread.start()
+        self._server = LoopbackHTTPServer(self._handler_class(), host=self._host, port=self._killed_port,
+                                          name="consul-standin").start()
 
     def advance(self, seconds: float) -> None:
         """Move the KV/session clock forward: TTLs and lock-delays run out without sleeping."""
@@ -434,10 +425,10 @@ class FakeConsulAgent:
         }
 
     # ---- HTTP --------------------------------------------------------------------------
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+    def _handler_class(self) -> type[LoopbackHandler]:
         agent = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(LoopbackHandler):
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True
 
@@ -450,37 +441,19 @@ class FakeConsulAgent:
                 super().finish()
 
             def _reply(self, status: int, body: Any, *, index: int | None = None) -> None:
-                if isinstance(body, bytes):
-                    data = body
-                else:
-                    data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-                self.send_response(status)
                 kind = "text/plain" if isinstance(body, (str, bytes)) else "application/json"
-                self.send_header("Content-Type", kind)
-                if index is not None:
-                    self.send_header("X-Consul-Index", str(index))
-                    self.send_header("X-Consul-KnownLeader", "true")
-                    self.send_header("X-Consul-LastContact", "0")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                consul = None if index is None else {
+                    "X-Consul-Index": str(index), "X-Consul-KnownLeader": "true", "X-Consul-LastContact": "0"}
+                self.reply(status, body, content_type=kind, headers=consul)
 
             def _raw(self, status: int, body: str | bytes, headers: dict[str, str]) -> None:
-                data = body.encode() if isinstance(body, str) else body
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.reply(status, body, content_type="application/json", headers=headers)
 
             def _route(self, method: str) -> None:
                 url = urlsplit(self.path)
                 query = parse_qs(url.query, keep_blank_values=True)
                 agent.requests.append((method, self.path))
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
+                raw = self.body()
                 try:
                     self._dispatch(method, url.path, query, raw)
                 except BadRequest as exc:
@@ -558,9 +531,6 @@ class FakeConsulAgent:
 
             def do_DELETE(self) -> None:
                 self._route("DELETE")
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
 
         return Handler
 

@@ -20,13 +20,12 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 
+from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
 from federation.testing.standins.loki import snappy
 
 PUSH_PATH = "/loki/api/v1/push"
@@ -141,37 +140,28 @@ class LokiPushStandIn:
     def __post_init__(self) -> None:
         stand_in = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(LoopbackHandler):
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 status, reason = stand_in.handle(
                     self.path,
                     self.headers.get("Content-Type", ""),
                     self.headers.get("Content-Encoding", ""),
-                    body,
+                    self.body(),
                 )
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(reason.encode())))
-                self.end_headers()
-                self.wfile.write(reason.encode())
+                self.reply(status, reason)
 
-            def log_message(self, *args: Any) -> None:
-                del args
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="loki-push")
+        self._server = LoopbackHTTPServer(Handler, name="loki-push")
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self._server.url
 
     def __enter__(self) -> LokiPushStandIn:
-        self._thread.start()
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()
 
     def handle(self, path: str, content_type: str, encoding: str, body: bytes) -> tuple[int, str]:
         if path != PUSH_PATH:
