@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +39,7 @@ from exporter.settings import ExporterSettings
 from exporter.simulated import SimulatedBackend
 from federation import master as mastering
 from federation import meta_monitoring, pipeline
-from federation.demo.loopback import free_port
+from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer, free_port
 from federation.demo.router import ChildRouter
 from federation.testing.harnesses.alertmanager import RelayThread
 from federation.testing.standins.dingtalk import FakeDingTalk
@@ -191,25 +189,16 @@ class ChildrenSd:
     """Answers the controller's ``GET /v1/sd-children`` for a fixed assignment (no controller here)."""
 
     def __init__(self, body: bytes) -> None:
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(LoopbackHandler):
             def do_GET(self) -> None:
                 found = self.path == meta_monitoring.SD_CHILDREN_PATH
-                self.send_response(200 if found else 404)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(self.server.body if found else b"[]")  # type: ignore[attr-defined]
+                self.reply(200 if found else 404, body if found else b"[]", content_type="application/json")
 
-            def log_message(self, *args: Any) -> None:
-                del args
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.body = body  # type: ignore[attr-defined]
-        self.port = int(self.server.server_address[1])
-        threading.Thread(target=self.server.serve_forever, daemon=True, name="children-sd").start()
+        self.server = LoopbackHTTPServer(Handler, name="children-sd").start()
+        self.port = self.server.port
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
 
 def alertmanager_config(relay_port: int) -> dict[str, Any]:
