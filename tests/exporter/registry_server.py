@@ -30,8 +30,8 @@ from federation.controller.ha.leader import AlwaysLeader
 from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, Service, build_service
 from federation.demo.loopback import listening_socket
+from federation.demo.waiting import wait_until
 from federation.spec import load_gpufed_spec
-from federation.testing.harnesses.polling import wait_until
 from sharder.lastknown import target_document
 
 TOKEN = "exporter-write-token-0123456789abcdef"

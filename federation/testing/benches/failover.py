@@ -26,7 +26,8 @@ from typing import Any
 
 import httpx
 
-from federation.testing.harnesses.replicas import Replica, ReplicaSet, Standin, wait_until, write_fleet
+from federation.demo.waiting import wait_until
+from federation.testing.harnesses.replicas import Replica, ReplicaSet, Standin, write_fleet
 
 
 @dataclass

@@ -52,9 +52,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from federation.controller.metrics import SUBPROCESS_CPU
 from federation.demo.loopback import free_port
+from federation.demo.waiting import wait_until
 from federation.testing.benches.live_anchors import engine_anchors
 from federation.testing.benches.live_shapes import BUILTIN, ShapeError, StoreStandin, shape_spec, start_store
-from federation.testing.harnesses.polling import wait_until
 from federation.testing.harnesses.replicas import write_fleet
 
 TOKEN = "live-bench-token-0123456789abcdef0123"

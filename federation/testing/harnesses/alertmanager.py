@@ -10,10 +10,10 @@ subprocesses and always kills them on exit; state lives in a temp dir.
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,8 @@ from fastapi import FastAPI
 from alertmanager import ha
 from alertmanager.models import AlertingSpec, ReplicaSpec
 from alertmanager.render import render_alertmanager_config
-from federation.demo.loopback import free_port
+from federation.demo.loopback import free_port, listening_socket
+from federation.demo.waiting import wait_until
 from sharder.output import dump_yaml
 
 #: Test-only timings; the rendered flags leave these at Alertmanager's defaults.
@@ -74,19 +75,19 @@ class AlertmanagerHA:
         return self
 
     def _wait_clustered(self, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                states = [httpx.get(f"{url}/api/v2/status", timeout=1).json()["cluster"] for url in self.urls]
-                size = len(self.urls)
-                if all(s["status"] == "ready" and len(s.get("peers") or []) == size for s in states):
-                    return
-            except (httpx.HTTPError, KeyError, ValueError):
-                pass
+
+        def clustered() -> bool:
+            states = [httpx.get(f"{url}/api/v2/status", timeout=1).json()["cluster"] for url in self.urls]
+            size = len(self.urls)
+            return all(s["status"] == "ready" and len(s.get("peers") or []) == size for s in states)
+
+        def alive() -> None:
             if any(proc.poll() is not None for proc in self.procs):
                 raise RuntimeError(f"alertmanager exited: {self.logs()}")
-            time.sleep(0.1)
-        raise TimeoutError(f"alertmanager replicas did not cluster in {timeout}s: {self.logs()}")
+
+        wait_until(clustered, timeout=timeout, what="the alertmanager replicas to cluster", interval=0.1,
+                   alive=alive, retry_on=(httpx.HTTPError, KeyError, ValueError),
+                   fail=lambda message: TimeoutError(f"{message}: {self.logs()}"))
 
     def logs(self) -> str:
         return "\n".join(p.read_text(errors="replace")[-2000:] for p in sorted(self.dir.glob("*.log")))
@@ -113,24 +114,28 @@ class RelayThread:
     """The relay app under uvicorn in a daemon thread (uvicorn skips signal handlers there)."""
 
     def __init__(self, app: FastAPI, *, port: int | None = None) -> None:
-        self.port = port if port is not None else free_port()
+        self.socket = socket.create_server(("127.0.0.1", port)) if port is not None else listening_socket()
+        self.port = int(self.socket.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        config = uvicorn.Config(app, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
 
     def __enter__(self) -> RelayThread:
         self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
+
+        def alive() -> None:
+            if not self.thread.is_alive():
                 raise RuntimeError("relay did not start")
-            time.sleep(0.02)
+
+        wait_until(lambda: self.server.started, timeout=10, what="the relay", interval=0.02, alive=alive,
+                   fail=RuntimeError)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+        self.socket.close()
 
 
 def gpu_alert(*, region: str, node: str, cluster: str, alertname: str = "GPUXidError",

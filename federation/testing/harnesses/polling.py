@@ -1,39 +1,18 @@
-"""Polling until a server answers (never a blind sleep), for the benches and the
-multi-process tests; and the port a ``gpufed serve --listen 127.0.0.1:0`` bound, read from
-its log."""
+"""Waiting for servers the benches and the multi-process tests start: until a port accepts
+connections, and the port a ``gpufed serve --listen 127.0.0.1:0`` bound, read from its log.
+Both poll with ``federation.demo.waiting.wait_until`` (never a blind sleep)."""
 
 from __future__ import annotations
 
 import re
 import socket
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
 
-import httpx
+from federation.demo.waiting import wait_until
 
-T = TypeVar("T")
 LISTENING = re.compile(rb"gpufed serve: listening on http://[^\s]*:(?P<port>\d+)")
 """The line ``gpufed serve --listen HOST:0`` prints on stderr once it has bound a port."""
-
-
-def wait_until(check: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.05) -> T:
-    """Poll ``check`` until it returns something truthy (HTTP errors count as "not yet")."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = check()
-        except httpx.HTTPError as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}; last: {last!r}")
-        time.sleep(interval)
 
 
 def wait_port(port: int, *, timeout: float = 60.0) -> None:
