@@ -12,7 +12,7 @@ rendered at most once per collection; at this load each node is scraped several 
 per collection interval, so most scrapes reuse it. `cache` off renders every scrape,
 the worst case (in production each node is scraped once per interval, so it renders
 about once per scrape, but at a rate far below this closed loop's). Server CPU is read
-from /proc for the child.
+by client_python's ProcessCollector for the child.
 Both processes share this machine's cores, so the client's own CPU is reported too.
 With `rate` the load is an open loop instead: scrape i is due at i / rate seconds (as
 Prometheus scrapes on a schedule) and its latency counts from when it was due.
@@ -31,11 +31,11 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from exporter.errors import ConfigError
 from exporter.settings import parse_listen
+from exporter.testing.process import process_figures
 
 TARGET_P99_MS = 100.0
 READY_TIMEOUT_S = 180.0
@@ -49,21 +49,13 @@ def _free_port() -> int:
 
 
 def _proc_cpu_seconds(pid: int) -> float | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    figures = process_figures(pid)
+    return None if figures is None else figures.cpu_s
 
 
 def _proc_rss_mib(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
+    figures = process_figures(pid)
+    return None if figures is None else figures.rss_mib
 
 
 def _get(host: str, port: int, path: str) -> tuple[int, bytes]:

@@ -24,8 +24,9 @@ import threading
 import time
 import urllib.request
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
+
+from prometheus_client import ProcessCollector
 
 from sharder.assignment import Assignment
 from sharder.inventory import Target
@@ -40,10 +41,11 @@ HTTP_SD_REFRESH_S = 60.0  # ... and for http_sd_configs
 
 
 def _rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's resident memory now, as client_python's ``ProcessCollector`` reads it."""
+    families = ProcessCollector(registry=None).collect()
+    rss = next((s.value for f in families for s in f.samples
+                if s.name == "process_resident_memory_bytes"), None)
+    return rss / (1 << 20) if rss is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _cpu() -> float:
