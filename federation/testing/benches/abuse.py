@@ -25,18 +25,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from federation.demo.loopback import free_port
-from federation.testing.benches.controller import _build, _get, _summary, _targets
-from federation.testing.harnesses.polling import wait_port
+from federation.demo.loopback import listening_socket
+from federation.testing.benches.controller import _build, _get, _summary, _targets, answering, serve
 
 BATCH = 20_000
 
 
-def _serve(directory: str, targets: int, shards: int, port: int, ready: Any, read_rate: float | None) -> None:
-    import uvicorn
-
+def _serve(directory: str, targets: int, shards: int, ready: Any, read_rate: float | None) -> None:
     from sharder.lastknown import target_document
 
+    sock = listening_socket()
+    port = sock.getsockname()[1]
     service = _build(Path(directory), targets=0, shards=shards, port=port, read_rate=read_rate)
     controller = service.controller
     documents = [{**target_document(t), "identity": t.identity} for t in _targets(targets)]
@@ -44,8 +43,8 @@ def _serve(directory: str, targets: int, shards: int, port: int, ready: Any, rea
         controller.registry.batch(documents[start : start + BATCH], [])
     with controller._lock:
         controller.reconciler.tick()
-    ready.put(len(controller.state.assignment.targets) if controller.state.assignment else 0)
-    uvicorn.run(service.app, host="127.0.0.1", port=port, log_level="error", access_log=False)
+    ready.put((port, len(controller.state.assignment.targets) if controller.state.assignment else 0))
+    serve(service.app, sock)
 
 
 def list_paths(targets: int) -> list[str]:
@@ -133,12 +132,11 @@ def run_abuse_bench(
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in modes}
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-abuse-") as tmp:
         ready: Any = ctx.Queue()
-        port = free_port()
-        server = ctx.Process(target=_serve, args=(tmp, targets, shards, port, ready, read_rate), daemon=True)
+        server = ctx.Process(target=_serve, args=(tmp, targets, shards, ready, read_rate), daemon=True)
         server.start()
         try:
-            placed = ready.get(timeout=600)
-            wait_port(port)
+            port, placed = ready.get(timeout=600)
+            answering(port, "/healthz")
             for _ in range(rounds):
                 for name, paths in modes.items():
                     runs[name].append(

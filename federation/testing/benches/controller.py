@@ -19,6 +19,7 @@ import asyncio
 import multiprocessing
 import os
 import random
+import socket
 import statistics
 import tempfile
 import threading
@@ -28,8 +29,8 @@ from typing import Any
 
 import yaml
 
-from federation.demo.loopback import free_port
-from federation.testing.harnesses.polling import wait_port
+from federation.demo.loopback import listening_socket
+from federation.demo.waiting import wait_until
 
 MAX_TARGETS = 200_000
 
@@ -98,21 +99,36 @@ def _build(directory: Path, *, targets: int, shards: int, port: int, read_rate: 
     return service
 
 
-def _serve_controller(directory: str, targets: int, shards: int, port: int, ready: Any) -> None:
+def serve(app: Any, sock: socket.socket) -> None:
+    """uvicorn on a socket bound before the app was built (its port is in the app's spec)."""
     import uvicorn
 
+    uvicorn.Server(uvicorn.Config(app, log_level="error", access_log=False)).run(sockets=[sock])
+
+
+def answering(port: int, path: str, *, timeout: float = 60.0) -> None:
+    """Until the server on ``port`` answers ``path`` (bound is not yet serving)."""
+    import httpx
+
+    wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5).status_code == 200,
+               timeout=timeout, what=f"127.0.0.1:{port}{path}", interval=0.1)
+
+
+def _serve_controller(directory: str, targets: int, shards: int, ready: Any) -> None:
+    sock = listening_socket()
+    port = sock.getsockname()[1]
     service = _build(Path(directory), targets=targets, shards=shards, port=port)
     sd = service.controller.publication.sd
     sizes = [len(sd.answer(s) or b"") for s in service.controller.state.assignment.shards]
-    ready.put(int(statistics.mean(sizes)))
-    uvicorn.run(service.app, host="127.0.0.1", port=port, log_level="error", access_log=False)
+    ready.put((port, int(statistics.mean(sizes))))
+    serve(service.app, sock)
 
 
-def _serve_floor(size: int, port: int, ready: Any) -> None:
-    import uvicorn
+def _serve_floor(size: int, ready: Any) -> None:
     from fastapi import FastAPI
     from fastapi.responses import Response
 
+    sock = listening_socket()
     body = b"[" + b" " * max(0, size - 2) + b"]"
     app = FastAPI()
 
@@ -120,8 +136,8 @@ def _serve_floor(size: int, port: int, ready: Any) -> None:
     async def constant(child: str) -> Response:
         return Response(body, media_type="application/json")
 
-    ready.put(size)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", access_log=False)
+    ready.put((sock.getsockname()[1], size))
+    serve(app, sock)
 
 
 async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str) -> int:
@@ -204,17 +220,16 @@ def run_sd_bench(
     runs: dict[str, list[dict[str, Any]]] = {"controller": [], "floor": []}
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-sd-") as tmp:
         ready: Any = ctx.Queue()
-        port, floor_port = free_port(), free_port()
-        server = ctx.Process(target=_serve_controller, args=(tmp, targets, shards, port, ready), daemon=True)
+        server = ctx.Process(target=_serve_controller, args=(tmp, targets, shards, ready), daemon=True)
         server.start()
         floor = None
         try:
-            size = ready.get(timeout=300)
-            floor = ctx.Process(target=_serve_floor, args=(size, floor_port, ready), daemon=True)
+            port, size = ready.get(timeout=300)
+            floor = ctx.Process(target=_serve_floor, args=(size, ready), daemon=True)
             floor.start()
-            ready.get(timeout=60)
-            wait_port(port)
-            wait_port(floor_port)
+            floor_port, _ = ready.get(timeout=60)
+            answering(port, f"/v1/sd/{children[0]}")
+            answering(floor_port, f"/v1/sd/{children[0]}")
             for _ in range(rounds):
                 for name, target_port in (("controller", port), ("floor", floor_port)):
                     runs[name].append(
@@ -268,14 +283,15 @@ def run_rebalance_bench(*, targets: int, shards: int) -> dict[str, Any]:
     from federation.controller.changes import ChangeRequest
 
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-rebalance-") as tmp:
-        port = free_port()
+        sock = listening_socket()
+        port = sock.getsockname()[1]
         service = _build(Path(tmp), targets=targets, shards=shards, port=port)
         controller = service.controller
-        server = uvicorn.Server(uvicorn.Config(service.app, host="127.0.0.1", port=port, log_level="error"))
-        thread = threading.Thread(target=server.run, daemon=True)
+        server = uvicorn.Server(uvicorn.Config(service.app, log_level="error"))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
         try:
-            wait_port(port)
+            answering(port, "/v1/sd/r1-0")
             new_child = f"r1-{shards}"
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
                 started = time.perf_counter()

@@ -1,11 +1,10 @@
-"""Waiting for servers the benches and the multi-process tests start: until a port accepts
-connections, and the port a ``gpufed serve --listen 127.0.0.1:0`` bound, read from its log.
-Both poll with ``federation.demo.waiting.wait_until`` (never a blind sleep)."""
+"""The port a ``gpufed serve --listen 127.0.0.1:0`` bound, read from its log (polled with
+``federation.demo.waiting.wait_until``, never a blind sleep): the replica-set harness and
+the tests' serve processes start serve this way, so no port is chosen before it is bound."""
 
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 from pathlib import Path
 
@@ -13,16 +12,6 @@ from federation.demo.waiting import wait_until
 
 LISTENING = re.compile(rb"gpufed serve: listening on http://[^\s]*:(?P<port>\d+)")
 """The line ``gpufed serve --listen HOST:0`` prints on stderr once it has bound a port."""
-
-
-def wait_port(port: int, *, timeout: float = 60.0) -> None:
-    """Until something accepts connections on 127.0.0.1:``port``."""
-
-    def listening() -> bool:
-        with socket.socket() as sock:
-            return sock.connect_ex(("127.0.0.1", port)) == 0
-
-    wait_until(listening, timeout=timeout, what=f"a server on 127.0.0.1:{port}")
 
 
 def serve_port(log: Path, proc: subprocess.Popen[bytes], *, since: int = 0, timeout: float = 60.0) -> int:
