@@ -37,10 +37,10 @@ from alertmanager.models import (
     Timing,
 )
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
+from federation.demo.loopback import listening_socket
 from federation.testing.harnesses.alertmanager import (
     AlertmanagerHA,
     RelayThread,
-    free_port,
     gpu_alert,
     loopback_replicas,
 )
@@ -108,13 +108,13 @@ def run(*, alerts: int, regions: int, alertnames: int, timeout: float) -> dict[s
         for r in region_names:
             env |= {_env(r, "TOKEN"): f"tok-{r}", _env(r, "SECRET"): f"SEC{r}-bench"}
             api.add_robot(f"tok-{r}", secret=f"SEC{r}-bench", keywords=["告警"])
-        relay_port = free_port()
-        alerting = bench_spec(api.base_url, region_names, relay_port=relay_port)
+        relay_socket = listening_socket()
+        alerting = bench_spec(api.base_url, region_names, relay_port=relay_socket.getsockname()[1])
         bundle = render_alerting_bundle(alerting, cluster="bench", regions=region_names)
         config = parse_config(yaml.safe_load(bundle[RELAY_FILE]), env=env)
         relay_app = create_app(config)
         timed = Timed(relay_app)
-        with RelayThread(timed, port=relay_port) as relay, AlertmanagerHA(  # type: ignore[arg-type]
+        with RelayThread(timed, sock=relay_socket) as relay, AlertmanagerHA(  # type: ignore[arg-type]
                 alerting, config=bundle[ALERTMANAGER_FILE], peer_timeout="2s") as am:
             start = time.monotonic()
             for batch in range(0, len(storm), 500):

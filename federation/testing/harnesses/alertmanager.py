@@ -113,8 +113,9 @@ class AlertmanagerHA:
 class RelayThread:
     """The relay app under uvicorn in a daemon thread (uvicorn skips signal handlers there)."""
 
-    def __init__(self, app: FastAPI, *, port: int | None = None) -> None:
-        self.socket = socket.create_server(("127.0.0.1", port)) if port is not None else listening_socket()
+    def __init__(self, app: FastAPI, *, sock: socket.socket | None = None) -> None:
+        """``sock``: a listening socket bound before the app's config named its port."""
+        self.socket = sock if sock is not None else listening_socket()
         self.port = int(self.socket.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(app, log_level="warning", lifespan="on")
