@@ -17,21 +17,19 @@ reach the real controller through its seams, not a copy of it:
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 import yaml
 
 from federation.controller.ha.leader import AlwaysLeader
 from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, Service, build_service
-from federation.demo.loopback import listening_socket
 from federation.demo.waiting import wait_until
 from federation.spec import load_gpufed_spec
+from federation.testing.harnesses.app_server import AppServer
 from sharder.lastknown import target_document
 
 TOKEN = "exporter-write-token-0123456789abcdef"
@@ -82,15 +80,10 @@ class RegistryServer:
         self.service: Service = build_service(settings, elector=_Elector(self))
         self.batch = True
         self.requests: list[tuple[str, str]] = []
-        self._socket = (socket.create_server(("127.0.0.1", port)) if port is not None
-                        else listening_socket())
-        self.port = int(self._socket.getsockname()[1])
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(self._recorded, interface="asgi3", log_level="warning", access_log=False,
-                                lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]},
-                                        daemon=True, name="registry-server")
+        sock = socket.create_server(("127.0.0.1", port)) if port is not None else None
+        self._server = AppServer(self._recorded, sock=sock, name="registry-server", interface="asgi3",
+                                 access_log=False, lifespan="off")
+        self.port, self.url = self._server.port, self._server.url
 
     async def _recorded(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -105,15 +98,11 @@ class RegistryServer:
 
     def __enter__(self) -> RegistryServer:
         self.service.start()
-        self._thread.start()
-        wait_until(lambda: self._server.started or not self._thread.is_alive(), timeout=10,
-                   what="the registry server")
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
-        self._socket.close()
+        self._server.stop()
         self.service.stop()
 
     @property

@@ -10,7 +10,6 @@ coming up), which keeps hand-overs towards it in flight until the test lets it s
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 from conftest import wait_for
 
 from federation.controller.options import ControllerOptions
 from federation.controller.service import ServeSettings, Service, build_service
 from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer, listening_socket
 from federation.spec import GpufedSpec
+from federation.testing.harnesses.app_server import AppServer
 
 
 @dataclass
@@ -113,10 +112,9 @@ def live_controller(
             )
         )
         service.start()
-        config = uvicorn.Config(service.app, log_level="warning", lifespan="off", ws="none", access_log=False)
-        server = uvicorn.Server(config)
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
-        thread.start()
+        server = AppServer(service.app, sock=sock, name="uvicorn", lifespan="off", ws="none",
+                           access_log=False)
+        server.start()
         try:
             wait_for(
                 lambda: httpx.get(f"{url}/readyz", timeout=5).status_code == 200,
@@ -125,7 +123,5 @@ def live_controller(
             )
             yield LiveController(url=url, service=service, children=children, token=token)
         finally:
-            server.should_exit = True
-            thread.join(timeout=15)
+            server.stop()
             service.stop()
-            sock.close()

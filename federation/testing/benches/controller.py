@@ -31,6 +31,7 @@ import yaml
 
 from federation.demo.loopback import listening_socket
 from federation.demo.waiting import wait_until
+from federation.testing.harnesses.app_server import AppServer
 
 MAX_TARGETS = 200_000
 
@@ -278,7 +279,6 @@ def run_sd_bench(
 
 def run_rebalance_bench(*, targets: int, shards: int) -> dict[str, Any]:
     import httpx
-    import uvicorn
 
     from federation.controller.changes import ChangeRequest
 
@@ -287,9 +287,7 @@ def run_rebalance_bench(*, targets: int, shards: int) -> dict[str, Any]:
         port = sock.getsockname()[1]
         service = _build(Path(tmp), targets=targets, shards=shards, port=port)
         controller = service.controller
-        server = uvicorn.Server(uvicorn.Config(service.app, log_level="error"))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
+        server = AppServer(service.app, sock=sock, log_level="error").start()
         try:
             answering(port, "/v1/sd/r1-0")
             new_child = f"r1-{shards}"
@@ -317,8 +315,7 @@ def run_rebalance_bench(*, targets: int, shards: int) -> dict[str, Any]:
                 done.set()
                 body = response.json()
         finally:
-            server.should_exit = True
-            thread.join(timeout=10)
+            server.stop()
             service.stop()
     moved = body["counts"]["moved"]
     optimal = targets / (shards + 1)

@@ -13,20 +13,19 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 from fastapi import FastAPI
 
 from alertmanager import ha
 from alertmanager.models import AlertingSpec, ReplicaSpec
 from alertmanager.render import render_alertmanager_config
-from federation.demo.loopback import free_port, listening_socket
+from federation.demo.loopback import free_port
 from federation.demo.waiting import wait_until
+from federation.testing.harnesses.app_server import AppServer
 from sharder.output import dump_yaml
 
 #: Test-only timings; the rendered flags leave these at Alertmanager's defaults.
@@ -110,33 +109,16 @@ class AlertmanagerHA:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class RelayThread:
+class RelayThread(AppServer):
     """The relay app under uvicorn in a daemon thread (uvicorn skips signal handlers there)."""
 
     def __init__(self, app: FastAPI, *, sock: socket.socket | None = None) -> None:
         """``sock``: a listening socket bound before the app's config named its port."""
-        self.socket = sock if sock is not None else listening_socket()
-        self.port = int(self.socket.getsockname()[1])
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
+        super().__init__(app, sock=sock, name="relay", lifespan="on")
 
     def __enter__(self) -> RelayThread:
-        self.thread.start()
-
-        def alive() -> None:
-            if not self.thread.is_alive():
-                raise RuntimeError("relay did not start")
-
-        wait_until(lambda: self.server.started, timeout=10, what="the relay", interval=0.02, alive=alive,
-                   fail=RuntimeError)
+        self.start()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.socket.close()
 
 
 def gpu_alert(*, region: str, node: str, cluster: str, alertname: str = "GPUXidError",
