@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import json
 import re
 import time
@@ -38,6 +39,7 @@ from alertmanager.models import (
 )
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
 from federation.demo.loopback import listening_socket
+from federation.demo.waiting import wait_until
 from federation.testing.harnesses.alertmanager import (
     AlertmanagerHA,
     RelayThread,
@@ -120,19 +122,18 @@ def run(*, alerts: int, regions: int, alertnames: int, timeout: float) -> dict[s
             for batch in range(0, len(storm), 500):
                 am.post_alerts(storm[batch:batch + 500])
             posted = time.monotonic() - start
-            seen: Counter[str] = Counter()
-            deadline = start + timeout
-            all_in_at: float | None = None
-            while time.monotonic() < deadline:
-                seen = Counter(i for r in region_names for m in api.messages(f"tok-{r}")
+
+            def delivered() -> Counter[str]:
+                return Counter(i for r in region_names for m in api.messages(f"tok-{r}")
                                for i in _ID.findall(m["markdown"]["text"]))
-                if len(seen) >= alerts:
-                    all_in_at = time.monotonic() - start
-                    break
-                time.sleep(0.5)
+
+            all_in_at: float | None = None
+            with contextlib.suppress(TimeoutError):  # what did not arrive is counted below
+                all_in_at = wait_until(
+                    lambda: time.monotonic() - start if len(delivered()) >= alerts else None,
+                    timeout=max(0.0, start + timeout - time.monotonic()), what="every alert", interval=0.5)
             time.sleep(4)  # past both replicas' peer timeouts: late duplicates would land now
-            seen = Counter(i for r in region_names for m in api.messages(f"tok-{r}")
-                           for i in _ID.findall(m["markdown"]["text"]))
+            seen = delivered()
             total = time.monotonic() - start
             metrics = httpx.get(f"{relay.url}/metrics").text
         per_robot = {r: api.robots[f"tok-{r}"] for r in region_names}
