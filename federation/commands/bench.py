@@ -303,6 +303,19 @@ def live(
         raise BenchFailed(str(exc)) from exc
 
 
+def dingtalk(
+    alerts: Annotated[int, typer.Option(min=1, max=100_000, help="alerts in the storm")] = 5000,
+    regions: Annotated[int, typer.Option(min=1, max=100, help="regions, one robot each")] = 10,
+    alertnames: Annotated[int, typer.Option(min=1, max=100, help="alert names per region (one group each)")]
+    = 5,
+    timeout: Annotated[float, typer.Option(min=1, max=3600, help="seconds to wait for delivery")] = 180.0,
+) -> Result:
+    """An alert storm through a real Alertmanager HA pair and the relay to the DingTalk stand-in."""
+    from federation.testing.benches.dingtalk import run
+
+    return run(alerts=alerts, regions=regions, alertnames=alertnames, timeout=timeout)
+
+
 def _one_of(value: str, allowed: tuple[str, ...], flag: str) -> None:
     if value not in allowed:
         raise typer.BadParameter(f"expected one of {', '.join(allowed)}, got {value!r}", param_hint=flag)
@@ -330,6 +343,7 @@ BENCHES = (
     Bench("gap", gap, lines),
     Bench("first-sample", first_sample, lines),
     Bench("live", live, raw),
+    Bench("dingtalk", dingtalk, raw),
 )
 
 
