@@ -26,7 +26,7 @@ STORES = ("sqlite", "consul", "kubernetes")
 DISCOVERY = ("file_sd", "http_sd")
 BUILTIN = "builtin"
 NAMESPACE = "gpufed-bench"
-EXAMPLE_SPEC = Path(__file__).resolve().parents[2] / "examples" / "federation.yaml"
+EXAMPLE_SPEC = Path(__file__).resolve().parents[3] / "examples" / "federation.yaml"
 NEEDED_JOBS = ("gpu", "node")
 
 

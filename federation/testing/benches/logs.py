@@ -22,7 +22,7 @@ from federation import pipeline
 from federation.grafana import render as grafana_render
 from sharder.inventory import Target
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _best(run: Callable[[], Any], repeat: int) -> float:
