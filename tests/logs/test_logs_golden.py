@@ -9,7 +9,6 @@ refused) instead.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -19,10 +18,9 @@ from federation.pipeline import logs_part
 from federation.spec import GpufedSpec, load_gpufed_spec
 from logs import formats, loki, promtail, rules
 from sharder.output import Bundle
+from tests.golden_tree import GOLDEN, check_golden_tree
 
 ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = ROOT / "tests" / "golden"
-REGEN = os.environ.get("GPUFED_REGEN_GOLDEN") == "1"
 CASES = {
     "logs-example": ROOT / "examples" / "federation.yaml",  # filesystem bucket, receive, alerting
     "logs-s3": GOLDEN / "logs-s3" / "spec.yaml",  # S3 with env and file secrets, SSE-KMS, a tenant
@@ -41,17 +39,7 @@ def bundle_for(name: str) -> Bundle:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_golden(name: str) -> None:
     bundle = bundle_for(name)
-    case = GOLDEN / name
-    if REGEN:
-        for rel, data in bundle.items():
-            (case / rel).parent.mkdir(parents=True, exist_ok=True)
-            (case / rel).write_bytes(data)
-    on_disk = {
-        p.relative_to(case).as_posix(): p.read_bytes()
-        for p in sorted(case.rglob("*"))
-        if p.is_file() and p.name != "spec.yaml"
-    }
-    assert on_disk == bundle, "rendered output differs; see the module docstring to regenerate"
+    check_golden_tree(GOLDEN / name, bundle)
     assert bundle_for(name) == bundle, "rendering is not deterministic"
 
 
