@@ -189,10 +189,14 @@ class ChildrenSd:
     """Answers the controller's ``GET /v1/sd-children`` for a fixed assignment (no controller here)."""
 
     def __init__(self, body: bytes) -> None:
+        self.body = body  # replaced once the assignment is known
+        sd = self
+
         class Handler(LoopbackHandler):
             def do_GET(self) -> None:
                 found = self.path == meta_monitoring.SD_CHILDREN_PATH
-                self.reply(200 if found else 404, body if found else b"[]", content_type="application/json")
+                self.reply(200 if found else 404, sd.body if found else b"[]",
+                           content_type="application/json")
 
         self.server = LoopbackHTTPServer(Handler, name="children-sd").start()
         self.port = self.server.port
@@ -258,7 +262,7 @@ def running_stack(root: Path) -> Iterator[Stack]:
         # gpufed render's own pipeline and promtool check, master config included
         result = pipeline.render(loaded, targets, out=root / "out", checker=Promtool(promtool))
         assert result.master_checked
-        sd.server.body = json.dumps(  # type: ignore[attr-defined]
+        sd.body = json.dumps(
             meta_monitoring.children_groups(loaded, result.assignment)).encode()
         children = {
             entry["child"]: PrometheusProcess(prometheus, config=root / "out" / entry["config"],
