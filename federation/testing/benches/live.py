@@ -51,10 +51,10 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from federation.controller.metrics import SUBPROCESS_CPU
-from federation.demo.loopback import free_port
 from federation.demo.waiting import wait_until
 from federation.testing.benches.live_anchors import engine_anchors
 from federation.testing.benches.live_shapes import BUILTIN, ShapeError, StoreStandin, shape_spec, start_store
+from federation.testing.harnesses.polling import serve_port
 from federation.testing.harnesses.replicas import write_fleet
 
 TOKEN = "live-bench-token-0123456789abcdef0123"
@@ -128,11 +128,9 @@ class ServeProcess:
         self, workdir: Path, *, spec: Path, inventory: Path | None, debounce_s: float,
         store: StoreStandin | None = None,
     ) -> None:  # fmt: skip
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.log = workdir / "serve.log"
         args = [sys.executable, "-m", "federation.cli", "serve", "--spec", str(spec),
-                "--data-dir", str(workdir / "data"), "--listen", f"127.0.0.1:{self.port}",
+                "--data-dir", str(workdir / "data"), "--listen", "127.0.0.1:0",
                 "--debounce", str(debounce_s), "--registry-ttl", "86400",
                 "--log-level", "warning"]  # fmt: skip
         if inventory is not None:
@@ -146,6 +144,8 @@ class ServeProcess:
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                                          env={**os.environ, **extra_env, "GPUFED_TOKEN": TOKEN})  # fmt: skip
+        self.port = serve_port(self.log, self.proc, fail=LiveBenchError)  # serve binds it: no race
+        self.url = f"http://127.0.0.1:{self.port}"
 
     def tail(self, lines: int = 20) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])

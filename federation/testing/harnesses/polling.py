@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from federation.demo.waiting import wait_until
@@ -14,16 +15,18 @@ LISTENING = re.compile(rb"gpufed serve: listening on http://[^\s]*:(?P<port>\d+)
 """The line ``gpufed serve --listen HOST:0`` prints on stderr once it has bound a port."""
 
 
-def serve_port(log: Path, proc: subprocess.Popen[bytes], *, since: int = 0, timeout: float = 60.0) -> int:
-    """The port a ``gpufed serve --listen 127.0.0.1:0`` writing to ``log`` (from byte ``since``) bound."""
+def serve_port(log: Path, proc: subprocess.Popen[bytes], *, since: int = 0, timeout: float = 60.0,
+               fail: Callable[[str], Exception] = RuntimeError) -> int:
+    """The port a ``gpufed serve --listen 127.0.0.1:0`` writing to ``log`` (from byte ``since``) bound;
+    ``fail(message)`` is raised when serve exits first or ``timeout`` passes."""
 
     def bound() -> int | None:
         if proc.poll() is not None:
             tail = log.read_bytes()[-2000:].decode(errors="replace") if log.exists() else ""
-            raise RuntimeError(f"gpufed serve exited ({proc.returncode}) before it listened: {tail}")
+            raise fail(f"gpufed serve exited ({proc.returncode}) before it listened: {tail}")
         with log.open("rb") as out:
             out.seek(since)
             found = LISTENING.search(out.read())
         return int(found["port"]) if found else None
 
-    return wait_until(bound, timeout=timeout, what=f"gpufed serve's port in {log}")
+    return wait_until(bound, timeout=timeout, what=f"gpufed serve's port in {log}", fail=fail)
