@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_for as shared_wait_for
 
 grpc = pytest.importorskip("grpc")  # the `podresources` extra
 
@@ -134,10 +135,7 @@ POD_KEYS = {key for labels in BASE.values() for key in labels}
 
 
 def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
+    shared_wait_for(check, timeout=timeout, interval=0.02, what="the condition")
 
 
 @pytest.fixture
