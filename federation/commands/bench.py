@@ -303,6 +303,19 @@ def live(
         raise BenchFailed(str(exc)) from exc
 
 
+def freshness(
+    targets: Annotated[int, typer.Option(min=1, max=2_000_000, help="up series written (10% go silent)")]
+    = 100_000,
+    minutes: Annotated[float, typer.Option(min=0.25, max=60, help="minutes of history per series")] = 3.0,
+    rules: Annotated[Path | None, typer.Option(
+        help="rule file to time (default: the shipped federation/rules/freshness.yml)")] = None,
+) -> Result:
+    """The rule pack's freshness records in a real Prometheus: evaluation time against one raw `up` read."""
+    from federation.testing.benches.freshness import RULES, run_freshness_bench
+
+    return run_freshness_bench(targets=targets, minutes=minutes, rules=rules or RULES)
+
+
 def dingtalk(
     alerts: Annotated[int, typer.Option(min=1, max=100_000, help="alerts in the storm")] = 5000,
     regions: Annotated[int, typer.Option(min=1, max=100, help="regions, one robot each")] = 10,
@@ -344,6 +357,7 @@ BENCHES = (
     Bench("first-sample", first_sample, lines),
     Bench("live", live, raw),
     Bench("dingtalk", dingtalk, raw),
+    Bench("freshness", freshness, raw),
 )
 
 

@@ -1,6 +1,7 @@
 """What the rule pack's freshness records cost a real Prometheus, as one JSON line.
 
-``python scripts/bench_freshness.py [--targets 100000] [--minutes 3] [--rules FILE]``:
+``gpufed bench freshness [--targets 100000] [--minutes 3] [--rules FILE] --json`` (also
+``python -m federation.testing.benches.freshness``, which prints the JSON line itself):
 writes ``up`` for TARGETS targets (15 s apart over the last MINUTES and the next 4
 minutes, which the clock reaches before the measurement; a tenth of them silent for the
 last 2 of those minutes, as a dead child leaves them) into a TSDB with
@@ -15,6 +16,7 @@ the pack made before) in the same Prometheus.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import subprocess
@@ -26,8 +28,11 @@ from typing import Any
 import httpx
 
 from federation.demo.loopback import free_port
+from federation.demo.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = Path(__file__).resolve().parents[2]  # federation/, whose rules/ ship with it
+ROOT = PACKAGE.parent
+RULES = PACKAGE / "rules" / "freshness.yml"
 INTERVAL_S = 15
 #: The anchor, in the same run: what the pack read before freshness, one pass over `up`.
 ANCHOR = """groups:
@@ -72,23 +77,20 @@ def _seconds(groups: list[dict[str, Any]], *, anchor: bool) -> float:
     return max(total, 1e-9)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--targets", type=int, default=100_000)
-    parser.add_argument("--minutes", type=float, default=3.0)
-    parser.add_argument("--rules", type=Path, default=ROOT / "federation" / "rules" / "freshness.yml")
-    args = parser.parse_args()
+def run_freshness_bench(
+    *, targets: int = 100_000, minutes: float = 3.0, rules: Path = RULES
+) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="gpufed-bench-freshness-"))
     proc = None
     try:
         now = int(time.time())
         started = time.perf_counter()
-        write_series(root / "up.om", targets=args.targets, minutes=args.minutes, now=now)
+        write_series(root / "up.om", targets=targets, minutes=minutes, now=now)
         subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(root / "up.om"),
                         str(root / "data")], check=True, capture_output=True)
         (root / "up.om").unlink()
         load_s = time.perf_counter() - started
-        shutil.copy(args.rules, root / "rules.yml")
+        shutil.copy(rules, root / "rules.yml")
         (root / "anchor.yml").write_text(ANCHOR, encoding="utf-8")
         (root / "prometheus.yml").write_text(
             f"global: {{evaluation_interval: {INTERVAL_S}s}}\nrule_files: [rules.yml, anchor.yml]\n",
@@ -100,17 +102,15 @@ def main() -> None:
             stdout=subprocess.DEVNULL, stderr=(root / "prometheus.log").open("w"))
         base = f"http://127.0.0.1:{port}"
         with httpx.Client(timeout=30) as client:
-            deadline = time.monotonic() + 300
-            groups: list[dict[str, Any]] = []
-            while time.monotonic() < deadline:
-                time.sleep(2)
-                try:
-                    groups = client.get(f"{base}/api/v1/rules").json()["data"]["groups"]
-                except (httpx.HTTPError, ValueError, KeyError):
-                    continue
-                if groups and all(g.get("lastEvaluation", "").startswith("2") and
-                                  not str(g["lastEvaluation"]).startswith("0001") for g in groups):
-                    break
+
+            def evaluated() -> bool:
+                groups = client.get(f"{base}/api/v1/rules").json()["data"]["groups"]
+                return bool(groups) and all(g.get("lastEvaluation", "").startswith("2") and
+                                            not str(g["lastEvaluation"]).startswith("0001") for g in groups)
+
+            with contextlib.suppress(TimeoutError):  # the figures below show what was evaluated
+                wait_until(evaluated, timeout=300, what="every rule group evaluated", interval=2,
+                           retry_on=(httpx.HTTPError, ValueError, KeyError))
             time.sleep(max(0.0, now + AHEAD_S + READ_AFTER_S - time.time()))
             groups = client.get(f"{base}/api/v1/rules").json()["data"]["groups"]
 
@@ -120,21 +120,31 @@ def main() -> None:
                 return int(float(result[0]["value"][1])) if result else 0
 
             ratio = round(_seconds(groups, anchor=False) / _seconds(groups, anchor=True), 1)
-            print(json.dumps({
-                "targets": args.targets,
-                "samples_per_target": int(args.minutes * 60 // INTERVAL_S),
-                "rules": str(args.rules.relative_to(ROOT) if args.rules.is_relative_to(ROOT) else args.rules),
+            return {
+                "targets": targets,
+                "samples_per_target": int(minutes * 60 // INTERVAL_S),
+                "rules": str(rules.relative_to(ROOT) if rules.is_relative_to(ROOT) else rules),
                 "groups": {str(g["name"]): _timing(g) for g in groups},
                 "freshness_vs_raw_up": ratio,
                 "unknown_targets": count("gpufed:target_unknown:bool"),
                 "fresh_up_targets": count("gpufed:target_up:fresh == 1"),
                 "prepare_s": round(load_s, 1),
-            }, sort_keys=True))
+            }
     finally:
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=30)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--targets", type=int, default=100_000)
+    parser.add_argument("--minutes", type=float, default=3.0)
+    parser.add_argument("--rules", type=Path, default=RULES)
+    args = parser.parse_args()
+    print(json.dumps(run_freshness_bench(targets=args.targets, minutes=args.minutes, rules=args.rules),
+                     sort_keys=True))
 
 
 if __name__ == "__main__":
