@@ -316,6 +316,16 @@ def freshness(
     return run_freshness_bench(targets=targets, minutes=minutes, rules=rules or RULES)
 
 
+def state_store(
+    targets: Annotated[int, typer.Option(min=1, max=2_000_000, help="registry rows saved, then deleted")]
+    = 200_000,
+) -> Result:
+    """The SQLite state store's crash checks (WAL scan, open) and space reclaim on delete."""
+    from federation.testing.benches.state_store import run_state_store_bench
+
+    return run_state_store_bench(count=targets)
+
+
 def dingtalk(
     alerts: Annotated[int, typer.Option(min=1, max=100_000, help="alerts in the storm")] = 5000,
     regions: Annotated[int, typer.Option(min=1, max=100, help="regions, one robot each")] = 10,
@@ -358,6 +368,7 @@ BENCHES = (
     Bench("live", live, raw),
     Bench("dingtalk", dingtalk, raw),
     Bench("freshness", freshness, raw),
+    Bench("state-store", state_store, raw),
 )
 
 
