@@ -14,6 +14,7 @@ reports CPU and RSS of that steady state. Wall-clock figures; the stand-in is no
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -28,6 +29,7 @@ from typing import Any
 
 from prometheus_client import ProcessCollector
 
+from federation.demo.waiting import wait_until
 from sharder.assignment import Assignment
 from sharder.inventory import Target
 from sharder.plan import Plan
@@ -169,9 +171,9 @@ def run_discovery_bench(
             waiter.expect(_instance(i), rack, t0)
             agent.put("/v1/agent/service/register", _service(i, rack=rack))
             time.sleep(rng.expovariate(1 / interval_s) if interval_s > 0 else 0)
-        deadline = time.perf_counter() + 30 + debounce_s
-        while waiter.pending and time.perf_counter() < deadline:
-            time.sleep(0.05)
+        with contextlib.suppress(TimeoutError):  # what never arrived is reported as missed
+            wait_until(lambda: not waiter.pending, timeout=30 + debounce_s, what="every change",
+                       interval=0.05)
         change_wall = time.perf_counter() - wall0
         change_cpu = _cpu() - cpu0
         result: dict[str, Any] = {
