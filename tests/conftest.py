@@ -4,47 +4,25 @@ from __future__ import annotations
 
 import logging
 import shutil
-import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import httpx
 import pytest
+
+from federation.demo.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def wait_for(
     check: Callable[[], T | None], *, timeout: float, interval: float = 0.05, what: str = "condition"
 ) -> T:
-    """Call ``check`` until it returns something other than None/False, and return that.
-
-    ``httpx.HTTPError`` counts as "not yet" (a server still starting). At the deadline an
-    AssertionError names ``what`` and the last value seen. Tests poll; they never sleep blind.
-    """
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = check()
-        except httpx.HTTPError as exc:
-            last = exc
-        else:
-            if last is not None and last is not False:
-                return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; last: {last!r}")
-        time.sleep(interval)
+    """``federation.demo.waiting.wait_until`` for tests: at the deadline an AssertionError
+    names ``what`` and the last value seen. Tests poll; they never sleep blind."""
+    return wait_until(check, timeout=timeout, interval=interval, what=what, fail=AssertionError)
 
 
 def stop_process(proc: subprocess.Popen[bytes], *, timeout: float = 10) -> None:

@@ -24,24 +24,19 @@ import resource
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Literal
 
 from exporter.app import ExporterApp
 from exporter.collection import Collection
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.settings import ExporterSettings
+from exporter.testing.process import process_figures
 
 
 def rss_mib() -> float:
-    """Current resident set size (peak if /proc is unavailable)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Current resident set size (peak where ``ProcessCollector`` cannot read it)."""
+    figures = process_figures()
+    return figures.rss_mib if figures else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _percentile(samples: list[float], q: float) -> float:

@@ -12,7 +12,7 @@ rendered at most once per collection; at this load each node is scraped several 
 per collection interval, so most scrapes reuse it. `cache` off renders every scrape,
 the worst case (in production each node is scraped once per interval, so it renders
 about once per scrape, but at a rate far below this closed loop's). Server CPU is read
-from /proc for the child.
+by client_python's ProcessCollector for the child.
 Both processes share this machine's cores, so the client's own CPU is reported too.
 With `rate` the load is an open loop instead: scrape i is due at i / rate seconds (as
 Prometheus scrapes on a schedule) and its latency counts from when it was due.
@@ -26,44 +26,33 @@ import gzip as gzip_module
 import http.client
 import os
 import random
-import socket
+import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
-from pathlib import Path
+from collections import deque
 from typing import Any
 
 from exporter.errors import ConfigError
 from exporter.settings import parse_listen
+from exporter.testing.process import process_figures
 
 TARGET_P99_MS = 100.0
 READY_TIMEOUT_S = 180.0
 REQUEST_TIMEOUT_S = 30.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+_SERVING = re.compile(rb"fleet serving nodes=\d+ port=(\d+)")
 
 
 def _proc_cpu_seconds(pid: int) -> float | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    figures = process_figures(pid)
+    return None if figures is None else figures.cpu_s
 
 
 def _proc_rss_mib(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
+    figures = process_figures(pid)
+    return None if figures is None else figures.rss_mib
 
 
 def _get(host: str, port: int, path: str) -> tuple[int, bytes]:
@@ -76,19 +65,60 @@ def _get(host: str, port: int, path: str) -> tuple[int, bytes]:
         conn.close()
 
 
-def _wait_ready(host: str, port: int, child: subprocess.Popen[bytes] | None) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if child is not None and child.poll() is not None:
-            err = child.stderr.read().decode(errors="replace").strip() if child.stderr else ""
-            raise ConfigError(f"fleet process exited with {child.returncode}: {err[-300:]}")
+class _Fleet:
+    """``gpufed-exporter fleet --listen 127.0.0.1:0`` as a child: its port is the one its
+    ``fleet serving ... port=N`` log line names (after the first collection, so it is ready);
+    no port is chosen before the child binds it. Killed if it does not serve within
+    ``READY_TIMEOUT_S``; its stderr is drained in a thread, the tail kept for errors."""
+
+    def __init__(self, *, nodes: int, gpus: int, cache: bool) -> None:
+        env = {**os.environ, "GPUFED_EXPORTER_RENDER_CACHE": "true" if cache else "false",
+               "GPUFED_EXPORTER_LOG_LEVEL": "INFO"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "fleet", "--nodes", str(nodes), "--gpus", str(gpus),
+             "--listen", "127.0.0.1:0"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.tail: deque[bytes] = deque(maxlen=20)
+        assert self.proc.stderr is not None
+        stderr = self.proc.stderr
+        watchdog = threading.Timer(READY_TIMEOUT_S, self.proc.kill)
+        watchdog.start()
         try:
-            if _get(host, port, "/readyz")[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise ConfigError(f"fleet at {host}:{port} not ready within {READY_TIMEOUT_S:g}s")
+            port = next((int(found[1]) for line in stderr if (found := _SERVING.search(self._keep(line)))),
+                        None)
+        finally:
+            watchdog.cancel()
+        self._drain = threading.Thread(target=lambda: self.tail.extend(stderr), daemon=True)
+        self._drain.start()
+        if port is None:
+            self.stop()
+            err = b"".join(self.tail).decode(errors="replace").strip()
+            raise ConfigError(f"fleet process exited with {self.proc.returncode} before serving "
+                              f"(or took over {READY_TIMEOUT_S:g}s): {err[-300:]}")
+        self.port: int = port
+
+    def _keep(self, line: bytes) -> bytes:
+        self.tail.append(line)
+        return line
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self._drain.join(timeout=10)  # EOF once the child is gone
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+def _check_ready(host: str, port: int) -> None:
+    try:
+        status = _get(host, port, "/readyz")[0]
+    except OSError as exc:
+        raise ConfigError(f"--target {host}:{port}: cannot reach it ({exc})") from exc
+    if status != 200:
+        raise ConfigError(f"--target {host}:{port}: /readyz answered {status}; start the fleet first")
 
 
 class _Load:
@@ -196,22 +226,21 @@ def run_fleet_load(*, nodes: int = 2000, concurrency: int = 64, scrapes: int = 2
                    gzip: bool = True, cache: bool = True, keep_alive: bool = True, target: str | None = None,
                    rate: float | None = None, seed: int = 0) -> dict[str, Any]:
     """Start (or use `target`) a fleet, load it, stop it; the figures as a JSON-ready dict."""
-    child: subprocess.Popen[bytes] | None = None
+    fleet: _Fleet | None = None
     if target is None:
-        host, port = "127.0.0.1", _free_port()
-        env = {**os.environ, "GPUFED_EXPORTER_RENDER_CACHE": "true" if cache else "false",
-               "GPUFED_EXPORTER_LOG_LEVEL": "WARNING"}
-        child = subprocess.Popen(
-            [sys.executable, "-m", "exporter", "fleet", "--nodes", str(nodes), "--gpus", str(gpus),
-             "--listen", f"{host}:{port}"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        fleet = _Fleet(nodes=nodes, gpus=gpus, cache=cache)
+        host, port = "127.0.0.1", fleet.port
+        child = fleet.proc
     else:
         try:
             host, port = parse_listen(target)
         except ValueError as exc:
             raise ConfigError(f"--target: {exc}") from exc
         host = "127.0.0.1" if host == "0.0.0.0" else host
+        child = None
     try:
-        _wait_ready(host, port, child)
+        if fleet is None:
+            _check_ready(host, port)
         names = _get(host, port, "/nodes")[1].decode().split()
         if not names:
             raise ConfigError(f"{host}:{port}/nodes lists no nodes")
@@ -234,15 +263,8 @@ def run_fleet_load(*, nodes: int = 2000, concurrency: int = 64, scrapes: int = 2
         cpu1 = _proc_cpu_seconds(child.pid) if child else None
         rss = _proc_rss_mib(child.pid) if child else None
     finally:
-        if child is not None:
-            child.terminate()
-            try:
-                child.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait(timeout=10)
-            if child.stderr is not None:
-                child.stderr.close()
+        if fleet is not None:
+            fleet.stop()
     done = len(load.latencies)
     if not done:
         raise ConfigError(f"no scrape succeeded; errors: {load.errors}")

@@ -1,19 +1,86 @@
-"""``gpufed bench sharding``, ``render``, ``inventory`` and ``thanos``: thin commands over the benches."""
+"""``gpufed bench ...``: one command table over the benches in ``federation.testing.benches``.
 
-from __future__ import annotations
+Every bench command does the same three things: its options in, the bench's ``run_*`` out,
+the result printed as one JSON object (``--json``, sorted keys: scripts read them) or for a
+person. The table (``BENCHES``) names only what differs per bench: its options (the
+signature of a function that returns the result), and how a person reads the result (a
+table of figures, the raw dict, or one ``key value`` line per figure). ``--json`` is added
+to every command here. A bench that cannot run raises ``BenchFailed``: ``error: ...`` on
+stderr, exit 1; one that leaves processes behind (``leftover_processes``) exits 1 after
+printing.
+"""
 
+import inspect
 import json
+import shutil
+import signal
+import sys
+import tempfile
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from federation.demo.plan import NODES_PER_CHILD, Layout
+from federation.demo.stack import ComponentFailed, DemoError
+from federation.testing.benches.abuse import run_abuse_bench
+from federation.testing.benches.balance import run_balance_bench
+from federation.testing.benches.controller import MAX_TARGETS as MAX_SD_TARGETS
+from federation.testing.benches.controller import run_rebalance_bench, run_sd_bench
+from federation.testing.benches.demo import run_first_sample_bench, run_gap_bench
+from federation.testing.benches.discovery import run_discovery_bench
+from federation.testing.benches.inventory import MAX_NODES, run_inventory_bench
+from federation.testing.benches.render import run_render_bench
+from federation.testing.benches.sharding import MAX_TARGETS, run_sharding_bench
+from federation.testing.benches.thanos import MAX_SERIES, run_thanos_bench
 from sharder.engine.assigning import ALGORITHM, STRATEGIES
-from sharder.testing.bench_inventory import MAX_NODES, run_inventory_bench
-from sharder.testing.bench_render import run_render_bench
-from sharder.testing.bench_sharding import MAX_TARGETS, run_sharding_bench
-from thanos.bench import MAX_SERIES, run_thanos_bench
+
+Result = dict[str, Any]
+Options = dict[str, Any]
+AsJson = Annotated[bool, typer.Option("--json", help="print one JSON object")]
+
+
+class BenchFailed(Exception):
+    """The bench could not run (its stack failed, a change timed out): ``error: ...``, exit 1."""
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    run: Callable[..., Result]
+    show: Callable[[Result, Options], None]
+
+
+# --- how a person reads a result --------------------------------------------------------------
+
+
+def table(title: Callable[[Result, Options], str]) -> Callable[[Result, Options], None]:
+    def show(result: Result, options: Options) -> None:
+        figures = Table(title=title(result, options))
+        figures.add_column("figure")
+        figures.add_column("value", justify="right")
+        for key, value in result.items():
+            figures.add_row(key, "-" if value is None else str(value))
+        Console().print(figures)
+
+    return show
+
+
+def raw(result: Result, options: Options) -> None:
+    Console().print(result)
+
+
+def lines(result: Result, options: Options) -> None:
+    for key in sorted(k for k, v in result.items() if not isinstance(v, dict)):
+        typer.echo(f"{key:32} {result[key]}")
+
+
+# --- the benches' options ---------------------------------------------------------------------
 
 
 def sharding(
@@ -22,47 +89,28 @@ def sharding(
     seed: Annotated[int, typer.Option(help="seed for addresses and the 4/8 GPU mix")] = 0,
     trials: Annotated[int, typer.Option(min=1, help="shard-name sets to average movement over")] = 20,
     algorithm: Annotated[str, typer.Option(help=f"one of {', '.join(STRATEGIES)}")] = ALGORITHM,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
-) -> None:
+) -> Result:
     """Time assignment and measure balance and movement on add/remove of one shard."""
     if algorithm not in STRATEGIES:
         raise typer.BadParameter(f"unknown algorithm {algorithm!r} (known: {', '.join(STRATEGIES)})")
-    result = run_sharding_bench(targets=targets, shards=shards, seed=seed, trials=trials, algorithm=algorithm)
-    if as_json:
-        typer.echo(json.dumps(result, sort_keys=True))
-        return
-    Console().print(
-        _table(result, title=f"sharding: {result['targets']} targets on {result['shards']} shards")
-    )
+    return run_sharding_bench(targets=targets, shards=shards, seed=seed, trials=trials, algorithm=algorithm)
 
 
 def render(
     children: Annotated[int, typer.Option(min=1, max=2000, help="child configs to render")] = 100,
     workers: Annotated[int, typer.Option(min=1, max=64, help="concurrent promtool checks")] = 8,
     no_check: Annotated[bool, typer.Option("--no-check", help="skip promtool")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
-) -> None:
+) -> Result:
     """Time assign, render, write and promtool-check of N child configs."""
-    result = run_render_bench(children=children, workers=workers, check=not no_check)
-    if as_json:
-        typer.echo(json.dumps(result, sort_keys=True))
-        return
-    Console().print(_table(result, title=f"render: {children} children"))
+    return run_render_bench(children=children, workers=workers, check=not no_check)
 
 
 def thanos(
     series: Annotated[int, typer.Option(min=1, max=MAX_SERIES, help="synthetic GPU series")] = 1_000_000,
     ingestors: Annotated[int, typer.Option(min=1, max=1000, help="ingestors before one joins")] = 6,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
-) -> None:
+) -> Result:
     """Series moved when one Receive ingestor joins: ketama vs hashmod vs the optimum 1/(K+1)."""
-    result = run_thanos_bench(series=series, ingestors=ingestors)
-    if as_json:
-        typer.echo(json.dumps(result, sort_keys=True))
-        return
-    Console().print(
-        _table(result, title=f"thanos: {series} series, {ingestors} -> {ingestors + 1} ingestors")
-    )
+    return run_thanos_bench(series=series, ingestors=ingestors)
 
 
 def inventory(
@@ -70,29 +118,290 @@ def inventory(
     nodes_per_shard: Annotated[int, typer.Option(min=1, help="sharding.targets_per_shard")] = 100,
     seed: Annotated[int, typer.Option(help="seed for teams and the 4/8 GPU mix")] = 0,
     anchor_nodes: Annotated[int, typer.Option(min=1, help="nodes the old-loader anchor reads")] = 20_000,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
-) -> None:
+) -> Result:
     """Time loading, assigning and planning a large static inventory; peak RSS."""
-    result = run_inventory_bench(
-        nodes=nodes, nodes_per_shard=nodes_per_shard, seed=seed, anchor_nodes=anchor_nodes
+    return run_inventory_bench(nodes=nodes, nodes_per_shard=nodes_per_shard, seed=seed,
+                               anchor_nodes=anchor_nodes)
+
+
+def discovery(
+    targets: Annotated[int, typer.Option(min=1, max=200_000, help="exporter services registered")] = 10_000,
+    changes: Annotated[int, typer.Option(min=1, help="registrations to time")] = 200,
+    debounce: Annotated[float, typer.Option(min=0, help="reconcile debounce window, seconds")] = 1.0,
+    interval: Annotated[float, typer.Option(min=0, help="mean seconds between changes")] = 0.25,
+    churn: Annotated[float, typer.Option(min=0, max=1, help="fraction replaced per minute")] = 0.01,
+    churn_minutes: Annotated[float, typer.Option(min=0, help="then follow churn this long (0: skip)")] = 0.0,
+    seed: Annotated[int, typer.Option(help="seed for change order and gaps")] = 0,
+) -> Result:
+    """Time registry change -> new assignment over HTTP; CPU and RSS of following the fleet."""
+    return run_discovery_bench(targets=targets, changes=changes, debounce_s=debounce, interval_s=interval,
+                               churn=churn, churn_minutes=churn_minutes, seed=seed)
+
+
+def sd(
+    targets: Annotated[int, typer.Option(min=1, max=MAX_SD_TARGETS, help="targets the controller serves")]
+    = 10_000,
+    shards: Annotated[int, typer.Option(min=1, max=2000, help="shards (one child each)")] = 100,
+    pollers: Annotated[int, typer.Option(min=0, max=2000, help="children polling once a second")] = 100,
+    clients: Annotated[int, typer.Option(min=0, max=2000, help="clients asking back to back")] = 200,
+    duration: Annotated[float, typer.Option(min=1, max=600, help="seconds of load per server")] = 10.0,
+    abuse: Annotated[int, typer.Option(
+        min=0, max=200, help="N clients without a token loop on list reads, then on /readyz (the floor); "
+        "prints SD p99 under each (0: the plain SD bench)")] = 0,
+    read_rate: Annotated[float | None, typer.Option(
+        min=0, help="with --abuse: the controller's --read-rate (0: no read budget)")] = None,
+) -> Result:
+    """HTTP SD latency under load, against uvicorn serving constant bytes (the floor)."""
+    if abuse:
+        return run_abuse_bench(targets=targets, shards=shards, abusers=abuse, pollers=pollers,
+                               clients=clients, duration_s=duration, read_rate=read_rate)
+    return run_sd_bench(targets=targets, shards=shards, pollers=pollers, clients=clients, duration_s=duration)
+
+
+def rebalance(
+    targets: Annotated[int, typer.Option(min=1, max=MAX_SD_TARGETS, help="targets in the region")] = 10_000,
+    shards: Annotated[int, typer.Option(min=1, max=2000, help="shards before one is added")] = 100,
+) -> Result:
+    """Plan + apply one added shard; time to first serve the new lists."""
+    return run_rebalance_bench(targets=targets, shards=shards)
+
+
+def failover(
+    replicas: Annotated[int, typer.Option(min=2, max=9, help="gpufed serve processes")] = 3,
+    nodes: Annotated[int, typer.Option(min=1, max=50_000, help="GPU nodes (two targets each)")] = 2000,
+    ttl: Annotated[int, typer.Option(min=10, max=600, help="--lock-ttl of the replicas, seconds")] = 15,
+    lock_delay: Annotated[int, typer.Option(min=0, max=60, help="--lock-delay of the replicas")] = 1,
+    rounds: Annotated[int, typer.Option(min=1, max=20, help="leaders killed one after another")] = 1,
+) -> Result:
+    """Kill -9 the leader: take-over time, SD errors meanwhile, targets moved."""
+    from federation.testing.benches.failover import run_failover_bench
+
+    return run_failover_bench(replicas=replicas, nodes=nodes, ttl_s=ttl, lock_delay_s=lock_delay,
+                              rounds=rounds)
+
+
+def balance(
+    targets: Annotated[int, typer.Option(min=1, max=200_000, help="GPU-exporter targets")] = 1000,
+    shards: Annotated[int, typer.Option(min=1, help="shards in the one bench region")] = 20,
+    heavy_fraction: Annotated[float, typer.Option(
+        min=0, max=1, help="share of targets with skewed series")] = 0.1,
+    heavy_factor: Annotated[float, typer.Option(
+        min=1, max=1000, help="their series over what GPUs suggest")] = 10.0,
+    noise: Annotated[float, typer.Option(
+        min=0, max=0.9, help="per-target spread of series per GPU, +-")] = 0.1,
+    jitter: Annotated[float, typer.Option(min=0, max=0.9, help="per-reading noise, +-")] = 0.05,
+    readings: Annotated[int, typer.Option(min=1, max=1000, help="readings smoothed before planning")] = 5,
+    seed: Annotated[int, typer.Option(help="seed for addresses, GPU mix and skew")] = 0,
+) -> Result:
+    """Compare shard balance by samples/s with GPU-count weights and with load-aware weights."""
+    if shards > targets:
+        raise typer.BadParameter(
+            f"at most one shard per target ({targets}), got {shards}", param_hint="--shards"
+        )
+    return run_balance_bench(targets=targets, shards=shards, heavy_fraction=heavy_fraction,
+                             heavy_factor=heavy_factor, noise=noise, jitter=jitter, readings=readings,
+                             seed=seed)
+
+
+DataDir = Annotated[
+    Path | None, typer.Option("--data-dir", help="where the demo writes (default: a temporary directory)")
+]
+
+
+def gap(
+    nodes: Annotated[int, typer.Option(min=2, max=100_000, help="simulated GPU nodes")] = 60,
+    regions: Annotated[int, typer.Option(min=1, max=50)] = 3,
+    replication_factor: Annotated[int, typer.Option(min=1, max=3, help="children per shard")] = 1,
+    nodes_per_child: Annotated[int, typer.Option(min=1)] = NODES_PER_CHILD,
+    data_dir: DataDir = None,
+) -> Result:
+    """Largest gap per moved target at the master: make-before-break vs --no-handover, one run."""
+    layout = _layout(nodes=nodes, regions=regions, replication_factor=replication_factor,
+                     nodes_per_child=nodes_per_child)
+    return _in_demo_dir(data_dir, lambda where: run_gap_bench(layout=layout, data_dir=where, say=_say))
+
+
+def first_sample(
+    nodes: Annotated[int, typer.Option(min=1, max=100_000, help="simulated GPU nodes running already")] = 30,
+    late: Annotated[int, typer.Option(min=1, max=500, help="nodes registered while it runs")] = 8,
+    spacing: Annotated[float, typer.Option(min=0.1, help="seconds between two registrations")] = 1.7,
+    data_dir: DataDir = None,
+) -> Result:
+    """Time from a node's registration (PUT to the registry) to its first sample at the master."""
+    layout = _layout(nodes=nodes)
+    return _in_demo_dir(data_dir, lambda where: run_first_sample_bench(
+        layout=layout, late=late, spacing_s=spacing, data_dir=where, say=_say))
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _layout(**kwargs: int) -> Layout:
+    try:
+        return Layout(**kwargs)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+
+
+def _in_demo_dir(data_dir: Path | None, bench: Callable[[Path], Result]) -> Result:
+    """The demo benches start the whole demo in ``data_dir``, or in a scratch dir removed after."""
+    scratch = data_dir is None
+    where = Path(tempfile.mkdtemp(prefix="gpufed-bench-")) if data_dir is None else data_dir
+    try:
+        return bench(where / "demo" if scratch else where)
+    except (DemoError, ComponentFailed, ValueError) as exc:
+        raise BenchFailed(str(exc)) from exc
+    finally:
+        if scratch:
+            shutil.rmtree(where, ignore_errors=True)
+
+
+VIA = ("file", "registry")
+FORMATS = ("yaml", "json")
+STORES = ("sqlite", "consul", "kubernetes")
+DISCOVERY = ("file_sd", "http_sd")
+
+
+def live(
+    targets: Annotated[int, typer.Option(min=2, max=1_000_000, help="targets the controller follows")]
+    = 20_000,
+    changes: Annotated[int, typer.Option(min=1, max=10_000, help="registrations timed")] = 30,
+    rate: Annotated[float, typer.Option(min=0.01, max=1000, help="registrations per second")] = 1.0,
+    via: Annotated[str, typer.Option(help="file (an inventory) or registry (pre-registered)")] = "file",
+    debounce: Annotated[float, typer.Option(min=0, max=60, help="--debounce of gpufed serve")] = 1.0,
+    batch: Annotated[int, typer.Option(min=0, max=62_500, help="entries in the timed batch POST; 0 skips")]
+    = 20_000,
+    change_timeout: Annotated[float, typer.Option(min=1, max=600, help="seconds a change may take")] = 60.0,
+    inventory_format: Annotated[str, typer.Option(help="yaml or json: the inventory's format")]
+    = "yaml",
+    spec: Annotated[str | None, typer.Option(
+        help="spec file (default examples/federation.yaml as shipped); builtin: the bench's own")] = None,
+    store: Annotated[str, typer.Option(help="sqlite, consul or kubernetes (a stand-in in its own process)")]
+    = "sqlite",
+    discovery: Annotated[str | None, typer.Option(help="file_sd or http_sd (default: what the spec says)")]
+    = None,
+    targets_per_shard: Annotated[int | None, typer.Option(min=1, help="override the spec's sharding size")]
+    = None,
+) -> Result:
+    """A real `gpufed serve`: registration -> its child's SD answer, CPU, RSS, ready, batch rate."""
+    _one_of(via, VIA, "--via")
+    _one_of(inventory_format, FORMATS, "--inventory-format")
+    _one_of(store, STORES, "--store")
+    if discovery is not None:
+        _one_of(discovery, DISCOVERY, "--discovery")
+    from federation.testing.benches.live import LiveBenchError, run_live_bench
+
+    # SIGTERM (a CI timeout) unwinds like Ctrl-C, so the serve process and the temp dir go too.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        return run_live_bench(targets=targets, changes=changes, rate=rate, via=via, debounce_s=debounce,
+                              batch=batch, change_timeout_s=change_timeout, inventory_format=inventory_format,
+                              spec=spec, store=store, discovery=discovery,
+                              targets_per_shard=targets_per_shard)
+    except (LiveBenchError, TimeoutError) as exc:
+        raise BenchFailed(str(exc)) from exc
+
+
+def freshness(
+    targets: Annotated[int, typer.Option(min=1, max=2_000_000, help="up series written (10% go silent)")]
+    = 100_000,
+    minutes: Annotated[float, typer.Option(min=0.25, max=60, help="minutes of history per series")] = 3.0,
+    rules: Annotated[Path | None, typer.Option(
+        help="rule file to time (default: the shipped federation/rules/freshness.yml)")] = None,
+) -> Result:
+    """The rule pack's freshness records in a real Prometheus: evaluation time against one raw `up` read."""
+    from federation.testing.benches.freshness import RULES, run_freshness_bench
+
+    return run_freshness_bench(targets=targets, minutes=minutes, rules=rules or RULES)
+
+
+def state_store(
+    targets: Annotated[int, typer.Option(min=1, max=2_000_000, help="registry rows saved, then deleted")]
+    = 200_000,
+) -> Result:
+    """The SQLite state store's crash checks (WAL scan, open) and space reclaim on delete."""
+    from federation.testing.benches.state_store import run_state_store_bench
+
+    return run_state_store_bench(count=targets)
+
+
+def dingtalk(
+    alerts: Annotated[int, typer.Option(min=1, max=100_000, help="alerts in the storm")] = 5000,
+    regions: Annotated[int, typer.Option(min=1, max=100, help="regions, one robot each")] = 10,
+    alertnames: Annotated[int, typer.Option(min=1, max=100, help="alert names per region (one group each)")]
+    = 5,
+    timeout: Annotated[float, typer.Option(min=1, max=3600, help="seconds to wait for delivery")] = 180.0,
+) -> Result:
+    """An alert storm through a real Alertmanager HA pair and the relay to the DingTalk stand-in."""
+    from federation.testing.benches.dingtalk import run
+
+    return run(alerts=alerts, regions=regions, alertnames=alertnames, timeout=timeout)
+
+
+def _one_of(value: str, allowed: tuple[str, ...], flag: str) -> None:
+    if value not in allowed:
+        raise typer.BadParameter(f"expected one of {', '.join(allowed)}, got {value!r}", param_hint=flag)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# --- the table ------------------------------------------------------------------------------------
+
+BENCHES = (
+    Bench("sharding", sharding, table(
+        lambda r, o: f"sharding: {r['targets']} targets on {r['shards']} shards")),
+    Bench("render", render, table(lambda r, o: f"render: {o['children']} children")),
+    Bench("thanos", thanos, table(
+        lambda r, o: f"thanos: {o['series']} series, {o['ingestors']} -> {o['ingestors'] + 1} ingestors")),
+    Bench("inventory", inventory, table(lambda r, o: f"inventory: {o['nodes']} nodes")),
+    Bench("discovery", discovery, table(
+        lambda r, o: f"discovery: {o['targets']} targets, {o['changes']} changes")),
+    Bench("sd", sd, raw),
+    Bench("rebalance", rebalance, raw),
+    Bench("failover", failover, raw),
+    Bench("balance", balance, table(lambda r, o: f"balance: {o['targets']} targets on {o['shards']} shards")),
+    Bench("gap", gap, lines),
+    Bench("first-sample", first_sample, lines),
+    Bench("live", live, raw),
+    Bench("dingtalk", dingtalk, raw),
+    Bench("freshness", freshness, raw),
+    Bench("state-store", state_store, raw),
+)
+
+
+def command(bench: Bench) -> Callable[..., None]:
+    """The typer command for ``bench``: its options plus ``--json``; run, then print."""
+
+    def run_and_print(**options: Any) -> None:
+        as_json = options.pop("as_json")
+        try:
+            result = bench.run(**options)
+        except BenchFailed as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from exc
+        if as_json:
+            typer.echo(json.dumps(result, sort_keys=True))
+        else:
+            bench.show(result, options)
+        if result.get("leftover_processes"):
+            raise typer.Exit(1)
+
+    signature = inspect.signature(bench.run, eval_str=True)
+    as_json = inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=AsJson)
+    run_and_print.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*signature.parameters.values(), as_json], return_annotation=None
     )
-    if as_json:
-        typer.echo(json.dumps(result, sort_keys=True))
-        return
-    Console().print(_table(result, title=f"inventory: {nodes} nodes"))
-
-
-def _table(result: dict[str, Any], *, title: str) -> Table:
-    table = Table(title=title)
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for key, value in result.items():
-        table.add_row(key, "-" if value is None else str(value))
-    return table
+    hints = typing.get_type_hints(bench.run, include_extras=True)
+    hints.pop("return", None)
+    run_and_print.__annotations__ = {**hints, "as_json": AsJson}
+    run_and_print.__doc__ = bench.run.__doc__
+    run_and_print.__name__ = bench.run.__name__
+    return run_and_print
 
 
 def register(bench_app: typer.Typer) -> None:
-    bench_app.command("sharding")(sharding)
-    bench_app.command("render")(render)
-    bench_app.command("thanos")(thanos)
-    bench_app.command("inventory")(inventory)
+    for bench in BENCHES:
+        bench_app.command(bench.name)(command(bench))

@@ -21,30 +21,12 @@ app.add_typer(bench_app, name="bench")
 
 def _register() -> None:
     # Imported here so that importing federation.commands.cli stays cheap and side-effect free.
-    from federation.commands import (
-        bench,
-        bench_balance,
-        bench_controller,
-        bench_demo,
-        bench_discovery,
-        bench_failover,
-        bench_live,
-        demo,
-        render,
-        serve,
-        watch,
-    )
+    from federation.commands import bench, demo, render, serve, watch
 
     render.register(app)
     bench.register(bench_app)
     watch.register(app)
     serve.register(app)
-    bench_discovery.register(bench_app)
-    bench_controller.register(bench_app)
-    bench_failover.register(bench_app)
-    bench_balance.register(bench_app)
-    bench_demo.register(bench_app)
-    bench_live.register(bench_app)
     demo.register(app)
 
 

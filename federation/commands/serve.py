@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import math
 import re
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -29,12 +30,23 @@ from sharder.sources.kubernetes import KubernetesConfig
 
 
 def split_listen(listen: str) -> tuple[str, int]:
-    """``HOST:PORT`` or ``[V6]:PORT`` -> (host, port)."""
+    """``HOST:PORT`` or ``[V6]:PORT`` -> (host, port); port 0 asks the OS for a free one."""
     host, sep, port = listen.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"expected HOST:PORT with a port from 1 to 65535, got {listen!r}")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT with a port from 0 to 65535, got {listen!r}")
     return host, int(port)
+
+
+def bind_free_port(host: str) -> socket.socket:
+    """``--listen HOST:0``: bind a port the OS picks now, and say which on stderr in one line,
+    ``gpufed serve: listening on http://HOST:PORT``, for whoever started this process."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, 0), family=family)
+    port = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"gpufed serve: listening on http://{shown}:{port}", file=sys.stderr, flush=True)
+    return sock
 
 
 #: JOB=[NAMESPACE/]SERVICE:PORT, or JOB=[NAMESPACE/]{LABEL-SELECTOR}:PORT for pods by label.
@@ -95,7 +107,8 @@ def _check_numbers(**flags: tuple[float | None, float]) -> None:
 def serve_command(
     spec: SpecOpt,
     data_dir: Annotated[Path, typer.Option("--data-dir", help="state (SQLite) and rendered configs")],
-    listen: Annotated[str, typer.Option("--listen", help="HOST:PORT to serve on")] = "127.0.0.1:8080",
+    listen: Annotated[str, typer.Option(
+        "--listen", help="HOST:PORT to serve on (port 0: a free one, said on stderr)")] = "127.0.0.1:8080",
     inventory: Annotated[Path | None, typer.Option("--inventory", help="inventory file, followed")] = None,
     consul: Annotated[str | None, typer.Option("--consul", help="Consul address host:port or URL")] = None,
     service: Annotated[list[str] | None, typer.Option("--service", help="Consul service, repeatable")] = None,
@@ -244,6 +257,7 @@ def serve_command(
 ) -> None:
     """Run the controller: discovery loop, HTTP SD, REST plans and rebalances."""
     import uvicorn
+    from uvicorn.main import STARTUP_FAILURE
 
     from federation.controller.http.http_guards import DeadlineH11Protocol
     from federation.controller.http.redact import RedactingFilter
@@ -265,6 +279,9 @@ def serve_command(
         host, port = split_listen(listen)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--listen") from exc
+    bound = bind_free_port(host) if port == 0 else None
+    if bound is not None:
+        port = bound.getsockname()[1]
     with user_errors():
         loaded = load_gpufed_spec(spec)
     consul_config = None
@@ -354,17 +371,23 @@ def serve_command(
         typer.echo(f"error: {exc}", err=True)
         built.stop()
         raise typer.Exit(2) from exc
+    config = uvicorn.Config(
+        built.app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        http=DeadlineH11Protocol,  # request heads within seconds: no slowloris
+    )
+    server = uvicorn.Server(config)  # uvicorn.run, but able to take the socket bound above
     try:
-        uvicorn.run(
-            built.app,
-            host=host,
-            port=port,
-            log_level=log_level,
-            access_log=False,
-            http=DeadlineH11Protocol,  # request heads within seconds: no slowloris
-        )
+        server.run(sockets=None if bound is None else [bound])
+    except KeyboardInterrupt:
+        pass
     finally:
         built.stop()
+    if not server.started:  # the port was taken, say: exit as uvicorn.run does
+        sys.exit(STARTUP_FAILURE)
 
 
 def register(app: typer.Typer) -> None:

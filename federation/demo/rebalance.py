@@ -27,6 +27,7 @@ import httpx
 
 from federation.demo import gaps, plan
 from federation.demo.stack import DemoError, DemoStack
+from federation.demo.waiting import wait_until
 from sharder.kernel.models import parse_duration
 
 GPU_SERIES = "DCGM_FI_DEV_GPU_TEMP"
@@ -114,17 +115,8 @@ def scraped_by(stack: DemoStack, job: str = plan.JOB) -> dict[str, set[str]]:
 
 
 def wait(check: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.5) -> None:
-    deadline = time.monotonic() + timeout
-    last = ""
-    while True:
-        try:
-            if check():
-                return
-        except (httpx.HTTPError, ValueError, KeyError) as exc:
-            last = f" (last: {type(exc).__name__}: {exc})"
-        if time.monotonic() > deadline:
-            raise DemoError(f"gave up waiting for {what} after {timeout:.0f} s{last}")
-        time.sleep(interval)
+    wait_until(check, timeout=timeout, what=what, interval=interval,
+               retry_on=(httpx.HTTPError, ValueError, KeyError), fail=DemoError)
 
 
 def add_shard(stack: DemoStack, *, region: str, mode: str, timeout: float = 180.0) -> RebalanceRun:

@@ -13,21 +13,19 @@ from __future__ import annotations
 
 import http.client
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+
+from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
 
 
 class ChildRouter:
     def __init__(self, *, port: int = 0) -> None:
         self._ports: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="router")
+        self._server = LoopbackHTTPServer(_handler(self), port=port, name="router")
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return self._server.port
 
     def template(self) -> str:
         return f"http://127.0.0.1:{self.port}/{{child}}"
@@ -45,16 +43,15 @@ class ChildRouter:
             return self._ports.get(child)
 
     def __enter__(self) -> ChildRouter:
-        self._thread.start()
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()
 
 
-def _handler(router: ChildRouter) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def _handler(router: ChildRouter) -> type[LoopbackHandler]:
+    class Handler(LoopbackHandler):
         def do_GET(self) -> None:
             self._forward("GET")
 
@@ -67,7 +64,7 @@ def _handler(router: ChildRouter) -> type[BaseHTTPRequestHandler]:
             if port is None:
                 self._fail(f"no child {child!r} runs here")
                 return
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = self.body()
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             try:
                 conn.request(method, "/" + rest, body=body or None)
@@ -78,21 +75,9 @@ def _handler(router: ChildRouter) -> type[BaseHTTPRequestHandler]:
                 return
             finally:
                 conn.close()
-            self.send_response(answer.status)
-            self.send_header("Content-Type", answer.getheader("Content-Type") or "application/octet-stream")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+            self.reply(answer.status, payload, content_type=answer.getheader("Content-Type"))
 
         def _fail(self, why: str) -> None:
-            raw = why.encode()
-            self.send_response(502)
-            self.send_header("Content-Type", "text/plain")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+            self.reply(502, why, content_type="text/plain")
 
     return Handler

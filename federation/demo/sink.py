@@ -23,9 +23,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
 
 MAX_BYTES = 20_000
 MAX_REQUEST = 1 << 20
@@ -80,13 +81,11 @@ class DingTalkSink:
         self.on_message = on_message
         self.inbox = Inbox()
         self.lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="sink")
+        self._server = LoopbackHTTPServer(_handler(self), port=port, name="sink")
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return self._server.port
 
     def snapshot(self) -> Inbox:
         with self.lock:
@@ -144,50 +143,38 @@ class DingTalkSink:
         }
 
     def __enter__(self) -> DingTalkSink:
-        self._thread.start()
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()
 
 
-def _handler(sink: DingTalkSink) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def _handler(sink: DingTalkSink) -> type[LoopbackHandler]:
+    class Handler(LoopbackHandler):
         def do_POST(self) -> None:
             parts = urlsplit(self.path)
             length = int(self.headers.get("Content-Length") or 0)
             if length > MAX_REQUEST:
-                self._reply(413, {"errcode": 413, "errmsg": "too large"})
+                self.reply(413, {"errcode": 413, "errmsg": "too large"})
                 return
             body = self.rfile.read(length)
             if parts.path == "/robot/send":
                 code, msg = sink.robot_send(parts.query, body)
-                self._reply(200, {"errcode": code, "errmsg": msg})
+                self.reply(200, {"errcode": code, "errmsg": msg})
             elif parts.path == "/heartbeat":
                 sink.heartbeat(body)
-                self._reply(200, {"status": "ok"})
+                self.reply(200, {"status": "ok"})
             else:
-                self._reply(404, {"errcode": 404, "errmsg": "not found"})
+                self.reply(404, {"errcode": 404, "errmsg": "not found"})
 
         def do_GET(self) -> None:
             path = urlsplit(self.path).path
             if path == "/messages":
-                self._reply(200, sink.messages_document())
+                self.reply(200, sink.messages_document())
             elif path == "/healthz":
-                self._reply(200, {"status": "ok"})
+                self.reply(200, {"status": "ok"})
             else:
-                self._reply(404, {"errcode": 404, "errmsg": "not found"})
-
-        def _reply(self, status: int, doc: dict[str, Any]) -> None:
-            raw = json.dumps(doc, ensure_ascii=False).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+                self.reply(404, {"errcode": 404, "errmsg": "not found"})
 
     return Handler

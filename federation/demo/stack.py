@@ -49,10 +49,11 @@ from alertmanager.errors import AmtoolError
 from alertmanager.render import ALERTMANAGER_FILE, HA_FILE, RELAY_FILE
 from federation.demo import components, plan, procstat, report
 from federation.demo.components import Launch
+from federation.demo.loopback import free_port
 from federation.demo.router import ChildRouter
 from federation.demo.sink import DingTalkSink, Message, Robot, as_group_sees_it
 from federation.demo.supervisor import ComponentFailed, ProcessSpec, Supervisor, reap_previous
-from federation.loopback import free_port
+from federation.demo.waiting import wait_until
 from federation.master import pipeline
 from federation.master.render import FLAGS_FILE, MASTER_FILE
 from federation.spec import GpufedSpec
@@ -614,20 +615,10 @@ def _http_ok(client: httpx.Client, address: str) -> Callable[[], bool]:
 
 def _poll(check: Callable[[], bool], *, timeout: float, what: str,
           alive: Callable[[], None] | None = None, interval: float = 0.5) -> None:
-    """Until ``check`` is true; HTTP errors count as "not yet"; ``alive`` raises when a process died."""
-    deadline = time.monotonic() + timeout
-    last = ""
-    while True:
-        if alive is not None:
-            alive()
-        try:
-            if check():
-                return
-        except (httpx.HTTPError, ValueError, KeyError) as exc:
-            last = f" (last: {type(exc).__name__}: {exc})"
-        if time.monotonic() > deadline:
-            raise DemoError(f"gave up waiting for {what} after {timeout:.0f} s{last}")
-        time.sleep(interval)
+    """Until ``check`` is true; HTTP errors and half-written answers count as "not yet";
+    ``alive`` raises when a process died."""
+    wait_until(check, timeout=timeout, what=what, interval=interval, alive=alive,
+               retry_on=(httpx.HTTPError, ValueError, KeyError), fail=DemoError)
 
 
 def _self_stats() -> dict[str, float]:

@@ -26,9 +26,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from federation.demo import procstat
+from federation.demo.waiting import wait_until
 
 Check = Callable[[], bool]
 
@@ -124,13 +126,13 @@ class Supervisor:
         """Seconds until ``name`` was ready; ComponentFailed if it exits or the time runs out."""
         running = self.get(name)
         limit = running.spec.ready_timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit
-        while True:
-            if self.is_ready(name):
-                return time.monotonic() - running.started_at
-            if time.monotonic() > deadline:
-                raise ComponentFailed(f"{name} was not ready after {limit:.0f} s\n{self.log_tail(name)}")
-            time.sleep(0.2)
+
+        def not_ready(message: str) -> ComponentFailed:
+            return ComponentFailed(f"{name} was not ready after {limit:.0f} s\n{self.log_tail(name)}")
+
+        wait_until(lambda: self.is_ready(name), timeout=limit, what=name, interval=0.2, retry_on=(),
+                   fail=not_ready)
+        return time.monotonic() - running.started_at
 
     def is_ready(self, name: str) -> bool:
         running = self.get(name)
@@ -301,9 +303,9 @@ def reap_previous(pid_file: Path) -> list[str]:
             continue
         if procstat.same_process(pid, ticks):
             _signal_group(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 10
-            while procstat.same_process(pid, ticks) and time.monotonic() < deadline:
-                time.sleep(0.1)
+            with contextlib.suppress(TimeoutError):
+                wait_until(partial(_gone, pid, ticks), timeout=10, interval=0.1,
+                           what=f"{name} (pid {pid}) to exit", retry_on=())
             _signal_group(pid, signal.SIGKILL)
             reaped.append(name)
     pid_file.unlink(missing_ok=True)
@@ -332,3 +334,7 @@ def _signal_group(pgid: int, sig: int) -> None:
 def _signal_pid(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
+
+
+def _gone(pid: int, ticks: int) -> bool:
+    return not procstat.same_process(pid, ticks)

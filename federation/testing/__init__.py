@@ -1,5 +1,13 @@
-"""Benchmarks and harnesses for the application layer: the ``gpufed bench`` harnesses
-(controller SD and rebalance, balance, demo gap/first-sample, failover, live) and the
-replica-set harness they start. Shipped so the benches run from an install; only the
-``federation.commands.bench*`` modules import it (``.importlinter``: testing-is-edge-only).
-Stand-ins for external services live in :mod:`sharder.testing` (the Consul stand-in)."""
+"""Everything gpufed runs to test or measure itself, one folder per kind, shipped so the
+benches run from an install (as kopf ships ``kopf.testing``):
+
+- ``standins/``: in-process servers that stand in for other systems, each following the
+  system it stands in for (Consul agent + KV/sessions, the Kubernetes API, DingTalk, Loki);
+- ``harnesses/``: real processes on loopback (a ``gpufed serve`` replica set, an
+  Alertmanager HA set with the relay) and polling until they answer;
+- ``benches/``: the ``gpufed bench ...`` measurements (``federation.commands.bench`` is
+  their command table).
+
+Service code never imports this package (``.importlinter``: testing-is-edge-only). The
+exporter keeps its own ``exporter.testing`` because it stands alone (exporter-independent).
+"""

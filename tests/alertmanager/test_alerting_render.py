@@ -7,7 +7,6 @@ review the diff; without the flag a mismatch fails and nothing is written.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -22,10 +21,9 @@ from alertmanager.errors import AmtoolError
 from alertmanager.models import AlertingSpec
 from federation.spec import GpufedSpec, load_gpufed_spec
 from sharder.kernel.output import Bundle
+from tests.golden_tree import GOLDEN, check_golden_tree
 
 ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = ROOT / "tests" / "golden"
-REGEN = os.environ.get("GPUFED_REGEN_GOLDEN") == "1"
 CASES = {
     "alertmanager-example": ROOT / "examples" / "federation.yaml",
     "alertmanager-webhooks": GOLDEN / "alertmanager-webhooks" / "spec.yaml",
@@ -44,23 +42,10 @@ def bundle_for(name: str) -> Bundle:
     return render.render_alerting_bundle(spec.alerting, cluster=spec.cluster, regions=spec.region_names())
 
 
-def golden_files(case: Path) -> dict[str, bytes]:
-    return {
-        p.relative_to(case).as_posix(): p.read_bytes()
-        for p in sorted(case.rglob("*"))
-        if p.is_file() and p.name != "spec.yaml"
-    }
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_golden(name: str) -> None:
     bundle = bundle_for(name)
-    case = GOLDEN / name
-    if REGEN:
-        for rel, data in bundle.items():
-            (case / rel).parent.mkdir(parents=True, exist_ok=True)
-            (case / rel).write_bytes(data)
-    assert golden_files(case) == bundle, "rendered output differs; see the module docstring to regenerate"
+    check_golden_tree(GOLDEN / name, bundle)
 
 
 def test_rendering_is_deterministic() -> None:

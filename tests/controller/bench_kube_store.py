@@ -4,7 +4,7 @@
 
 A first save (every part), then a save that moves one target of the fleet: its requests,
 bytes sent and time show that a delta writes in proportion to the change, not the fleet.
-The API server here is ``sharder/testing/kube_standin.py`` in-process, so times are the client's
+The API server here is ``federation/testing/standins/kube.py`` in-process, so times are the client's
 encoding plus loopback HTTP, not a real API server's.
 """
 
@@ -15,7 +15,7 @@ import json
 import time
 
 from federation.controller.base.state import ControllerState
-from sharder.testing.kube_standin import FakeKubeAPI, configmap_bytes
+from federation.testing.standins.kube import FakeKubeAPI, configmap_bytes
 from tests.controller.ha_helpers import assignment
 from tests.controller.store_backends import kube_store
 

@@ -6,8 +6,8 @@ import consul
 
 from federation.controller.base.state import ControllerState
 from federation.controller.stores.consul_store import ConsulStore
+from federation.testing.standins.consul.agent import FakeConsulAgent
 from sharder.engine.assignment import Assignment, ShardInfo
-from sharder.testing.consul_standin import FakeConsulAgent
 
 
 def client(agent: FakeConsulAgent) -> consul.Consul:

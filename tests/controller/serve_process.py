@@ -1,4 +1,8 @@
-"""``gpufed serve`` as a real process on a free loopback port, for end-to-end tests."""
+"""``gpufed serve`` as a real process on a free loopback port, for end-to-end tests.
+
+The first start asks for ``--listen 127.0.0.1:0`` and reads the port the process bound from
+its ``listening on`` line, so no other process can take the port in between; a restart
+keeps that port (as a restarted pod keeps its address)."""
 
 from __future__ import annotations
 
@@ -10,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from conftest import free_port, stop_process, wait_for
+from conftest import stop_process, wait_for
 
+from federation.testing.harnesses.polling import serve_port
 from tests.controller.harness import TOKEN
 
 
@@ -20,18 +25,17 @@ class ServeProcess:
         self, *, spec: Path, data_dir: Path, log: Path, port: int | None = None, extra: tuple[str, ...] = ()
     ) -> None:
         self.spec, self.data_dir, self.log_path = spec, data_dir, log
-        self.port = port or free_port()
+        self.port = port or 0
         self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
         self.client = httpx.Client(base_url=self.url, timeout=5.0)
+        self.client.close()  # opened in start(), once the port is known
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> ServeProcess:
-        if self.client.is_closed:
-            self.client = httpx.Client(base_url=self.url, timeout=5.0)
         args = [
             sys.executable,
             "-m",
@@ -48,8 +52,13 @@ class ServeProcess:
             *self.extra,
         ]
         env = {**os.environ, "GPUFED_TOKEN": TOKEN}
+        start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        if not self.port:
+            self.port = serve_port(self.log_path, self.proc, since=start)
+        if self.client.is_closed:
+            self.client = httpx.Client(base_url=self.url, timeout=5.0)
         wait_for(self._healthy, timeout=60, what=f"gpufed serve on {self.port}")
         return self
 

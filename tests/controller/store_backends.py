@@ -1,8 +1,8 @@
 """The three state stores, each opened on one backing storage by a factory (a fresh store
 object per call is a second replica, or the same one after a restart).
 
-SQLite is a file; Consul is the Consul stand-in (``sharder.testing.consul_standin``) through
-py-consul; Kubernetes is ``sharder/testing/kube_standin.py`` (a stand-in for the API server's
+SQLite is a file; Consul is the Consul stand-in (``federation.testing.standins.consul.agent``) through
+py-consul; Kubernetes is ``federation/testing/standins/kube.py`` (a stand-in for the API server's
 ConfigMap CRUD with its optimistic lock and 1 MiB limit) through the official client.
 """
 
@@ -18,8 +18,8 @@ import kubernetes
 from federation.controller.stores.kube_store import KubeStore
 from federation.controller.stores.sqlite_store import SqliteStore
 from federation.controller.stores.store import StateStore
-from sharder.testing.consul_standin import FakeConsulAgent
-from sharder.testing.kube_standin import FakeKubeAPI
+from federation.testing.standins.consul.agent import FakeConsulAgent
+from federation.testing.standins.kube import FakeKubeAPI
 from tests.controller.ha_helpers import store as consul_store
 
 Opener = Callable[..., StateStore]

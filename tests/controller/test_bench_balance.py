@@ -7,17 +7,16 @@ import json
 import typer
 from typer.testing import CliRunner
 
-from federation.commands import bench_balance
+from federation.commands import bench
 
 
 def app() -> typer.Typer:
     cli = typer.Typer()
-    bench_balance.register(cli)
-    cli.command("noop", hidden=True)(lambda: None)  # keeps "balance" a named subcommand
+    bench.register(cli)
     return cli
 
 
-def bench(*args: str) -> dict[str, object]:
+def balance(*args: str) -> dict[str, object]:
     result = CliRunner().invoke(app(), ["balance", "--json", "--targets", "300", "--shards", "10", *args])
     assert result.exit_code == 0, result.output
     figures: dict[str, object] = json.loads(result.output)
@@ -25,7 +24,7 @@ def bench(*args: str) -> dict[str, object]:
 
 
 def test_load_aware_weights_balance_samples_better_than_gpu_counts_on_a_skewed_fleet() -> None:
-    figures = bench("--heavy-fraction", "0.1", "--heavy-factor", "10")
+    figures = balance("--heavy-fraction", "0.1", "--heavy-factor", "10")
     assert figures["targets"] == 300 and figures["shards"] == 10
     gpu, aware = figures["gpu_weighted_max_over_mean"], figures["load_aware_max_over_mean"]
     assert isinstance(gpu, float) and isinstance(aware, float)
@@ -36,7 +35,7 @@ def test_load_aware_weights_balance_samples_better_than_gpu_counts_on_a_skewed_f
 
 
 def test_without_skew_nothing_changes_and_nothing_moves() -> None:
-    figures = bench("--heavy-fraction", "0")
+    figures = balance("--heavy-fraction", "0")
     assert figures["weight_changes"] == 0 and figures["moved_fraction"] == 0.0
     assert figures["load_aware_max_over_mean"] == figures["gpu_weighted_max_over_mean"]
 

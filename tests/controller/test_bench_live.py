@@ -11,8 +11,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from federation.commands import bench_live
-from federation.testing.bench_live import percentile, post_batch, registration
+from federation.commands import bench
+from federation.testing.benches.live import percentile, post_batch, registration
 
 KEYS = {
     "change_to_served_p50_s", "change_to_served_p99_s", "controller_cpu_share", "rss_mib", "ready_s",
@@ -23,8 +23,7 @@ KEYS = {
 
 def _app() -> typer.Typer:
     app = typer.Typer()
-    bench_live.register(app)
-    app.command("noop", hidden=True)(lambda: None)
+    bench.register(app)
     return app
 
 

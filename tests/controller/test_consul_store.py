@@ -14,7 +14,7 @@ from federation.controller.base.state import AuditEntry, ControllerState, Desire
 from federation.controller.stores import kvblob
 from federation.controller.stores.consul_store import ConsulStore
 from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
-from sharder.testing.consul_standin import FakeConsulAgent
+from federation.testing.standins.consul.agent import FakeConsulAgent
 from tests.controller.ha_helpers import client, state, store
 from tests.controller.harness import fleet
 

@@ -13,8 +13,8 @@ from federation.controller.base.options import ControllerOptions
 from federation.controller.http.service import ServeSettings, Service, build_service
 from federation.controller.stores.sqlite_store import SqliteStore
 from federation.controller.stores.store import StateStore
-from sharder.testing.consul_standin import FakeConsulAgent
-from sharder.testing.kube_standin import FakeKubeAPI
+from federation.testing.standins.consul.agent import FakeConsulAgent
+from federation.testing.standins.kube import FakeKubeAPI
 from tests.controller.ha_helpers import store as consul_store
 from tests.controller.harness import TOKEN, write_spec
 from tests.controller.store_backends import kube_store

@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import wait_for
 
-from federation.testing.failover_bench import SdPoller
-from federation.testing.replicas import ReplicaSet, Standin, kv_json, stopped, write_fleet
+from federation.testing.benches.failover import SdPoller
+from federation.testing.harnesses.replicas import ReplicaSet, Standin, kv_json, stopped, write_fleet
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 TTL = 10  # Consul's smallest session TTL
@@ -105,10 +106,8 @@ def test_a_leader_frozen_past_its_ttl_cannot_write_when_it_wakes(tmp_path: Path,
         woke = rs.write(old, "/v1/plan", {})
         assert woke.status_code == 503  # its lease ran out while it was frozen: no call needed
         assert woke.json()["leader"] in (new.url, None)
-        deadline = time.monotonic() + SLACK
-        while rs.status(old)["role"] != "follower" or rs.status(old)["leader"] != new.url:
-            assert time.monotonic() < deadline, rs.status(old)
-            time.sleep(0.2)
+        wait_for(lambda: rs.status(old)["role"] == "follower" and rs.status(old)["leader"] == new.url,
+                 timeout=SLACK, interval=0.2, what="the woken replica following the new leader")
         time.sleep(3.0)  # give a stale writer every chance
         after = kv_json(standin.address, "gpufed/state")
         assert after["Value"]["fence"] == new_fence
@@ -121,10 +120,8 @@ def test_a_leader_frozen_past_its_ttl_cannot_write_when_it_wakes(tmp_path: Path,
 
 
 def wait_head(standin: Standin, ok: object, timeout: float = SLACK) -> dict:  # type: ignore[type-arg]
-    deadline = time.monotonic() + timeout
-    while True:
+    def matching() -> dict | None:  # type: ignore[type-arg]
         head = kv_json(standin.address, "gpufed/state")
-        if head is not None and ok(head):  # type: ignore[operator]
-            return head  # type: ignore[no-any-return]
-        assert time.monotonic() < deadline, head
-        time.sleep(0.2)
+        return head if head is not None and ok(head) else None  # type: ignore[operator]
+
+    return wait_for(matching, timeout=timeout, interval=0.2, what="the stored head")  # type: ignore[no-any-return]

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 from federation.controller.http.http_guards import BodyGuard, DeadlineH11Protocol, relative_location
-from federation.loopback import free_port
+from federation.testing.harnesses.app_server import AppServer
 from tests.controller.harness import TOKEN, ControllerHarness, build, fleet
 
 
@@ -128,18 +126,8 @@ class _QuickDeadline(DeadlineH11Protocol):
 
 @pytest.fixture
 def server() -> Iterator[int]:
-    port = free_port()
-    config = uvicorn.Config(_hello, host="127.0.0.1", port=port, http=_QuickDeadline, log_level="error")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield port
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with AppServer(_hello, http=_QuickDeadline, log_level="error") as served:
+        yield served.port
 
 
 def test_slowloris_headers_are_cut_within_seconds(server: int) -> None:

@@ -5,20 +5,17 @@ batch compares normalised identities, strings are not ints, and a request framed
 from __future__ import annotations
 
 import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 import yaml
 
 from federation.controller.base.options import ControllerOptions
 from federation.controller.http.http_guards import DeadlineH11Protocol
-from federation.loopback import free_port
 from federation.spec import load_gpufed_spec
+from federation.testing.harnesses.app_server import AppServer
 from sharder.engine.sizing import Hysteresis
 from tests.controller.harness import ControllerHarness, build, fleet, spec_document
 
@@ -152,19 +149,8 @@ class _Quick(DeadlineH11Protocol):
 def live(tmp_path: Path) -> Iterator[tuple[int, ControllerHarness]]:
     h = build(tmp_path)
     h.feed(fleet(2, region="r1"))
-    port = free_port()
-    srv = uvicorn.Server(
-        uvicorn.Config(h.service.app, host="127.0.0.1", port=port, http=_Quick, log_level="error")
-    )
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    yield port, h
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with AppServer(h.service.app, http=_Quick, log_level="error") as served:
+        yield served.port, h
 
 
 def _read_all(sock: socket.socket) -> bytes:

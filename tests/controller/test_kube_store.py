@@ -1,4 +1,4 @@
-"""KubeStore against the ConfigMap stand-in (sharder/testing/kube_standin.py) through the official
+"""KubeStore against the ConfigMap stand-in (federation/testing/standins/kube.py) through the official
 client: the races, fencing, the 1 MiB object limit, delta writes and broken objects."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from federation.controller.stores import kube_parts
 from federation.controller.stores.kube_objects import ConfigMaps, Head
 from federation.controller.stores.kube_store import KubeStore
 from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
+from federation.testing.standins.kube import FakeKubeAPI, configmap_bytes
 from sharder.engine.assigning import assign
 from sharder.model.spec import FederationSpec
-from sharder.testing.kube_standin import FakeKubeAPI, configmap_bytes
 from tests.controller.ha_helpers import state
 from tests.controller.harness import fleet
 from tests.controller.store_backends import kube_api, kube_store

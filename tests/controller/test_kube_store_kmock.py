@@ -5,7 +5,7 @@ official client. What it lacks is scripted here the way ``test_lease`` scripts i
 Leases: a resourceVersion stamped on every write and PUT answering 409 ``Conflict`` when
 the body's resourceVersion is not the stored one. The same store then passes the core of
 the contract (tests/controller/test_store_contract.py runs all of it on
-sharder/testing/kube_standin.py).
+federation/testing/standins/kube.py).
 """
 
 from __future__ import annotations

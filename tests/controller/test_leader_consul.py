@@ -12,7 +12,7 @@ import pytest
 
 from federation.controller.ha.consul_lock import ConsulLock
 from federation.controller.ha.leader import AlwaysLeader, LeaderElector, LocalLease
-from sharder.testing.consul_standin import FakeConsulAgent
+from federation.testing.standins.consul.agent import FakeConsulAgent
 from tests.conftest import wait_for
 from tests.controller.ha_helpers import client
 

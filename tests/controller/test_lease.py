@@ -1,6 +1,6 @@
 """The Kubernetes Lease elector against kmock, with the optimistic lock scripted in.
 
-Why kmock rather than ``sharder/testing/kube_standin.py``: kmock is an aiohttp server the
+Why kmock rather than ``federation/testing/standins/kube.py``: kmock is an aiohttp server the
 official client talks to over HTTP, and it already serves GET, POST (create, with 409
 when the object exists) and 404 on a missing object the way the API server does. What
 it lacks for a Lease is exactly the part leader election rests on, and that is scripted
@@ -8,8 +8,9 @@ here in ~30 lines, visible next to the tests: it stores objects verbatim (no
 ``resourceVersion``) and has no PUT (replace) at all. :class:`LeaseStore` stamps one
 cluster-wide revision on every create and replace (as etcd does) and answers a PUT
 whose ``metadata.resourceVersion`` is not the stored one with the API server's 409
-``Conflict`` Status. The fake in ``tests/fakes`` serves list/watch of nodes, pods and
-EndpointSlices; it would have needed all of create/read/replace written from scratch.
+``Conflict`` Status. The stand-in in ``federation/testing/standins/kube.py`` serves
+list/watch of nodes, pods and EndpointSlices; it would have needed all of
+create/read/replace written from scratch.
 
 Each replica gets its own monotonic clock (a ``Clock``), so the tests show that only the
 local clock decides when a lease expired.

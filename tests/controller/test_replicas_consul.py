@@ -28,7 +28,7 @@ from federation.controller.http.service import (
     parse_store_url,
 )
 from federation.controller.stores.store import FencedOut, StoreConflict
-from sharder.testing.consul_standin import FakeConsulAgent
+from federation.testing.standins.consul.agent import FakeConsulAgent
 from tests.conftest import wait_for
 from tests.controller.ha_helpers import store
 from tests.controller.harness import TOKEN, fleet, write_spec

@@ -1,5 +1,5 @@
 """``gpufed serve --store kubernetes``: the settings build a KubeStore in the pod's namespace
-(the stand-in API of sharder/testing/kube_standin.py, reached through a kubeconfig file), and
+(the stand-in API of federation/testing/standins/kube.py, reached through a kubeconfig file), and
 settings that cannot work name their flag."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from federation.controller.http.service import ServeSettings, SettingsError, bui
 from federation.controller.stores.kube_store import KubeStore
 from federation.controller.stores.store import StoreError
 from federation.spec import load_gpufed_spec
-from federation.testing.replicas import ReplicaSet, write_fleet
-from sharder.testing.kube_standin import FakeKubeAPI
+from federation.testing.harnesses.replicas import ReplicaSet, write_fleet
+from federation.testing.standins.kube import FakeKubeAPI
 from tests.controller.ha_helpers import state
 from tests.controller.harness import TOKEN, write_spec
 from tests.controller.store_backends import kube_store

@@ -22,7 +22,7 @@ from federation.commands.cli import _register, app
 from federation.controller.ha.lease import ADDRESS_ANNOTATION, LeaseElector
 from federation.controller.http.service import ServeSettings, SettingsError, build_elector
 from federation.spec import load_gpufed_spec
-from federation.testing.replicas import ReplicaSet, Standin, write_fleet
+from federation.testing.harnesses.replicas import ReplicaSet, Standin, write_fleet
 from tests.controller.harness import TOKEN, write_spec
 from tests.controller.test_lease import LEASES, LeaseStore
 

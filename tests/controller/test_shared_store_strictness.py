@@ -1,8 +1,8 @@
 """The Kubernetes and Consul stores are as strict as SQLite (issue 29, item 5): a missing
 head with leftovers, a missing piece and a generation older than one this replica saw are
 clear refusals naming ``--init``; ``--init`` clears what a lost head left; orphaned pieces
-are collected. Kubernetes against its stand-in (sharder/testing/kube_standin.py), Consul against
-its stand-in (sharder.testing.consul_standin); kmock runs the Kubernetes head case too."""
+are collected. Kubernetes against its stand-in (federation/testing/standins/kube.py), Consul against
+its stand-in (federation.testing.standins.consul.agent); kmock runs the Kubernetes head case too."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 
 from federation.controller.base.state import AuditEntry
 from federation.controller.stores.store import StoreError
-from sharder.testing.consul_standin import FakeConsulAgent
-from sharder.testing.kube_standin import FakeKubeAPI
+from federation.testing.standins.consul.agent import FakeConsulAgent
+from federation.testing.standins.kube import FakeKubeAPI
 from tests.controller.ha_helpers import client, state, store
 from tests.controller.harness import fleet
 from tests.controller.store_backends import kube_store

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from threading import Thread
 from typing import Any
 
 import httpx
 import pytest
 
 from alertmanager.dingtalk.sign import signed_url
+from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
 from federation.demo.router import ChildRouter
 from federation.demo.sink import DingTalkSink, Message, Robot, as_group_sees_it
 
@@ -62,34 +60,20 @@ def test_heartbeats_are_counted_and_listed(sink: DingTalkSink) -> None:
     assert doc["heartbeats"] == 2 and doc["messages"] == []
 
 
-class _Targets(BaseHTTPRequestHandler):
+class _Targets(LoopbackHandler):
     def do_GET(self) -> None:
-        raw = json.dumps({"path": self.path}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+        self.reply(200, {"path": self.path}, content_type="application/json")
 
 
 def test_router_reaches_a_child_by_name_and_refuses_unknown_ones() -> None:
-    child = ThreadingHTTPServer(("127.0.0.1", 0), _Targets)
-    Thread(target=child.serve_forever, daemon=True).start()
-    try:
-        with ChildRouter() as router:
-            router.set("region-0-2", int(child.server_address[1]))
-            base = router.template().format(child="region-0-2")
-            answer = httpx.get(f"{base}/api/v1/targets?state=active", timeout=5)
-            assert answer.status_code == 200
-            assert answer.json() == {"path": "/api/v1/targets?state=active"}
-            unknown = router.template().format(child="nope")
-            assert httpx.get(f"{unknown}/-/ready", timeout=5).status_code == 502
-            router.remove("region-0-2")
-            assert httpx.get(f"{base}/-/ready", timeout=5).status_code == 502
-    finally:
-        child.shutdown()
-        child.server_close()
+    with LoopbackHTTPServer(_Targets) as child, ChildRouter() as router:
+        router.set("region-0-2", child.port)
+        base = router.template().format(child="region-0-2")
+        answer = httpx.get(f"{base}/api/v1/targets?state=active", timeout=5)
+        assert answer.status_code == 200
+        assert answer.json() == {"path": "/api/v1/targets?state=active"}
+        unknown = router.template().format(child="nope")
+        assert httpx.get(f"{unknown}/-/ready", timeout=5).status_code == 502
+        router.remove("region-0-2")
+        assert httpx.get(f"{base}/-/ready", timeout=5).status_code == 502
 

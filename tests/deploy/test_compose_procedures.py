@@ -21,9 +21,10 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from conftest import ROOT, free_port, require_tool, stop_process, wait_for
+from conftest import ROOT, require_tool, stop_process, wait_for
 from test_compose import INVENTORY, SPEC, compose, invoke
 
+from federation.demo.loopback import free_port
 from tests.controller.harness import TOKEN
 from tests.controller.serve_process import ServeProcess
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ import yaml
 from conftest import ROOT, require_tool
 from test_logs_deploy import LOGS_VALUES, _chart_objects, _named, compose, monitoring, rendered  # noqa: F401
 
+from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
 from federation.grafana import formats
 from federation.grafana.render import DATASOURCES_FILE, PROVIDERS_FILE
 from federation.master.pipeline import grafana_part
@@ -115,19 +114,13 @@ def test_tree_sync_script_copies_every_file_under_its_prefix(
         separators=separators,
     ).encode()
 
-    class Controller(BaseHTTPRequestHandler):
+    class Controller(LoopbackHandler):
         def do_GET(self) -> None:
             path = self.path.removeprefix("/v1/configs").lstrip("/")
             body = listing if not path else published.get(path)
-            self.send_response(200 if body is not None else 404)
-            self.end_headers()
-            self.wfile.write(body or b"")
+            self.reply(200 if body is not None else 404, body or b"")
 
-        def log_message(self, *args: Any) -> None:
-            del args
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Controller)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = LoopbackHTTPServer(Controller).start()
     objects = _chart_objects(yaml.safe_load(LOGS_VALUES.read_text()))
     script = tmp_path / "tree-sync.sh"
     script.write_text(_named(objects, "ConfigMap", "gpufed-tree-sync")["data"]["tree-sync.sh"])
@@ -140,15 +133,14 @@ def test_tree_sync_script_copies_every_file_under_its_prefix(
             check=False,
             env={
                 "PATH": os.environ["PATH"],
-                "GPUFED_URL": f"http://127.0.0.1:{server.server_address[1]}",
+                "GPUFED_URL": server.url,
                 "CONFIG_DIR": str(tmp_path / "config"),
                 "RETRIES": "1",
                 "PREFIX": prefix,
             },
         )
     finally:
-        server.shutdown()
-        server.server_close()
+        server.stop()
     assert done.returncode == 0, done.stderr
     copied = {
         p.relative_to(tmp_path / "config").as_posix(): p.read_bytes()

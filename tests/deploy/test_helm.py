@@ -7,11 +7,9 @@ and only lints. ``kubernetes-validate --strict`` refuses unknown fields, per min
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,6 +21,7 @@ from conftest import ROOT
 from deploy_tools import exporter_settings_from, schema_errors, serve_params
 
 from federation.dashboards import dashboard_files
+from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
 from federation.spec import load_gpufed_spec
 from thanos import formats
 
@@ -314,7 +313,7 @@ def test_prometheus_rule_passes_promtool(chart: helm.Chart, tmp_path: Path) -> N
     assert len(rule["spec"]["groups"]) >= 3
 
 
-class FakeController(http.server.BaseHTTPRequestHandler):
+class FakeController(LoopbackHandler):
     """Serves ``/v1/configs/<path>`` (the controller's route) from ``files``; records reload POSTs."""
 
     files: ClassVar[dict[str, bytes]] = {}
@@ -322,17 +321,11 @@ class FakeController(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         body = self.files.get(self.path.removeprefix("/v1/configs/"))
-        self.send_response(200 if body is not None else 404)
-        self.end_headers()
-        self.wfile.write(body or b"")
+        self.reply(200 if body is not None else 404, body or b"")
 
     def do_POST(self) -> None:
         self.reloads.append(self.path)
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        del args
+        self.reply(200)
 
 
 def test_config_sync_script_fetches_the_pods_child_and_reloads(chart: helm.Chart, tmp_path: Path) -> None:
@@ -340,10 +333,8 @@ def test_config_sync_script_fetches_the_pods_child_and_reloads(chart: helm.Chart
     objects = render(chart, values(CHART / "ci" / "default-values.yaml"))
     script = tmp_path / "config-sync.sh"
     script.write_text(find(objects, "ConfigMap", "-scripts")["data"]["config-sync.sh"])
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeController)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
+    server = LoopbackHTTPServer(FakeController).start()
+    url = server.url
     FakeController.files = {"children/cn-beijing-1-r1/prometheus.yml": b"global: {}\n"}
     FakeController.reloads = []
 
@@ -366,9 +357,7 @@ def test_config_sync_script_fetches_the_pods_child_and_reloads(chart: helm.Chart
         assert (tmp_path / "config" / "prometheus.yml").read_bytes() == b"global: {}\n"
         assert not list((tmp_path / "config").glob("*.tmp"))
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+        server.stop()
 
 
 def test_children_must_be_whole_shards(chart: helm.Chart) -> None:

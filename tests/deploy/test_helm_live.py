@@ -20,9 +20,10 @@ import helm_python as helm
 import httpx
 import pytest
 import yaml
-from conftest import free_port, require_tool, stop_process, wait_for
+from conftest import require_tool, stop_process, wait_for
 from test_helm import CHART, find, render, values
 
+from federation.demo.loopback import free_port
 from tests.controller.serve_process import ServeProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
-from fakes.dingtalk_api import FakeDingTalk
 from prometheus_client import CollectorRegistry
 
 from alertmanager.dingtalk.app import create_app
+from federation.testing.standins.dingtalk import FakeDingTalk
 
 from .payloads import SECRET, alert, relay_config, webhook
 

@@ -21,9 +21,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port, stop_process
+from conftest import stop_process
 from conftest import wait_for as shared_wait_for
-from fakes.dingtalk_api import FakeDingTalk
+
+from federation.demo.loopback import free_port
+from federation.testing.standins.dingtalk import FakeDingTalk
 
 from .payloads import alert, webhook
 

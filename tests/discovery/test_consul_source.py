@@ -8,12 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import wait_for
-from fakes.consul_agent import FakeConsulAgent
 from prometheus_client import CollectorRegistry
 
 from discovery.helpers import FakeClock, RecordingSink, make_spec
 from exporter.consul_registry import ConsulAgentRegistry
 from exporter.registration import service_definition
+from federation.testing.standins.consul.agent import FakeConsulAgent
 from sharder.engine.assigning import assign
 from sharder.live.reconcile import Reconciler
 from sharder.sources.base import Backoff

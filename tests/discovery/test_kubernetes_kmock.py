@@ -3,7 +3,7 @@
 kmock serves LIST and WATCH to the official client. What it lacks is scripted through
 its handlers here (a watch stream ending in a 410 ERROR event); resourceVersion
 bookkeeping, label selectors, bookmarks and watch timeouts are covered with
-sharder/testing/kube_standin.py instead (kmock lists with resourceVersion "..." and ignores
+federation/testing/standins/kube.py instead (kmock lists with resourceVersion "..." and ignores
 selectors, so only objects of the followed Service are stored here).
 """
 

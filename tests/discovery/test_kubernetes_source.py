@@ -1,4 +1,4 @@
-"""The Kubernetes source with the official client against sharder/testing/kube_standin.py (a stand-in).
+"""The Kubernetes source with the official client against federation/testing/standins/kube.py (a stand-in).
 
 This fake serves what kmock does not: resourceVersion bookkeeping, label selectors,
 bookmarks, watch timeouts and 410 Gone (see its docstring).
@@ -15,10 +15,10 @@ from conftest import wait_for
 
 from discovery.helpers import FakeClock, RecordingSink, make_spec
 from discovery.k8s_objects import endpoint, endpoint_slice, node, pod
+from federation.testing.standins.kube import FakeKubeAPI
 from sharder.live.reconcile import Reconciler
 from sharder.sources.base import Backoff
 from sharder.sources.kubernetes import KubernetesConfig, KubernetesSource
-from sharder.testing.kube_standin import FakeKubeAPI
 
 
 @pytest.fixture

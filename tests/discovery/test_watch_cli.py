@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import typer
-from fakes.consul_agent import FakeConsulAgent, exporter_service
 from rich.console import Console
 from typer.testing import CliRunner
 
 from federation.commands import watch
+from federation.testing.standins.consul.agent import FakeConsulAgent, exporter_service
 from federation.watching import Watcher, render_view
 from sharder.model.loading import load_spec
 from sharder.sources.build import WatchOptions

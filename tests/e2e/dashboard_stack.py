@@ -13,25 +13,21 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
-from conftest import free_port, require_tool, stop_process, wait_for
-from fakes.dingtalk_api import FakeDingTalk
+from conftest import require_tool, stop_process, wait_for
 from prom_process import PrometheusProcess
 from prometheus_client import CollectorRegistry
 
 from alertmanager.dingtalk.app import create_app
 from alertmanager.dingtalk.config import parse_config
-from alertmanager.dingtalk.harness import RelayThread
 from exporter.backend import GpuBackend
 from exporter.catalogue import FAMILIES
 from exporter.collection import Collection, CollectionLoop
@@ -41,9 +37,12 @@ from exporter.models import GpuDevice, Reading, XidEvent
 from exporter.server import HttpServer, NodeRoutes
 from exporter.settings import ExporterSettings
 from exporter.simulated import SimulatedBackend
+from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer, free_port
 from federation.demo.router import ChildRouter
 from federation.master import meta_monitoring, pipeline
 from federation.master.render import MASTER_FILE
+from federation.testing.harnesses.alertmanager import RelayThread
+from federation.testing.standins.dingtalk import FakeDingTalk
 from sharder.kernel.promtool import Promtool
 
 REGIONS = ("region-0", "region-1")
@@ -190,25 +189,20 @@ class ChildrenSd:
     """Answers the controller's ``GET /v1/sd-children`` for a fixed assignment (no controller here)."""
 
     def __init__(self, body: bytes) -> None:
-        class Handler(BaseHTTPRequestHandler):
+        self.body = body  # replaced once the assignment is known
+        sd = self
+
+        class Handler(LoopbackHandler):
             def do_GET(self) -> None:
                 found = self.path == meta_monitoring.SD_CHILDREN_PATH
-                self.send_response(200 if found else 404)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(self.server.body if found else b"[]")  # type: ignore[attr-defined]
+                self.reply(200 if found else 404, sd.body if found else b"[]",
+                           content_type="application/json")
 
-            def log_message(self, *args: Any) -> None:
-                del args
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.body = body  # type: ignore[attr-defined]
-        self.port = int(self.server.server_address[1])
-        threading.Thread(target=self.server.serve_forever, daemon=True, name="children-sd").start()
+        self.server = LoopbackHTTPServer(Handler, name="children-sd").start()
+        self.port = self.server.port
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
 
 def alertmanager_config(relay_port: int) -> dict[str, Any]:
@@ -268,7 +262,7 @@ def running_stack(root: Path) -> Iterator[Stack]:
         # gpufed render's own pipeline and promtool check, master config included
         result = pipeline.render(loaded, targets, out=root / "out", checker=Promtool(promtool))
         assert result.master_checked
-        sd.server.body = json.dumps(  # type: ignore[attr-defined]
+        sd.body = json.dumps(
             meta_monitoring.children_groups(loaded, result.assignment)).encode()
         children = {
             entry["child"]: PrometheusProcess(prometheus, config=root / "out" / entry["config"],

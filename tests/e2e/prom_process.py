@@ -14,7 +14,9 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
-from conftest import free_port, stop_process, wait_for
+from conftest import stop_process, wait_for
+
+from federation.demo.loopback import free_port
 
 T = TypeVar("T")
 

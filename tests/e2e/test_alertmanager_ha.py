@@ -24,12 +24,10 @@ import pytest
 import yaml
 from conftest import require_tool
 from conftest import wait_for as shared_wait_for
-from fakes.dingtalk_api import FakeDingTalk
 
 from alertmanager import amtool, ha
 from alertmanager.dingtalk.app import create_app
 from alertmanager.dingtalk.config import RelayConfig, load_config
-from alertmanager.dingtalk.harness import AlertmanagerHA, RelayThread, free_port, gpu_alert, loopback_replicas
 from alertmanager.models import (
     AlertingSpec,
     ReceiverSpec,
@@ -40,6 +38,14 @@ from alertmanager.models import (
     Timing,
 )
 from alertmanager.render import ALERTMANAGER_FILE, HA_FILE, RELAY_FILE, render_alerting_bundle
+from federation.demo.loopback import listening_socket
+from federation.testing.harnesses.alertmanager import (
+    AlertmanagerHA,
+    RelayThread,
+    gpu_alert,
+    loopback_replicas,
+)
+from federation.testing.standins.dingtalk import FakeDingTalk
 
 pytestmark = pytest.mark.e2e
 
@@ -100,8 +106,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     binary = require_tool("prometheus-alertmanager")
     out = tmp_path_factory.mktemp("alerting")
     with FakeDingTalk() as api:
-        relay_port = free_port()
-        alerting = alerting_spec(api.base_url, relay_port=relay_port)
+        relay_socket = listening_socket()
+        alerting = alerting_spec(api.base_url, relay_port=relay_socket.getsockname()[1])
         bundle = render_alerting_bundle(alerting, cluster=CLUSTER, regions=list(ROBOTS))
         for path, content in bundle.items():
             (out / path).parent.mkdir(parents=True, exist_ok=True)
@@ -116,7 +122,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         # 130101 makes a robot back off (60 s by default); seconds here keep the retry test short.
         config = load_config(out / RELAY_FILE, env=env).model_copy(
             update={"throttle_backoff": 1.0, "throttle_backoff_max": 2.0})
-        with RelayThread(create_app(config), port=relay_port) as relay, AlertmanagerHA(
+        with RelayThread(create_app(config), sock=relay_socket) as relay, AlertmanagerHA(
                 alerting, config=bundle[ALERTMANAGER_FILE], binary=binary) as am:
             yield Stack(api=api, am=am, relay=relay, bundle=bundle, relay_config=config, env=env,
                         tokens=tokens)

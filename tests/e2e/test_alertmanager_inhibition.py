@@ -18,9 +18,10 @@ import httpx
 import pytest
 from conftest import require_tool, wait_for
 
-from alertmanager.dingtalk.harness import AlertmanagerHA, free_port, loopback_replicas
 from alertmanager.models import AlertingSpec
 from alertmanager.render import ALERTMANAGER_FILE, render_alerting_bundle
+from federation.demo.loopback import free_port
+from federation.testing.harnesses.alertmanager import AlertmanagerHA, loopback_replicas
 
 pytestmark = pytest.mark.e2e
 

@@ -23,9 +23,9 @@ the list cannot hide a query that works.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -139,12 +139,15 @@ def poll(stack: Stack, all_checks: list[Check]) -> dict[tuple[str, str, str], in
     Rates need two samples at the master and alerts must travel master -> Alertmanager ->
     relay -> DingTalk first; the caller's assertions name whatever is still empty.
     """
-    deadline = time.monotonic() + CONVERGE_S
-    while True:
-        counts = run_all(stack, all_checks)
-        if not missing(counts) or time.monotonic() > deadline:
-            return counts
-        time.sleep(1.0)
+    counts: dict[tuple[str, str, str], int] = {}
+
+    def converged() -> bool:
+        counts.update(run_all(stack, all_checks))
+        return not missing(counts)
+
+    with contextlib.suppress(AssertionError):  # the caller's assertions name what is still empty
+        wait_for(converged, timeout=CONVERGE_S, interval=1.0, what="every panel's series")
+    return counts
 
 
 def assert_expectations(all_checks: list[Check], counts: dict[tuple[str, str, str], int]) -> None:

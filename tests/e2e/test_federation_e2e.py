@@ -30,13 +30,13 @@ from conftest import require_tool, wait_for
 from prom_process import PrometheusProcess
 from webhook_capture import WebhookCapture
 
-from alertmanager.dingtalk.harness import AlertmanagerHA, loopback_replicas
 from alertmanager.models import ReplicaSpec
 from alertmanager.render import ALERTMANAGER_FILE
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.settings import ExporterSettings
 from federation.master import pipeline
 from federation.master.render import FLAGS_FILE, MASTER_FILE, load_rule_pack
+from federation.testing.harnesses.alertmanager import AlertmanagerHA, loopback_replicas
 from sharder.engine.assignment import Assignment
 from sharder.kernel.promtool import Promtool
 from sharder.model.inventory import Target

@@ -39,19 +39,18 @@ claim of the issue on it.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from conftest import free_port, require_tool, wait_for
+from conftest import require_tool, wait_for
 
 from federation.demo import components, plan, rebalance
+from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer, free_port
 from federation.demo.plan import Layout
 from federation.demo.sink import Message
 from federation.demo.stack import DemoOptions, DemoStack
@@ -99,27 +98,16 @@ class NodeExporterStandIn:
     """The extra node's node-exporter: a /metrics the node job scrapes; ``close`` is the node dying."""
 
     def __init__(self) -> None:
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(LoopbackHandler):
             def do_GET(self) -> None:
-                body = b"node_boot_time_seconds 1.7e9\n"
-                self.send_response(200 if self.path == "/metrics" else 404)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.reply(200 if self.path == "/metrics" else 404, b"node_boot_time_seconds 1.7e9\n",
+                           content_type="text/plain; version=0.0.4")
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = int(self.server.server_address[1])
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True, name="node-exporter")
-        self.thread.start()
+        self.server = LoopbackHTTPServer(Handler, name="node-exporter").start()
+        self.port = self.server.port
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
 
 def start_extra_node(stack: DemoStack, node_exporter: NodeExporterStandIn) -> str:

@@ -45,9 +45,10 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from conftest import free_port, require_tool, wait_for
+from conftest import require_tool, wait_for
 
 from federation.demo import plan, rebalance
+from federation.demo.loopback import free_port
 from federation.demo.plan import Layout
 from federation.demo.sink import Message, as_group_sees_it
 from federation.demo.stack import DemoOptions, DemoStack
@@ -68,20 +69,14 @@ SINCE = re.compile(r"since (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) CST")
 # The XID node's exporter: a process of its own, so SIGSTOP freezes it like the fleet.
 XID_EXPORTER = r"""
 import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
 node, port, code = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 labels = f'gpu="0",UUID="GPU-{node}-0",Hostname="{node}",modelName="NVIDIA H100 80GB HBM3"'
 body = f"DCGM_FI_DEV_XID_ERRORS{{{labels}}} {code}\nDCGM_FI_DEV_GPU_TEMP{{{labels}}} 51\n".encode()
-class Handler(BaseHTTPRequestHandler):
+class Handler(LoopbackHandler):
     def do_GET(self):
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *args):
-        pass
-ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+        self.reply(200, body, content_type="text/plain; version=0.0.4")
+LoopbackHTTPServer(Handler, port=port).httpd.serve_forever()
 """
 
 

@@ -11,9 +11,9 @@ Job, quotas in ``training``. Counters grow with time so rates are non-zero.
 
 from __future__ import annotations
 
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
 
 NS = "training"
 # pod -> (owner kind, owner name, node, phase, GPUs requested)
@@ -114,26 +114,17 @@ class SeriesServer:
     def __init__(self) -> None:
         started = time.monotonic()
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(LoopbackHandler):
             def do_GET(self) -> None:
-                body = exposition(time.monotonic() - started).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                body = exposition(time.monotonic() - started)
+                self.reply(200, body, content_type="text/plain; version=0.0.4")
 
-            def log_message(self, format: str, *args: object) -> None:
-                """Quiet."""
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.server = LoopbackHTTPServer(Handler, name="training-series")
+        self.port = self.server.port
 
     def __enter__(self) -> SeriesServer:
-        self.thread.start()
+        self.server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()

@@ -9,46 +9,40 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
 
 
 class WebhookCapture:
     def __init__(self) -> None:
         self.notifications: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._server = LoopbackHTTPServer(self._handler(), name="webhook-capture")
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/hook"
+        return f"{self._server.url}/hook"
 
     def received(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self.notifications)
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[LoopbackHandler]:
         capture = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(LoopbackHandler):
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = self.body()
                 with capture._lock:
                     capture.notifications.append(json.loads(body))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                del format, args  # keep test output quiet
+                self.reply(200)
 
         return Handler
 
     def __enter__(self) -> WebhookCapture:
-        self._thread.start()
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._server.stop()

@@ -8,7 +8,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-from fakes.consul_agent import FakeConsulAgent
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
@@ -21,6 +20,7 @@ from exporter.fleet import FleetApp, fleet_nodes
 from exporter.models import Reading
 from exporter.settings import ExporterSettings
 from exporter.simulated import SimulatedBackend
+from federation.testing.standins.consul.agent import FakeConsulAgent
 
 
 def get(url: str) -> tuple[int, bytes]:

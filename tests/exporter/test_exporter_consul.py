@@ -9,15 +9,15 @@ import urllib.request
 from functools import partial
 
 import pytest
-from conftest import free_port
 from conftest import wait_for as shared_wait_for
-from fakes.consul_agent import FakeConsulAgent
 
 from exporter.app import ExporterApp
 from exporter.consul_registry import ConsulAgentRegistry, split_address
 from exporter.errors import RegistryError
 from exporter.registration import Registrar, clean_meta, service_definition, service_id
 from exporter.settings import ExporterSettings
+from federation.demo.loopback import free_port
+from federation.testing.standins.consul.agent import FakeConsulAgent
 
 wait_for = partial(shared_wait_for, timeout=5.0, interval=0.01)
 

@@ -10,12 +10,13 @@ the `--families` value that emits it, which this test then proves.
 
 from __future__ import annotations
 
+import contextlib
 import re
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import wait_for
 from fake_nvml import FakeGpu, FakeNvml
 
 from exporter.app import ExporterApp
@@ -55,9 +56,9 @@ def metrics(families: list[str] | None = None) -> str:
     app = ExporterApp(settings, backend=backend)
     app.start()
     try:
-        deadline = time.monotonic() + 10  # two collections: the NVLink rate needs a previous sample
-        while app.collection.stats.collections < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        # two collections: the NVLink rate needs a previous sample
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: app.collection.stats.collections >= 2, timeout=10, interval=0.02)
         with urllib.request.urlopen(f"http://127.0.0.1:{app.http.port}/metrics", timeout=10) as response:
             return str(response.read().decode())
     finally:

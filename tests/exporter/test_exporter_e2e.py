@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import free_port, require_tool, stop_process
+from conftest import require_tool, stop_process, wait_for
 
 from exporter.app import ExporterApp
 from exporter.settings import ExporterSettings
+from federation.demo.loopback import free_port
 
 
 def _api(port: int, path: str, **params: str) -> dict:
@@ -44,16 +46,21 @@ def test_prometheus_scrapes_simulated_exporter(tmp_path: Path) -> None:
         stdout=log, stderr=subprocess.STDOUT,
     )
     try:
-        deadline, up, series = time.monotonic() + 30, False, []
-        while time.monotonic() < deadline and not (up and len(series) == 8):
-            time.sleep(0.3)
+        seen: dict[str, Any] = {"up": False, "series": []}
+
+        def scraped() -> bool:
             try:
                 targets = _api(prom_port, "/api/v1/targets")["data"]["activeTargets"]
-                up = any(t["health"] == "up" for t in targets)
+                seen["up"] = any(t["health"] == "up" for t in targets)
                 query = 'DCGM_FI_DEV_GPU_TEMP{Hostname="e2e-node"}'
-                series = _api(prom_port, "/api/v1/query", query=query)["data"]["result"]
+                seen["series"] = _api(prom_port, "/api/v1/query", query=query)["data"]["result"]
             except OSError:
-                continue
+                return False
+            return bool(seen["up"] and len(seen["series"]) == 8)
+
+        with contextlib.suppress(AssertionError):  # the asserts below say what is missing
+            wait_for(scraped, timeout=30, interval=0.3, what="8 GPU series")
+        up, series = seen["up"], seen["series"]
         assert up, "target never came up"
         assert sorted(s["metric"]["gpu"] for s in series) == [str(i) for i in range(8)]
         fb = _api(prom_port, "/api/v1/query", query="sum by (Hostname) (DCGM_FI_DEV_FB_FREE)")

@@ -26,6 +26,7 @@ from exporter.exposition import LabelPolicy, SnapshotCollector
 from exporter.server import Body, HttpServer, NodeRoutes
 from exporter.settings import ExporterSettings, parse_listen
 from exporter.simulated import SimulatedBackend
+from federation.demo.loopback import listening_socket
 
 BIG = b"x" * 50_000
 
@@ -34,11 +35,8 @@ BIG = b"x" * 50_000
 
 @pytest.fixture
 def busy_port():
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(1)
-    yield sock.getsockname()[1]
-    sock.close()
+    with listening_socket() as sock:
+        yield sock.getsockname()[1]
 
 
 def run_main(argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> str:

@@ -1,6 +1,6 @@
 """Pod attribution as kubelet and NVIDIA's DRA driver really speak it.
 
-A stand-in kubelet (tests/fakes/kubelet.py) serves `List`, `Get` and
+A stand-in kubelet (exporter/testing/kubelet.py) serves `List`, `Get` and
 `GetAllocatableResources` from kubelet's own `api.proto` (vendored unchanged). The node's
 answer is shaped like NVIDIA's drivers make it: device-plugin ids are GPU UUIDs (`::N`
 under time-slicing) or MIG UUIDs; DRA claim resources carry driver `gpu.nvidia.com`, the
@@ -10,7 +10,7 @@ node's pool and the DRA driver's canonical device names (`gpu-<minor>`,
 (k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/cdi.go, GetClaimDeviceName). The node's
 ResourceSlices (resource.k8s.io/v1, attributes `type`, `uuid`, `parentUUID`, `profile` as
 the driver's deviceinfo.go and mig.go publish them) come from the in-process Kubernetes
-API (sharder/testing/kube_standin.py) through the `kubernetes` client.
+API (federation/testing/standins/kube.py) through the `kubernetes` client.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_for as shared_wait_for
 
 grpc = pytest.importorskip("grpc")  # the `podresources` extra
 
@@ -38,7 +39,7 @@ from exporter.nvml_backend import NvmlBackend  # noqa: E402
 from exporter.podresources_messages import PROTO, RPCS, SERVICE, file_descriptor, message  # noqa: E402
 from exporter.settings import ExporterSettings  # noqa: E402
 from exporter.testing.kubelet import FakeKubelet  # noqa: E402
-from sharder.testing.kube_standin import FakeKubeAPI  # noqa: E402
+from federation.testing.standins.kube import FakeKubeAPI  # noqa: E402
 
 NODE = "gpu-node-1"
 GPU = ["GPU-6f1a5c2e-8b3d-4e7f-9a10-2c4b6d8e0f12", "GPU-0b7e9d41-3c2a-4f58-8e61-7d9c0a1b2e34",
@@ -134,10 +135,7 @@ POD_KEYS = {key for labels in BASE.values() for key in labels}
 
 
 def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
+    shared_wait_for(check, timeout=timeout, interval=0.02, what="the condition")
 
 
 @pytest.fixture

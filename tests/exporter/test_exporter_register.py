@@ -1,5 +1,5 @@
 """Registration with the gpufed controller's built-in registry (`--register-url`), against
-the in-process fake of its HTTP contract (`tests/fakes/controller_registry.py`)."""
+the controller itself: its app served on loopback (`tests/exporter/registry_server.py`)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port, stop_process
+from conftest import stop_process
 from conftest import wait_for as shared_wait_for
-from fakes.controller_registry import FakeControllerRegistry
 
 from exporter import logs
 from exporter.app import ExporterApp
@@ -27,34 +28,20 @@ from exporter.fleet import FleetApp, fleet_nodes
 from exporter.registration import Registrar
 from exporter.settings import ExporterSettings
 from exporter.target_entry import target_entry
+from federation.demo.loopback import free_port
+from tests.exporter.registry_server import READ_TOKEN, TOKEN, RegistryServer
 
 wait_for = partial(shared_wait_for, timeout=5.0, interval=0.01)
-TOKEN = "write-token"
-
-
-class Clock:
-    """The fake controller's clock: leases age only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def controller(tmp_path: Path) -> Iterator[RegistryServer]:
+    with RegistryServer(tmp_path) as server:
+        yield server
 
 
 @pytest.fixture
-def controller(clock: Clock) -> Iterator[FakeControllerRegistry]:
-    with FakeControllerRegistry(token=TOKEN, clock=clock) as fake:
-        yield fake
-
-
-@pytest.fixture
-def client(controller: FakeControllerRegistry) -> Iterator[httpx.Client]:
+def client(controller: RegistryServer) -> Iterator[httpx.Client]:
     with controller_client(controller.url, timeout=2) as http:
         yield http
 
@@ -89,46 +76,51 @@ def test_entry_identity_body_and_path() -> None:
                             "port": 9400, "region": "eu-1"}
 
 
-def test_adapter_put_list_delete(controller: FakeControllerRegistry, client: httpx.Client) -> None:
+def test_adapter_put_list_delete(controller: RegistryServer, client: httpx.Client) -> None:
     registry = ControllerRegistry(client, token=TOKEN)
     v6 = _entry(address="fd00::1")
     registry.register(v6)
     registry.register(v6)  # a refresh: 200 instead of 201, same entry
     registry.register(_entry(identity="node-a:gpu", metrics_path="/nodes/node-a/metrics"))
     assert registry.service_ids() == {"[fd00::1]:9400", "node-a:gpu"}
+    # as the registry keeps it: defaults (gpus 0) left out, the weight it derives added
     assert controller.targets["[fd00::1]:9400"] == {"address": "fd00::1", "port": 9400, "job": "gpu",
-                                                    "node": "node-a", "region": "eu-1", "gpus": 0}
+                                                    "node": "node-a", "region": "eu-1", "weight": 1}
     registry.deregister("[fd00::1]:9400")
     registry.deregister("[fd00::1]:9400")  # 404: already gone, not an error
     assert set(controller.targets) == {"node-a:gpu"}
     assert [m for m, _ in controller.requests].count("PUT") == 3
 
 
-def test_adapter_maps_refusals_and_outages(controller: FakeControllerRegistry, client: httpx.Client) -> None:
+def test_adapter_maps_refusals_and_outages(controller: RegistryServer, client: httpx.Client) -> None:
     with pytest.raises(RegistryRefused, match=r"answered 401 \(the token was refused; set --register-token"):
         ControllerRegistry(client, token="wrong").register(_entry())
     with pytest.raises(RegistryRefused, match=r"answered 401 \(no token was sent"):
         ControllerRegistry(client).register(_entry())
     with pytest.raises(RegistryRefused, match="answered 403"):
-        ControllerRegistry(client, token=controller.read_token).register(_entry())
-    assert ControllerRegistry(client, token=controller.read_token).service_ids() == set()
+        ControllerRegistry(client, token=READ_TOKEN).register(_entry())
+    assert ControllerRegistry(client, token=READ_TOKEN).service_ids() == set()
     with pytest.raises(RegistryRefused, match=r"answered 422 \(entry refused\).*metrics_path"):
         ControllerRegistry(client, token=TOKEN).register(_entry(metrics_path="metrics"))
-    controller.mode = "follower"
+    controller.follower = True
     with pytest.raises(RegistryError, match=r"answered 503 \(a follower; leader http://gpufed-0") as info:
         ControllerRegistry(client, token=TOKEN).register(_entry())
     assert not isinstance(info.value, RegistryRefused)
-    controller.mode = "drop"
-    with pytest.raises(RegistryError, match="RemoteProtocolError") as info:
-        ControllerRegistry(client, token=TOKEN).register(_entry())
+    hangs_up = httpx.Client(base_url=controller.url, transport=httpx.MockTransport(_hang_up))
+    with hangs_up, pytest.raises(RegistryError, match="RemoteProtocolError") as info:
+        ControllerRegistry(hangs_up, token=TOKEN).register(_entry())  # the connection closes unanswered
     assert not isinstance(info.value, RegistryRefused)
     with controller_client(f"http://127.0.0.1:{free_port()}", timeout=1) as dead, \
             pytest.raises(RegistryError, match="ConnectError"):
         ControllerRegistry(dead, token=TOKEN).register(_entry())
 
 
-def test_short_lease_is_one_warning(clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
-    with FakeControllerRegistry(token=TOKEN, ttl=20, clock=clock) as fake, \
+def _hang_up(request: httpx.Request) -> httpx.Response:
+    raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+
+
+def test_short_lease_is_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with RegistryServer(tmp_path, ttl_s=20) as fake, \
             controller_client(fake.url) as http:
         registry = ControllerRegistry(http, token=TOKEN, refresh_interval=30)
         with caplog.at_level(logging.WARNING, logger="exporter.controller_registry"):
@@ -183,7 +175,7 @@ def test_a_pass_stops_at_the_first_failure(workers: int, caplog: pytest.LogCaptu
 
 # -- one node: serve ---------------------------------------------------------------------
 
-def test_serve_registers_gpu_and_node_exporter_targets(controller: FakeControllerRegistry) -> None:
+def test_serve_registers_gpu_and_node_exporter_targets(controller: RegistryServer) -> None:
     app = ExporterApp(_settings(controller.url, node_exporter_port=9100))
     app.start()
     try:
@@ -191,9 +183,11 @@ def test_serve_registers_gpu_and_node_exporter_targets(controller: FakeControlle
         targets = wait_for(lambda: controller.targets if len(controller.targets) == 2 else None)
         assert targets == {
             gpu_id: {"address": "127.0.0.1", "port": app.http.port, "job": "gpu", "node": "node-a",
-                     "region": "eu-1", "rack": "r07", "team": "ml", "gpus": 2},
+                     "region": "eu-1", "rack": "r07", "team": "ml", "gpus": 2, "weight": 2,
+                     "identity": gpu_id},
             "127.0.0.1:9100": {"address": "127.0.0.1", "port": 9100, "job": "node", "node": "node-a",
-                               "region": "eu-1", "rack": "r07", "team": "ml", "gpus": 2},
+                               "region": "eu-1", "rack": "r07", "team": "ml", "gpus": 2, "weight": 1,
+                               "identity": "127.0.0.1:9100"},
         }
     finally:
         app.stop()
@@ -203,7 +197,7 @@ def test_serve_registers_gpu_and_node_exporter_targets(controller: FakeControlle
     assert controller.requests[-1] == ("POST", "/v1/registry/batch")  # the deregistration
 
 
-def test_serve_on_an_older_controller_puts_and_deletes_each(controller: FakeControllerRegistry) -> None:
+def test_serve_on_an_older_controller_puts_and_deletes_each(controller: RegistryServer) -> None:
     controller.batch = False
     app = ExporterApp(_settings(controller.url, node_exporter_port=9100))
     app.start()
@@ -216,27 +210,29 @@ def test_serve_on_an_older_controller_puts_and_deletes_each(controller: FakeCont
     assert [method for method, _ in controller.requests].count("POST") == 1  # asked once, then PUTs
 
 
-def test_refresh_keeps_the_entry_past_its_ttl(controller: FakeControllerRegistry, clock: Clock) -> None:
-    app = ExporterApp(_settings(controller.url, register_job="dcgm"))
-    app.start()
-    try:
-        (identity,) = wait_for(lambda: controller.targets or None)
-        for _ in range(3):  # 3 x 60 s of controller time: twice the 90 s lease
-            clock.now += 60
-            puts = len(controller.requests)
-            wait_for(lambda p=puts: len(controller.requests) > p + 1)  # a whole refresh after the jump
-            assert controller.targets[identity]["job"] == "dcgm"
-        assert app.registrar is not None
-        app.registrar.stop(deregister=False)  # refreshes stop: the lease runs out
-        clock.now += 89
-        assert identity in controller.targets
-        clock.now += 1
-        assert controller.targets == {}
-    finally:
-        app.stop()
+def test_refresh_keeps_the_entry_past_its_ttl(tmp_path: Path) -> None:
+    ttl = 1.0
+    with RegistryServer(tmp_path, ttl_s=ttl) as controller:
+        app = ExporterApp(_settings(controller.url, register_job="dcgm"))
+        app.start()
+        try:
+            (identity,) = wait_for(lambda: controller.targets or None)
+            deadline = time.monotonic() + 2.5 * ttl  # refreshes keep it for more than two leases
+            while time.monotonic() < deadline:
+                calls = len(controller.requests)
+                wait_for(lambda c=calls: len(controller.requests) > c + 1)  # a whole refresh
+                assert controller.targets[identity]["job"] == "dcgm"
+            assert app.registrar is not None
+            app.registrar.stop(deregister=False)  # refreshes stop: the lease runs out
+            assert identity in controller.targets
+            gone_after = controller.wait_expired(identity, timeout=ttl + 3)
+            assert gone_after > ttl / 2  # its lease ran out, the exporter did not delete it
+            assert [m for m, _ in controller.requests].count("DELETE") == 0
+        finally:
+            app.stop()
 
 
-def test_sigterm_deregisters(controller: FakeControllerRegistry) -> None:
+def test_sigterm_deregisters(controller: RegistryServer) -> None:
     port = free_port()
     # The token comes from GPUFED_TOKEN, the variable the gpufed CLI shares.
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFED_")} | {"GPUFED_TOKEN": TOKEN}
@@ -257,7 +253,7 @@ def test_sigterm_deregisters(controller: FakeControllerRegistry) -> None:
     assert ("DELETE", f"/v1/registry/targets/127.0.0.1%3A{port}") in controller.requests
 
 
-def test_controller_down_at_start_then_up() -> None:
+def test_controller_down_at_start_then_up(tmp_path: Path) -> None:
     port = free_port()
     with controller_client(f"http://127.0.0.1:{port}", timeout=1) as http:
         registrar = Registrar(ControllerRegistry(http, token=TOKEN), [_entry()], interval=0.05,
@@ -265,11 +261,12 @@ def test_controller_down_at_start_then_up() -> None:
         registrar.start()
         try:
             wait_for(lambda: registrar.failures >= 2)
-            with FakeControllerRegistry(port=port, token=TOKEN) as fake:
-                fake.mode = "follower"  # up, but not the leader yet: 503, keep backing off
+            fake = RegistryServer(tmp_path, port=port)
+            fake.follower = True  # up, but not the leader yet: 503, keep backing off
+            with fake:
                 failures = registrar.failures
                 wait_for(lambda: registrar.failures > failures and fake.requests)
-                fake.mode = "ok"
+                fake.follower = False
                 wait_for(lambda: "10.0.0.7:9400" in fake.targets)
                 registrar.stop(deregister=True)
                 assert fake.targets == {}
@@ -278,7 +275,7 @@ def test_controller_down_at_start_then_up() -> None:
 
 
 def test_bad_token_is_a_clear_error_line_and_serving_goes_on(
-    controller: FakeControllerRegistry, caplog: pytest.LogCaptureFixture
+    controller: RegistryServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = ExporterApp(_settings(controller.url, register_token="stale"))
     with caplog.at_level(logging.WARNING, logger="exporter.registration"):
@@ -302,7 +299,7 @@ def test_bad_token_is_a_clear_error_line_and_serving_goes_on(
 
 @pytest.mark.parametrize("batch", [True, False], ids=["batch-route", "older-controller"])
 def test_fleet_registers_every_node(
-    controller: FakeControllerRegistry, batch: bool, caplog: pytest.LogCaptureFixture
+    controller: RegistryServer, batch: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     controller.batch = batch
     settings = ExporterSettings(backend="simulated", gpus=4, listen="127.0.0.1:0",
@@ -318,7 +315,8 @@ def test_fleet_registers_every_node(
             entry = targets[f"{node.name}:gpu"]
             assert entry == {"address": "127.0.0.1", "port": app.http.port, "job": "gpu", "node": node.name,
                              "region": node.region, "rack": node.rack, "team": node.team, "gpus": 4,
-                             "metrics_path": f"/nodes/{node.name}/metrics", "identity": f"{node.name}:gpu"}
+                             "metrics_path": f"/nodes/{node.name}/metrics", "identity": f"{node.name}:gpu",
+                             "weight": 4}
         path = targets[f"{nodes[7].name}:gpu"]["metrics_path"]
         with urllib.request.urlopen(f"http://127.0.0.1:{app.http.port}{path}", timeout=5) as response:
             assert nodes[7].name in response.read().decode()
@@ -334,7 +332,7 @@ def test_fleet_registers_every_node(
         assert len([r for r in caplog.records if "no batch registry route" in r.getMessage()]) == 1
 
 
-def test_batch_refusal_names_the_entry(controller: FakeControllerRegistry, client: httpx.Client) -> None:
+def test_batch_refusal_names_the_entry(controller: RegistryServer, client: httpx.Client) -> None:
     registry = ControllerRegistry(client, token=TOKEN)
     good, bad = _entry(port=9400), _entry(port=9401, labels={"__bad": "x"})
     with pytest.raises(RegistryRefused, match="answered 422") as refused:

@@ -9,7 +9,6 @@ refused) instead.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -19,10 +18,9 @@ from federation.master.pipeline import logs_part
 from federation.spec import GpufedSpec, load_gpufed_spec
 from logs import formats, loki, promtail, rules
 from sharder.kernel.output import Bundle
+from tests.golden_tree import GOLDEN, check_golden_tree
 
 ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = ROOT / "tests" / "golden"
-REGEN = os.environ.get("GPUFED_REGEN_GOLDEN") == "1"
 CASES = {
     "logs-example": ROOT / "examples" / "federation.yaml",  # filesystem bucket, receive, alerting
     "logs-s3": GOLDEN / "logs-s3" / "spec.yaml",  # S3 with env and file secrets, SSE-KMS, a tenant
@@ -41,17 +39,7 @@ def bundle_for(name: str) -> Bundle:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_golden(name: str) -> None:
     bundle = bundle_for(name)
-    case = GOLDEN / name
-    if REGEN:
-        for rel, data in bundle.items():
-            (case / rel).parent.mkdir(parents=True, exist_ok=True)
-            (case / rel).write_bytes(data)
-    on_disk = {
-        p.relative_to(case).as_posix(): p.read_bytes()
-        for p in sorted(case.rglob("*"))
-        if p.is_file() and p.name != "spec.yaml"
-    }
-    assert on_disk == bundle, "rendered output differs; see the module docstring to regenerate"
+    check_golden_tree(GOLDEN / name, bundle)
     assert bundle_for(name) == bundle, "rendering is not deterministic"
 
 
@@ -200,7 +188,7 @@ def test_the_one_bundle_check_refuses_a_bad_logs_or_grafana_file(tmp_path: Path)
 
 
 def test_bench_prints_json() -> None:
-    from federation.testing import bench_logs
+    from federation.testing.benches import logs as bench_logs
 
     result = bench_logs.measure(targets=300, teams=3, repeat=1)
     # 7 shared dashboards, 4 provisioning/API/HA files, 4 pinned per team: the 3 synthetic

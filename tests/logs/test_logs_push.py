@@ -3,11 +3,11 @@
 Promtail cannot run here. The test computes what it would send for one GPU node of the
 example inventory, from the rendered ``logs/promtail.yml`` itself: the node's environment
 expanded as ``-config.expand-env`` does, the journal target's discovered labels relabelled
-by the rendered ``relabel_configs`` (``logs.testing.relabel``), the XID regex stage applied.
-It then pushes a kernel XID line as Promtail does (protobuf + snappy) and a container line as
-JSON to ``logs.testing.push.LokiPushStandIn``, which follows Loki's documented push API and
-refuses what Loki's distributor refuses. The labels that arrive must be the node's metric
-labels (cluster, node, region, rack, team).
+by the rendered ``relabel_configs`` (``federation.testing.standins.loki.relabel``), the XID
+regex stage applied. It then pushes a kernel XID line as Promtail does (protobuf + snappy)
+and a container line as JSON to ``federation.testing.standins.loki.push.LokiPushStandIn``,
+which follows Loki's documented push API and refuses what Loki's distributor refuses.
+The labels that arrive must be the node's metric labels (cluster, node, region, rack, team).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import pytest
 import yaml
 
 from federation.master.pipeline import load_inputs, logs_part
+from federation.testing.standins.loki import push, snappy
+from federation.testing.standins.loki.relabel import relabel
 from logs import promtail
 from logs.models import LogsSpec
-from logs.testing import push, snappy
-from logs.testing.relabel import relabel
 
 ROOT = Path(__file__).resolve().parents[2]
 XID_LINE = "NVRM: Xid (PCI:0000:3b:00): 79, pid=2291, GPU has fallen off the bus."

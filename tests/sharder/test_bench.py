@@ -10,8 +10,8 @@ import typer
 from typer.testing import CliRunner
 
 from federation.commands import bench
+from federation.testing.benches.sharding import run_sharding_bench, synth_targets
 from sharder.engine.hashing import hashmod
-from sharder.testing.bench_sharding import run_sharding_bench, synth_targets
 
 KEYS = {
     "targets",

@@ -10,8 +10,8 @@ import yaml
 from typer.testing import CliRunner
 
 from federation.commands import bench
+from federation.testing.benches.inventory import write_inventory
 from sharder.model.loading import parse_inventory
-from sharder.testing.bench_inventory import write_inventory
 
 KEYS = {
     "nodes",

@@ -274,7 +274,7 @@ def test_dumped_yaml_is_sorted_and_unwrapped() -> None:
 
 
 def test_render_bench_runs_small(promtool: str) -> None:
-    from sharder.testing.bench_render import run_render_bench
+    from federation.testing.benches.render import run_render_bench
 
     figures = run_render_bench(children=4, workers=2, promtool=promtool)
     assert figures["children"] == figures["checked"] == 4

@@ -9,7 +9,6 @@ rejected) instead. The master config goes through the real ``promtool``.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -18,12 +17,11 @@ import pytest
 from federation.master.render import MASTER_FILE, load_rule_pack, master_instances, render_master_bundle
 from federation.spec import GpufedSpec, load_gpufed_spec
 from sharder.kernel.output import Bundle
+from tests.golden_tree import GOLDEN, check_golden_tree
 from thanos import formats
 from thanos.render import HASHRINGS_FILE, OBJSTORE_FILE, SECRETS_FILE, render_thanos_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = ROOT / "tests" / "golden"
-REGEN = os.environ.get("GPUFED_REGEN_GOLDEN") == "1"
 CASES = {
     "thanos-example": ROOT / "examples" / "federation.yaml",  # receive, filesystem, per-region, split
     "thanos-s3-single": GOLDEN / "thanos-s3-single" / "spec.yaml",  # receive, S3, one tenant
@@ -45,23 +43,10 @@ def bundle_for(name: str) -> Bundle:
     return bundle
 
 
-def golden_files(case: Path) -> dict[str, bytes]:
-    return {
-        p.relative_to(case).as_posix(): p.read_bytes()
-        for p in sorted(case.rglob("*"))
-        if p.is_file() and p.name != "spec.yaml"
-    }
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_golden(name: str) -> None:
     bundle = bundle_for(name)
-    case = GOLDEN / name
-    if REGEN:
-        for rel, data in bundle.items():
-            (case / rel).parent.mkdir(parents=True, exist_ok=True)
-            (case / rel).write_bytes(data)
-    assert golden_files(case) == bundle, "rendered output differs; see the module docstring to regenerate"
+    check_golden_tree(GOLDEN / name, bundle)
     assert bundle_for(name) == bundle, "rendering is not deterministic"
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from federation.commands import bench
-from thanos.bench import synthetic_series
+from federation.testing.benches.thanos import synthetic_series
 from thanos.hashring import Endpoint, HashmodRing, HashringError, KetamaRing, series_hash
 
 

@@ -10,24 +10,21 @@ coming up), which keeps hand-overs towards it in flight until the test lets it s
 
 from __future__ import annotations
 
-import json
-import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 from conftest import wait_for
 
 from federation.controller.base.options import ControllerOptions
 from federation.controller.http.service import ServeSettings, Service, build_service
+from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer, listening_socket
 from federation.spec import GpufedSpec
+from federation.testing.harnesses.app_server import AppServer
 
 
 @dataclass
@@ -63,32 +60,17 @@ class FakeChildren:
 def fake_children(children: FakeChildren) -> Iterator[str]:
     """Serve ``children`` on loopback; yields the ``--child-url-template`` to use."""
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(LoopbackHandler):
         def do_GET(self) -> None:
             parts = self.path.split("?", 1)[0].strip("/").split("/")
             if len(parts) == 5 and parts[0] == "child" and parts[2:] == ["api", "v1", "targets"]:
                 status, body = children.answer(parts[1])
             else:
                 status, body = 404, {"status": "error", "error": "not found"}
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.reply(status, body, content_type="application/json")
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, name="fake-children", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/child/{{child}}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with LoopbackHTTPServer(Handler, name="fake-children") as server:
+        yield f"{server.url}/child/{{child}}"
 
 
 @dataclass
@@ -109,9 +91,7 @@ def live_controller(
     *, spec: GpufedSpec, inventory: Path, data_dir: Path, token: str, down: set[str] | None = None
 ) -> Iterator[LiveController]:
     """A started controller behind uvicorn on a free loopback port, ready (``/readyz`` 200)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock = listening_socket()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     children = FakeChildren(controller_url=url, jobs=tuple(j.name for j in spec.jobs), down=set(down or ()))
     with fake_children(children) as template:
@@ -132,10 +112,9 @@ def live_controller(
             )
         )
         service.start()
-        config = uvicorn.Config(service.app, log_level="warning", lifespan="off", ws="none", access_log=False)
-        server = uvicorn.Server(config)
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
-        thread.start()
+        server = AppServer(service.app, sock=sock, name="uvicorn", lifespan="off", ws="none",
+                           access_log=False)
+        server.start()
         try:
             wait_for(
                 lambda: httpx.get(f"{url}/readyz", timeout=5).status_code == 200,
@@ -144,7 +123,5 @@ def live_controller(
             )
             yield LiveController(url=url, service=service, children=children, token=token)
         finally:
-            server.should_exit = True
-            thread.join(timeout=15)
+            server.stop()
             service.stop()
-            sock.close()

@@ -234,9 +234,14 @@ class Service:
 
 
 def build_service(
-    settings: ServeSettings, *, store: StateStore | None = None, load_reader: LoadReader | None = None
+    settings: ServeSettings,
+    *,
+    store: StateStore | None = None,
+    load_reader: LoadReader | None = None,
+    elector: LeaderElector | None = None,
 ) -> Service:
-    """Raises ``TokenError`` for missing/placeholder tokens (unless ``dev``) and store errors."""
+    """Raises ``TokenError`` for missing/placeholder tokens (unless ``dev``) and store errors.
+    ``store``, ``load_reader`` and ``elector`` replace what the settings would build."""
     tokens = load_tokens(settings.tokens_file, env=settings.env)
     if not tokens and not settings.dev:
         from federation.controller.http.auth import TokenError
@@ -247,7 +252,7 @@ def build_service(
     auth = Authenticator(tokens, dev=settings.dev)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(settings.data_dir, 0o700)
-    elector = build_elector(settings)
+    elector = elector or build_elector(settings)
     store = store or build_store(settings)
     options = settings.options  # every store commits a step's set changes with its state
     registry = CollectorRegistry()

@@ -1,0 +1,180 @@
+"""``gpufed bench sd --abuse N``: HTTP SD while N clients without a token loop on list reads.
+
+The controller serves ``targets`` registrations (all through the built-in registry, so its
+listing is as long as the fleet) on ``shards`` shards. The load generator (this process)
+runs the SD load of ``gpufed bench sd`` (pollers once a second, clients back to back) and,
+at the same time, N hostile clients that ignore ``Retry-After`` and loop without a token:
+
+* ``readyz``: the N clients loop on ``/readyz``, the floor (any request costs this much);
+* ``lists``: the N clients loop over every list read an attacker would pick: the biggest
+  page, the last row (``offset=<end>``), a query that matches nothing, the registry
+  listing (first and last page), the audit, the shards and the hand-overs.
+
+The two take turns, ``rounds`` times each, so a neighbour's burst lands on both. The figure
+is the SD p99 under ``lists`` over the SD p99 under ``readyz`` (the goal: at most 2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from federation.demo.loopback import listening_socket
+from federation.testing.benches.controller import _build, _get, _summary, _targets, answering, serve
+
+BATCH = 20_000
+
+
+def _serve(directory: str, targets: int, shards: int, ready: Any, read_rate: float | None) -> None:
+    from sharder.sources.lastknown import target_document
+
+    sock = listening_socket()
+    port = sock.getsockname()[1]
+    service = _build(Path(directory), targets=0, shards=shards, port=port, read_rate=read_rate)
+    controller = service.controller
+    documents = [{**target_document(t), "identity": t.identity} for t in _targets(targets)]
+    for start in range(0, len(documents), BATCH):
+        controller.registry.batch(documents[start : start + BATCH], [])
+    with controller._lock:
+        controller.reconciler.tick()
+    ready.put((port, len(controller.state.assignment.targets) if controller.state.assignment else 0))
+    serve(service.app, sock)
+
+
+def list_paths(targets: int) -> list[str]:
+    end = max(0, targets - 1)
+    return [
+        "/v1/targets?limit=1000",
+        f"/v1/targets?limit=1&offset={end}",
+        "/v1/targets?q=nomatch&limit=1000",
+        "/v1/registry/targets",
+        f"/v1/registry/targets?offset={end}&limit=1",
+        "/v1/audit?limit=1000",
+        "/v1/shards",
+        "/v1/handovers",
+    ]
+
+
+async def _phase(
+    port: int,
+    children: list[str],
+    *,
+    abusers: int,
+    abuse_paths: list[str],
+    pollers: int,
+    clients: int,
+    duration_s: float,
+) -> dict[str, Any]:
+    latencies: list[float] = []
+    codes: dict[str, int] = {}
+    errors = 0
+    end = time.perf_counter() + duration_s
+
+    async def loop(index: int, *, paths: list[str] | None, polling: bool) -> None:
+        nonlocal errors
+        rng = random.Random(index)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            while time.perf_counter() < end:
+                if paths is not None:
+                    path = paths[index % len(paths)] if len(paths) == 1 else rng.choice(paths)
+                else:
+                    child = children[index % len(children)] if polling else rng.choice(children)
+                    path = f"/v1/sd/{child}"
+                started = time.perf_counter()
+                try:
+                    status = await _get(reader, writer, path)
+                except (OSError, asyncio.IncompleteReadError, ValueError):
+                    errors += 1
+                    writer.close()
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                    continue
+                if paths is not None:
+                    codes[str(status)] = codes.get(str(status), 0) + 1
+                    continue
+                latencies.append(time.perf_counter() - started)
+                errors += status != 200
+                if polling:
+                    await asyncio.sleep(1.0)
+        finally:
+            writer.close()
+
+    await asyncio.gather(
+        *(loop(i, paths=None, polling=True) for i in range(pollers)),
+        *(loop(pollers + i, paths=None, polling=False) for i in range(clients)),
+        *(loop(10_000 + i, paths=abuse_paths, polling=False) for i in range(abusers)),
+    )
+    return {"latencies": latencies, "errors": errors, "abuse_codes": codes}
+
+
+def run_abuse_bench(
+    *,
+    targets: int,
+    shards: int,
+    abusers: int,
+    pollers: int = 100,
+    clients: int = 20,
+    duration_s: float = 10.0,
+    rounds: int = 4,
+    read_rate: float | None = None,
+) -> dict[str, Any]:
+    """``read_rate``: the controller's ``--read-rate`` (None: its default; 0: no budget, so
+    only the paging index stands between the abusers and HTTP SD)."""
+    ctx = multiprocessing.get_context("spawn")
+    children = [f"r1-{i}" for i in range(shards)]
+    modes = {"readyz": ["/readyz"], "lists": list_paths(targets)}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in modes}
+    with tempfile.TemporaryDirectory(prefix="gpufed-bench-abuse-") as tmp:
+        ready: Any = ctx.Queue()
+        server = ctx.Process(target=_serve, args=(tmp, targets, shards, ready, read_rate), daemon=True)
+        server.start()
+        try:
+            port, placed = ready.get(timeout=600)
+            answering(port, "/healthz")
+            for _ in range(rounds):
+                for name, paths in modes.items():
+                    runs[name].append(
+                        asyncio.run(
+                            _phase(
+                                port,
+                                children,
+                                abusers=abusers,
+                                abuse_paths=paths,
+                                pollers=pollers,
+                                clients=clients,
+                                duration_s=duration_s / rounds,
+                            )
+                        )
+                    )
+        finally:
+            server.kill()
+            server.join()
+    out: dict[str, Any] = {
+        "targets": targets,
+        "placed": placed,
+        "shards": shards,
+        "abusers": abusers,
+        "pollers": pollers,
+        "clients": clients,
+        "duration_s": duration_s,
+        "rounds": rounds,
+        "read_rate": read_rate,
+        "cpus": os.cpu_count(),
+        "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
+    for name in modes:
+        summary = _summary(runs[name], duration_s=duration_s)
+        codes: dict[str, int] = {}
+        for run in runs[name]:
+            for code, n in run["abuse_codes"].items():
+                codes[code] = codes.get(code, 0) + n
+        out[name] = {**summary, "abuse_responses": dict(sorted(codes.items()))}
+    floor = out["readyz"]["p99_ms"]
+    out["sd_p99_over_readyz"] = round(out["lists"]["p99_ms"] / floor, 3) if floor else None
+    return out

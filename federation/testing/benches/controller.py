@@ -1,0 +1,333 @@
+"""``gpufed bench sd`` and ``gpufed bench rebalance``: the controller under load, with anchors.
+
+**SD.** The controller serves 10,000 targets on 100 shards from its own process; the
+load generator (this process) runs 100 "children" polling their own ``/v1/sd/{child}``
+once a second plus 200 clients asking for random children back to back, all over
+keep-alive HTTP/1.1 on raw asyncio streams (a light client, so the server is what is
+measured). The anchor, in the same run, is the same uvicorn serving one constant bytes
+object of the mean answer size under the same load: the *floor* of any Python server
+here. The figure is p99 / floor p99.
+
+**Rebalance.** One shard added to a region of 10,000 targets: time to plan, to apply,
+and from the apply request to the first HTTP SD answer that lists the new shard's
+targets (served by a live uvicorn), against the optimum of targets/(S+1) moved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import random
+import socket
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from federation.demo.loopback import listening_socket
+from federation.demo.waiting import wait_until
+from federation.testing.harnesses.app_server import AppServer
+
+MAX_TARGETS = 200_000
+
+
+def _spec_file(directory: Path, *, shards: int, port: int) -> Path:
+    path = directory / "spec.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "cluster": "bench",
+                "regions": [{"name": "r1", "shards": shards}],
+                "jobs": [{"name": "gpu", "scrape_interval": "15s"}],
+                "children": {
+                    "target_discovery": "http_sd",
+                    "http_sd_url": f"http://127.0.0.1:{port}",
+                    "http_sd_refresh_interval": "5s",
+                },
+            }
+        )
+    )
+    return path
+
+
+def _targets(count: int) -> list[Any]:
+    from sharder.model.inventory import Target
+
+    rng = random.Random(0)
+    return [
+        Target(
+            address=f"10.{i // 62500}.{i // 250 % 250}.{i % 250 + 1}",
+            port=9400,
+            job="gpu",
+            node=f"gpu-{i:06d}",
+            region="r1",
+            gpus=rng.choice((4, 8)),
+            rack=f"rack-{i % 40:02d}",
+        )
+        for i in range(count)
+    ]
+
+
+def _build(directory: Path, *, targets: int, shards: int, port: int, read_rate: float | None = None) -> Any:
+    from federation.controller.base.options import ControllerOptions
+    from federation.controller.http.service import ServeSettings, build_service
+    from federation.spec import load_gpufed_spec
+
+    spec = load_gpufed_spec(_spec_file(directory, shards=shards, port=port))
+    service = build_service(
+        ServeSettings(
+            spec=spec,
+            data_dir=directory / "data",
+            check_configs=False,
+            dev=True,
+            env={},
+            options=ControllerOptions(
+                debounce_s=0.0,
+                grace_s=0.0,
+                read_rate=ControllerOptions.read_rate if read_rate is None else read_rate,
+            ),
+        )
+    )
+    service.controller.restore()
+    service.controller.reconciler.on_change("bench", _targets(targets))
+    with service.controller._lock:
+        service.controller.tick(idle=False)
+    return service
+
+
+def serve(app: Any, sock: socket.socket) -> None:
+    """uvicorn on a socket bound before the app was built (its port is in the app's spec)."""
+    import uvicorn
+
+    uvicorn.Server(uvicorn.Config(app, log_level="error", access_log=False)).run(sockets=[sock])
+
+
+def answering(port: int, path: str, *, timeout: float = 60.0) -> None:
+    """Until the server on ``port`` answers ``path`` (bound is not yet serving)."""
+    import httpx
+
+    wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5).status_code == 200,
+               timeout=timeout, what=f"127.0.0.1:{port}{path}", interval=0.1)
+
+
+def _serve_controller(directory: str, targets: int, shards: int, ready: Any) -> None:
+    sock = listening_socket()
+    port = sock.getsockname()[1]
+    service = _build(Path(directory), targets=targets, shards=shards, port=port)
+    sd = service.controller.publication.sd
+    sizes = [len(sd.answer(s) or b"") for s in service.controller.state.assignment.shards]
+    ready.put((port, int(statistics.mean(sizes))))
+    serve(service.app, sock)
+
+
+def _serve_floor(size: int, ready: Any) -> None:
+    from fastapi import FastAPI
+    from fastapi.responses import Response
+
+    sock = listening_socket()
+    body = b"[" + b" " * max(0, size - 2) + b"]"
+    app = FastAPI()
+
+    @app.get("/v1/sd/{child}")
+    async def constant(child: str) -> Response:
+        return Response(body, media_type="application/json")
+
+    ready.put((sock.getsockname()[1], size))
+    serve(app, sock)
+
+
+async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str) -> int:
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    await reader.readexactly(length)
+    return status
+
+
+async def _load(
+    port: int, children: list[str], *, pollers: int, clients: int, duration_s: float, poll_interval_s: float
+) -> dict[str, Any]:
+    latencies: list[float] = []
+    errors = 0
+    end = time.perf_counter() + duration_s
+
+    async def worker(index: int, polling: bool) -> None:
+        nonlocal errors
+        rng = random.Random(index)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            while time.perf_counter() < end:
+                child = children[index % len(children)] if polling else rng.choice(children)
+                started = time.perf_counter()
+                try:
+                    status = await _get(reader, writer, f"/v1/sd/{child}")
+                except (OSError, asyncio.IncompleteReadError, ValueError):
+                    errors += 1
+                    writer.close()
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                    continue
+                latencies.append(time.perf_counter() - started)
+                errors += status != 200
+                if polling:
+                    await asyncio.sleep(poll_interval_s)
+        finally:
+            writer.close()
+
+    await asyncio.gather(
+        *(worker(i, True) for i in range(pollers)), *(worker(pollers + i, False) for i in range(clients))
+    )
+    return {"latencies": latencies, "errors": errors}
+
+
+def _summary(runs: list[dict[str, Any]], *, duration_s: float) -> dict[str, Any]:
+    latencies = sorted(x for run in runs for x in run["latencies"])
+
+    def q(p: float) -> float:
+        return (
+            round(latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000, 2) if latencies else 0.0
+        )
+
+    return {
+        "requests": len(latencies),
+        "errors": sum(run["errors"] for run in runs),
+        "p50_ms": q(0.50),
+        "p99_ms": q(0.99),
+        "rps": round(len(latencies) / duration_s),
+    }
+
+
+def run_sd_bench(
+    *,
+    targets: int,
+    shards: int,
+    pollers: int = 100,
+    clients: int = 200,
+    duration_s: float = 10.0,
+    rounds: int = 4,
+) -> dict[str, Any]:
+    """Both servers run at once and take turns under the same load, ``rounds`` times each, so a
+    neighbour's burst on this machine lands on both rather than on whichever ran second."""
+    ctx = multiprocessing.get_context("spawn")
+    children = [f"r1-{i}" for i in range(shards)]
+    runs: dict[str, list[dict[str, Any]]] = {"controller": [], "floor": []}
+    with tempfile.TemporaryDirectory(prefix="gpufed-bench-sd-") as tmp:
+        ready: Any = ctx.Queue()
+        server = ctx.Process(target=_serve_controller, args=(tmp, targets, shards, ready), daemon=True)
+        server.start()
+        floor = None
+        try:
+            port, size = ready.get(timeout=300)
+            floor = ctx.Process(target=_serve_floor, args=(size, ready), daemon=True)
+            floor.start()
+            floor_port, _ = ready.get(timeout=60)
+            answering(port, f"/v1/sd/{children[0]}")
+            answering(floor_port, f"/v1/sd/{children[0]}")
+            for _ in range(rounds):
+                for name, target_port in (("controller", port), ("floor", floor_port)):
+                    runs[name].append(
+                        asyncio.run(
+                            _load(
+                                target_port,
+                                children,
+                                pollers=pollers,
+                                clients=clients,
+                                duration_s=duration_s / rounds,
+                                poll_interval_s=1.0,
+                            )
+                        )
+                    )
+        finally:
+            for process in (server, floor):
+                if process is not None:
+                    process.kill()
+                    process.join()
+    ours = _summary(runs["controller"], duration_s=duration_s)
+    base = _summary(runs["floor"], duration_s=duration_s)
+    return {
+        "targets": targets,
+        "shards": shards,
+        "pollers": pollers,
+        "clients": clients,
+        "duration_s": duration_s,
+        "rounds": rounds,
+        "answer_bytes_mean": size,
+        "p50_ms": ours["p50_ms"],
+        "p99_ms": ours["p99_ms"],
+        "requests": ours["requests"],
+        "errors": ours["errors"],
+        "rps": ours["rps"],
+        "floor_p50_ms": base["p50_ms"],
+        "floor_p99_ms": base["p99_ms"],
+        "floor_requests": base["requests"],
+        "floor_errors": base["errors"],
+        "floor_rps": base["rps"],
+        "p99_over_floor": round(ours["p99_ms"] / base["p99_ms"], 3) if base["p99_ms"] else None,
+        "p50_over_floor": round(ours["p50_ms"] / base["p50_ms"], 3) if base["p50_ms"] else None,
+        "cpus": os.cpu_count(),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+    }
+
+
+def run_rebalance_bench(*, targets: int, shards: int) -> dict[str, Any]:
+    import httpx
+
+    from federation.controller.base.changing import ChangeRequest
+
+    with tempfile.TemporaryDirectory(prefix="gpufed-bench-rebalance-") as tmp:
+        sock = listening_socket()
+        port = sock.getsockname()[1]
+        service = _build(Path(tmp), targets=targets, shards=shards, port=port)
+        controller = service.controller
+        server = AppServer(service.app, sock=sock, log_level="error").start()
+        try:
+            answering(port, "/v1/sd/r1-0")
+            new_child = f"r1-{shards}"
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+                started = time.perf_counter()
+                planned = controller.plan(ChangeRequest(add_shard=["r1"]))
+                plan_s = time.perf_counter() - started
+                applied_at = time.perf_counter()
+                done = threading.Event()
+                first_serve: list[float] = []
+
+                def poll() -> None:
+                    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as poller:
+                        while not done.is_set():
+                            response = poller.get(f"/v1/sd/{new_child}")
+                            if response.status_code == 200 and response.content != b"[]":
+                                first_serve.append(time.perf_counter() - applied_at)
+                                return
+
+                watcher = threading.Thread(target=poll)
+                watcher.start()
+                response = client.post("/v1/rebalance", json={"version": planned.version})
+                apply_s = time.perf_counter() - applied_at
+                watcher.join(timeout=30)
+                done.set()
+                body = response.json()
+        finally:
+            server.stop()
+            service.stop()
+    moved = body["counts"]["moved"]
+    optimal = targets / (shards + 1)
+    return {
+        "targets": targets,
+        "shards": shards,
+        "plan_s": round(plan_s, 4),
+        "apply_s": round(apply_s, 4),
+        "first_serve_s": round(first_serve[0], 4) if first_serve else None,
+        "end_to_end_s": round(plan_s + (first_serve[0] if first_serve else apply_s), 4),
+        "moved": moved,
+        "optimal_moved": round(optimal, 1),
+        "moved_over_optimal": round(moved / optimal, 3),
+        "planned_moved": planned.plan.counts.moved,
+    }

@@ -1,1 +1,0 @@
-"""In-process fakes of external services (Consul agent) for tests."""
