@@ -115,10 +115,6 @@ class ConsulStore(ConsulKV):
     def state_key(self) -> str:
         return f"{self.prefix}/state"
 
-    @property
-    def sets_key(self) -> str:
-        return f"{self.prefix}/sets"
-
     def _audit_key(self, audit_id: int) -> str:
         return f"{self.prefix}/audit/{audit_id:012d}"
 
@@ -136,6 +132,9 @@ class ConsulStore(ConsulKV):
                 digest = str(head.doc.get("digest"))
                 if self._loaded is not None and self._loaded[0] == digest:
                     return self._loaded[1]
+                if "state" not in document:  # a save cached its block names, not its state
+                    self._cache.pop(self.state_key, None)
+                    continue
                 try:
                     state = self._with_blocks(self._validated(document.get("state"), head), document)
                 except kvblob.BlobError as exc:
@@ -253,12 +252,12 @@ class ConsulStore(ConsulKV):
                 if fence is not None and isinstance(now_fence, int) and fence < now_fence:
                     raise FencedOut(f"write fenced out: token {fence} is older than {now_fence}")
                 raise StoreConflict(expected=expected_revision, found=now.int("revision") if now else -1)
-            self._cache[self.state_key] = (str(described["digest"]), json.loads(payload))
+            self._cache[self.state_key] = (str(described["digest"]), {"blocks": named})  # + _loaded
             self._blocks, self._blocks_of = blocks, stored.assignment
             self._block_cache = {str(d[1]): blocks[shard] for shard, d in named.items()}
             self._loaded = (str(described["digest"]), stored)
             self._watch.saw(revision, where=self.where)
-            self._collect("state-chunks", current=revision)
+            self._collect("state-chunks", current=revision, digest=str(described["digest"]))
             self._collect_blocks(named, current=revision)
             if audit is not None:
                 try:
