@@ -54,8 +54,8 @@ def test_a_delta_build_equals_a_full_build(seed: int) -> None:
                 "handovers": handovers}
         delta = sdcache.build(**args, previous=snapshot, changed=changed)  # type: ignore[arg-type]
         full = sdcache.build(**args)  # type: ignore[arg-type]
-        assert {s: (a.whole, a.by_job) for s, a in delta.shards.items()} == {
-            s: (a.whole, a.by_job) for s, a in full.shards.items()
+        assert {s: (a.answer_all(), a.by_job) for s, a in delta.shards.items()} == {
+            s: (a.answer_all(), a.by_job) for s, a in full.shards.items()
         }
         assert delta.child_shard == full.child_shard
         snapshot = delta
@@ -76,6 +76,10 @@ def test_the_whole_answer_is_every_job_answer_joined_as_one_dump_would_write_it(
                for job, ts in by_job.items()}  # fmt: skip
     joined = [g for job in sorted(by_job) for g in target_groups(by_job[job])]
     assert sdcache._joined(answers) == (sdcache._dump(joined) if joined else sdcache.EMPTY)
+    shard = sdcache._answers({t.identity: t for t in members}, jobs, None)
+    assert shard.answer_all() == sdcache._joined(answers)
+    several = sum(1 for ts in by_job.values() if ts) > 1
+    assert (shard.whole is None) == several  # several jobs: joined when asked, never kept twice
 
 
 def test_a_shard_answer_joined_from_groups_is_one_dump_of_its_groups_and_reuses_unchanged_ones() -> None:

@@ -48,17 +48,29 @@ def _joined(by_job: Mapping[str, bytes]) -> bytes:
     return b"[" + b",".join(inner) + b"]" if inner else EMPTY
 
 
+def _kept_whole(by_job: Mapping[str, bytes]) -> bytes | None:
+    """The whole answer when it is one job's bytes (kept: no copy); None when it joins
+    several (joined per request instead: children ask per job, and a copy of every
+    shard's answers is 130 MiB at a million targets)."""
+    answers = [answer for answer in by_job.values() if answer != EMPTY]
+    return answers[0] if len(answers) == 1 else (EMPTY if not answers else None)
+
+
 @dataclass(frozen=True)
 class ShardAnswers:
     members: dict[str, Target]
     """identity -> target of every member: equal dicts mean equal bytes (the identity
     check inside dict comparison makes an unchanged shard cheap to compare)."""
     by_job: dict[str, bytes]
-    whole: bytes
+    whole: bytes | None
+    """Every job's answer in one (``_joined``); None: joined when asked (:meth:`answer_all`)."""
     order: dict[str, tuple[list[str], array[int]]] = field(default_factory=dict)
     """job -> (its identities in order, where each one's group starts in ``by_job[job]``, and
     the offset of the closing bracket): the next build cuts an unchanged target's bytes from
     there (12 bytes a target, not a copy of its group)."""
+
+    def answer_all(self) -> bytes:
+        return self.whole if self.whole is not None else _joined(self.by_job)
 
     def group(self, job: str, identity: str) -> bytes | None:
         """``identity``'s encoded group in this job's answer, None when it has none."""
@@ -89,7 +101,7 @@ class SdSnapshot:
             return None
         answers = self.shards[shard]
         if job is None:
-            return answers.whole
+            return answers.answer_all()
         return answers.by_job.get(job)
 
     def targets_of(self, child: str) -> int:
@@ -176,7 +188,7 @@ def _answers(members: dict[str, Target], jobs: list[str], old: ShardAnswers | No
         starts.append(at)
         answers[job] = b"[" + b",".join(parts) + b"]"
         order[job] = (ids, starts)
-    return ShardAnswers(members=members, by_job=answers, whole=_joined(answers), order=order)
+    return ShardAnswers(members=members, by_job=answers, whole=_kept_whole(answers), order=order)
 
 
 def _members_after(

@@ -78,7 +78,7 @@ class Written:
     buckets: int
     targets: dict[str, str]
     """The committed assignment's ``targets`` dict itself (compared by identity, as SQLite does)."""
-    members: list[set[str]]
+    members: kube_parts.Members
 
 
 class KubeStore:
@@ -162,7 +162,11 @@ class KubeStore:
             buckets = kube_parts.bucket_count(targets, current=current if isinstance(current, int) else None)
             delta = self._delta(stored, head=head, changed=changed, buckets=buckets)
             if delta is None:
-                raw, members = kube_parts.split_state(stored.model_dump(mode="json"), buckets=buckets)
+                placed = stored.assignment
+                identities = None if placed is None else {**placed.weights, **placed.targets}.keys()
+                raw, members = kube_parts.split_state(
+                    stored.model_dump(mode="json"), buckets=buckets, identities=identities
+                )
             else:
                 raw, members = delta
             created: list[str] = []
@@ -206,7 +210,7 @@ class KubeStore:
 
     def _delta(
         self, stored: ControllerState, *, head: Head | None, changed: Changed | None, buckets: int
-    ) -> tuple[dict[str, bytes], list[set[str]]] | None:
+    ) -> tuple[dict[str, bytes], kube_parts.Members] | None:
         """The core and the buckets of ``changed``'s identities, when the rest is what this
         store last wrote (``changed``'s base is the assignment of the head it reads); else None."""
         written, self._written = self._written, None  # updated in place: valid again on commit
@@ -225,9 +229,9 @@ class KubeStore:
             bucket = kube_parts.bucket_of(identity, buckets)
             touched.add(bucket)
             if identity in new.targets or identity in new.weights:
-                written.members[bucket].add(identity)
+                kube_parts.add_member(written.members[bucket], identity)
             else:
-                written.members[bucket].discard(identity)
+                kube_parts.drop_member(written.members[bucket], identity)
         raw = {"core": self._cores.core(stored)}
         for bucket in sorted(touched):
             raw[f"targets-{bucket}"] = kube_parts.bucket_part(
@@ -365,8 +369,6 @@ class KubeStore:
 
     def close(self) -> None:
         self.maps.api.api_client.close()
-
-
 
 
 def _dns_label(text: str) -> str:
