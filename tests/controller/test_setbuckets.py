@@ -50,3 +50,19 @@ def test_a_payload_is_the_json_of_its_documents_byte_for_byte() -> None:
     )
     assert buckets.count == 1 and buckets.payload(0) == expected
     assert setbuckets.SetBuckets(count=1, sources=["file"]).payload(0) == b"{}"
+
+
+def test_the_mirror_packs_a_buckets_entries_and_a_change_repacks_only_its_buckets() -> None:
+    targets = fleet(5000)
+    buckets = setbuckets.SetBuckets.from_sets({"file": targets}, current=None)
+    packed = [group["file"] for group in buckets.groups]
+    assert sum(len(p.ids) for p in packed) == 5000 and all(p.ids == sorted(p.ids) for p in packed)
+    first = packed[0]
+    assert first.entries() == {t.identity: setbuckets._entry(t) for t in targets
+                               if setbuckets.bucket_of(t.identity, buckets.count) == 0}  # fmt: skip
+    moved = targets[1].model_copy(update={"node": "elsewhere"})
+    dirty = buckets.apply({"file": {moved.identity: moved, targets[2].identity: None}})
+    assert all(buckets.groups[i]["file"] is packed[i] for i in range(buckets.count) if i not in dirty)
+    rest = [moved, *targets[3:], targets[0]]
+    again = setbuckets.SetBuckets.from_sets({"file": rest}, current=buckets.count)
+    assert buckets.payloads() == again.payloads()

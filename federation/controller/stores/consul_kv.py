@@ -122,7 +122,7 @@ class ConsulKV:
     def _collect(self, area: str, *, current: int, digest: str | None = None) -> None:
         """Chunk sets older than the previous generation (``kvblob.collectable``); ``digest``:
         the set of generation ``current`` the commit named."""
-        named = {} if digest is None else {"": [current, digest, 0, 0]}
+        named: dict[str, kvblocks.Descriptor] = {} if digest is None else {"": [current, digest, 0, 0]}
         self._collect_blocks(named, current=current, area=area)
 
     def _collect_blocks(
