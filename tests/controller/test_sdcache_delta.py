@@ -105,3 +105,37 @@ def test_a_shard_answer_joined_from_groups_is_one_dump_of_its_groups_and_reuses_
     finally:
         sdcache._group = real  # type: ignore[assignment]
     assert encoded == []  # nothing changed since ``second``: every group cut from its bytes
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_spliced_answer_is_the_answer_built_afresh(seed: int) -> None:
+    """A few members added, dropped, relabelled or moved to another job: the answer spliced
+    from the old bytes equals the one encoded afresh, bytes and group offsets alike."""
+    rnd = random.Random(seed)
+    jobs = ["dcgm", "gpu", "node"]
+    pool = [t.model_copy(update={"job": rnd.choice(jobs)}) for t in fleet(200, region="r1", start=seed * 1000)]
+    members = {t.identity: t for t in pool[: rnd.randint(0, 150)]}
+    old = sdcache._answers(members, jobs, None)
+    for _ in range(6):
+        after = dict(members)
+        for _ in range(rnd.randint(1, 4)):
+            target = rnd.choice(pool)
+            kind = rnd.choice(["add", "drop", "relabel", "job"])
+            if kind == "drop":
+                after.pop(target.identity, None)
+            elif kind == "add":
+                after[target.identity] = target
+            elif kind == "relabel":
+                after[target.identity] = target.model_copy(update={"labels": {"k": str(rnd.random())}})
+            else:
+                after[target.identity] = target.model_copy(update={"job": rnd.choice(jobs)})
+        spliced = sdcache._spliced(after, jobs, old)
+        fresh = sdcache._answers(after, jobs, None)
+        if spliced is None:  # too much changed for a small shard: the full path answers
+            assert len(after) < 24  # at most 4 touched: 8 * 4 > len(after) + 8
+            spliced = sdcache._answers(after, jobs, old)
+        assert (spliced.by_job, spliced.answer_all()) == (fresh.by_job, fresh.answer_all())
+        assert {j: (ids, list(at)) for j, (ids, at) in spliced.order.items()} == {
+            j: (ids, list(at)) for j, (ids, at) in fresh.order.items()
+        }
+        members, old = after, spliced

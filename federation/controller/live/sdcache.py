@@ -125,8 +125,9 @@ def build(
     jobs = sorted(jobs)
     handing_over = tuple(handovers)
     members = None
+    touched: dict[str, set[str]] = {}
     if changed is not None and previous is not None and previous.assignment is changed[0]:
-        members = _members_after(previous, assignment, targets, handing_over, set(changed[1]))
+        members = _members_after(previous, assignment, targets, handing_over, set(changed[1]), touched)
     if members is None:
         members = {shard: {} for shard in assignment.shards}
         for identity, shard in assignment.targets.items():
@@ -143,7 +144,7 @@ def build(
         if old is not None and (old.members is key or old.members == key):
             shards[shard] = old
         else:
-            shards[shard] = _answers(key, jobs, old)
+            shards[shard] = _answers(key, jobs, old, touched.get(shard))
         child_shard[shard] = shard
         info = assignment.shards.get(shard)
         if info is not None:
@@ -161,9 +162,16 @@ def build(
     )
 
 
-def _answers(members: dict[str, Target], jobs: list[str], old: ShardAnswers | None) -> ShardAnswers:
+def _answers(
+    members: dict[str, Target], jobs: list[str], old: ShardAnswers | None, touched: set[str] | None = None
+) -> ShardAnswers:
     """A shard's answers: ``_dump(target_groups(...))`` per job, byte for byte, joined from
-    encoded groups; a member whose target is the one ``old`` served keeps its bytes."""
+    encoded groups; a member whose target is the one ``old`` served keeps its bytes.
+    ``touched``: every identity whose group may differ from ``old``'s (None: compared here)."""
+    if old is not None:
+        spliced = _spliced(members, jobs, old, touched)
+        if spliced is not None:
+            return spliced
     was = old.members if old is not None else {}
     by_job: dict[str, list[str]] = {job: [] for job in jobs}
     for identity, target in members.items():
@@ -191,15 +199,72 @@ def _answers(members: dict[str, Target], jobs: list[str], old: ShardAnswers | No
     return ShardAnswers(members=members, by_job=answers, whole=_kept_whole(answers), order=order)
 
 
+def _spliced(
+    members: dict[str, Target], jobs: list[str], old: ShardAnswers, touched: set[str] | None = None
+) -> ShardAnswers | None:
+    """:func:`_answers` when few members differ from ``old``'s: each job's bytes are
+    ``old``'s runs of unchanged groups (one slice a run) with the new or changed groups
+    put in their places, so a shard of 80,000 targets gaining one is a few slices, not
+    80,000. None when ``old`` cannot say where its groups are, or too much changed."""
+    if touched is None:
+        was = old.members
+        touched = {i for i, t in members.items() if was.get(i) is not t}
+        touched.update(was.keys() - members.keys())
+    if len(touched) * 8 > len(members) + 8:
+        return None
+    answers: dict[str, bytes] = {}
+    order: dict[str, tuple[list[str], array[int]]] = {}
+    for job in jobs:
+        before = old.by_job.get(job, EMPTY)
+        ids, starts = old.order.get(job, ([], array("I", [1])))
+        if before != EMPTY and job not in old.order:
+            return None
+        segments: list[tuple[list[str], bytes, int]] = []  # (ids, bytes, index of the first in ids or -1)
+        k = 0
+        for identity in sorted(touched):
+            now = members.get(identity)
+            keep = now is not None and now.job == job
+            at = bisect_left(ids, identity, k)
+            held = at < len(ids) and ids[at] == identity
+            if not keep and not held:
+                continue
+            if at > k:
+                segments.append((ids[k:at], before[starts[k] : starts[at] - 1], k))
+            k = at + 1 if held else at
+            if keep and now is not None:
+                segments.append(([identity], _group(now), -1))
+        if k < len(ids):
+            segments.append((ids[k:], before[starts[k] : starts[len(ids)] - 1], k))
+        if not segments:
+            answers[job] = EMPTY
+            continue
+        new_ids: list[str] = []
+        new_starts, at = array("I"), 1
+        for run, data, first in segments:
+            new_ids += run
+            if first < 0:
+                new_starts.append(at)
+            else:  # the run's offsets, moved to where the run now starts
+                shift = at - starts[first]
+                new_starts.extend([start + shift for start in starts[first : first + len(run)]])
+            at += len(data) + 1
+        new_starts.append(at)
+        answers[job] = b"[" + b",".join([data for _run, data, _first in segments]) + b"]"
+        order[job] = (new_ids, new_starts)
+    return ShardAnswers(members=members, by_job=answers, whole=_kept_whole(answers), order=order)
+
+
 def _members_after(
     previous: SdSnapshot,
     assignment: Assignment,
     targets: Mapping[str, Target],
     handovers: tuple[Handover, ...],
     changed: set[str],
+    touched: dict[str, set[str]],
 ) -> dict[str, dict[str, Target]] | None:
     """Members per shard from ``previous``'s, rebuilding only the shards ``changed`` touches;
-    None when the shard set changed (then everything is rebuilt)."""
+    None when the shard set changed (then everything is rebuilt). ``touched`` gets, per
+    rebuilt shard, every identity whose group may differ (what ``_spliced`` re-encodes)."""
     base = previous.assignment
     if base is None or not base.shards.keys() == assignment.shards.keys() == previous.shards.keys():
         return None
@@ -215,11 +280,14 @@ def _members_after(
         if shard not in affected:
             members[shard] = answers.members
             continue
-        leaving = was_out.get(shard, set())
-        bucket = {i: t for i, t in answers.members.items() if i not in changed and i not in leaving}
+        leaving, arriving = was_out.get(shard, set()), now_out.get(shard, set())
+        bucket = dict(answers.members)
+        for identity in (*changed, *leaving):
+            bucket.pop(identity, None)
         for identity in changed:
             if assignment.targets.get(identity) == shard and identity in targets:
                 bucket[identity] = targets[identity]
-        bucket.update((i, targets[i]) for i in sorted(now_out.get(shard, ())) if i in targets)
+        bucket.update((i, targets[i]) for i in sorted(arriving) if i in targets)
         members[shard] = bucket
+        touched[shard] = changed | leaving | arriving
     return members
