@@ -219,7 +219,8 @@ def _spliced(
         ids, starts = old.order.get(job, ([], array("I", [1])))
         if before != EMPTY and job not in old.order:
             return None
-        segments: list[tuple[list[str], bytes, int]] = []  # (ids, bytes, index of the first in ids or -1)
+        view = memoryview(before)
+        segments: list[tuple[list[str], bytes | memoryview, int]] = []  # (ids, bytes, first index or -1)
         k = 0
         for identity in sorted(touched):
             now = members.get(identity)
@@ -229,27 +230,32 @@ def _spliced(
             if not keep and not held:
                 continue
             if at > k:
-                segments.append((ids[k:at], before[starts[k] : starts[at] - 1], k))
+                segments.append((ids[k:at], view[starts[k] : starts[at] - 1], k))
             k = at + 1 if held else at
             if keep and now is not None:
                 segments.append(([identity], _group(now), -1))
         if k < len(ids):
-            segments.append((ids[k:], before[starts[k] : starts[len(ids)] - 1], k))
+            segments.append((ids[k:], view[starts[k] : starts[len(ids)] - 1], k))
         if not segments:
             answers[job] = EMPTY
             continue
         new_ids: list[str] = []
         new_starts, at = array("I"), 1
+        pieces: list[bytes | memoryview] = [b"["]
         for run, data, first in segments:
             new_ids += run
             if first < 0:
                 new_starts.append(at)
+            elif at == starts[first]:  # a run that did not move keeps its offsets
+                new_starts.extend(starts[first : first + len(run)])
             else:  # the run's offsets, moved to where the run now starts
                 shift = at - starts[first]
-                new_starts.extend([start + shift for start in starts[first : first + len(run)]])
+                new_starts.extend(array("I", [start + shift for start in starts[first : first + len(run)]]))
             at += len(data) + 1
+            pieces += (data, b",")
         new_starts.append(at)
-        answers[job] = b"[" + b",".join([data for _run, data, _first in segments]) + b"]"
+        pieces[-1] = b"]"
+        answers[job] = b"".join(pieces)
         order[job] = (new_ids, new_starts)
     return ShardAnswers(members=members, by_job=answers, whole=_kept_whole(answers), order=order)
 
