@@ -113,7 +113,7 @@ def test_a_spliced_answer_is_the_answer_built_afresh(seed: int) -> None:
     from the old bytes equals the one encoded afresh, bytes and group offsets alike."""
     rnd = random.Random(seed)
     jobs = ["dcgm", "gpu", "node"]
-    pool = [t.model_copy(update={"job": rnd.choice(jobs)}) for t in fleet(200, region="r1", start=seed * 1000)]
+    pool = [t.model_copy(update={"job": rnd.choice(jobs)}) for t in fleet(200, start=seed * 1000)]
     members = {t.identity: t for t in pool[: rnd.randint(0, 150)]}
     old = sdcache._answers(members, jobs, None)
     for _ in range(6):
@@ -139,3 +139,15 @@ def test_a_spliced_answer_is_the_answer_built_afresh(seed: int) -> None:
             j: (ids, list(at)) for j, (ids, at) in fresh.order.items()
         }
         members, old = after, spliced
+
+
+def test_whole_answers_of_several_jobs_are_joined_once_and_only_the_last_few_kept() -> None:
+    wholes = sdcache.RecentWholes(keep=2)
+    members = [[*fleet(3, start=10 * k), *fleet(2, job="node", start=10 * k)] for k in range(3)]
+    shards = [sdcache._answers({t.identity: t for t in ts}, ["gpu", "node"], None) for ts in members]
+    assert all(s.whole is None for s in shards)
+    first = wholes.joined(shards[0])
+    assert first == sdcache._joined(shards[0].by_job) and wholes.joined(shards[0]) is first
+    wholes.joined(shards[1])
+    wholes.joined(shards[2])  # the oldest goes
+    assert wholes.joined(shards[0]) is not first and len(wholes._held) == 2

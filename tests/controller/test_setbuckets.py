@@ -66,3 +66,14 @@ def test_the_mirror_packs_a_buckets_entries_and_a_change_repacks_only_its_bucket
     rest = [moved, *targets[3:], targets[0]]
     again = setbuckets.SetBuckets.from_sets({"file": rest}, current=buckets.count)
     assert buckets.payloads() == again.payloads()
+
+
+def test_a_rebuilt_mirror_is_the_stored_sets_with_the_changes_cut_afresh() -> None:
+    stored = {"file": fleet(30), "registry": fleet(3, start=500)}
+    newcomer, gone = fleet(1, start=900)[0], stored["file"][0]
+    changes = {"file": {gone.identity: None}, "consul": {newcomer.identity: newcomer}}
+    mirror = setbuckets.rebuilt(stored, changes, current=None)
+    expected = setbuckets.SetBuckets.from_sets(
+        {"file": stored["file"][1:], "registry": stored["registry"], "consul": [newcomer]}, current=None
+    )
+    assert mirror.count == expected.count and mirror.payloads() == expected.payloads()

@@ -13,8 +13,10 @@ targets that are new or changed.
 from __future__ import annotations
 
 import json
+import threading
 from array import array
 from bisect import bisect_left
+from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -50,10 +52,37 @@ def _joined(by_job: Mapping[str, bytes]) -> bytes:
 
 def _kept_whole(by_job: Mapping[str, bytes]) -> bytes | None:
     """The whole answer when it is one job's bytes (kept: no copy); None when it joins
-    several (joined per request instead: children ask per job, and a copy of every
-    shard's answers is 130 MiB at a million targets)."""
+    several (joined when asked, the last few kept: ``RecentWholes``; children ask per job,
+    and a copy of every shard's answers is 130 MiB at a million targets)."""
     answers = [answer for answer in by_job.values() if answer != EMPTY]
     return answers[0] if len(answers) == 1 else (EMPTY if not answers else None)
+
+
+class RecentWholes:
+    """The whole answers of the last few shards asked for one (``/v1/sd/<child>`` without a
+    job): a client polling one shard gets the same bytes without a join per request, and
+    the process never holds a second copy of every shard's answers."""
+
+    def __init__(self, keep: int = 4) -> None:
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._held: OrderedDict[int, tuple[ShardAnswers, bytes]] = OrderedDict()
+
+    def joined(self, answers: ShardAnswers) -> bytes:
+        with self._lock:
+            found = self._held.get(id(answers))
+            if found is not None and found[0] is answers:
+                self._held.move_to_end(id(answers))
+                return found[1]
+        whole = _joined(answers.by_job)
+        with self._lock:
+            self._held[id(answers)] = (answers, whole)
+            while len(self._held) > self.keep:
+                self._held.popitem(last=False)
+        return whole
+
+
+_WHOLES = RecentWholes()
 
 
 @dataclass(frozen=True)
@@ -70,7 +99,7 @@ class ShardAnswers:
     there (12 bytes a target, not a copy of its group)."""
 
     def answer_all(self) -> bytes:
-        return self.whole if self.whole is not None else _joined(self.by_job)
+        return self.whole if self.whole is not None else _WHOLES.joined(self)
 
     def group(self, job: str, identity: str) -> bytes | None:
         """``identity``'s encoded group in this job's answer, None when it has none."""

@@ -52,19 +52,9 @@ class ConsulSets:
             mirror = self._mirror
             stored = head.int("generation") if head is not None else 0
             if mirror is None or mirror.version != stored or not mirror.fits(changes):
-                sets = {name: {t.identity: t for t in targets} for name, targets in self.load_sets().items()}
-                for name, found in changes.items():
-                    entries = sets.setdefault(name, {})
-                    for identity, target in found.items():
-                        if target is None:
-                            entries.pop(identity, None)
-                        else:
-                            entries[identity] = target
                 current = head.doc.get("buckets") if head is not None else None
-                mirror = setbuckets.SetBuckets.from_sets(
-                    {name: list(found.values()) for name, found in sets.items()},
-                    current=len(current) if isinstance(current, list) else None,
-                )
+                counted = len(current) if isinstance(current, list) else None
+                mirror = setbuckets.rebuilt(self.load_sets(), changes, current=counted)
                 self._write_sets(head, mirror, dirty=None, fence=fence)
                 return
             self._write_sets(head, mirror, dirty=mirror.apply(changes), fence=fence)

@@ -66,19 +66,9 @@ class KubeSets:
     def _mirror_of(self, head: Head | None, changes: setbuckets.Changes) -> setbuckets.SetBuckets:
         """The stored sets with ``changes`` applied, cut afresh (a first delta, or a store that
         another writer changed meanwhile)."""
-        sets = {name: {t.identity: t for t in targets} for name, targets in self._read_sets().items()}
-        for name, found in changes.items():
-            entries = sets.setdefault(name, {})
-            for identity, target in found.items():
-                if target is None:
-                    entries.pop(identity, None)
-                else:
-                    entries[identity] = target
         current = head.doc.get("buckets") if head is not None else None
-        return setbuckets.SetBuckets.from_sets(
-            {name: list(found.values()) for name, found in sets.items()},
-            current=current if isinstance(current, int) else None,
-        )
+        counted = current if isinstance(current, int) else None
+        return setbuckets.rebuilt(self._read_sets(), changes, current=counted)
 
     def _write_sets(
         self, head: Head | None, mirror: setbuckets.SetBuckets, *, dirty: set[int] | None, fence: int | None

@@ -154,3 +154,18 @@ class SetBuckets:
 
     def payloads(self) -> dict[int, bytes]:
         return {index: self.payload(index) for index in range(self.count)}
+
+
+def rebuilt(stored: Mapping[str, Sequence[Target]], changes: Changes, *, current: int | None) -> SetBuckets:
+    """The ``stored`` sets with ``changes`` applied, cut afresh: what a shared store writes
+    when its mirror does not match the stored sets (a first change, another writer's
+    sets, a count that no longer fits)."""
+    sets = {name: {t.identity: t for t in targets} for name, targets in stored.items()}
+    for name, found in changes.items():
+        entries = sets.setdefault(name, {})
+        for identity, target in found.items():
+            if target is None:
+                entries.pop(identity, None)
+            else:
+                entries[identity] = target
+    return SetBuckets.from_sets({name: list(found.values()) for name, found in sets.items()}, current=current)
