@@ -20,7 +20,7 @@ from typing import Any
 
 from federation.controller.stores import kvblob, kvblocks, setbuckets
 from federation.controller.stores.consul_kv import ConsulKV, Head
-from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
+from federation.controller.stores.store import StoreConflict, StoreError, check_fence
 from sharder.inventory import Target
 from sharder.lastknown import parse_entries
 
@@ -66,9 +66,7 @@ class ConsulSets:
         if fence is not None:
             state = self.kv._head(self.state_key)
             for found in (head, state):
-                recorded = found.doc.get("fence") if found is not None else None
-                if isinstance(recorded, int) and fence < recorded:
-                    raise FencedOut(f"write fenced out: token {fence} is older than {recorded}")
+                check_fence(fence, found.doc.get("fence") if found is not None else None)
         return head
 
     def _write_sets(

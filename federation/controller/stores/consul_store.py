@@ -67,11 +67,12 @@ from federation.controller.stores.consul_sets import ConsulSets
 from federation.controller.stores.store import (
     Changed,
     Commit,
-    FencedOut,
     StoreConflict,
     StoreError,
     apply_in_order,
     audit_document,
+    check_fence,
+    check_head,
     newest_audit,
     without_placements,
 )
@@ -222,12 +223,7 @@ class ConsulStore(ConsulKV):
             head = self._head(self.state_key)
             found = head.int("revision") if head is not None else None
             recorded = head.doc.get("fence") if head is not None else None
-            if fence is not None and isinstance(recorded, int) and fence < recorded:
-                raise FencedOut(
-                    f"write fenced out: token {fence} is older than {recorded} (a newer leader wrote)"
-                )
-            if found != expected_revision:
-                raise StoreConflict(expected=expected_revision, found=-1 if found is None else found)
+            check_head(fence, recorded, expected=expected_revision, found=found)
             self._flush_audit(head)
             revision = (found or 0) + 1
             stored = state.model_copy(update={"revision": revision})
@@ -248,9 +244,7 @@ class ConsulStore(ConsulKV):
             cas = head.modify_index if head is not None else 0
             if not self._put(self.state_key, json.dumps(doc, sort_keys=True), cas=cas):
                 now = self._head(self.state_key)
-                now_fence = now.doc.get("fence") if now is not None else None
-                if fence is not None and isinstance(now_fence, int) and fence < now_fence:
-                    raise FencedOut(f"write fenced out: token {fence} is older than {now_fence}")
+                check_fence(fence, now.doc.get("fence") if now is not None else None)
                 raise StoreConflict(expected=expected_revision, found=now.int("revision") if now else -1)
             self._cache[self.state_key] = (str(described["digest"]), {"blocks": named})  # + _loaded
             self._blocks, self._blocks_of = blocks, stored.assignment

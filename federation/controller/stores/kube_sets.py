@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from federation.controller.stores import kube_parts, setbuckets
 from federation.controller.stores.kube_objects import FORMAT, ConfigMaps, Head
-from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
+from federation.controller.stores.store import StoreConflict, StoreError, check_fence
 from sharder.inventory import Target
 from sharder.lastknown import parse_entries
 
@@ -130,7 +130,3 @@ class KubeSets:
             self._sets = (version, out)
         return {name: list(targets) for name, targets in out.items()}
 
-
-def check_fence(fence: int | None, recorded: object) -> None:
-    if fence is not None and isinstance(recorded, int) and fence < recorded:
-        raise FencedOut(f"write fenced out: token {fence} is older than {recorded} (a newer leader wrote)")

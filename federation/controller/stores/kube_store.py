@@ -52,7 +52,7 @@ from kubernetes.client.exceptions import ApiException
 from federation.controller.state import AuditEntry, ControllerState
 from federation.controller.stores import kube_parts, setbuckets, store_guard
 from federation.controller.stores.kube_objects import FORMAT, ConfigMaps, Head
-from federation.controller.stores.kube_sets import KubeSets, check_fence
+from federation.controller.stores.kube_sets import KubeSets
 from federation.controller.stores.store import (
     Changed,
     Commit,
@@ -60,6 +60,8 @@ from federation.controller.stores.store import (
     StoreError,
     apply_in_order,
     audit_document,
+    check_fence,
+    check_head,
     newest_audit,
 )
 from sharder.inventory import Target
@@ -151,9 +153,7 @@ class KubeStore:
             head = self.maps.head(self.prefix)
             found = head.revision if head is not None else None
             recorded = head.doc.get("fence") if head is not None else None
-            check_fence(fence, recorded)
-            if found != expected_revision:
-                raise StoreConflict(expected=expected_revision, found=-1 if found is None else found)
+            check_head(fence, recorded, expected=expected_revision, found=found)
             self._flush_audit(head)
             revision = (found or 0) + 1
             stored = state.model_copy(update={"revision": revision})
