@@ -124,8 +124,9 @@ class ConsulStore(ConsulKV):
         with self._lock:
             for _ in range(READ_ATTEMPTS):
                 head, document = self._load_blob(self.state_key, "state-chunks")
+                if head is None and self._without_head():  # a first commit landed meanwhile
+                    continue
                 if head is None:
-                    self._without_head()
                     return None
                 self._watch.saw(head.int("revision"), where=self.where)
                 if head.doc.get("format") == 1:
@@ -148,10 +149,11 @@ class ConsulStore(ConsulKV):
             f"(or a block it names is missing); {store_guard.INIT_HINT} if it stays so"
         )
 
-    def _without_head(self) -> None:
+    def _without_head(self) -> bool:
         """No head: a first start, or a deleted state (refused unless ``--init``). Leftovers are
         audit entries and chunk or block sets past the first generation (a first save's
-        chunks may be in flight before its head)."""
+        chunks may be in flight before its head). True: the head is there after all (a first
+        commit and its audit entry landed between the two reads)."""
         leftovers: list[str] = []
         for area in ("audit", "state-chunks", "state-blocks"):
             _, keys = self._call(f"list {area}", self.client.kv.get, f"{self.prefix}/{area}/", keys=True)
@@ -160,12 +162,15 @@ class ConsulStore(ConsulKV):
                 if area == "audit" or (generation.isdigit() and int(generation) > 1):
                     leftovers.append(str(key))
         if not leftovers:
-            return
+            return False
+        if self._head(self.state_key) is not None:
+            return True
         if not self.init:
             raise store_guard.missing_head(self.where, self.state_key, leftovers)
         log.warning("state store %s: --init removes %d keys of a lost state", self.where, len(leftovers))
         for area in ("audit", "state-chunks", "state-blocks"):
             self._call(f"delete {area}", self.client.kv.delete, f"{self.prefix}/{area}/", recurse=True)
+        return False
 
     def _validated(self, document: Any, head: Head) -> ControllerState:
         try:

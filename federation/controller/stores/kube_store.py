@@ -116,8 +116,9 @@ class KubeStore:
     def load(self) -> ControllerState | None:
         with self._lock:
             head, parts = self.maps.load_parts(self.prefix)
+            if head is None and self._without_head():  # a first commit landed meanwhile
+                head, parts = self.maps.load_parts(self.prefix)
             if head is None:
-                self._without_head()
                 return None
             self._watch.saw(head.revision, where=self.where)
             if not self._collected:
@@ -240,10 +241,12 @@ class KubeStore:
         return raw, written.members
 
     # ---- strictness on read (``store_guard``) -------------------------------------------------
-    def _without_head(self) -> None:
+    def _without_head(self) -> bool:
         """No head: a first start, or a deleted state (refused unless ``--init``). Leftovers
         are audit pages and pieces the sets' head does not reference, of a generation past
-        the first (a first save's pieces may be in flight before its head)."""
+        the first (a first save's pieces may be in flight before its head). True when the
+        head is there after all: a first commit (and its audit page) landed between the
+        read of the head and the listing, as a follower starting beside a new leader sees."""
         sets = self.maps.head(self.sets_name)
         keep = set() if sets is None else sets.objects() | {str(n) for n in sets.doc.get("previous", [])}
         unreferenced = [n for n in self.maps.list_names("piece") if n not in keep]
@@ -251,13 +254,16 @@ class KubeStore:
             n for n in unreferenced if (_generation(self.prefix, n) or 0) > 1
         ]
         if not leftovers:
-            return
+            return False
+        if self.maps.head(self.prefix) is not None:
+            return True
         if not self.init:
             raise store_guard.missing_head(self.where, self.prefix, leftovers)
         gone = sorted(set(leftovers) | set(unreferenced))
         log.warning("state store %s: --init removes %d objects of a lost state", self.where, len(gone))
         for name in gone:
             self.maps.delete(name)
+        return False
 
     def _collect_orphans(self, head: Head) -> None:
         """Delete pieces no head references that no writer can still commit: a writer's pieces
