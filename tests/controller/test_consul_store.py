@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from federation.controller.base.state import AuditEntry, ControllerState, Desired
-from federation.controller.stores import kvblob
+from federation.controller.stores import consul_kv, kvblob
 from federation.controller.stores.consul_store import ConsulStore
 from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
 from federation.testing.standins.consul.agent import FakeConsulAgent
@@ -235,6 +235,38 @@ def test_blocks_no_longer_named_are_collected_keeping_the_previous_ones(agent: F
     assert folders and all(
         kvblob.generation_of(f) is not None for f in folders
     ) and len(folders) <= 4 + 2 * 2  # what the newest head names, plus what the previous one did
+    assert store(agent).load() == saved
+
+
+def test_a_change_lists_no_folder_and_writes_only_what_it_touched(agent: FakeConsulAgent) -> None:
+    s = store(agent)
+    saved = s.save(state(2_000), expected_revision=None)
+    assert saved.assignment is not None
+    identity = next(i for i, shard in saved.assignment.targets.items() if shard == "r1-0")
+    agent.requests.clear()
+    again = s.save(moved(saved, identity, "r1-1"), expected_revision=saved.revision,
+                   changed=(saved.assignment, {identity}))  # fmt: skip
+    listed = [path for method, path in agent.requests if method == "GET" and "keys" in path]
+    assert listed == []  # the folders come from what the previous commit named
+    written = sorted(path.split("?")[0] for method, path in agent.requests if method == "PUT")
+    blocks = {p.rsplit("/", 1)[0] for p in written if "/state-blocks/" in p}
+    rest = {p for p in written if "/state-blocks/" not in p}
+    chunks = {p for p in written if "/state-chunks/" in p}
+    assert len(blocks) == 2 and rest == chunks | {"/v1/kv/gpufed/state"}
+    assert store(agent).load() == again
+
+
+def test_folders_a_lost_writer_left_are_collected_by_the_next_listing(
+    agent: FakeConsulAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(consul_kv, "RESCAN_EVERY", 3)
+    s = store(agent)
+    saved = s.save(state(200), expected_revision=None)
+    orphan = kvblob.chunk_keys("gpufed/state-blocks", generation=2, digest="f" * 64, count=1)[0]
+    client(agent).kv.put(orphan, b"a writer that lost its check-and-set")
+    for n in range(2, 8):
+        saved = s.save(saved.model_copy(update={"assignment_version": n}), expected_revision=saved.revision)
+    assert orphan not in keys(agent, "gpufed/state-blocks/")
     assert store(agent).load() == saved
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from federation.controller.live import filesd
 from federation.controller.live.sdcache import SdSnapshot, ShardAnswers
 from federation.master import pipeline
 from federation.spec import load_gpufed_spec
+from sharder.children.render import target_groups
+from sharder.kernel import output
 from sharder.model.inventory import Target
 from tests.controller.harness import ControllerHarness, build, fleet, spec_document
 
@@ -79,3 +82,53 @@ def test_changed_shards_compares_answers_by_object() -> None:
     after = SdSnapshot(version=2, shards={"a": same, "b": ShardAnswers(members={}, by_job={}, whole=b"[]"),
                                           "c": same})  # fmt: skip
     assert filesd.changed_shards(before, after) == {"b", "c"}
+
+
+def odd_targets() -> list[Target]:
+    """Labels the hand-written layout must escape as ``dump_json`` does: non-ASCII kept,
+    quotes and backslashes escaped, no labels beyond the defaults, a rack and a team."""
+    return [
+        Target(address="10.0.0.1", port=9400, job="gpu", node="n-ü", region="r1", gpus=8),
+        Target(address="10.0.0.2", port=9400, job="gpu", node="n2", region="r1", rack='r"1\\', team="a b"),
+        Target(address="10.0.0.3", port=9400, job="gpu", node="n3", region="r1", labels={"zone": "東\n\\"}),
+        Target(address="10.0.0.4", port=9100, job="node", node="n4", region="r1", gpus=0),
+    ]
+
+
+def test_a_list_is_dump_json_byte_for_byte_and_a_rewrite_encodes_only_what_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    targets = [*odd_targets(), *fleet(40)]
+    members = {t.identity: t for t in targets}
+    gpu = sorted(i for i, t in members.items() if t.job == "gpu")
+    first = filesd.job_list(members, gpu, None)
+    assert first.content == output.dump_json(target_groups([members[i] for i in gpu]))
+    assert filesd.job_list({}, [], None).content == output.dump_json([])
+
+    encoded: list[str] = []
+    real = filesd.file_group
+    monkeypatch.setattr(filesd, "file_group", lambda t: (encoded.append(t.identity), real(t))[1])
+    changed = members[gpu[3]].model_copy(update={"team": "moved"})
+    newcomer = Target(address="10.9.0.1", port=9400, job="gpu", node="new", region="r1")
+    after = {**members, changed.identity: changed, newcomer.identity: newcomer}
+    del after[gpu[0]]
+    ids = sorted(i for i, t in after.items() if t.job == "gpu")
+    second = filesd.job_list(after, ids, first)
+    assert second.content == output.dump_json(target_groups([after[i] for i in ids]))
+    assert sorted(encoded) == sorted([changed.identity, newcomer.identity])
+
+
+def test_the_list_cache_writes_what_the_full_render_writes_across_changes(tmp_path: Path) -> None:
+    harness = file_sd_harness(tmp_path)
+    controller = harness.controller
+    base = [*fleet(30), *fleet(20, region="r2", start=100)]
+    harness.feed(base)
+    assert controller.publish_configs()
+    for n in range(3):  # the same shard written again and again: reused bytes, same files
+        newcomer = Target(address=f"10.7.0.{n + 1}", port=9400, job="gpu", node=f"new-{n}", region="r1")
+        base = [*base[1:], newcomer.model_copy(update={"rack": f"rack-{n}"})]
+        harness.feed(base)
+        controller.publish_configs()
+    rendered = on_disk(tmp_path / "data" / "rendered")
+    lists = {path: content for path, content in full_render(harness).items() if "/targets/" in path}
+    assert {path: rendered[path] for path in lists} == lists

@@ -265,7 +265,8 @@ def test_an_unreachable_api_is_a_store_error_naming_the_store() -> None:
 def test_parts_round_trip_a_state_document() -> None:
     doc = state(50).model_dump(mode="json")
     parts, members = kube_parts.split_state(doc, buckets=4)
-    assert sorted(set().union(*members)) == sorted(doc["assignment"]["targets"])
+    assert sorted(i for bucket in members for i in bucket) == sorted(doc["assignment"]["targets"])
+    assert all(bucket == sorted(bucket) for bucket in members)
     assert sorted(parts) == ["core", "targets-0", "targets-1", "targets-2", "targets-3"]
     assert kube_parts.join_state(parts) == doc
 
@@ -288,6 +289,10 @@ def test_the_changed_hint_cuts_only_the_touched_buckets_into_the_same_bytes(fake
         heads.append({name: entry["digest"] for name, entry in head.parts.items()})
         loaded = kube_store(fake, prefix=prefix).load()
         assert loaded is not None and loaded.assignment == grown
+        written = s._written  # each bucket's identities: sorted, the assignment's own strings
+        assert written is not None and written.members == kube_parts.bucket_members(grown.targets, 3)
+        own = {id(i) for i in grown.targets} | {id(i) for i in first.targets}
+        assert all(id(i) in own for bucket in written.members for i in bucket)
     assert heads[0] == heads[1]
     # a hint whose base is not what the store last wrote is not trusted: the whole state is cut
     s = kube_store(fake, prefix="hinted")

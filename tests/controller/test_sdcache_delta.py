@@ -54,8 +54,8 @@ def test_a_delta_build_equals_a_full_build(seed: int) -> None:
                 "handovers": handovers}
         delta = sdcache.build(**args, previous=snapshot, changed=changed)  # type: ignore[arg-type]
         full = sdcache.build(**args)  # type: ignore[arg-type]
-        assert {s: (a.whole, a.by_job) for s, a in delta.shards.items()} == {
-            s: (a.whole, a.by_job) for s, a in full.shards.items()
+        assert {s: (a.answer_all(), a.by_job) for s, a in delta.shards.items()} == {
+            s: (a.answer_all(), a.by_job) for s, a in full.shards.items()
         }
         assert delta.child_shard == full.child_shard
         snapshot = delta
@@ -76,6 +76,10 @@ def test_the_whole_answer_is_every_job_answer_joined_as_one_dump_would_write_it(
                for job, ts in by_job.items()}  # fmt: skip
     joined = [g for job in sorted(by_job) for g in target_groups(by_job[job])]
     assert sdcache._joined(answers) == (sdcache._dump(joined) if joined else sdcache.EMPTY)
+    shard = sdcache._answers({t.identity: t for t in members}, jobs, None)
+    assert shard.answer_all() == sdcache._joined(answers)
+    several = sum(1 for ts in by_job.values() if ts) > 1
+    assert (shard.whole is None) == several  # several jobs: joined when asked, never kept twice
 
 
 def test_a_shard_answer_joined_from_groups_is_one_dump_of_its_groups_and_reuses_unchanged_ones() -> None:
@@ -101,3 +105,49 @@ def test_a_shard_answer_joined_from_groups_is_one_dump_of_its_groups_and_reuses_
     finally:
         sdcache._group = real  # type: ignore[assignment]
     assert encoded == []  # nothing changed since ``second``: every group cut from its bytes
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_spliced_answer_is_the_answer_built_afresh(seed: int) -> None:
+    """A few members added, dropped, relabelled or moved to another job: the answer spliced
+    from the old bytes equals the one encoded afresh, bytes and group offsets alike."""
+    rnd = random.Random(seed)
+    jobs = ["dcgm", "gpu", "node"]
+    pool = [t.model_copy(update={"job": rnd.choice(jobs)}) for t in fleet(200, start=seed * 1000)]
+    members = {t.identity: t for t in pool[: rnd.randint(0, 150)]}
+    old = sdcache._answers(members, jobs, None)
+    for _ in range(6):
+        after = dict(members)
+        for _ in range(rnd.randint(1, 4)):
+            target = rnd.choice(pool)
+            kind = rnd.choice(["add", "drop", "relabel", "job"])
+            if kind == "drop":
+                after.pop(target.identity, None)
+            elif kind == "add":
+                after[target.identity] = target
+            elif kind == "relabel":
+                after[target.identity] = target.model_copy(update={"labels": {"k": str(rnd.random())}})
+            else:
+                after[target.identity] = target.model_copy(update={"job": rnd.choice(jobs)})
+        spliced = sdcache._spliced(after, jobs, old)
+        fresh = sdcache._answers(after, jobs, None)
+        if spliced is None:  # too much changed for a small shard: the full path answers
+            assert len(after) < 24  # at most 4 touched: 8 * 4 > len(after) + 8
+            spliced = sdcache._answers(after, jobs, old)
+        assert (spliced.by_job, spliced.answer_all()) == (fresh.by_job, fresh.answer_all())
+        assert {j: (ids, list(at)) for j, (ids, at) in spliced.order.items()} == {
+            j: (ids, list(at)) for j, (ids, at) in fresh.order.items()
+        }
+        members, old = after, spliced
+
+
+def test_whole_answers_of_several_jobs_are_joined_once_and_only_the_last_few_kept() -> None:
+    wholes = sdcache.RecentWholes(keep=2)
+    members = [[*fleet(3, start=10 * k), *fleet(2, job="node", start=10 * k)] for k in range(3)]
+    shards = [sdcache._answers({t.identity: t for t in ts}, ["gpu", "node"], None) for ts in members]
+    assert all(s.whole is None for s in shards)
+    first = wholes.joined(shards[0])
+    assert first == sdcache._joined(shards[0].by_job) and wholes.joined(shards[0]) is first
+    wholes.joined(shards[1])
+    wholes.joined(shards[2])  # the oldest goes
+    assert wholes.joined(shards[0]) is not first and len(wholes._held) == 2

@@ -50,3 +50,30 @@ def test_a_payload_is_the_json_of_its_documents_byte_for_byte() -> None:
     )
     assert buckets.count == 1 and buckets.payload(0) == expected
     assert setbuckets.SetBuckets(count=1, sources=["file"]).payload(0) == b"{}"
+
+
+def test_the_mirror_packs_a_buckets_entries_and_a_change_repacks_only_its_buckets() -> None:
+    targets = fleet(5000)
+    buckets = setbuckets.SetBuckets.from_sets({"file": targets}, current=None)
+    packed = [group["file"] for group in buckets.groups]
+    assert sum(len(p.ids) for p in packed) == 5000 and all(p.ids == sorted(p.ids) for p in packed)
+    first = packed[0]
+    assert first.entries() == {t.identity: setbuckets._entry(t) for t in targets
+                               if setbuckets.bucket_of(t.identity, buckets.count) == 0}  # fmt: skip
+    moved = targets[1].model_copy(update={"node": "elsewhere"})
+    dirty = buckets.apply({"file": {moved.identity: moved, targets[2].identity: None}})
+    assert all(buckets.groups[i]["file"] is packed[i] for i in range(buckets.count) if i not in dirty)
+    rest = [moved, *targets[3:], targets[0]]
+    again = setbuckets.SetBuckets.from_sets({"file": rest}, current=buckets.count)
+    assert buckets.payloads() == again.payloads()
+
+
+def test_a_rebuilt_mirror_is_the_stored_sets_with_the_changes_cut_afresh() -> None:
+    stored = {"file": fleet(30), "registry": fleet(3, start=500)}
+    newcomer, gone = fleet(1, start=900)[0], stored["file"][0]
+    changes = {"file": {gone.identity: None}, "consul": {newcomer.identity: newcomer}}
+    mirror = setbuckets.rebuilt(stored, changes, current=None)
+    expected = setbuckets.SetBuckets.from_sets(
+        {"file": stored["file"][1:], "registry": stored["registry"], "consul": [newcomer]}, current=None
+    )
+    assert mirror.count == expected.count and mirror.payloads() == expected.payloads()

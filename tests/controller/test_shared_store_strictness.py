@@ -177,3 +177,37 @@ def test_consul_an_audit_page_reads_what_it_holds(agent: FakeConsulAgent) -> Non
         "save-37",
         "save-36",
     ]
+
+
+# ---- a first commit racing a reader's "no head" --------------------------------------------------
+def test_kube_a_first_commit_landing_between_the_head_read_and_the_listing_is_read(fake: FakeKubeAPI) -> None:
+    """A follower starting beside a new leader: it reads no head, the leader commits its first
+    state (head, then its audit page), the follower lists the store's objects and finds the
+    page. That is a state being born, not a deleted one: it is read, not refused."""
+    reader, writer = kube_store(fake), kube_store(fake)
+    listed = reader.maps.list_names
+
+    def list_after_a_commit(role: str) -> list[str]:
+        if role == "audit" and reader.maps.head("gpufed-state") is None:
+            writer.save(state(20), expected_revision=None, audit=audit(0))
+        return listed(role)
+
+    reader.maps.list_names = list_after_a_commit  # type: ignore[method-assign]
+    loaded = reader.load()
+    assert loaded is not None and loaded.revision == 1 and loaded.assignment is not None
+
+
+def test_consul_a_first_commit_landing_between_the_head_read_and_the_listing_is_read(
+    agent: FakeConsulAgent,
+) -> None:
+    reader, writer = store(agent), store(agent)
+    real = reader._call
+
+    def call_after_a_commit(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if what == "list audit" and writer._head(writer.state_key) is None:
+            writer.save(state(20), expected_revision=None, audit=audit(0))
+        return real(what, fn, *args, **kwargs)
+
+    reader._call = call_after_a_commit  # type: ignore[method-assign]
+    loaded = reader.load()
+    assert loaded is not None and loaded.revision == 1 and loaded.assignment is not None

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from federation.commands.cli import _register, app
 from federation.controller.base.state import AuditEntry, ControllerState
+from federation.controller.stores import integrity
 from federation.controller.stores.integrity import MARKER_NAME
 from federation.controller.stores.sqlite_store import SqliteStore
 from federation.controller.stores.store import StoreError
@@ -97,6 +98,27 @@ def test_garbage_in_the_wal_is_detected_not_rolled_back(tmp_path: Path, sets: in
         SqliteStore(crashed / "state.db")
     assert str(crashed / "state.db") in str(exc.value) and "--init" in str(exc.value)
     assert SqliteStore(crashed / "state.db", init=True).load() is not None  # the operator's way out
+
+
+def test_a_wal_another_store_moved_on_since_it_was_read_is_not_damage(tmp_path: Path) -> None:
+    """A second store opening the file while the first writes: the WAL read before SQLite
+    opened it was checkpointed and restarted meanwhile, so its commits lie past what SQLite
+    now keeps. That is a writer at work, read again, not damage (the contract test's
+    concurrent writers met it under load)."""
+    live = tmp_path / "live"
+    writer = committed(live, revisions=20)
+    stale = integrity.scan_wal(live / "state.db")
+    assert stale is not None and len(stale.commits) >= 10
+    db = sqlite3.connect(live / "state.db")
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    current = writer.load()
+    assert current is not None
+    writer.save(current, expected_revision=current.revision)  # the WAL starts again: one commit
+    integrity.check_wal(db, live / "state.db", stale)
+    with pytest.raises(StoreError, match="damaged at frame"):  # read twice the same: damage
+        integrity.check_wal(db, live / "state.db", stale, rescans=0)
+    db.close()
+    writer.close()
 
 
 def test_a_wal_with_a_damaged_header_is_refused(tmp_path: Path) -> None:

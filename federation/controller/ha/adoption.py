@@ -119,7 +119,7 @@ class Adoption:
             return False
         with self.pipeline.lock:
             if not self.replication.should_adopt(self.pipeline.state, new):
-                self.pipeline.state = new
+                self.pipeline.keep_stored(new)
                 return False
             targets = self.targets_of(new.assignment, self.store.load_sets())
             missing = new.assignment is not None and len(targets) < len(new.assignment.targets)

@@ -74,6 +74,11 @@ class Pipeline:
         """Serve the committed state: ``changed`` is what may differ from what is served now."""
         self.publication.publish(self.state, targets, changed=changed)
 
+    def keep_stored(self, state: ControllerState) -> None:
+        """A stored state whose answers are the ones served now (a follower's refresh that
+        keeps the assignment): it becomes current, nothing is published."""
+        self.state = state
+
     def serve_stored(self, state: ControllerState, targets: Mapping[str, Target]) -> None:
         """A state from the store: SD first (never "ready" without answers), then it is current."""
         if state.assignment is not None:

@@ -65,6 +65,8 @@ class Publication:
         """A bundle is being rendered and written (``_config_lock``): lists wait for it."""
         self._config_key: object = None
         self._config_at = float("-inf")
+        self._lists = filesd.ListCache()
+        """file_sd: the lists written last, per shard (re-encodes only what changed)."""
 
     def publish(
         self, state: ControllerState, targets: Mapping[str, Target], *, changed: Changed | None = None
@@ -172,7 +174,9 @@ class Publication:
         if due is None or self.publisher is None:
             return 0
         version, snapshot, assignment = due
-        lists = filesd.target_lists(jobs=self.jobs, snapshot=snapshot, assignment=assignment, shards=shards)
+        lists = self._lists.target_lists(
+            jobs=self.jobs, snapshot=snapshot, assignment=assignment, shards=shards
+        )
         return self.publisher.publish_lists(lists, version=version)
 
     def config_loop(self, stop: threading.Event) -> None:

@@ -13,8 +13,10 @@ targets that are new or changed.
 from __future__ import annotations
 
 import json
+import threading
 from array import array
 from bisect import bisect_left
+from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -48,17 +50,56 @@ def _joined(by_job: Mapping[str, bytes]) -> bytes:
     return b"[" + b",".join(inner) + b"]" if inner else EMPTY
 
 
+def _kept_whole(by_job: Mapping[str, bytes]) -> bytes | None:
+    """The whole answer when it is one job's bytes (kept: no copy); None when it joins
+    several (joined when asked, the last few kept: ``RecentWholes``; children ask per job,
+    and a copy of every shard's answers is 130 MiB at a million targets)."""
+    answers = [answer for answer in by_job.values() if answer != EMPTY]
+    return answers[0] if len(answers) == 1 else (EMPTY if not answers else None)
+
+
+class RecentWholes:
+    """The whole answers of the last few shards asked for one (``/v1/sd/<child>`` without a
+    job): a client polling one shard gets the same bytes without a join per request, and
+    the process never holds a second copy of every shard's answers."""
+
+    def __init__(self, keep: int = 4) -> None:
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._held: OrderedDict[int, tuple[ShardAnswers, bytes]] = OrderedDict()
+
+    def joined(self, answers: ShardAnswers) -> bytes:
+        with self._lock:
+            found = self._held.get(id(answers))
+            if found is not None and found[0] is answers:
+                self._held.move_to_end(id(answers))
+                return found[1]
+        whole = _joined(answers.by_job)
+        with self._lock:
+            self._held[id(answers)] = (answers, whole)
+            while len(self._held) > self.keep:
+                self._held.popitem(last=False)
+        return whole
+
+
+_WHOLES = RecentWholes()
+
+
 @dataclass(frozen=True)
 class ShardAnswers:
     members: dict[str, Target]
     """identity -> target of every member: equal dicts mean equal bytes (the identity
     check inside dict comparison makes an unchanged shard cheap to compare)."""
     by_job: dict[str, bytes]
-    whole: bytes
+    whole: bytes | None
+    """Every job's answer in one (``_joined``); None: joined when asked (:meth:`answer_all`)."""
     order: dict[str, tuple[list[str], array[int]]] = field(default_factory=dict)
     """job -> (its identities in order, where each one's group starts in ``by_job[job]``, and
     the offset of the closing bracket): the next build cuts an unchanged target's bytes from
     there (12 bytes a target, not a copy of its group)."""
+
+    def answer_all(self) -> bytes:
+        return self.whole if self.whole is not None else _WHOLES.joined(self)
 
     def group(self, job: str, identity: str) -> bytes | None:
         """``identity``'s encoded group in this job's answer, None when it has none."""
@@ -89,7 +130,7 @@ class SdSnapshot:
             return None
         answers = self.shards[shard]
         if job is None:
-            return answers.whole
+            return answers.answer_all()
         return answers.by_job.get(job)
 
     def targets_of(self, child: str) -> int:
@@ -113,8 +154,9 @@ def build(
     jobs = sorted(jobs)
     handing_over = tuple(handovers)
     members = None
+    touched: dict[str, set[str]] = {}
     if changed is not None and previous is not None and previous.assignment is changed[0]:
-        members = _members_after(previous, assignment, targets, handing_over, set(changed[1]))
+        members = _members_after(previous, assignment, targets, handing_over, set(changed[1]), touched)
     if members is None:
         members = {shard: {} for shard in assignment.shards}
         for identity, shard in assignment.targets.items():
@@ -131,7 +173,7 @@ def build(
         if old is not None and (old.members is key or old.members == key):
             shards[shard] = old
         else:
-            shards[shard] = _answers(key, jobs, old)
+            shards[shard] = _answers(key, jobs, old, touched.get(shard))
         child_shard[shard] = shard
         info = assignment.shards.get(shard)
         if info is not None:
@@ -149,9 +191,16 @@ def build(
     )
 
 
-def _answers(members: dict[str, Target], jobs: list[str], old: ShardAnswers | None) -> ShardAnswers:
+def _answers(
+    members: dict[str, Target], jobs: list[str], old: ShardAnswers | None, touched: set[str] | None = None
+) -> ShardAnswers:
     """A shard's answers: ``_dump(target_groups(...))`` per job, byte for byte, joined from
-    encoded groups; a member whose target is the one ``old`` served keeps its bytes."""
+    encoded groups; a member whose target is the one ``old`` served keeps its bytes.
+    ``touched``: every identity whose group may differ from ``old``'s (None: compared here)."""
+    if old is not None:
+        spliced = _spliced(members, jobs, old, touched)
+        if spliced is not None:
+            return spliced
     was = old.members if old is not None else {}
     by_job: dict[str, list[str]] = {job: [] for job in jobs}
     for identity, target in members.items():
@@ -176,7 +225,68 @@ def _answers(members: dict[str, Target], jobs: list[str], old: ShardAnswers | No
         starts.append(at)
         answers[job] = b"[" + b",".join(parts) + b"]"
         order[job] = (ids, starts)
-    return ShardAnswers(members=members, by_job=answers, whole=_joined(answers), order=order)
+    return ShardAnswers(members=members, by_job=answers, whole=_kept_whole(answers), order=order)
+
+
+def _spliced(
+    members: dict[str, Target], jobs: list[str], old: ShardAnswers, touched: set[str] | None = None
+) -> ShardAnswers | None:
+    """:func:`_answers` when few members differ from ``old``'s: each job's bytes are
+    ``old``'s runs of unchanged groups (one slice a run) with the new or changed groups
+    put in their places, so a shard of 80,000 targets gaining one is a few slices, not
+    80,000. None when ``old`` cannot say where its groups are, or too much changed."""
+    if touched is None:
+        was = old.members
+        touched = {i for i, t in members.items() if was.get(i) is not t}
+        touched.update(was.keys() - members.keys())
+    if len(touched) * 8 > len(members) + 8:
+        return None
+    answers: dict[str, bytes] = {}
+    order: dict[str, tuple[list[str], array[int]]] = {}
+    for job in jobs:
+        before = old.by_job.get(job, EMPTY)
+        ids, starts = old.order.get(job, ([], array("I", [1])))
+        if before != EMPTY and job not in old.order:
+            return None
+        view = memoryview(before)
+        segments: list[tuple[list[str], bytes | memoryview, int]] = []  # (ids, bytes, first index or -1)
+        k = 0
+        for identity in sorted(touched):
+            now = members.get(identity)
+            keep = now is not None and now.job == job
+            at = bisect_left(ids, identity, k)
+            held = at < len(ids) and ids[at] == identity
+            if not keep and not held:
+                continue
+            if at > k:
+                segments.append((ids[k:at], view[starts[k] : starts[at] - 1], k))
+            k = at + 1 if held else at
+            if keep and now is not None:
+                segments.append(([identity], _group(now), -1))
+        if k < len(ids):
+            segments.append((ids[k:], view[starts[k] : starts[len(ids)] - 1], k))
+        if not segments:
+            answers[job] = EMPTY
+            continue
+        new_ids: list[str] = []
+        new_starts, at = array("I"), 1
+        pieces: list[bytes | memoryview] = [b"["]
+        for run, data, first in segments:
+            new_ids += run
+            if first < 0:
+                new_starts.append(at)
+            elif at == starts[first]:  # a run that did not move keeps its offsets
+                new_starts.extend(starts[first : first + len(run)])
+            else:  # the run's offsets, moved to where the run now starts
+                shift = at - starts[first]
+                new_starts.extend(array("I", [start + shift for start in starts[first : first + len(run)]]))
+            at += len(data) + 1
+            pieces += (data, b",")
+        new_starts.append(at)
+        pieces[-1] = b"]"
+        answers[job] = b"".join(pieces)
+        order[job] = (new_ids, new_starts)
+    return ShardAnswers(members=members, by_job=answers, whole=_kept_whole(answers), order=order)
 
 
 def _members_after(
@@ -185,9 +295,11 @@ def _members_after(
     targets: Mapping[str, Target],
     handovers: tuple[Handover, ...],
     changed: set[str],
+    touched: dict[str, set[str]],
 ) -> dict[str, dict[str, Target]] | None:
     """Members per shard from ``previous``'s, rebuilding only the shards ``changed`` touches;
-    None when the shard set changed (then everything is rebuilt)."""
+    None when the shard set changed (then everything is rebuilt). ``touched`` gets, per
+    rebuilt shard, every identity whose group may differ (what ``_spliced`` re-encodes)."""
     base = previous.assignment
     if base is None or not base.shards.keys() == assignment.shards.keys() == previous.shards.keys():
         return None
@@ -203,11 +315,14 @@ def _members_after(
         if shard not in affected:
             members[shard] = answers.members
             continue
-        leaving = was_out.get(shard, set())
-        bucket = {i: t for i, t in answers.members.items() if i not in changed and i not in leaving}
+        leaving, arriving = was_out.get(shard, set()), now_out.get(shard, set())
+        bucket = dict(answers.members)
+        for identity in (*changed, *leaving):
+            bucket.pop(identity, None)
         for identity in changed:
             if assignment.targets.get(identity) == shard and identity in targets:
                 bucket[identity] = targets[identity]
-        bucket.update((i, targets[i]) for i in sorted(now_out.get(shard, ())) if i in targets)
+        bucket.update((i, targets[i]) for i in sorted(arriving) if i in targets)
         members[shard] = bucket
+        touched[shard] = changed | leaving | arriving
     return members

@@ -23,6 +23,8 @@ from federation.controller.stores.store import StoreError
 log = logging.getLogger(__name__)
 FORMATS = (1, 2)
 READ_ATTEMPTS = 5
+RESCAN_EVERY = 100
+"""Collections between two listings of an area's folders (``ConsulKV._collect_blocks``)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class ConsulKV:
         self.chunk_bytes = chunk_bytes
         self.where = where
         self._cache: dict[str, tuple[str, Any]] = {}  # head key -> (digest, decoded document)
+        self._tracked: dict[str, Tracked] = {}
+        """area -> the folders known there (``_collect_blocks``)."""
 
     # ---- Consul calls, errors mapped -----------------------------------------------------------
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -115,26 +119,46 @@ class ConsulKV:
             "names is missing); start afresh with --init if it stays so"
         )
 
-    def _collect(self, area: str, *, current: int) -> None:
-        prefix = f"{self.prefix}/{area}/"
-        try:
-            _, folders = self.client.kv.get(prefix, keys=True, separator="/")
-            for folder in kvblob.collectable(folders or [], current=current):
-                self.client.kv.delete(folder, recurse=True)
-        except (consul.ConsulException, requests.RequestException) as exc:  # the next save tries again
-            log.warning("state store %s: collecting old chunks under %s failed: %s", self.where, prefix, exc)
+    def _collect(self, area: str, *, current: int, digest: str | None = None) -> None:
+        """Chunk sets older than the previous generation (``kvblob.collectable``); ``digest``:
+        the set of generation ``current`` the commit named."""
+        named: dict[str, kvblocks.Descriptor] = {} if digest is None else {"": [current, digest, 0, 0]}
+        self._collect_blocks(named, current=current, area=area)
 
     def _collect_blocks(
         self, named: Mapping[str, kvblocks.Descriptor], *, current: int, area: str = "state-blocks"
     ) -> None:
-        """Blocks no longer named, once older than the previous generation (``kvblob.collectable``):
-        a reader holding the previous head still finds what it names."""
+        """Folders no longer named, once older than the previous generation
+        (``kvblob.collectable``): a reader holding the previous head still finds what it names.
+
+        The folders are listed on the first collection and every ``RESCAN_EVERY`` after it
+        (a writer that lost its check-and-set leaves some nobody names); in between, the
+        candidates are the folders the previous commit named and this one does not, so a
+        change costs no listing of every shard's folder."""
         prefix = f"{self.prefix}/{area}/"
-        keep = {kvblob.set_name(int(d[0]), str(d[1])) for d in named.values()}
+        keep = {f"{prefix}{kvblob.set_name(int(d[0]), str(d[1]))}/" for d in named.values()}
+        tracked = self._tracked.get(area)
         try:
-            _, folders = self.client.kv.get(prefix, keys=True, separator="/")
-            for folder in kvblob.collectable(folders or [], current=current):
-                if folder.rstrip("/").rsplit("/", 1)[-1] not in keep:
-                    self.client.kv.delete(folder, recurse=True)
+            if tracked is None or tracked.collections >= RESCAN_EVERY:
+                _, folders = self.client.kv.get(prefix, keys=True, separator="/")
+                tracked = Tracked(keep=keep, stale={str(f) for f in folders or []} - keep)
+            else:
+                tracked.stale = (tracked.stale | tracked.keep) - keep
+                tracked.keep, tracked.collections = keep, tracked.collections + 1
+            self._tracked[area] = tracked
+            for folder in kvblob.collectable(sorted(tracked.stale), current=current):
+                self.client.kv.delete(folder, recurse=True)
+                tracked.stale.discard(folder)
         except (consul.ConsulException, requests.RequestException) as exc:  # the next save tries again
-            log.warning("state store %s: collecting old blocks failed: %s", self.where, exc)
+            self._tracked.pop(area, None)
+            log.warning("state store %s: collecting old blocks under %s failed: %s", self.where, prefix, exc)
+
+
+@dataclass
+class Tracked:
+    """The folders of one area a collection knows of: those the last commit named, and
+    those it did not (deleted once old enough)."""
+
+    keep: set[str]
+    stale: set[str]
+    collections: int = 0

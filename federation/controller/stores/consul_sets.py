@@ -20,7 +20,7 @@ from typing import Any
 
 from federation.controller.stores import kvblob, kvblocks, setbuckets
 from federation.controller.stores.consul_kv import ConsulKV, Head
-from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
+from federation.controller.stores.store import StoreConflict, StoreError, check_fence
 from sharder.model.inventory import Target
 from sharder.sources.lastknown import parse_entries
 
@@ -52,19 +52,9 @@ class ConsulSets:
             mirror = self._mirror
             stored = head.int("generation") if head is not None else 0
             if mirror is None or mirror.version != stored or not mirror.fits(changes):
-                sets = {name: {t.identity: t for t in targets} for name, targets in self.load_sets().items()}
-                for name, found in changes.items():
-                    entries = sets.setdefault(name, {})
-                    for identity, target in found.items():
-                        if target is None:
-                            entries.pop(identity, None)
-                        else:
-                            entries[identity] = target
                 current = head.doc.get("buckets") if head is not None else None
-                mirror = setbuckets.SetBuckets.from_sets(
-                    {name: list(found.values()) for name, found in sets.items()},
-                    current=len(current) if isinstance(current, list) else None,
-                )
+                counted = len(current) if isinstance(current, list) else None
+                mirror = setbuckets.rebuilt(self.load_sets(), changes, current=counted)
                 self._write_sets(head, mirror, dirty=None, fence=fence)
                 return
             self._write_sets(head, mirror, dirty=mirror.apply(changes), fence=fence)
@@ -76,9 +66,7 @@ class ConsulSets:
         if fence is not None:
             state = self.kv._head(self.state_key)
             for found in (head, state):
-                recorded = found.doc.get("fence") if found is not None else None
-                if isinstance(recorded, int) and fence < recorded:
-                    raise FencedOut(f"write fenced out: token {fence} is older than {recorded}")
+                check_fence(fence, found.doc.get("fence") if found is not None else None)
         return head
 
     def _write_sets(

@@ -67,11 +67,12 @@ from federation.controller.stores.consul_sets import ConsulSets
 from federation.controller.stores.store import (
     Changed,
     Commit,
-    FencedOut,
     StoreConflict,
     StoreError,
     apply_in_order,
     audit_document,
+    check_fence,
+    check_head,
     newest_audit,
     without_placements,
 )
@@ -115,10 +116,6 @@ class ConsulStore(ConsulKV):
     def state_key(self) -> str:
         return f"{self.prefix}/state"
 
-    @property
-    def sets_key(self) -> str:
-        return f"{self.prefix}/sets"
-
     def _audit_key(self, audit_id: int) -> str:
         return f"{self.prefix}/audit/{audit_id:012d}"
 
@@ -127,8 +124,9 @@ class ConsulStore(ConsulKV):
         with self._lock:
             for _ in range(READ_ATTEMPTS):
                 head, document = self._load_blob(self.state_key, "state-chunks")
+                if head is None and self._without_head():  # a first commit landed meanwhile
+                    continue
                 if head is None:
-                    self._without_head()
                     return None
                 self._watch.saw(head.int("revision"), where=self.where)
                 if head.doc.get("format") == 1:
@@ -136,6 +134,9 @@ class ConsulStore(ConsulKV):
                 digest = str(head.doc.get("digest"))
                 if self._loaded is not None and self._loaded[0] == digest:
                     return self._loaded[1]
+                if "state" not in document:  # a save cached its block names, not its state
+                    self._cache.pop(self.state_key, None)
+                    continue
                 try:
                     state = self._with_blocks(self._validated(document.get("state"), head), document)
                 except kvblob.BlobError as exc:
@@ -148,10 +149,11 @@ class ConsulStore(ConsulKV):
             f"(or a block it names is missing); {store_guard.INIT_HINT} if it stays so"
         )
 
-    def _without_head(self) -> None:
+    def _without_head(self) -> bool:
         """No head: a first start, or a deleted state (refused unless ``--init``). Leftovers are
         audit entries and chunk or block sets past the first generation (a first save's
-        chunks may be in flight before its head)."""
+        chunks may be in flight before its head). True: the head is there after all (a first
+        commit and its audit entry landed between the two reads)."""
         leftovers: list[str] = []
         for area in ("audit", "state-chunks", "state-blocks"):
             _, keys = self._call(f"list {area}", self.client.kv.get, f"{self.prefix}/{area}/", keys=True)
@@ -160,12 +162,15 @@ class ConsulStore(ConsulKV):
                 if area == "audit" or (generation.isdigit() and int(generation) > 1):
                     leftovers.append(str(key))
         if not leftovers:
-            return
+            return False
+        if self._head(self.state_key) is not None:
+            return True
         if not self.init:
             raise store_guard.missing_head(self.where, self.state_key, leftovers)
         log.warning("state store %s: --init removes %d keys of a lost state", self.where, len(leftovers))
         for area in ("audit", "state-chunks", "state-blocks"):
             self._call(f"delete {area}", self.client.kv.delete, f"{self.prefix}/{area}/", recurse=True)
+        return False
 
     def _validated(self, document: Any, head: Head) -> ControllerState:
         try:
@@ -223,12 +228,7 @@ class ConsulStore(ConsulKV):
             head = self._head(self.state_key)
             found = head.int("revision") if head is not None else None
             recorded = head.doc.get("fence") if head is not None else None
-            if fence is not None and isinstance(recorded, int) and fence < recorded:
-                raise FencedOut(
-                    f"write fenced out: token {fence} is older than {recorded} (a newer leader wrote)"
-                )
-            if found != expected_revision:
-                raise StoreConflict(expected=expected_revision, found=-1 if found is None else found)
+            check_head(fence, recorded, expected=expected_revision, found=found)
             self._flush_audit(head)
             revision = (found or 0) + 1
             stored = state.model_copy(update={"revision": revision})
@@ -249,16 +249,14 @@ class ConsulStore(ConsulKV):
             cas = head.modify_index if head is not None else 0
             if not self._put(self.state_key, json.dumps(doc, sort_keys=True), cas=cas):
                 now = self._head(self.state_key)
-                now_fence = now.doc.get("fence") if now is not None else None
-                if fence is not None and isinstance(now_fence, int) and fence < now_fence:
-                    raise FencedOut(f"write fenced out: token {fence} is older than {now_fence}")
+                check_fence(fence, now.doc.get("fence") if now is not None else None)
                 raise StoreConflict(expected=expected_revision, found=now.int("revision") if now else -1)
-            self._cache[self.state_key] = (str(described["digest"]), json.loads(payload))
+            self._cache[self.state_key] = (str(described["digest"]), {"blocks": named})  # + _loaded
             self._blocks, self._blocks_of = blocks, stored.assignment
             self._block_cache = {str(d[1]): blocks[shard] for shard, d in named.items()}
             self._loaded = (str(described["digest"]), stored)
             self._watch.saw(revision, where=self.where)
-            self._collect("state-chunks", current=revision)
+            self._collect("state-chunks", current=revision, digest=str(described["digest"]))
             self._collect_blocks(named, current=revision)
             if audit is not None:
                 try:

@@ -144,14 +144,16 @@ def scan_wal(path: Path) -> WalScan | None:
     return WalScan(header_ok=ok, frames=frames, commits=tuple(commits))
 
 
-def check_wal(db: sqlite3.Connection, path: Path, scan: WalScan | None) -> None:
+def check_wal(db: sqlite3.Connection, path: Path, scan: WalScan | None, *, rescans: int = 3) -> None:
     """Refuse a WAL whose damaged frames would make SQLite drop commits written after them.
 
     SQLite stops reading a WAL at the first frame whose checksum fails and silently
     serves the state before it; commits after that point are lost. It reports how many
     frames it kept (``wal_checkpoint``'s log column): a commit frame of the same
     generation beyond that, or a header that does not check, is damage, not a torn tail
-    (a crash leaves at most an uncommitted tail, which has no commit frame)."""
+    (a crash leaves at most an uncommitted tail, which has no commit frame). Damage is
+    the same WAL read twice: one that changed since ``scan`` was read belongs to a writer
+    still at work (another store on the same file), and is checked again as it is now."""
     if scan is None or scan.frames == 0:
         return
     wal = f"{path.name}-wal"
@@ -162,6 +164,11 @@ def check_wal(db: sqlite3.Connection, path: Path, scan: WalScan | None) -> None:
         )
     _busy, kept, _copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     lost = [i for i in scan.commits if i > kept] if kept >= 0 else []
+    if lost and rescans > 0:
+        again = scan_wal(path)  # another connection writing moves the WAL on: not damage
+        if again != scan:
+            check_wal(db, path, again, rescans=rescans - 1)
+            return
     if lost:
         raise StoreError(
             f"state store {path}: the WAL ({wal}) is damaged at frame {kept + 1}: SQLite would drop "

@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from federation.controller.stores import kube_parts, setbuckets
 from federation.controller.stores.kube_objects import FORMAT, ConfigMaps, Head
-from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
+from federation.controller.stores.store import StoreConflict, StoreError, check_fence
 from sharder.model.inventory import Target
 from sharder.sources.lastknown import parse_entries
 
@@ -66,19 +66,9 @@ class KubeSets:
     def _mirror_of(self, head: Head | None, changes: setbuckets.Changes) -> setbuckets.SetBuckets:
         """The stored sets with ``changes`` applied, cut afresh (a first delta, or a store that
         another writer changed meanwhile)."""
-        sets = {name: {t.identity: t for t in targets} for name, targets in self._read_sets().items()}
-        for name, found in changes.items():
-            entries = sets.setdefault(name, {})
-            for identity, target in found.items():
-                if target is None:
-                    entries.pop(identity, None)
-                else:
-                    entries[identity] = target
         current = head.doc.get("buckets") if head is not None else None
-        return setbuckets.SetBuckets.from_sets(
-            {name: list(found.values()) for name, found in sets.items()},
-            current=current if isinstance(current, int) else None,
-        )
+        counted = current if isinstance(current, int) else None
+        return setbuckets.rebuilt(self._read_sets(), changes, current=counted)
 
     def _write_sets(
         self, head: Head | None, mirror: setbuckets.SetBuckets, *, dirty: set[int] | None, fence: int | None
@@ -140,7 +130,3 @@ class KubeSets:
             self._sets = (version, out)
         return {name: list(targets) for name, targets in out.items()}
 
-
-def check_fence(fence: int | None, recorded: object) -> None:
-    if fence is not None and isinstance(recorded, int) and fence < recorded:
-        raise FencedOut(f"write fenced out: token {fence} is older than {recorded} (a newer leader wrote)")

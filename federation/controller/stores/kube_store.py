@@ -52,7 +52,7 @@ from kubernetes.client.exceptions import ApiException
 from federation.controller.base.state import AuditEntry, ControllerState
 from federation.controller.stores import kube_parts, setbuckets, store_guard
 from federation.controller.stores.kube_objects import FORMAT, ConfigMaps, Head
-from federation.controller.stores.kube_sets import KubeSets, check_fence
+from federation.controller.stores.kube_sets import KubeSets
 from federation.controller.stores.store import (
     Changed,
     Commit,
@@ -60,6 +60,8 @@ from federation.controller.stores.store import (
     StoreError,
     apply_in_order,
     audit_document,
+    check_fence,
+    check_head,
     newest_audit,
 )
 from sharder.model.inventory import Target
@@ -78,7 +80,7 @@ class Written:
     buckets: int
     targets: dict[str, str]
     """The committed assignment's ``targets`` dict itself (compared by identity, as SQLite does)."""
-    members: list[set[str]]
+    members: kube_parts.Members
 
 
 class KubeStore:
@@ -114,8 +116,9 @@ class KubeStore:
     def load(self) -> ControllerState | None:
         with self._lock:
             head, parts = self.maps.load_parts(self.prefix)
+            if head is None and self._without_head():  # a first commit landed meanwhile
+                head, parts = self.maps.load_parts(self.prefix)
             if head is None:
-                self._without_head()
                 return None
             self._watch.saw(head.revision, where=self.where)
             if not self._collected:
@@ -151,9 +154,7 @@ class KubeStore:
             head = self.maps.head(self.prefix)
             found = head.revision if head is not None else None
             recorded = head.doc.get("fence") if head is not None else None
-            check_fence(fence, recorded)
-            if found != expected_revision:
-                raise StoreConflict(expected=expected_revision, found=-1 if found is None else found)
+            check_head(fence, recorded, expected=expected_revision, found=found)
             self._flush_audit(head)
             revision = (found or 0) + 1
             stored = state.model_copy(update={"revision": revision})
@@ -162,7 +163,11 @@ class KubeStore:
             buckets = kube_parts.bucket_count(targets, current=current if isinstance(current, int) else None)
             delta = self._delta(stored, head=head, changed=changed, buckets=buckets)
             if delta is None:
-                raw, members = kube_parts.split_state(stored.model_dump(mode="json"), buckets=buckets)
+                placed = stored.assignment
+                identities = None if placed is None else {**placed.weights, **placed.targets}.keys()
+                raw, members = kube_parts.split_state(
+                    stored.model_dump(mode="json"), buckets=buckets, identities=identities
+                )
             else:
                 raw, members = delta
             created: list[str] = []
@@ -206,7 +211,7 @@ class KubeStore:
 
     def _delta(
         self, stored: ControllerState, *, head: Head | None, changed: Changed | None, buckets: int
-    ) -> tuple[dict[str, bytes], list[set[str]]] | None:
+    ) -> tuple[dict[str, bytes], kube_parts.Members] | None:
         """The core and the buckets of ``changed``'s identities, when the rest is what this
         store last wrote (``changed``'s base is the assignment of the head it reads); else None."""
         written, self._written = self._written, None  # updated in place: valid again on commit
@@ -225,9 +230,9 @@ class KubeStore:
             bucket = kube_parts.bucket_of(identity, buckets)
             touched.add(bucket)
             if identity in new.targets or identity in new.weights:
-                written.members[bucket].add(identity)
+                kube_parts.add_member(written.members[bucket], identity)
             else:
-                written.members[bucket].discard(identity)
+                kube_parts.drop_member(written.members[bucket], identity)
         raw = {"core": self._cores.core(stored)}
         for bucket in sorted(touched):
             raw[f"targets-{bucket}"] = kube_parts.bucket_part(
@@ -236,10 +241,12 @@ class KubeStore:
         return raw, written.members
 
     # ---- strictness on read (``store_guard``) -------------------------------------------------
-    def _without_head(self) -> None:
+    def _without_head(self) -> bool:
         """No head: a first start, or a deleted state (refused unless ``--init``). Leftovers
         are audit pages and pieces the sets' head does not reference, of a generation past
-        the first (a first save's pieces may be in flight before its head)."""
+        the first (a first save's pieces may be in flight before its head). True when the
+        head is there after all: a first commit (and its audit page) landed between the
+        read of the head and the listing, as a follower starting beside a new leader sees."""
         sets = self.maps.head(self.sets_name)
         keep = set() if sets is None else sets.objects() | {str(n) for n in sets.doc.get("previous", [])}
         unreferenced = [n for n in self.maps.list_names("piece") if n not in keep]
@@ -247,13 +254,16 @@ class KubeStore:
             n for n in unreferenced if (_generation(self.prefix, n) or 0) > 1
         ]
         if not leftovers:
-            return
+            return False
+        if self.maps.head(self.prefix) is not None:
+            return True
         if not self.init:
             raise store_guard.missing_head(self.where, self.prefix, leftovers)
         gone = sorted(set(leftovers) | set(unreferenced))
         log.warning("state store %s: --init removes %d objects of a lost state", self.where, len(gone))
         for name in gone:
             self.maps.delete(name)
+        return False
 
     def _collect_orphans(self, head: Head) -> None:
         """Delete pieces no head references that no writer can still commit: a writer's pieces
@@ -365,8 +375,6 @@ class KubeStore:
 
     def close(self) -> None:
         self.maps.api.api_client.close()
-
-
 
 
 def _dns_label(text: str) -> str:

@@ -8,9 +8,10 @@ is ``{source: [target document, ...]}`` in identity order, naming the sources it
 entries of (``kube_parts.join_sets`` reads it; the Consul store stores one blob per bucket):
 a source seen for the first time (the registry's first entry) dirties its buckets only.
 
-The mirror holds each entry already encoded (its JSON bytes, not a document): a dirty
-bucket's payload is those bytes joined, so a change encodes the entries it names, not the
-bucket's 2,000, and the mirror of a million targets is bytes, not a million dicts.
+The mirror holds each entry already encoded (its JSON bytes, not a document), packed per
+bucket and source (:class:`Packed`: one bytes object and 12 bytes an entry): a dirty
+bucket's payload joins them, so a change encodes the entries it names, not the bucket's
+2,000, and the mirror of a million targets is a few hundred bytes objects, not a million.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from __future__ import annotations
 import json
 import math
 import zlib
+from array import array
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sharder.model.inventory import Target
@@ -54,31 +57,64 @@ def _entry(target: Target) -> bytes:
     return _ENCODER.encode(target_document(target)).encode()
 
 
+@dataclass(frozen=True)
+class Packed:
+    """One source's entries in one bucket: their identities in order, and their encoded
+    documents joined by commas (the inside of the JSON array) with where each one starts
+    (plus the end, one past the last): one bytes object a bucket, not one per entry."""
+
+    ids: list[str]
+    content: bytes
+    starts: array[int]
+
+    @classmethod
+    def of(cls, entries: Mapping[str, bytes]) -> Packed:
+        ids = sorted(entries)
+        starts, at = array("I"), 0
+        for identity in ids:
+            starts.append(at)
+            at += len(entries[identity]) + 1
+        starts.append(at)
+        return cls(ids=ids, content=b",".join([entries[i] for i in ids]), starts=starts)
+
+    def entries(self) -> dict[str, bytes]:
+        starts, content = self.starts, self.content
+        return {i: content[starts[k] : starts[k + 1] - 1] for k, i in enumerate(self.ids)}
+
+
+EMPTY_SOURCE = Packed(ids=[], content=b"", starts=array("I", [0]))
+
+
 class SetBuckets:
     def __init__(self, *, count: int, sources: Sequence[str] = (), version: object = None) -> None:
         self.count = count
         self.version = version
         """The stored version these buckets match (a head's digest or resourceVersion)."""
         self.sources = set(sources)
-        self.groups: list[dict[str, dict[str, bytes]]] = [
-            {source: {} for source in self.sources} for _ in range(count)
+        self.groups: list[dict[str, Packed]] = [
+            dict.fromkeys(self.sources, EMPTY_SOURCE) for _ in range(count)
         ]
 
     @classmethod
     def from_sets(
         cls, sets: Mapping[str, Sequence[Target]], *, current: int | None, version: object = None
     ) -> SetBuckets:
+        """Cut bucket by bucket (a bucket's entries are encoded, then packed: at most one
+        bucket's worth of separate entries lives at once)."""
         total = sum(len(targets) for targets in sets.values())
         out = cls(count=bucket_count(total, current=current), sources=list(sets), version=version)
         for source, targets in sets.items():
+            placed: list[list[Target]] = [[] for _ in range(out.count)]
             for target in targets:
-                bucket = out.groups[bucket_of(target.identity, out.count)]
-                bucket[source][target.identity] = _entry(target)
+                placed[bucket_of(target.identity, out.count)].append(target)
+            for index, members in enumerate(placed):
+                if members:
+                    out.groups[index][source] = Packed.of({t.identity: _entry(t) for t in members})
         return out
 
     @property
     def total(self) -> int:
-        return sum(len(entries) for group in self.groups for entries in group.values())
+        return sum(len(packed.ids) for group in self.groups for packed in group.values())
 
     def fits(self, changes: Changes) -> bool:
         """The change keeps the bucket count (else the store writes whole sets, cut afresh)."""
@@ -89,14 +125,20 @@ class SetBuckets:
         """Take ``changes`` in; the buckets whose bytes may differ now."""
         dirty: set[int] = set()
         for source, found in changes.items():
+            by_bucket: dict[int, list[tuple[str, Target | None]]] = {}
             for identity, target in found.items():
-                index = bucket_of(identity, self.count)
-                entries = self.groups[index].setdefault(source, {})
-                if target is None:
-                    if entries.pop(identity, None) is not None:
-                        dirty.add(index)
-                else:
-                    entries[identity] = _entry(target)
+                by_bucket.setdefault(bucket_of(identity, self.count), []).append((identity, target))
+            for index, named in by_bucket.items():
+                group = self.groups[index]
+                entries = group.get(source, EMPTY_SOURCE).entries()
+                changed = False
+                for identity, target in named:
+                    if target is None:
+                        changed |= entries.pop(identity, None) is not None
+                    else:
+                        entries[identity], changed = _entry(target), True
+                group[source] = Packed.of(entries) if changed or source not in group else group[source]
+                if changed:
                     dirty.add(index)
         return dirty
 
@@ -104,11 +146,26 @@ class SetBuckets:
         """``dumps({source: [document, ...]})`` in identity order, byte for byte, from the
         entries' bytes."""
         parts = [
-            dumps(source) + b":[" + b",".join([found[i] for i in sorted(found)]) + b"]"
-            for source, found in sorted(self.groups[index].items())
-            if found
+            dumps(source) + b":[" + packed.content + b"]"
+            for source, packed in sorted(self.groups[index].items())
+            if packed.ids
         ]
         return b"{" + b",".join(parts) + b"}"
 
     def payloads(self) -> dict[int, bytes]:
         return {index: self.payload(index) for index in range(self.count)}
+
+
+def rebuilt(stored: Mapping[str, Sequence[Target]], changes: Changes, *, current: int | None) -> SetBuckets:
+    """The ``stored`` sets with ``changes`` applied, cut afresh: what a shared store writes
+    when its mirror does not match the stored sets (a first change, another writer's
+    sets, a count that no longer fits)."""
+    sets = {name: {t.identity: t for t in targets} for name, targets in stored.items()}
+    for name, found in changes.items():
+        entries = sets.setdefault(name, {})
+        for identity, target in found.items():
+            if target is None:
+                entries.pop(identity, None)
+            else:
+                entries[identity] = target
+    return SetBuckets.from_sets({name: list(found.values()) for name, found in sets.items()}, current=current)

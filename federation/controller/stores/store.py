@@ -45,6 +45,20 @@ class FencedOut(StoreError):
     """A write from a deposed leader."""
 
 
+def check_fence(fence: int | None, recorded: object) -> None:
+    """``FencedOut`` when the writer's token is older than the newest one a head recorded."""
+    if fence is not None and isinstance(recorded, int) and fence < recorded:
+        raise FencedOut(f"write fenced out: token {fence} is older than {recorded} (a newer leader wrote)")
+
+
+def check_head(fence: int | None, recorded: object, *, expected: int | None, found: int | None) -> None:
+    """What a shared store checks against the head it read before writing: the fence first
+    (a deposed leader learns it is deposed, not that it lost a race), then the revision."""
+    check_fence(fence, recorded)
+    if found != expected:
+        raise StoreConflict(expected=expected, found=-1 if found is None else found)
+
+
 @dataclass(frozen=True)
 class Commit:
     """Everything one change writes, in one fenced call (:meth:`StateStore.apply`): the
