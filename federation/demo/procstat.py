@@ -1,20 +1,21 @@
-"""What ``/proc`` says about the demo's processes: CPU, memory, start time, process group.
+"""What the OS says about the demo's processes: CPU, memory, start time, process group.
 
-Linux only, like the demo. The supervisor records each process's start time (clock ticks
-since boot) next to its PID, so a later run can tell the process it started from an
-unrelated one that got the same PID, and so ``leftovers`` counts only what is really ours.
+Read through ``psutil``. The supervisor records each process's start time (clock ticks
+since boot, as ``/proc/<pid>/stat`` field 22 has it) next to its PID, so a later run can
+tell the process it started from an unrelated one that got the same PID, and so
+``leftovers`` counts only what is really ours.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
-from pathlib import Path
 
-PROC = Path("/proc")
+import psutil
+
 TICKS = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass(frozen=True)
@@ -35,50 +36,54 @@ class ProcStat:
         return round(100 * self.cpu_s / self.age_s, 1) if self.age_s > 0 else 0.0
 
 
-def _uptime(proc: Path) -> float:
-    return float((proc / "uptime").read_text().split()[0])
+def _start_ticks(create_time: float) -> int:
+    """psutil's start time back in clock ticks since boot (it is boot time + ticks / TICKS)."""
+    return round((create_time - psutil.boot_time()) * TICKS)
 
 
-def read(pid: int, *, proc: Path = PROC) -> ProcStat | None:
+def read(pid: int) -> ProcStat | None:
     """The process's figures, or None when it is gone (or a zombie nobody reaped yet)."""
     try:
-        raw = (proc / str(pid) / "stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        process = psutil.Process(pid)
+        with process.oneshot():
+            status = process.status()
+            if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                return None
+            cpu = process.cpu_times()
+            created = process.create_time()
+            rss = process.memory_info().rss
+            pgrp = os.getpgid(pid)
+    except (psutil.Error, ProcessLookupError, PermissionError):
         return None
-    # The command name may hold spaces and ')'; everything after the last ')' is fixed fields.
-    fields = raw[raw.rindex(")") + 2 :].split()
-    # fields[0] is field 3 (state) of proc(5): index = field number - 3.
-    state = fields[0]
-    if state in ("Z", "X"):
-        return None
-    utime, stime, cutime, cstime = (int(fields[i]) for i in (11, 12, 13, 14))
-    start_ticks = int(fields[19])
     return ProcStat(
         pid=pid,
-        state=state,
-        pgrp=int(fields[2]),
-        start_ticks=start_ticks,
-        cpu_s=round((utime + stime + cutime + cstime) / TICKS, 2),
-        rss_mib=round(int(fields[21]) * PAGE / (1 << 20), 1),
-        age_s=round(max(0.0, _uptime(proc) - start_ticks / TICKS), 1),
+        state=status,
+        pgrp=pgrp,
+        start_ticks=_start_ticks(created),
+        cpu_s=round(cpu.user + cpu.system + cpu.children_user + cpu.children_system, 2),
+        rss_mib=round(rss / (1 << 20), 1),
+        age_s=round(max(0.0, time.time() - created), 1),
     )
 
 
-def same_process(pid: int, start_ticks: int, *, proc: Path = PROC) -> bool:
-    stat = read(pid, proc=proc)
+def same_process(pid: int, start_ticks: int) -> bool:
+    stat = read(pid)
     return stat is not None and stat.start_ticks == start_ticks
 
 
-def group_members(pgids: Collection[int], *, since_ticks: int = 0, proc: Path = PROC) -> list[int]:
+def group_members(pgids: Collection[int], *, since_ticks: int = 0) -> list[int]:
     """Live processes in any of ``pgids`` that started at or after ``since_ticks``."""
     wanted = set(pgids)
     if not wanted:
         return []
     found = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
+    for pid in psutil.pids():
+        try:
+            if os.getpgid(pid) not in wanted:
+                continue
+        except (ProcessLookupError, PermissionError):
             continue
-        stat = read(int(entry.name), proc=proc)
-        if stat is not None and stat.pgrp in wanted and stat.start_ticks >= since_ticks:
+        stat = read(pid)
+        if stat is not None and stat.start_ticks >= since_ticks:
             found.append(stat.pid)
     return sorted(found)

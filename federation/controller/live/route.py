@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from federation.controller.base.metrics import ControllerMetrics
-from federation.controller.live import place as placing
 from federation.controller.live.pipeline import Pipeline
+from federation.controller.live.place import state_after
 from federation.controller.live.settling import HandoverSettler
 from federation.controller.stores.store import StoreError
 from sharder.engine.step import Step
@@ -50,7 +50,7 @@ class Route:
     def _carry(self, step: Step) -> None:
         """place (hand-overs, audit) -> commit -> publish (lock held)."""
         base = self.pipeline.state.assignment
-        state, audit = placing.state_after(self.pipeline.state, step, settler=self.settler, now=self._wall())
+        state, audit = state_after(self.pipeline.state, step, settler=self.settler, now=self._wall())
         try:
             self.pipeline.commit(state, audit=audit, changed=step.delta_of(base), sets=step.sets)
         except StoreError:

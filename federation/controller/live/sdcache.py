@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from federation.controller.base.state import Handover
-from federation.controller.live import handover as handing
+from federation.controller.live import handover
 from sharder.engine.assignment import Assignment
 from sharder.model.inventory import Target
 
@@ -163,7 +163,7 @@ def build(
             target = targets.get(identity)
             if target is not None:
                 members[shard][identity] = target
-        for shard, identities in handing.outgoing(handing_over).items():
+        for shard, identities in handover.outgoing(handing_over).items():
             bucket = members.setdefault(shard, {})
             bucket.update((i, targets[i]) for i in sorted(identities) if i in targets)
     shards: dict[str, ShardAnswers] = {}
@@ -303,7 +303,7 @@ def _members_after(
     base = previous.assignment
     if base is None or not base.shards.keys() == assignment.shards.keys() == previous.shards.keys():
         return None
-    was_out, now_out = handing.outgoing(previous.handovers), handing.outgoing(handovers)
+    was_out, now_out = handover.outgoing(previous.handovers), handover.outgoing(handovers)
     if any(shard not in assignment.shards for shard in now_out):
         return None  # a removed shard still hands over
     affected = {s for i in changed for s in (base.targets.get(i), assignment.targets.get(i)) if s is not None}

@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping
 from federation.controller.base.metrics import ControllerMetrics
 from federation.controller.base.options import ControllerOptions
 from federation.controller.base.state import ControllerState, Handover
-from federation.controller.live import handover as handing
+from federation.controller.live import handover
 from federation.controller.live.children import Answers, Children
 from federation.spec import GpufedSpec
 from sharder.engine.assignment import Assignment
@@ -41,7 +41,7 @@ class HandoverSettler:
     def window_s(self, job: str) -> float:
         if self.options.handover_window_s is not None:
             return self.options.handover_window_s
-        return handing.default_window_s(self.spec, job)
+        return handover.default_window_s(self.spec, job)
 
     def for_change(
         self,
@@ -58,7 +58,7 @@ class HandoverSettler:
         if not self.options.handover or (previous is None and not existing):
             return []  # off, or a first assignment: nothing was scraped anywhere before it
         candidates = targets.keys() if touched is None else [i for i in touched if i in targets]
-        return handing.reconcile(
+        return handover.reconcile(
             previous,
             current,
             existing,
@@ -79,7 +79,7 @@ class HandoverSettler:
         """The hand-overs left after this pass, None when none finished."""
         if not state.handovers:
             return None
-        pending, done = handing.settle(
+        pending, done = handover.settle(
             state.handovers,
             now=now,
             scraped=lambda h: self.children.scraped(h, targets, answers, state.assignment),

@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from federation.controller.base.state import AuditEntry, ControllerState
-from federation.controller.stores import integrity
-from federation.controller.stores import sqlite_members as rows_of_sets
+from federation.controller.stores import integrity, sqlite_members
 from federation.controller.stores.store import (
     Changed,
     Commit,
@@ -199,7 +198,7 @@ class SqliteStore:
                     stored = state.model_copy(update={"revision": (found or 0) + 1})
                     placed = self._write_placements(db, stored.assignment, changed)
                     if sets:
-                        self._deleted += rows_of_sets.write(db, sets)
+                        self._deleted += sqlite_members.write(db, sets)
                         self._members = None  # the whole-set cache no longer matches
                     db.execute(
                         "INSERT INTO state (id, revision, fence, body) VALUES (1, ?, ?, ?) "
@@ -302,9 +301,9 @@ class SqliteStore:
         """Write the (source, target) rows that changed since the last save."""
         db = self._connect()
         with self._write:
-            before = self._members if self._members is not None else rows_of_sets.read(db, self.path)
+            before = self._members if self._members is not None else sqlite_members.read(db, self.path)
             after = {name: {t.identity: t for t in targets} for name, targets in sets.items()}
-            gone, changed = rows_of_sets.diff(before, after)
+            gone, changed = sqlite_members.diff(before, after)
             try:
                 db.execute("BEGIN IMMEDIATE")
                 self._deleted += db.execute("DELETE FROM sets").rowcount  # an older gpufed's blobs
@@ -337,7 +336,7 @@ class SqliteStore:
                     row = db.execute("SELECT fence FROM state WHERE id = 1").fetchone()
                     if row is not None and row[0] is not None and fence < row[0]:
                         raise FencedOut(f"write fenced out: token {fence} is older than {row[0]}")
-                self._deleted += rows_of_sets.write(db, changes)
+                self._deleted += sqlite_members.write(db, changes)
                 db.execute("COMMIT")
             except FencedOut:
                 db.execute("ROLLBACK")
@@ -373,7 +372,7 @@ class SqliteStore:
     def load_sets(self) -> dict[str, list[Target]]:
         with self._write:
             try:
-                members = rows_of_sets.read(self._connect(), self.path)
+                members = sqlite_members.read(self._connect(), self.path)
             except sqlite3.Error as exc:
                 raise StoreError(f"state store {self.path} cannot be read: {exc}") from exc
             self._members = members

@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
-from sharder.children import previous_state as previous
-from sharder.engine import planning as plan
+from sharder.children.previous_state import load_previous
+from sharder.engine import planning
 from sharder.engine.assigning import assign
 from sharder.kernel import documents, output
 from sharder.model.loading import StaticFileSource
@@ -94,9 +94,9 @@ def _plan_process(inventory: str, out: str, nodes_per_shard: int) -> dict[str, A
     jobs = {job.name: job for job in spec.jobs}
     targets, load_s = _timed(StaticFileSource(inventory, jobs=jobs).list_targets)
 
-    def plan_step() -> plan.Plan:
-        before = previous.load_previous(out, cluster=spec.cluster)
-        return plan.diff(before, assign(spec, targets, previous=before))
+    def plan_step() -> planning.Plan:
+        before = load_previous(out, cluster=spec.cluster)
+        return planning.diff(before, assign(spec, targets, previous=before))
 
     result, plan_s = _timed(plan_step)
     return {
