@@ -148,7 +148,11 @@ class ReplicaSet:
     """``--store``; None: ``consul://<consul>/<prefix>``."""
     extra_args: tuple[str, ...] = ()
     replicas: list[Replica] = field(default_factory=list)
-    http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=2.0))
+    http: httpx.Client = field(
+        # The operator's token on reads too: a tokenless client paging 100,000 targets spends
+        # the read budget (--read-rate) and gets 429s, which is the guard working, not the bench.
+        default_factory=lambda: httpx.Client(timeout=2.0, headers={"Authorization": f"Bearer {TOKEN}"})
+    )
 
     def start(self, count: int) -> list[Replica]:
         for _ in range(count):
@@ -242,7 +246,9 @@ class ReplicaSet:
         out: dict[str, str] = {}
         offset = 0
         while True:
-            page = self.http.get(f"{replica.url}/v1/targets", params={"limit": 1000, "offset": offset}).json()
+            response = self.http.get(f"{replica.url}/v1/targets", params={"limit": 1000, "offset": offset})
+            response.raise_for_status()
+            page = response.json()
             out.update({row["identity"]: row["shard"] for row in page["targets"]})
             offset += len(page["targets"])
             if offset >= page["total"] or not page["targets"]:
@@ -258,7 +264,7 @@ class ReplicaSet:
         return response.content
 
     def write(self, replica: Replica, path: str, body: dict[str, Any]) -> httpx.Response:
-        return self.http.post(f"{replica.url}{path}", json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+        return self.http.post(f"{replica.url}{path}", json=body)
 
     def tail(self, replica: Replica, lines: int = 30) -> str:
         return "\n".join(replica.log.read_text(errors="replace").splitlines()[-lines:])
