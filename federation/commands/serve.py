@@ -25,6 +25,7 @@ from federation.controller.load.tracking import LoadOptions
 from federation.controller.stores.store import StoreError
 from federation.spec import GpufedSpec, load_gpufed_spec
 from sharder.engine.sizing import Hysteresis
+from sharder.model.addresses import normalise_host
 from sharder.sources.consul import ConsulConfig
 from sharder.sources.kubernetes import KubernetesConfig
 
@@ -33,9 +34,12 @@ def split_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` or ``[V6]:PORT`` -> (host, port); port 0 asks the OS for a free one."""
     host, sep, port = listen.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"expected HOST:PORT with a port from 0 to 65535, got {listen!r}")
-    return host, int(port)
+    if not sep or not host or not port.isascii() or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT with a port from 0 to 65535, got {listen[:80]!r}")
+    try:
+        return normalise_host(host), int(port)  # the one host check targets get too
+    except ValueError as exc:
+        raise ValueError(f"host {host[:80]!r}: {exc}") from None
 
 
 def bind_free_port(host: str) -> socket.socket:
@@ -279,7 +283,11 @@ def serve_command(
         host, port = split_listen(listen)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--listen") from exc
-    bound = bind_free_port(host) if port == 0 else None
+    try:
+        bound = bind_free_port(host) if port == 0 else None
+    except OSError as exc:
+        reason = exc.strerror or exc
+        raise typer.BadParameter(f"cannot bind {host}:0: {reason}", param_hint="--listen") from None
     if bound is not None:
         port = bound.getsockname()[1]
     with user_errors():

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import itertools
 import socket
+from pathlib import Path
 
 import httpx
 import pytest
 import typer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from federation.commands import bench
+from federation.commands.cli import _register, app
 from federation.commands.serve import bind_free_port, split_listen
 from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer, free_port, listening_socket
 from federation.demo.waiting import wait_until
@@ -99,3 +103,32 @@ def test_bench_table_gives_every_command_json_and_one_error_shape() -> None:
     failing.command("noop", hidden=True)(lambda: None)
     result = CliRunner().invoke(failing, ["broken", "--json"])
     assert result.exit_code == 1 and "error: the stack did not start" in result.output
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300) | st.binary(max_size=300).map(lambda b: b.decode("utf-8", "surrogateescape")))
+def test_serve_listen_garbage_is_a_value_error_naming_it(listen: str) -> None:
+    """Any --listen text either parses to a host the target check accepts or says why: no
+    UnicodeError from the IDNA codec (a label over 63 characters) or a surrogate."""
+    try:
+        host, port = split_listen(listen)
+    except ValueError as exc:
+        assert "\n" not in str(exc) and len(str(exc)) < 400
+    else:
+        assert 0 <= port < 65536 and host == host.strip() and host
+
+
+@pytest.mark.parametrize(
+    ("listen", "message"),
+    [("\udcff:80", "host '\\udcff'"), ("a" * 5000 + ":1", "host 'aaaa"), ("a b:80", "host 'a b'"),
+     ("10.9.9.9:0", "cannot bind 10.9.9.9:0")],
+)
+def test_serve_cli_refuses_a_bad_listen_naming_the_flag(listen: str, message: str, tmp_path: Path) -> None:
+    _register()
+    result = CliRunner().invoke(
+        app, ["serve", "--spec", "examples/federation.yaml", "--data-dir", str(tmp_path), "--listen", listen],
+        env={"GPUFED_TOKEN": "tok-0123456789abcdef0123", "COLUMNS": "400"},
+    )
+    assert result.exit_code == 2, result.output
+    assert "--listen" in result.output and message in " ".join(result.output.split())
+    assert "Traceback" not in result.output
