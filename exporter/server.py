@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 TEXT = "text/plain; charset=utf-8"
 GZIP_MIN_BYTES = 1024
+LINGER_S = 2.0
+"""After a refusal, how long unread request bytes are drained before the socket closes: closing
+with them unread makes the kernel send a reset that can overtake the refusal's answer."""
 
 
 class Body:
@@ -138,6 +141,7 @@ class _Connection(asyncio.Protocol):
         self._body_bytes = 0
         self._in_request = False
         self._paused = False
+        self._lingering = False
         self._peer = "?"
 
     # -- asyncio callbacks -------------------------------------------------------------
@@ -156,6 +160,8 @@ class _Connection(asyncio.Protocol):
             log.debug("client went away peer=%s error=%s", self._peer, exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return  # a refused request's rest, drained so the answer arrives before any reset
         if not self._in_request:
             self._in_request = True
             self._arm(self._server.request_timeout, "request")
@@ -163,6 +169,8 @@ class _Connection(asyncio.Protocol):
         self._process()
 
     def eof_received(self) -> bool | None:
+        if self._lingering:
+            return False  # the client read the refusal and closed: close now
         self._h11.receive_data(b"")
         self._process()
         return None
@@ -182,7 +190,8 @@ class _Connection(asyncio.Protocol):
     # -- request handling --------------------------------------------------------------
     def _process(self) -> None:
         transport = self._transport
-        while transport is not None and not transport.is_closing() and not self._paused:
+        while (transport is not None and not transport.is_closing() and not self._paused
+               and not self._lingering):
             try:
                 event = self._h11.next_event()
             except h11.RemoteProtocolError as exc:
@@ -259,6 +268,11 @@ class _Connection(asyncio.Protocol):
         if self._h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             with contextlib.suppress(h11.LocalProtocolError):
                 self._send(status, TEXT, message.encode(), [("Connection", "close")])
+        if self._transport.can_write_eof() and not self._transport.is_closing():
+            self._transport.write_eof()  # the answer, then FIN; keep reading until LINGER_S
+            self._lingering = True
+            self._arm(LINGER_S, "lingering")
+            return
         self._transport.close()
 
     # -- timers ------------------------------------------------------------------------
