@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what gpufed needs on a fresh Debian machine: Prometheus/Alertmanager from
-# Debian (promtool, amtool and the real processes the end-to-end tests start) and a
+# Debian's archive, both lines, pinned (promtool, amtool and the real processes the
+# end-to-end tests start; scripts/fetch_stack.sh) and a
 # virtualenv with gpufed and its dev tools, installed from the committed lock
 # (requirements/dev.txt, exact versions with hashes). Idempotent.
 #
@@ -19,10 +20,13 @@ apt_install() {
   if [ -z "${GPUFED_APT_UPDATED:-}" ]; then $SUDO apt-get update -qq; GPUFED_APT_UPDATED=1; fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
 }
-if ! command -v promtool >/dev/null 2>&1 || ! command -v amtool >/dev/null 2>&1 \
-   || ! command -v prometheus-alertmanager >/dev/null 2>&1; then
-  apt_install prometheus prometheus-alertmanager
+# Prometheus, promtool, Alertmanager, amtool and node-exporter of both lines (2.x from
+# trixie, 3.x from sid) and VictoriaMetrics, pinned with checksums in requirements/stack.lock,
+# into .tools/stack/ (scripts/fetch_stack.sh); scripts/stack_path.sh puts a line on PATH.
+if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg >/dev/null 2>&1; then
+  echo "bootstrap: apt-get and dpkg are needed to fetch the Prometheus stack from Debian" >&2; exit 1
 fi
+bash scripts/fetch_stack.sh
 # compose/README.md's REST steps run as written (curl, jq); the chart's pod scripts run with wget.
 if ! command -v curl >/dev/null 2>&1 || ! command -v jq >/dev/null 2>&1 || ! command -v wget >/dev/null 2>&1; then
   apt_install curl jq wget

@@ -7,4 +7,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PATH"
+. scripts/stack_path.sh  # Prometheus 3.x (GPUFED_STACK=2 for 2.53.3)
 exec gpufed demo "$@"

@@ -15,6 +15,8 @@ venv="${GPUFED_VENV:-.venv}"
 bash scripts/bootstrap.sh
 venv=$(cd "$venv" && pwd)
 export PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv"
+# Prometheus 3.x first on PATH; GPUFED_STACK=2 runs the e2e tests on 2.53.3 instead.
+. scripts/stack_path.sh
 if [ -n "${GPUFED_UNLOCKED:-}" ]; then
   echo "test: drift check on the newest allowed versions:" >&2
   # PEP 503 names, so PyYAML is pyyaml and pydantic_core is pydantic-core on both sides
