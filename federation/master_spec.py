@@ -5,6 +5,10 @@
       retention: 15d
       rule_pack: true          # federation/rules/*.yml, copied into master/rules/
       tenants: per-region      # Thanos Receive tenant per region, or one (the cluster)
+      long_term:               # where the master remote-writes everything (see LongTermSpec)
+        kind: victoriametrics  # or thanos (the default with thanos.mode receive), remote_write
+        url: http://victoria-metrics:8428/api/v1/write
+        queue_config: {capacity: 50000, max_shards: 100}
       monitoring:              # the master's scrape jobs about gpufed itself (meta-monitoring)
         child_url: http://child-{child}:9090
 
@@ -14,11 +18,14 @@ Checks that need the rest of the spec (Thanos mode, hashring tenants) live in
 
 from __future__ import annotations
 
+import re
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from sharder.kernel.models import LABEL_NAME_RE, StrictModel, check_url, parse_duration
+from sharder.model.spec import AuthorizationSpec, BasicAuthSpec, Interval, QueueConfig
 
 #: Env var a replica's launcher sets; Prometheus expands it in external_labels when
 #: started with --enable-feature=expand-external-labels (one config for both replicas).
@@ -93,6 +100,77 @@ class MonitoringSpec(StrictModel):
         return self.child_url_by_region.get(region, self.child_url)
 
 
+#: Paths VictoriaMetrics takes Prometheus remote_write on: ``/api/v1/write`` on a single node
+#: (and vmagent), ``/insert/<tenant>/prometheus[/api/v1/write]`` on a cluster's vminsert.
+VM_WRITE_PATH_RE = re.compile(r"^(.*/api/v1/write|/insert/[^/]+/prometheus/?)$")
+
+
+class MasterQueueConfig(QueueConfig):
+    """``queue_config`` of the master's remote_write.
+
+    The master forwards the whole fleet through one queue per remote_write, so it starts
+    deeper and wider than Prometheus' defaults (capacity 10000, max_shards 50).
+    """
+
+    capacity: int = Field(default=50000, ge=1)
+    max_shards: int = Field(default=100, ge=1)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> MasterQueueConfig:
+        if self.min_shards is not None and self.min_shards > self.max_shards:
+            raise ValueError(f"min_shards {self.min_shards} is above max_shards {self.max_shards}")
+        if self.max_samples_per_send is not None and self.max_samples_per_send > self.capacity:
+            raise ValueError(
+                f"max_samples_per_send {self.max_samples_per_send} is above capacity {self.capacity}:"
+                " a shard's batch is taken from its queue"
+            )
+        return self
+
+
+class LongTermSpec(StrictModel):
+    """The long-term store the master remote-writes everything it holds into.
+
+    ``thanos``: Thanos Receive as ``thanos.receive`` describes it (its URL and tenant header
+    come from there); the default when ``thanos.mode`` is ``receive``. ``victoriametrics``: a
+    VictoriaMetrics single node, vmagent or vminsert at ``url``. ``remote_write``: any other
+    Prometheus remote-write receiver at ``url``. Whether ``kind`` fits the ``thanos`` section
+    is checked in ``federation.spec.GpufedSpec``.
+    """
+
+    kind: Literal["thanos", "victoriametrics", "remote_write"]
+    url: str | None = Field(default=None, description="victoriametrics/remote_write: where to write")
+    queue_config: MasterQueueConfig = Field(default_factory=MasterQueueConfig)
+    remote_timeout: Interval | None = None
+    basic_auth: BasicAuthSpec | None = None
+    authorization: AuthorizationSpec | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        return None if value is None else check_url(value)
+
+    @model_validator(mode="after")
+    def _kind_and_url(self) -> LongTermSpec:
+        if self.kind == "thanos" and self.url is not None:
+            raise ValueError(
+                f"url {self.url!r} with kind thanos: the master writes where thanos.receive says"
+                " (its url, else its first router); leave url out"
+            )
+        if self.kind != "thanos" and self.url is None:
+            raise ValueError(f"kind {self.kind} needs url: the remote-write endpoint to send to")
+        if self.kind == "victoriametrics" and self.url is not None:
+            path = urlsplit(self.url).path
+            if not VM_WRITE_PATH_RE.match(path):
+                raise ValueError(
+                    f"url {self.url!r}: VictoriaMetrics takes remote_write on /api/v1/write (single node,"
+                    " vmagent) or /insert/<tenant>/prometheus/api/v1/write (vminsert), not on"
+                    f" {path or '/'!r}"
+                )
+        if self.basic_auth is not None and self.authorization is not None:
+            raise ValueError("set basic_auth or authorization, not both (Prometheus allows one)")
+        return self
+
+
 class MasterSpec(StrictModel):
     replicas: int = Field(default=1, ge=1, le=2, description="1: single; 2: HA pair")
     host: str = Field(default="master-prometheus", description="replica i is <host>-<i> with 2 replicas")
@@ -109,6 +187,19 @@ class MasterSpec(StrictModel):
         default=None, description="--web.external-url: where users open the master (alert source links)"
     )
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+    long_term: LongTermSpec | None = Field(
+        default=None,
+        description="where the master remote-writes; unset: Thanos Receive when thanos.mode is receive",
+    )
+
+    @model_validator(mode="after")
+    def _tenants_need_thanos(self) -> MasterSpec:
+        if self.tenants == "per-region" and self.long_term is not None and self.long_term.kind != "thanos":
+            raise ValueError(
+                f"tenants per-region splits what the master sends into Thanos Receive tenants;"
+                f" long_term.kind {self.long_term.kind} has no tenant header: use tenants single"
+            )
+        return self
 
     @field_validator("retention", "scrape_interval", "evaluation_interval")
     @classmethod

@@ -44,6 +44,25 @@ class GpufedSpec(FederationSpec):
         return self
 
     @model_validator(mode="after")
+    def _long_term_and_thanos(self) -> GpufedSpec:
+        long_term = self.master.long_term if self.master is not None else None
+        if long_term is None:
+            return self
+        receive = self.thanos is not None and self.thanos.mode == "receive"
+        if long_term.kind == "thanos" and not receive:
+            raise ValueError(
+                "master.long_term.kind thanos writes into Thanos Receive: add a thanos section with"
+                " mode receive, or name another kind"
+            )
+        if long_term.kind != "thanos" and receive:
+            raise ValueError(
+                f"master.long_term.kind {long_term.kind} sends the master's remote_write away from"
+                " Thanos Receive, which then gets nothing: use thanos.mode sidecar, drop the thanos"
+                " section, or use kind thanos"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _master_and_thanos(self) -> GpufedSpec:
         if self.thanos is None:
             return self

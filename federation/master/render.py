@@ -18,8 +18,11 @@ What the config wires together:
 * ``scrape_configs`` are the meta-monitoring jobs (``federation.master.meta_monitoring``): the
   children through the controller's ``/v1/sd-children``, the controllers, Alertmanagers,
   relay, Thanos components and the master replicas;
-* with Thanos Receive, ``remote_write`` forwards everything with the tenant header: one
-  tenant (the cluster) or one per region, plus the cluster tenant for series with no region.
+* ``remote_write`` forwards everything to the long-term store (``master.long_term``): with
+  Thanos Receive (the default when ``thanos.mode`` is ``receive``) with the tenant header, one
+  tenant (the cluster) or one per region plus the cluster tenant for series with no region;
+  with VictoriaMetrics or another receiver, one write to its URL. Every write gets the
+  spec's ``queue_config`` (``MasterQueueConfig``: capacity 50000, max_shards 100 by default).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 
 from alertmanager import ha
 from federation.master import freshness, meta_monitoring
-from federation.master_spec import REPLICA_ENV, MasterSpec
+from federation.master_spec import REPLICA_ENV, LongTermSpec, MasterSpec
 from federation.spec import GpufedSpec
 from sharder.kernel.output import Bundle, dump_json, dump_yaml
 from thanos.models import RECEIVE_REPLICA_LABEL, ThanosSpec
@@ -84,7 +87,45 @@ def master_instances(spec: GpufedSpec) -> list[MasterInstance]:
     ]
 
 
-def _remote_write(spec: GpufedSpec, master: MasterSpec, thanos: ThanosSpec) -> list[dict[str, Any]]:
+#: The ``name`` of the one remote_write a long-term store that is not Thanos gets; it is
+#: the ``remote_name`` label of the master's ``prometheus_remote_storage_*`` series.
+WRITE_NAMES = {"victoriametrics": "victoriametrics", "remote_write": "long-term"}
+
+
+def long_term_of(spec: GpufedSpec) -> LongTermSpec | None:
+    """Where the master remote-writes: ``master.long_term``, else Thanos Receive if it runs."""
+    assert spec.master is not None
+    if spec.master.long_term is not None:
+        return spec.master.long_term
+    if spec.thanos is not None and spec.thanos.mode == "receive":
+        return LongTermSpec(kind="thanos")
+    return None
+
+
+def _write_settings(long_term: LongTermSpec) -> dict[str, Any]:
+    """What every remote_write to the store shares: queue, timeout, credentials."""
+    settings: dict[str, Any] = {"queue_config": long_term.queue_config.model_dump(exclude_none=True)}
+    if long_term.remote_timeout is not None:
+        settings["remote_timeout"] = long_term.remote_timeout
+    if long_term.basic_auth is not None:
+        settings["basic_auth"] = long_term.basic_auth.model_dump()
+    if long_term.authorization is not None:
+        settings["authorization"] = long_term.authorization.model_dump()
+    return settings
+
+
+def _remote_write(spec: GpufedSpec, master: MasterSpec, long_term: LongTermSpec) -> list[dict[str, Any]]:
+    if long_term.kind == "thanos":
+        assert spec.thanos is not None
+        writes = _thanos_writes(spec, master, spec.thanos)
+    else:
+        assert long_term.url is not None
+        writes = [{"name": WRITE_NAMES[long_term.kind], "url": long_term.url}]
+    shared = _write_settings(long_term)
+    return [{**write, **shared} for write in writes]
+
+
+def _thanos_writes(spec: GpufedSpec, master: MasterSpec, thanos: ThanosSpec) -> list[dict[str, Any]]:
     receive = thanos.receive
     assert receive is not None
     url, header = thanos.receive_url(), receive.tenant_header
@@ -143,8 +184,9 @@ def render_master_config(spec: GpufedSpec) -> dict[str, Any]:
     alerting = _alerting(spec)
     if alerting is not None:
         config["alerting"] = alerting
-    if spec.thanos is not None and spec.thanos.mode == "receive":
-        config["remote_write"] = _remote_write(spec, master, spec.thanos)
+    long_term = long_term_of(spec)
+    if long_term is not None:
+        config["remote_write"] = _remote_write(spec, master, long_term)
     return config
 
 
