@@ -116,10 +116,16 @@ def test_thanos_receive_is_the_default_and_takes_the_queue() -> None:
     ("master", "sections", "field", "says"),
     [
         ({"long_term": {"kind": "victoriametrics"}}, {}, "master.long_term", "needs url"),
-        ({"long_term": {"kind": "victoriametrics", "url": "http://vm:8428"}}, {}, "master.long_term", "/api/v1/write"),
+        (
+            {"long_term": {"kind": "victoriametrics", "url": "http://vm:8428"}},
+            {}, "master.long_term", "/api/v1/write",
+        ),
         ({"long_term": {"kind": "influxdb", "url": VM_URL}}, {}, "master.long_term.kind", "'influxdb'"),
         ({"long_term": {"kind": "remote_write", "url": "vm:8428"}}, {}, "master.long_term.url", "http://"),
-        ({"long_term": {"kind": "thanos", "url": VM_URL}}, {"thanos": RECEIVE}, "master.long_term", "leave url out"),
+        (
+            {"long_term": {"kind": "thanos", "url": VM_URL}},
+            {"thanos": RECEIVE}, "master.long_term", "leave url out",
+        ),
         (
             {"long_term": {"kind": "victoriametrics", "url": VM_URL, "queue_config": {"min_shards": 101}}},
             {}, "master.long_term.queue_config", "min_shards 101 is above max_shards 100",
@@ -172,3 +178,13 @@ def test_long_term_must_agree_with_thanos(
 def test_victoriametrics_write_paths(url: str) -> None:
     spec = spec_of({"long_term": {"kind": "victoriametrics", "url": url}})
     assert render_master_config(spec)["remote_write"][0]["url"] == url
+
+
+def test_readme_example_is_a_valid_master_section() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("```yaml\nmaster:\n  long_term:")
+    block = text[start + len("```yaml\n") : text.index("```", start + 3)]
+    master = yaml.safe_load(block)["master"]
+    (write,) = render_master_config(spec_of(master))["remote_write"]
+    assert write["name"] == "victoriametrics"
+    assert write["queue_config"] == {"capacity": 50000, "max_shards": 100}
