@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -41,6 +42,22 @@ def require_tool(name: str) -> str:
     if path is None:
         pytest.fail(f"{name} not on PATH: run scripts/test.sh, which installs it")
     return path
+
+
+def stack_tool(line: int, name: str) -> str:
+    """Path of ``name`` (promtool, amtool, ...) from one pinned stack line (2 or 3).
+
+    ``scripts/stack_path.sh`` exports ``GPUFED_STACK2_BIN``/``GPUFED_STACK3_BIN``; a test that
+    must run a specific line reads them here, and fails (never skips) when they are absent.
+    """
+    variable = f"GPUFED_STACK{line}_BIN"
+    folder = os.environ.get(variable)
+    if not folder:
+        pytest.fail(f"{variable} is not set: run the tests through scripts/test.sh or source scripts/stack_path.sh")
+    path = Path(folder) / name
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{path} ({variable}) is not an executable: run scripts/fetch_stack.sh")
+    return str(path)
 
 
 @pytest.fixture
