@@ -6,6 +6,9 @@ All nodes share one port: node N is `/nodes/<N>/metrics` (Prometheus reaches it 
 of 500 of each. Node names, regions, racks and teams are derived deterministically from
 the node's position.
 
+One node raises an XID 5-20 s after the fleet starts (seeded: `exporter.simulated.first_xid`),
+so a demo shows an alert within a minute; `first_xid=False` in the settings turns it off.
+
 Registered with the gpufed controller, every node is its own target with the explicit
 identity `<node>:<job>` (they all share one host:port, the default identity). A refresh
 re-PUTs every node each interval, over `REFRESH_WORKERS` keep-alive connections.
@@ -28,7 +31,7 @@ from exporter.exposition import LabelPolicy, SnapshotCollector
 from exporter.registration import Registrar, Registry, ServiceDefinition, ServiceRegistry, service_definition
 from exporter.server import NOT_FOUND, TEXT, NodeRoutes, Response
 from exporter.settings import ExporterSettings, host_label
-from exporter.simulated import SimulatedBackend
+from exporter.simulated import SimulatedBackend, first_xid
 from exporter.target_entry import TargetEntry, target_entry
 
 log = logging.getLogger(__name__)
@@ -82,9 +85,13 @@ class FleetApp:
         self.nodes = {node.name: node for node in nodes}
         self.collections: dict[str, Collection] = {}
         self.routes: dict[str, NodeRoutes] = {}
+        # One seeded XID 5-20 s after start, on one node, so a demo shows an alert at once
+        # (exporter.simulated: the early XID).
+        names = [node.name for node in nodes]
+        early = first_xid(settings.seed, names, settings.gpus) if settings.first_xid else None
         for node in nodes:
             backend = SimulatedBackend(settings.gpus, settings.gpu_model, seed=settings.seed, node=node.name,
-                                       clock=clock)
+                                       clock=clock, scheduled_xid=early)
             # Simulated reads never hang, so no per-read watchdog thread (timeout=None).
             collection = Collection(backend, families, timeout=None, health_window=settings.health_window,
                                     clock=clock)

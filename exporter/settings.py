@@ -74,6 +74,8 @@ class ExporterSettings(BaseSettings):
     gpus: int = Field(default=8, ge=0, le=64, description="simulated GPUs per node")
     gpu_model: str = "NVIDIA H100 80GB HBM3"
     seed: int = 0
+    first_xid: bool = Field(default=True, description="fleet: one seeded XID 5-20 s after start on one node, "
+                            "so a demo shows an alert within a minute (exporter.simulated.first_xid)")
     listen: str = "0.0.0.0:9400"
     listen_backlog: int = Field(default=4096, ge=16, le=65535,
                                 description="pending connections; the kernel caps it at somaxconn")

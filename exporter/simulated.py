@@ -5,6 +5,16 @@ sine plus 5-second noise, memory, temperature, power and clocks follow utilisati
 counters (energy, ECC, PCIe) are closed-form integrals so they only ever go up, and
 XIDs fire in rare seeded 15-minute windows. The clock is injected, so a snapshot at a
 fixed time is byte-for-byte reproducible across processes (no salted `hash()`).
+
+The early XID: the windows are on the wall clock, so a short demo could show none (11% of
+60-second runs in issue 36). The simulated fleet therefore also raises exactly one XID soon
+after it starts: `first_xid(seed, nodes, gpus)` picks, from the seed alone, one node, one
+GPU, one code of `XID_CODES` and a time `FIRST_XID_AFTER_S` (5-20 s) after that node's
+backend was built, which is just before the fleet's first collection and so before it is
+ready. With the default 5 s collection interval the XID is exposed within 25 s of ready,
+and a newcomer's demo sends its DingTalk message within a minute. The same seed and node
+list give the same XID in every process; `gpufed-exporter fleet` turns it off with
+`GPUFED_EXPORTER_FIRST_XID=false`.
 """
 
 from __future__ import annotations
@@ -14,7 +24,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from exporter.models import GpuDevice, NvLinkReading, ProcessUsage, Reading, XidEvent
@@ -23,6 +33,10 @@ XID_WINDOW_S = 900.0
 # Application-level XIDs dominate real fleets; hardware ones are rare.
 XID_CODES = (13, 13, 13, 31, 31, 43, 43, 45, 48, 63, 74, 79, 94)
 HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+#: When the fleet's one early XID happens, in seconds after its backends are built: not at
+#: once (the first scrapes see a clean GPU, then the XID), and late enough in the window
+#: only that one 5 s collection after it still falls inside the 30 s the demo promises.
+FIRST_XID_AFTER_S = (5.0, 20.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +65,30 @@ def _rng(*parts: object) -> random.Random:
     return random.Random(":".join(str(p) for p in parts))
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduledXid:
+    """One XID at a fixed time after a node's backend was built."""
+
+    node: str
+    gpu: int
+    code: int
+    after_s: float
+
+
+def first_xid(seed: int, nodes: Sequence[str], gpus: int) -> ScheduledXid | None:
+    """The fleet's one early XID, drawn from the seed alone (None without nodes or GPUs).
+
+    The node is drawn from the sorted names, so the order a caller lists them in does not
+    matter; the time is in `FIRST_XID_AFTER_S`.
+    """
+    if not nodes or gpus < 1:
+        return None
+    rng = _rng(seed, "first-xid")
+    node = sorted(nodes)[rng.randrange(len(nodes))]
+    gpu, code = rng.randrange(gpus), rng.choice(XID_CODES)
+    return ScheduledXid(node, gpu, code, round(rng.uniform(*FIRST_XID_AFTER_S), 3))
+
+
 class SimulatedBackend:
     """N simulated GPUs of one model on one node."""
 
@@ -63,11 +101,18 @@ class SimulatedBackend:
         node: str = "",
         xid_probability: float = 0.02,
         clock: Callable[[], float] = time.time,
+        scheduled_xid: ScheduledXid | None = None,
     ) -> None:
         self._spec = MODELS.get(model, MODELS["NVIDIA H100 80GB HBM3"])
         self._seed, self._node, self._clock = seed, node, clock
         self._xid_p = xid_probability
         self._boot = clock()
+        # Another node's schedule is not ours; a GPU this node lacks gets none.
+        self._scheduled = (
+            XidEvent(scheduled_xid.gpu, scheduled_xid.code, self._boot + scheduled_xid.after_s)
+            if scheduled_xid is not None and scheduled_xid.node == node and scheduled_xid.gpu < gpus
+            else None
+        )
         self._xid_cursor = self._boot
         self._lock = threading.Lock()
         self._devices = tuple(self._device(i, model) for i in range(gpus))
@@ -217,11 +262,13 @@ class SimulatedBackend:
         }
 
     def drain_xid_events(self) -> list[XidEvent]:
-        """XIDs whose seeded time falls between the previous drain and now."""
+        """XIDs whose seeded time (or the scheduled XID's) falls between the previous drain and now."""
         with self._lock:
             start, end = self._xid_cursor, self._clock()
             self._xid_cursor = max(start, end)
         events = []
+        if self._scheduled is not None and start < self._scheduled.timestamp <= end:
+            events.append(self._scheduled)
         for dev in self._devices:
             for window in range(int(start // XID_WINDOW_S), int(end // XID_WINDOW_S) + 1):
                 rng = _rng(self._seed, self._node, dev.index, "xid", window)

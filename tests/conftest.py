@@ -53,9 +53,7 @@ def stack_tool(line: int, name: str) -> str:
     variable = f"GPUFED_STACK{line}_BIN"
     folder = os.environ.get(variable)
     if not folder:
-        pytest.fail(
-            f"{variable} is not set: run the tests through scripts/test.sh or source scripts/stack_path.sh"
-        )
+        pytest.fail(f"{variable} is not set: run scripts/test.sh, or source scripts/stack_path.sh first")
     path = Path(folder) / name
     if not os.access(path, os.X_OK):
         pytest.fail(f"{path} ({variable}) is not an executable: run scripts/fetch_stack.sh")

@@ -28,6 +28,26 @@ Records (``copy`` = one child's series of a target: ``shard``/``replica`` tell c
 * ``gpufed:shard_silent:bool``: a shard whose newest sample of any target is older than
   ``shard_bound`` (the shortest job bound, at least the longest interval + slack): its
   child or its remote_write is gone. ``FederationShardMissing`` fires on it.
+* ``gpufed:region_targets_down:ratio``: per (cluster, region), the share of the spec's
+  targets down or unknown. ``FederationScrapeBlackout`` fires on it.
+
+Scraped jobs only: the shard and region records name the spec's jobs (``job=~"gpu|node"``),
+never "everything but gpufed-child". The master's own meta-monitoring scrapes (``gpufed-child``
+has ``region`` and ``shard`` from service discovery, the others neither) carry no ``cluster``,
+since the master's TSDB does not store its external labels; counted with the children's
+series they made a second ``{region}`` series per region, which Alertmanager, after adding
+the external ``cluster``, took for the same alert as the ``{cluster, region}`` one, so the two
+alternated (13 flips in 100 s in issue 36), and a single child's failed meta scrape read as a
+whole region down.
+
+Left-open selectors (Prometheus 3): none of these records reads a range. A bound is a
+comparison of a sample's own timestamp (``timestamp(up)``) with ``time() - bound``, so it
+means the same on 2.x (closed ranges) and 3.x (left-open ranges and lookback). The one place
+the lookback shows is when ``timestamp(up)`` leaves it, 5 minutes after the last sample, and
+there the record's own previous value (an instant selector one evaluation back) has carried
+the copy since its bound passed; a sample exactly 5 minutes old (2.x keeps it, 3.x drops it)
+changes nothing. The bounds themselves (3 missed scrapes + the send deadline) count scrapes,
+not samples in a window.
 
 Cost: instant selectors and ``timestamp(up)`` only, a few operations per ``up`` series
 and evaluation; nothing scans a range. A master down for more than the 5-minute lookback
@@ -54,8 +74,6 @@ FILE_NAME = "freshness.yml"
 MISSED_SCRAPES = 3
 #: Prometheus' remote_write ``batch_send_deadline`` when the spec leaves it unset.
 DEFAULT_SEND_DEADLINE_S = 5.0
-#: The targets a shard's children scrape (the master's own scrape of a child is not one).
-SHARD_TARGETS = 'shard!="", job!~"gpufed-child.*"'
 #: How long a silent copy stays visible after its last sample.
 MEMORY_S = 3600.0
 LAST_SEEN = "gpufed:up_copy:last_seen_seconds"
@@ -63,6 +81,9 @@ HEADER = (
     b"# Rendered by federation/master/freshness.py from the spec; do not edit. The copy in\n"
     b"# federation/rules/ (and helm/gpufed/rules/) is the rendering of examples/federation.yaml.\n"
     b"# Bound per job: 3 x scrape_interval + the largest remote_write batch_send_deadline.\n"
+    b"# Bounds compare sample timestamps with time(), no range selector: the same on 2.x\n"
+    b"# (closed ranges) and 3.x (left-open). Shard and region records read the spec's jobs\n"
+    b"# only, never the master's own meta-monitoring scrapes (no cluster label there).\n"
 )
 
 
@@ -107,6 +128,14 @@ def shard_bound(spec: GpufedSpec) -> str:
     return _seconds(max(shortest, longest))
 
 
+def scraped_jobs(spec: GpufedSpec) -> str:
+    """A regex of the spec's jobs: the targets the children scrape and remote-write.
+
+    Job names are lower-case letters, digits and '-' (``JobSpec``), so none needs escaping.
+    """
+    return "|".join(sorted(job.name for job in spec.jobs))
+
+
 def _silent(per_job: dict[str, str], other: str) -> str:
     """1 for a copy whose newest sample is older than its job's bound, else 0."""
     names = "|".join(per_job)
@@ -122,6 +151,9 @@ def _plain(duration: str) -> str:
 def render_rules(spec: GpufedSpec) -> dict[str, Any]:
     per_job, other = bounds(spec)
     memory = _plain(_seconds(MEMORY_S))
+    jobs = scraped_jobs(spec)
+    shard_targets = f'shard!="", job=~"{jobs}"'
+    scraped = f'gpufed:target_up:fresh{{job=~"{jobs}"}}'
     rules = [
         # Its own last value (an instant selector: the previous evaluation) carries a
         # silent copy past the lookback; a copy that was fresh at the previous evaluation
@@ -142,7 +174,7 @@ def render_rules(spec: GpufedSpec) -> dict[str, Any]:
             "record": "gpufed:shard_silent:bool",
             "expr": (
                 f"group by (cluster, region, shard) (\n"
-                f"  max by (cluster, region, shard) ({LAST_SEEN}{{{SHARD_TARGETS}}})"
+                f"  max by (cluster, region, shard) ({LAST_SEEN}{{{shard_targets}}})"
                 f" < time() - {_plain(shard_bound(spec))}\n"
                 ")\n"
             ),
@@ -152,6 +184,18 @@ def render_rules(spec: GpufedSpec) -> dict[str, Any]:
             "expr": (
                 "max without (shard, replica) (up and gpufed:up_copy:silent == 0)\n"
                 "  or gpufed:target_unknown:bool * 0\n"
+            ),
+        },
+        # After target_up:fresh: a rule reads the rules above it at the same evaluation.
+        # A region with none down reads 0 (not absent), so dashboards can plot it.
+        {
+            "record": "gpufed:region_targets_down:ratio",
+            "expr": (
+                "(\n"
+                f"  count by (cluster, region) ({scraped} == 0)\n"
+                f"    or count by (cluster, region) ({scraped}) * 0\n"
+                ")\n"
+                f"  / count by (cluster, region) ({scraped})\n"
             ),
         },
     ]

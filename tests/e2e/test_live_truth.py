@@ -149,12 +149,17 @@ def window(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Window]:
     lines: list[str] = []
     options = DemoOptions(layout=LAYOUT, data_dir=base / "demo", controller_args=("--registry-ttl=600",))
     stack = DemoStack(options, say=lines.append, show_messages=False)
+    # The fleet's early XID (exporter.simulated.first_xid) would land in region-2, the XID
+    # nodes' region, and be the first XID message there: these checks own region-2's XIDs.
+    quiet = pytest.MonkeyPatch()
+    quiet.setenv("GPUFED_EXPORTER_FIRST_XID", "false")
     try:
         stack.start()
         run = Window(stack=stack, xid_ports={node: free_port() for node in XID_NODES})
         _run_window(stack, run)
         yield run
     finally:
+        quiet.undo()
         summary = stack.finish(duration=None)
         print("\n".join(lines[-40:]))
     assert summary["leftover_processes"] == 0, summary

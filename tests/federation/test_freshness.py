@@ -12,7 +12,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
+from conftest import stack_tool
 
 from federation.master import freshness
 from federation.master.render import RULES_DIR, load_rule_pack, render_master_bundle
@@ -49,15 +51,20 @@ def test_bounds_are_three_intervals_plus_the_send_deadline() -> None:
     assert freshness.send_slack_s(GpufedSpec.model_validate(doc)) == freshness.DEFAULT_SEND_DEADLINE_S
 
 
-def test_master_bundle_carries_the_spec_own_bounds(promtool: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("line", [2, 3])
+def test_master_bundle_carries_the_spec_own_bounds(line: int, tmp_path: Path) -> None:
     demo = ROOT / "federation" / "demo" / "default-spec.yaml"
     spec = GpufedSpec.model_validate(yaml.safe_load(demo.read_text()))
     bundle = render_master_bundle(spec, rule_pack=load_rule_pack())
     text = bundle[f"{RULES_DIR}/{freshness.FILE_NAME}"].decode()
     assert 'gpufed:up_copy:last_seen_seconds{job="gpu"} < bool time() - 16' in text  # 3 x 5s + 1s deadline
     assert bundle[f"{RULES_DIR}/{freshness.FILE_NAME}"] != SHIPPED.read_bytes()
+    # Shard and region records read the spec's jobs, never the master's own scrapes.
+    jobs = "|".join(sorted(job.name for job in spec.jobs))
+    assert f'count by (cluster, region) (gpufed:target_up:fresh{{job=~"{jobs}"}} == 0)' in text
+    assert f'{{shard!="", job=~"{jobs}"}}' in text and "gpufed-child" not in text
     path = tmp_path / freshness.FILE_NAME
     path.write_text(text)
-    done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run([stack_tool(line, "promtool"), "check", "rules", str(path)], capture_output=True,
+                          text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
