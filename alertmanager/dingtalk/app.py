@@ -3,8 +3,9 @@
 ``create_app`` builds everything (nothing is built at import): the HTTP client is
 injected so tests run against ``httpx.MockTransport`` or the capture server, and one
 ``clock`` (seconds since the epoch) drives signing timestamps, rate limits and dedup
-windows so tests control all three. Domain errors become ``application/problem+json``
-in one exception handler.
+windows so tests control all three. With a ``data_dir`` the ordering and dedup memory is
+loaded from it at start and saved after each finished notification (``memory``). Domain
+errors become ``application/problem+json`` in one exception handler.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from alertmanager.dingtalk import memory
 from alertmanager.dingtalk.client import DingTalkClient, Sender, redact
 from alertmanager.dingtalk.config import RelayConfig, load_config
 from alertmanager.dingtalk.dedup import Deduplicator
@@ -61,17 +63,49 @@ class Relay:
     registry: CollectorRegistry
     client: Sender
     clock: Clock
+    data_dir: Path | None = None
 
 
 def build_relay(config: RelayConfig, *, client: Sender, clock: Clock = time.time,
-                registry: CollectorRegistry | None = None) -> Relay:
+                registry: CollectorRegistry | None = None, data_dir: Path | None = None) -> Relay:
     registry = registry if registry is not None else CollectorRegistry()
     relay = Relay(config=config, renderer=Renderer(config),
                   dedup=Deduplicator(config.dedup_window, clock=clock),
                   order=GroupStates(clock=clock), senders={},
-                  metrics=RelayMetrics(registry), registry=registry, client=client, clock=clock)
+                  metrics=RelayMetrics(registry), registry=registry, client=client, clock=clock,
+                  data_dir=data_dir)
     apply_config(relay, config, renderer=relay.renderer)
+    if data_dir is not None:
+        restore_memory(relay, data_dir)
     return relay
+
+
+def restore_memory(relay: Relay, data_dir: Path) -> None:
+    """Load the saved memory; a bad file is logged and counted, and the relay starts empty."""
+    try:
+        snapshot = memory.load(data_dir)
+        relay.order.restore(snapshot.order)
+        relay.dedup.restore(snapshot.dedup)
+    except (memory.MemoryFileError, ValueError, TypeError) as exc:
+        relay.order.restore([])
+        relay.dedup.restore([])
+        relay.metrics.memory_errors.labels("load").inc()
+        log.error("relay memory in %s not loaded, starting empty: %s", data_dir, exc)
+        return
+    log.info("relay memory loaded from %s: %d alert state(s), %d recent notification(s)",
+             data_dir, len(snapshot.order), len(snapshot.dedup))
+
+
+def save_memory(relay: Relay) -> None:
+    """Write the memory file; a failure is logged and counted, the answer stands."""
+    if relay.data_dir is None:
+        return
+    try:
+        snapshot = memory.Snapshot(order=relay.order.snapshot(), dedup=relay.dedup.snapshot())
+        memory.save(relay.data_dir, snapshot)
+    except OSError as exc:
+        relay.metrics.memory_errors.labels("save").inc()
+        log.error("relay memory not saved to %s: %s", relay.data_dir, exc)
 
 
 def apply_config(relay: Relay, config: RelayConfig, *, renderer: Renderer | None = None) -> None:
@@ -172,6 +206,7 @@ async def handle_webhook(relay: Relay, robot: str, body: bytes) -> dict[str, Any
     finally:
         if finished:
             relay.dedup.complete(key)
+            save_memory(relay)
         else:
             relay.dedup.release(key)
 
@@ -187,12 +222,12 @@ def problem(exc: RelayError) -> JSONResponse:
 
 
 def create_app(config: RelayConfig, *, http_client: httpx.AsyncClient | None = None, clock: Clock = time.time,
-               registry: CollectorRegistry | None = None) -> FastAPI:
+               registry: CollectorRegistry | None = None, data_dir: Path | None = None) -> FastAPI:
     """The relay app; an ``http_client`` passed in is the caller's to close."""
     own_client = http_client is None
     http = http_client if http_client is not None else httpx.AsyncClient()
     client = DingTalkClient(http, timeout=config.request_timeout, clock=clock)
-    relay = build_relay(config, client=client, clock=clock, registry=registry)
+    relay = build_relay(config, client=client, clock=clock, registry=registry, data_dir=data_dir)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

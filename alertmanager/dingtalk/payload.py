@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -70,7 +70,23 @@ def parse_webhook(body: bytes) -> WebhookMessage:
 
 
 def dedup_key(robot: str, message: WebhookMessage) -> str:
-    """robot + groupKey + status + sorted fingerprints: equal across HA replicas."""
-    prints = sorted(alert.identity() + ":" + alert.status for alert in message.alerts)
+    """robot + groupKey + status + each alert's identity, state and episode: equal across HA
+    replicas for the same notification, different for the next episode of the same alerts.
+
+    An episode is named by its ``startsAt`` (and, once resolved, its ``endsAt``): Prometheus
+    sends both replicas the same times, and a new episode after a resolve starts later. A
+    firing alert's ``endsAt`` is left out: Alertmanager sends it zeroed, and a sender that
+    fills it in moves it forward on every resend.
+    """
+    prints = sorted(
+        "|".join([alert.identity(), alert.status, _instant(alert.startsAt),
+                  _instant(alert.endsAt) if alert.status == "resolved" else ""])
+        for alert in message.alerts
+    )
     blob = "\x1f".join([robot, message.groupKey, message.status, *prints])
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _instant(value: datetime) -> str:
+    """The same instant written with any UTC offset gives the same text."""
+    return value.isoformat() if value.tzinfo is None else value.astimezone(UTC).isoformat()

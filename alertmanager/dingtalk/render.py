@@ -116,9 +116,11 @@ class Renderer:
         """One part holding ``alerts`` (whole), finished for ``robot``."""
         template = self._robots.get(robot, self._default)
         firing = [a for a in alerts if a.status == "firing"]
+        firing_total = sum(1 for a in message.alerts if a.status == "firing")
         module = template.make_module({
             "message": message, "firing": firing, "resolved": [a for a in alerts if a.status != "firing"],
             "part": info.part, "parts": info.parts, "more": info.more, "total": len(message.alerts),
+            "firing_total": firing_total, "resolved_total": len(message.alerts) - firing_total,
             "am_url": (self.config.alertmanager_url or message.externalURL).rstrip("/"),
             "grafana_url": (self.config.grafana_url or "").rstrip("/"), "robot": robot,
         })
