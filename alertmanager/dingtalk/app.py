@@ -67,9 +67,11 @@ class Relay:
 
 
 def build_relay(config: RelayConfig, *, client: Sender, clock: Clock = time.time,
-                registry: CollectorRegistry | None = None, data_dir: Path | None = None) -> Relay:
+                registry: CollectorRegistry | None = None, data_dir: Path | None = None,
+                renderer: Renderer | None = None) -> Relay:
+    """The relay's parts; ``renderer``, when given, is ``config``'s already compiled."""
     registry = registry if registry is not None else CollectorRegistry()
-    relay = Relay(config=config, renderer=Renderer(config),
+    relay = Relay(config=config, renderer=renderer or Renderer(config),
                   dedup=Deduplicator(config.dedup_window, clock=clock),
                   order=GroupStates(clock=clock), senders={},
                   metrics=RelayMetrics(registry), registry=registry, client=client, clock=clock,
