@@ -25,7 +25,7 @@ from alertmanager.dingtalk import logslink
 from alertmanager.dingtalk.config import RelayConfig, RobotConfig
 from alertmanager.dingtalk.errors import ConfigError
 from alertmanager.dingtalk.labels import folded, lead
-from alertmanager.dingtalk.payload import ZERO_TIME, Alert, WebhookMessage
+from alertmanager.dingtalk.payload import EARLIEST, LATEST, ZERO_TIME, Alert, WebhookMessage
 
 _SPLIT_MOBILES = re.compile(r"[\s,;]+")
 
@@ -160,7 +160,9 @@ def fault_start(alert: Alert) -> datetime:
     match = _GO_TIME.match(alert.annotations.get("since", "").strip())
     if match is None:
         return alert.startsAt
-    return datetime.strptime(f"{match.group(1)} {match.group(2)}", "%Y-%m-%d %H:%M:%S %z")
+    since = datetime.strptime(f"{match.group(1)} {match.group(2)}", "%Y-%m-%d %H:%M:%S %z")
+    # An annotation is free text: one outside the payload's own time range is ignored.
+    return since if EARLIEST <= since < LATEST else alert.startsAt
 
 
 def _labelstr(labels: dict[str, str]) -> str:
