@@ -10,11 +10,12 @@ errors become ``application/problem+json`` in one exception handler.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,7 @@ class Relay:
     client: Sender
     clock: Clock
     data_dir: Path | None = None
+    saving: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 def build_relay(config: RelayConfig, *, client: Sender, clock: Clock = time.time,
@@ -98,13 +100,16 @@ def restore_memory(relay: Relay, data_dir: Path) -> None:
              data_dir, len(snapshot.order), len(snapshot.dedup))
 
 
-def save_memory(relay: Relay) -> None:
-    """Write the memory file; a failure is logged and counted, the answer stands."""
+async def save_memory(relay: Relay) -> None:
+    """Write the memory file off the event loop; a failure is logged and counted, the answer
+    stands. Saves run one at a time, each with the memory as it is when it starts, so the
+    last one written holds everything recorded before it."""
     if relay.data_dir is None:
         return
     try:
-        snapshot = memory.Snapshot(order=relay.order.snapshot(), dedup=relay.dedup.snapshot())
-        memory.save(relay.data_dir, snapshot)
+        async with relay.saving:
+            snapshot = memory.Snapshot(order=relay.order.snapshot(), dedup=relay.dedup.snapshot())
+            await asyncio.to_thread(memory.save, relay.data_dir, snapshot)
     except OSError as exc:
         relay.metrics.memory_errors.labels("save").inc()
         log.error("relay memory not saved to %s: %s", relay.data_dir, exc)
@@ -208,7 +213,7 @@ async def handle_webhook(relay: Relay, robot: str, body: bytes) -> dict[str, Any
     finally:
         if finished:
             relay.dedup.complete(key)
-            save_memory(relay)
+            await save_memory(relay)
         else:
             relay.dedup.release(key)
 

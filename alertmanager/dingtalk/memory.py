@@ -6,12 +6,19 @@ an episode that DingTalk already showed resolved would be shown firing again, an
 copy arriving while the relay restarts would be shown twice.
 
 Where it sits: ``app`` loads the file once when it builds the relay (``load``) and writes
-it after every notification it finished (``save``). The file is
-``<data-dir>/relay-memory.json``::
+it after every notification it finished (``save``, in a worker thread so the event loop
+keeps serving; one save at a time, each with the memory as it is when it starts). The file
+is ``<data-dir>/relay-memory.json``::
 
     {"version": 1, "order": [[robot, group, fingerprint, firing, startsAt, endsAt,
                               resolved_until, at], ...],
      "dedup": [[key, at], ...]}
+
+with times in microseconds since the epoch (exact, unlike a float of seconds) and ``at`` in
+the relay clock's seconds. Cost (``python -m federation.testing.benches.relay_memory``, a
+shared 2-core machine): 10,000 remembered alerts (an entry lives a day) are a 1 MB file,
+14 ms of snapshot on the event loop, 17 ms of save in the thread and 77 ms to load at
+start; 100,000 are 10 MB, 112 ms, 93 ms and 0.9 s.
 
 Written atomically (a temporary file in the same directory, flushed to disk, then renamed
 over the old one), so a crash leaves the old file or the new one, never half of one. A

@@ -42,7 +42,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from alertmanager.dingtalk.payload import Alert
 
@@ -95,8 +95,9 @@ class Verdict:
 
 Key = tuple[str, str, str]
 #: One remembered alert as plain data: robot, group, fingerprint, firing, startsAt,
-#: endsAt, resolved_until (ISO 8601 or None), recorded at (clock seconds).
-Row = tuple[str, str, str, bool, str, str, str | None, float]
+#: endsAt, resolved_until (microseconds since the epoch; None: no RESOLVED sent yet),
+#: recorded at (clock seconds).
+Row = tuple[str, str, str, bool, int, int, int | None, float]
 
 
 class GroupStates:
@@ -142,18 +143,34 @@ class GroupStates:
                 self._states[key] = seen.after(state, now)
 
     def snapshot(self) -> list[Row]:
-        """Every remembered alert as plain rows (``Row``), in a stable order."""
-        return [(*key, seen.newest.firing, seen.newest.starts_at.isoformat(), seen.newest.ends_at.isoformat(),
-                 None if seen.resolved_until is None else seen.resolved_until.isoformat(), seen.at)
-                for key, seen in sorted(self._states.items())]
+        """Every remembered alert as plain rows (``Row``)."""
+        return [(*key, seen.newest.firing, _micros(seen.newest.starts_at), _micros(seen.newest.ends_at),
+                 None if seen.resolved_until is None else _micros(seen.resolved_until), seen.at)
+                for key, seen in self._states.items()]
 
     def restore(self, rows: Iterable[Row]) -> None:
         """Remember ``rows`` (from ``snapshot``); raises ``ValueError`` on a malformed row."""
         states: dict[Key, Seen] = {}
         for robot, group, fingerprint, firing, starts, ends, until, at in rows:
-            state = AlertState(firing=bool(firing), starts_at=datetime.fromisoformat(starts),
-                               ends_at=datetime.fromisoformat(ends))
-            states[(str(robot), str(group), str(fingerprint))] = Seen(
-                newest=state, resolved_until=None if until is None else datetime.fromisoformat(until),
-                at=float(at))
+            names = (robot, group, fingerprint)
+            if not all(isinstance(v, str) for v in names) or not isinstance(firing, bool):
+                raise ValueError("a row's robot, group and fingerprint are strings, firing a boolean")
+            state = AlertState(firing=firing, starts_at=_instant(starts), ends_at=_instant(ends))
+            states[(robot, group, fingerprint)] = Seen(
+                newest=state, resolved_until=None if until is None else _instant(until), at=float(at))
         self._states = states
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICRO = timedelta(microseconds=1)
+
+
+def _micros(value: datetime) -> int:
+    """Microseconds since the epoch, exactly (a float would round them)."""
+    return (value - _EPOCH) // _MICRO
+
+
+def _instant(micros: object) -> datetime:
+    if not isinstance(micros, int) or isinstance(micros, bool):
+        raise ValueError(f"not a time in microseconds: {micros!r}")
+    return _EPOCH + micros * _MICRO
