@@ -190,6 +190,13 @@ async def handle_webhook(relay: Relay, robot: str, body: bytes) -> dict[str, Any
                 relay.metrics.stale_dropped.labels(robot).inc()
                 finished = True
                 return {"status": "stale", "robot": robot, "alerts": len(verdict.stale)}
+        if not verdict.news:
+            # Only RESOLVEDs DingTalk already showed, one a replica timed out itself (its own
+            # endsAt, so its own key): a copy in all but bytes.
+            relay.metrics.dedup_dropped.labels(robot).inc()
+            finished = True
+            return {"status": "duplicate", "robot": robot}
+        if verdict.stale:
             firing = any(alert.status == "firing" for alert in verdict.fresh)
             message = message.model_copy(update={"alerts": list(verdict.fresh),
                                                  "status": "firing" if firing else "resolved"})
@@ -200,6 +207,7 @@ async def handle_webhook(relay: Relay, robot: str, body: bytes) -> dict[str, Any
         await relay.senders[robot].submit(
             todo, max_wait=config.max_wait,
             on_delivered=lambda part: relay.dedup.part_delivered(key, part.digest()))
+        relay.order.announce(robot, message.groupKey, message.alerts)
         finished = True
         return {"status": "sent", "robot": robot, "parts": len(parts), "alerts": len(message.alerts)}
     except PermanentDeliveryError as exc:

@@ -11,7 +11,7 @@ keeps serving; one save at a time, each with the memory as it is when it starts)
 is ``<data-dir>/relay-memory.json``::
 
     {"version": 1, "order": [[robot, group, fingerprint, firing, startsAt, endsAt,
-                              resolved_until, at], ...],
+                              resolved_until, at, announced_until], ...],
      "dedup": [[key, at], ...]}
 
 with times in microseconds since the epoch (exact, unlike a float of seconds) and ``at`` in
@@ -40,6 +40,7 @@ from alertmanager.dingtalk.errors import RelayError
 from alertmanager.dingtalk.ordering import Row
 
 FILE_NAME = "relay-memory.json"
+ROW_ITEMS = 9
 VERSION = 1
 
 
@@ -73,8 +74,8 @@ def load(data_dir: Path) -> Snapshot:
     if not isinstance(data, dict) or data.get("version") != VERSION:
         raise MemoryFileError(f"{path}: expected an object with version {VERSION}", field="version")
     order, dedup = data.get("order"), data.get("dedup")
-    if not isinstance(order, list) or not all(isinstance(r, list) and len(r) == 8 for r in order):
-        raise MemoryFileError(f"{path}: order must be a list of 8-item rows", field="order")
+    if not isinstance(order, list) or not all(isinstance(r, list) and len(r) == ROW_ITEMS for r in order):
+        raise MemoryFileError(f"{path}: order must be a list of {ROW_ITEMS}-item rows", field="order")
     if not isinstance(dedup, list) or not all(isinstance(r, list) and len(r) == 2 for r in dedup):
         raise MemoryFileError(f"{path}: dedup must be a list of [key, at] rows", field="dedup")
     return Snapshot(order=[tuple(r) for r in order],  # type: ignore[misc]

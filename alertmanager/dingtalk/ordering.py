@@ -23,12 +23,16 @@ A FIRING is compared with an ``endsAt``, so replicas that were sent an alert wit
 the episode. Two FIRINGs are compared by ``startsAt``: the earlier-stamped copy of an
 episode already announced as firing is left out, which loses nothing. An older alert is
 left out of the message; a notification with only older alerts is dropped and counted by
-the caller. A state equal to the newest is sent (a group's notification repeats the
-alerts whose state did not change, and ``repeat_interval`` reminders must reach DingTalk);
+the caller, and so is one whose only news would be a RESOLVED that already reached DingTalk
+(a replica that timed the alert out itself sends it with its own ``endsAt``, so its own
+dedup key). A state equal to the newest is sent (a group's notification repeats the alerts
+whose state did not change, and ``repeat_interval`` reminders must reach DingTalk);
 identical copies are the dedup's business.
 
 The state is recorded when a notification is accepted, before it is queued: the robot's
-sender delivers in submission order, so what is recorded is what DingTalk shows last.
+sender delivers in submission order, so what is recorded is what DingTalk shows last. What
+reached DingTalk is recorded after delivery (``announce``), so a RESOLVED whose send failed
+is not taken for a repeat when Alertmanager retries it.
 
 Memory: ``snapshot``/``restore`` turn it into plain rows, which ``memory`` keeps in a file
 under the relay's ``--data-dir`` so a restart remembers the order; without a data dir a
@@ -41,7 +45,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from alertmanager.dingtalk.payload import Alert
@@ -68,6 +72,9 @@ class Seen:
     newest: AlertState
     resolved_until: datetime | None
     at: float
+    #: The latest ``endsAt`` of a RESOLVED that reached DingTalk (``resolved_until`` counts
+    #: one accepted for sending, which may still fail and be retried).
+    announced_until: datetime | None = None
 
     def superseded(self, state: AlertState) -> bool:
         """``state``, arriving now, would move the alert back."""
@@ -77,12 +84,19 @@ class Seen:
             return self.newest.firing and state.starts_at < self.newest.starts_at
         return self.newest.starts_at > state.ends_at
 
+    def repeats(self, state: AlertState) -> bool:
+        """``state`` is a RESOLVED of an episode whose end was already announced: the same
+        resolve from a replica that timed the alert out itself (another ``endsAt``, so
+        another dedup key). Alertmanager never re-sends a RESOLVED, so it is news to no one."""
+        until = self.announced_until
+        return not state.firing and until is not None and state.starts_at <= until
+
     def after(self, state: AlertState, at: float) -> Seen:
         """This memory once ``state`` (not superseded) was accepted for sending."""
         until = self.resolved_until
         if not state.firing:
             until = state.ends_at if until is None else max(until, state.ends_at)
-        return Seen(newest=state, resolved_until=until, at=at)
+        return Seen(newest=state, resolved_until=until, at=at, announced_until=self.announced_until)
 
 
 @dataclass(frozen=True)
@@ -91,13 +105,20 @@ class Verdict:
 
     fresh: tuple[Alert, ...]
     stale: tuple[Alert, ...]
+    #: How many of ``fresh`` repeat a RESOLVED already announced (``Seen.repeats``).
+    repeats: int = 0
+
+    @property
+    def news(self) -> bool:
+        """Something in the notification DingTalk has not shown yet."""
+        return len(self.fresh) > self.repeats
 
 
 Key = tuple[str, str, str]
 #: One remembered alert as plain data: robot, group, fingerprint, firing, startsAt,
-#: endsAt, resolved_until (microseconds since the epoch; None: no RESOLVED sent yet),
-#: recorded at (clock seconds).
-Row = tuple[str, str, str, bool, int, int, int | None, float]
+#: endsAt, resolved_until (microseconds since the epoch; None: no RESOLVED accepted yet),
+#: recorded at (clock seconds), announced_until (None: no RESOLVED delivered yet).
+Row = tuple[str, str, str, bool, int, int, int | None, float, int | None]
 
 
 class GroupStates:
@@ -121,13 +142,16 @@ class GroupStates:
         self._expire(self._clock())
         fresh: list[Alert] = []
         stale: list[Alert] = []
+        repeats = 0
         for alert in alerts:
             seen = self._states.get((robot, group, alert.identity()))
-            if seen is not None and seen.superseded(AlertState.of(alert)):
+            state = AlertState.of(alert)
+            if seen is not None and seen.superseded(state):
                 stale.append(alert)
             else:
                 fresh.append(alert)
-        return Verdict(fresh=tuple(fresh), stale=tuple(stale))
+                repeats += seen is not None and seen.repeats(state)
+        return Verdict(fresh=tuple(fresh), stale=tuple(stale), repeats=repeats)
 
     def record(self, robot: str, group: str, alerts: Sequence[Alert]) -> None:
         """The alerts of a notification accepted for sending become the group's newest state."""
@@ -142,22 +166,33 @@ class GroupStates:
             elif not seen.superseded(state):
                 self._states[key] = seen.after(state, now)
 
+    def announce(self, robot: str, group: str, alerts: Sequence[Alert]) -> None:
+        """The alerts of a notification reached DingTalk: their RESOLVEDs are announced."""
+        for alert in alerts:
+            key = (robot, group, alert.identity())
+            seen = self._states.get(key)
+            if seen is None or alert.status != "resolved":
+                continue
+            until = alert.endsAt if seen.announced_until is None else max(seen.announced_until, alert.endsAt)
+            self._states[key] = replace(seen, announced_until=until)
+
     def snapshot(self) -> list[Row]:
         """Every remembered alert as plain rows (``Row``)."""
         return [(*key, seen.newest.firing, _micros(seen.newest.starts_at), _micros(seen.newest.ends_at),
-                 None if seen.resolved_until is None else _micros(seen.resolved_until), seen.at)
+                 _maybe_micros(seen.resolved_until), seen.at, _maybe_micros(seen.announced_until))
                 for key, seen in self._states.items()]
 
     def restore(self, rows: Iterable[Row]) -> None:
         """Remember ``rows`` (from ``snapshot``); raises ``ValueError`` on a malformed row."""
         states: dict[Key, Seen] = {}
-        for robot, group, fingerprint, firing, starts, ends, until, at in rows:
+        for robot, group, fingerprint, firing, starts, ends, until, at, announced in rows:
             names = (robot, group, fingerprint)
             if not all(isinstance(v, str) for v in names) or not isinstance(firing, bool):
                 raise ValueError("a row's robot, group and fingerprint are strings, firing a boolean")
             state = AlertState(firing=firing, starts_at=_instant(starts), ends_at=_instant(ends))
             states[(robot, group, fingerprint)] = Seen(
-                newest=state, resolved_until=None if until is None else _instant(until), at=float(at))
+                newest=state, resolved_until=None if until is None else _instant(until), at=float(at),
+                announced_until=None if announced is None else _instant(announced))
         self._states = states
 
 
@@ -168,6 +203,10 @@ _MICRO = timedelta(microseconds=1)
 def _micros(value: datetime) -> int:
     """Microseconds since the epoch, exactly (a float would round them)."""
     return (value - _EPOCH) // _MICRO
+
+
+def _maybe_micros(value: datetime | None) -> int | None:
+    return None if value is None else _micros(value)
 
 
 def _instant(micros: object) -> datetime:

@@ -157,7 +157,7 @@ def test_ordering_and_copies_survive_a_restart_with_a_data_dir(api: FakeDingTalk
 
 @pytest.mark.parametrize("content", [
     b"{not json", b'{"version": 2}', b'{"version": 1, "order": [[1]], "dedup": []}',
-    b'{"version": 1, "order": [["r","g","f",true,"x","y",null,0]], "dedup": []}',
+    b'{"version": 1, "order": [["r","g","f",true,"x","y",null,0,null]], "dedup": []}',
 ])
 def test_a_bad_memory_file_is_reported_and_the_relay_starts_empty(api: FakeDingTalk, tmp_path: Path,
                                                                    content: bytes) -> None:

@@ -10,6 +10,8 @@ and retries a state the relay answered 503 for. Besides, the relay receives:
   a sender that timed out retries at once);
 * late copies of any older state, at any time (a replica that was partitioned or restarted
   sends what it knew);
+* a RESOLVED that a partitioned replica sends with its own ``endsAt`` (it timed the alert
+  out itself), at any time after the episode's RESOLVED;
 * restarts of the relay, which keeps its memory in a data dir;
 * DingTalk failing a send once (the relay answers 503 and Alertmanager sends the state again).
 
@@ -136,6 +138,16 @@ class RelayModel(RuleBasedStateMachine):
         self.now += delay
         index = data.draw(st.integers(0, len(self.timeline) - 2), label="older state")
         assert self._post(self.timeline[index], replica=1) in {"duplicate", "stale"}
+
+    @precondition(lambda self: any(status == "resolved" for status, _, _ in self.timeline))
+    @rule(data=st.data(), delay=st.floats(0, 3600), later=st.integers(1, 300))
+    def resolve_timed_out_by_a_replica(self, data: st.DataObject, delay: float, later: int) -> None:
+        """A RESOLVED a partitioned replica sends when the alert times out there: the same
+        episode, its own (later) ``endsAt``, so not a copy byte for byte."""
+        self.now += delay
+        ends = [state for state in self.timeline if state[0] == "resolved"]
+        status, starts, end = data.draw(st.sampled_from(ends), label="resolved state")
+        assert self._post((status, starts, end + later), replica=1) in {"duplicate", "stale"}
 
     @rule()
     def dingtalk_fails_once(self) -> None:
