@@ -3,17 +3,19 @@
 ``create_app`` builds everything (nothing is built at import): the HTTP client is
 injected so tests run against ``httpx.MockTransport`` or the capture server, and one
 ``clock`` (seconds since the epoch) drives signing timestamps, rate limits and dedup
-windows so tests control all three. Domain errors become ``application/problem+json``
-in one exception handler.
+windows so tests control all three. With a ``data_dir`` the ordering and dedup memory is
+loaded from it at start and saved after each finished notification (``memory``). Domain
+errors become ``application/problem+json`` in one exception handler.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from alertmanager.dingtalk import memory
 from alertmanager.dingtalk.client import DingTalkClient, Sender, redact
 from alertmanager.dingtalk.config import RelayConfig, load_config
 from alertmanager.dingtalk.dedup import Deduplicator
@@ -61,17 +64,55 @@ class Relay:
     registry: CollectorRegistry
     client: Sender
     clock: Clock
+    data_dir: Path | None = None
+    saving: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 def build_relay(config: RelayConfig, *, client: Sender, clock: Clock = time.time,
-                registry: CollectorRegistry | None = None) -> Relay:
+                registry: CollectorRegistry | None = None, data_dir: Path | None = None,
+                renderer: Renderer | None = None) -> Relay:
+    """The relay's parts; ``renderer``, when given, is ``config``'s already compiled."""
     registry = registry if registry is not None else CollectorRegistry()
-    relay = Relay(config=config, renderer=Renderer(config),
+    relay = Relay(config=config, renderer=renderer or Renderer(config),
                   dedup=Deduplicator(config.dedup_window, clock=clock),
                   order=GroupStates(clock=clock), senders={},
-                  metrics=RelayMetrics(registry), registry=registry, client=client, clock=clock)
+                  metrics=RelayMetrics(registry), registry=registry, client=client, clock=clock,
+                  data_dir=data_dir)
     apply_config(relay, config, renderer=relay.renderer)
+    if data_dir is not None:
+        restore_memory(relay, data_dir)
     return relay
+
+
+def restore_memory(relay: Relay, data_dir: Path) -> None:
+    """Load the saved memory; a bad file is logged and counted, and the relay starts empty."""
+    try:
+        snapshot = memory.load(data_dir)
+        relay.order.restore(snapshot.order)
+        relay.dedup.restore(snapshot.dedup)
+    except (memory.MemoryFileError, ValueError, TypeError) as exc:
+        relay.order.restore([])
+        relay.dedup.restore([])
+        relay.metrics.memory_errors.labels("load").inc()
+        log.error("relay memory in %s not loaded, starting empty: %s", data_dir, exc)
+        return
+    log.info("relay memory loaded from %s: %d alert state(s), %d recent notification(s)",
+             data_dir, len(snapshot.order), len(snapshot.dedup))
+
+
+async def save_memory(relay: Relay) -> None:
+    """Write the memory file off the event loop; a failure is logged and counted, the answer
+    stands. Saves run one at a time, each with the memory as it is when it starts, so the
+    last one written holds everything recorded before it."""
+    if relay.data_dir is None:
+        return
+    try:
+        async with relay.saving:
+            snapshot = memory.Snapshot(order=relay.order.snapshot(), dedup=relay.dedup.snapshot())
+            await asyncio.to_thread(memory.save, relay.data_dir, snapshot)
+    except OSError as exc:
+        relay.metrics.memory_errors.labels("save").inc()
+        log.error("relay memory not saved to %s: %s", relay.data_dir, exc)
 
 
 def apply_config(relay: Relay, config: RelayConfig, *, renderer: Renderer | None = None) -> None:
@@ -149,6 +190,13 @@ async def handle_webhook(relay: Relay, robot: str, body: bytes) -> dict[str, Any
                 relay.metrics.stale_dropped.labels(robot).inc()
                 finished = True
                 return {"status": "stale", "robot": robot, "alerts": len(verdict.stale)}
+        if not verdict.news:
+            # Only RESOLVEDs DingTalk already showed, one a replica timed out itself (its own
+            # endsAt, so its own key): a copy in all but bytes.
+            relay.metrics.dedup_dropped.labels(robot).inc()
+            finished = True
+            return {"status": "duplicate", "robot": robot}
+        if verdict.stale:
             firing = any(alert.status == "firing" for alert in verdict.fresh)
             message = message.model_copy(update={"alerts": list(verdict.fresh),
                                                  "status": "firing" if firing else "resolved"})
@@ -159,6 +207,7 @@ async def handle_webhook(relay: Relay, robot: str, body: bytes) -> dict[str, Any
         await relay.senders[robot].submit(
             todo, max_wait=config.max_wait,
             on_delivered=lambda part: relay.dedup.part_delivered(key, part.digest()))
+        relay.order.announce(robot, message.groupKey, message.alerts)
         finished = True
         return {"status": "sent", "robot": robot, "parts": len(parts), "alerts": len(message.alerts)}
     except PermanentDeliveryError as exc:
@@ -172,6 +221,7 @@ async def handle_webhook(relay: Relay, robot: str, body: bytes) -> dict[str, Any
     finally:
         if finished:
             relay.dedup.complete(key)
+            await save_memory(relay)
         else:
             relay.dedup.release(key)
 
@@ -187,12 +237,12 @@ def problem(exc: RelayError) -> JSONResponse:
 
 
 def create_app(config: RelayConfig, *, http_client: httpx.AsyncClient | None = None, clock: Clock = time.time,
-               registry: CollectorRegistry | None = None) -> FastAPI:
+               registry: CollectorRegistry | None = None, data_dir: Path | None = None) -> FastAPI:
     """The relay app; an ``http_client`` passed in is the caller's to close."""
     own_client = http_client is None
     http = http_client if http_client is not None else httpx.AsyncClient()
     client = DingTalkClient(http, timeout=config.request_timeout, clock=clock)
-    relay = build_relay(config, client=client, clock=clock, registry=registry)
+    relay = build_relay(config, client=client, clock=clock, registry=registry, data_dir=data_dir)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

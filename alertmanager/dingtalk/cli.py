@@ -1,4 +1,4 @@
-"""``gpufed-dingtalk --config FILE [--listen HOST:PORT]``: run the relay under uvicorn.
+"""``gpufed-dingtalk --config FILE [--listen HOST:PORT] [--data-dir DIR]``: run the relay under uvicorn.
 
 The CLI is the only place that touches process state: it installs the SIGHUP handler
 (``reload_config`` on the running loop) and owns the uvicorn server.
@@ -46,6 +46,10 @@ def run(
     listen: Annotated[str | None, typer.Option(help="HOST:PORT; default: `listen` in the config.")] = None,
     check: Annotated[bool, typer.Option("--check", help="Validate the config and exit.")] = False,
     log_level: Annotated[str, typer.Option(help="Python/uvicorn log level.")] = "info",
+    data_dir: Annotated[Path | None, typer.Option(
+        "--data-dir", file_okay=False,
+        help="Keep the ordering and dedup memory in DIR/relay-memory.json, so a restart remembers"
+             " which state of each alert DingTalk last showed; default: memory only.")] = None,
 ) -> None:
     """Serve ``POST /dingtalk/{robot}/send``, ``/metrics``, ``/healthz``, ``/readyz``."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -60,7 +64,7 @@ def run(
         typer.echo(f"config OK: robots {', '.join(sorted(relay_config.robots))}")
         return
     host, port = parse_listen(listen or relay_config.listen)
-    app = create_app(relay_config)
+    app = create_app(relay_config, data_dir=data_dir)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level.lower()))
 
     async def serve() -> None:

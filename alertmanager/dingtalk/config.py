@@ -8,7 +8,7 @@ environment, not in the file; they are held as ``SecretStr`` and never printed.
     timezone: Asia/Shanghai
     alertmanager_url: http://alertmanager:9093
     grafana_url: http://grafana:3000
-    dedup_window: 5m
+    dedup_window: 60s
     robots:
       cn-beijing:
         url: https://oapi.dingtalk.com/robot/send?access_token=${DINGTALK_BJ_TOKEN}
@@ -43,6 +43,9 @@ from alertmanager.dingtalk.errors import ConfigError
 
 #: DingTalk rejects bodies over 20,000 bytes; we stay below with room for JSON framing.
 DINGTALK_MAX_BYTES = 20_000
+#: Seconds an identical notification (the same alerts in the same episodes) counts as an HA
+#: copy: (replicas - 1) x Alertmanager's 15 s peer_timeout, with room (``dedup``'s docstring).
+DEFAULT_DEDUP_WINDOW = 60.0
 #: DingTalk throttles a robot for 10 minutes past 20 messages a minute.
 DINGTALK_MAX_PER_MINUTE = 20
 
@@ -128,7 +131,7 @@ class RelayConfig(BaseModel):
     timezone: str = "Asia/Shanghai"
     alertmanager_url: str | None = None
     grafana_url: str | None = None
-    dedup_window: Duration = 300.0
+    dedup_window: Duration = DEFAULT_DEDUP_WINDOW
     # Alertmanager gives a notification at least 10 s; answer 503 before it gives up.
     max_wait: Duration = 8.0
     request_timeout: Duration = 5.0

@@ -4,12 +4,23 @@ Alertmanager HA gossips its notification log, but a replica that has not heard f
 peer within ``peer_timeout`` sends anyway. The relay keeps, per dedup key, whether the
 notification is in flight or done, and which message parts already reached DingTalk, so
 a retry after a partial failure re-sends only the missing parts.
+
+The key (``payload.dedup_key``) names each alert's episode, so the next episode of the same
+alerts is never a duplicate; the window only has to outlast the replicas' copies. Replica
+``n`` of an HA set sends a notification ``n * peer_timeout`` (15 s by default) after the
+first replica unless the gossiped notification log says it was sent: a copy comes at most
+``(replicas - 1) * peer_timeout`` after the original, plus its send time. The default
+window, 60 s (``config.DEFAULT_DEDUP_WINDOW``), covers three replicas with 30 s to spare,
+and is shorter than any ``repeat_interval`` a route may have (it cannot be under the
+``group_interval``, 1 minute for critical alerts), so a reminder of an unchanged group is
+never taken for a copy. Completed keys are kept in ``snapshot`` rows so that a restarted
+relay (``memory``) still knows the copies it already answered.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 Clock = Callable[[], float]
@@ -61,6 +72,16 @@ class Deduplicator:
         """Delivered (or permanently refused): later copies within the window are dropped."""
         self._in_flight.discard(key)
         self._entries[key] = _Entry(at=self._clock(), done=True)
+
+    def snapshot(self) -> list[tuple[str, float]]:
+        """(key, completed at) of every completed key still inside the window."""
+        self._expire(self._clock())
+        return sorted((key, entry.at) for key, entry in self._entries.items() if entry.done)
+
+    def restore(self, rows: Iterable[tuple[str, float]]) -> None:
+        """Remember completed keys from ``snapshot`` rows (before any request is served)."""
+        for key, at in rows:
+            self._entries[str(key)] = _Entry(at=float(at), done=True)
 
     def release(self, key: str) -> None:
         """Transient failure: let the retry through, remembering parts already delivered."""

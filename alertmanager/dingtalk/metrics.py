@@ -33,6 +33,9 @@ class RelayMetrics:
                                     "Alerts left out of a notification as older than the state already"
                                     " sent for their group (FIRING after RESOLVED).", ["robot"],
                                     registry=registry)
+        self.memory_errors = Counter("gpufed_dingtalk_memory_errors",
+                                     "Ordering/dedup memory file loads or saves that failed (--data-dir).",
+                                     ["op"], registry=registry)
         self.webhook_seconds = Histogram("gpufed_dingtalk_webhook_seconds", "Webhook handling time.",
                                          ["robot"], registry=registry)
         self.reloads = Counter("gpufed_dingtalk_config_reloads", "Config reloads by result.",

@@ -8,15 +8,36 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime
-from typing import Literal
+from datetime import UTC, datetime
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from alertmanager.dingtalk.errors import PayloadError
 
 #: Alertmanager writes this for "no end yet"; templates treat it as unset.
 ZERO_TIME = datetime.fromisoformat("0001-01-01T00:00:00+00:00")
+#: Any other time must lie in this range: the relay shows it in a time zone and opens a
+#: logs window around it, which overflows Python's calendar near years 1 and 9999.
+EARLIEST = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
+LATEST = datetime.fromisoformat("9000-01-01T00:00:00+00:00")
+
+
+def _in_range(value: datetime) -> datetime:
+    if not EARLIEST <= value < LATEST:
+        raise ValueError(f"{value.isoformat()} is outside 1970..9000")
+    return value
+
+
+def _in_range_or_zero(value: datetime) -> datetime:
+    if value != ZERO_TIME and not EARLIEST <= value < LATEST:
+        raise ValueError(f"{value.isoformat()} is outside 1970..9000 and not Go's zero time "
+                         "(0001-01-01T00:00:00Z, no end yet)")
+    return value
+
+
+Start = Annotated[AwareDatetime, AfterValidator(_in_range)]
+End = Annotated[AwareDatetime, AfterValidator(_in_range_or_zero)]
 
 
 class Alert(BaseModel):
@@ -27,8 +48,10 @@ class Alert(BaseModel):
     status: Literal["firing", "resolved"]
     labels: dict[str, str]
     annotations: dict[str, str] = Field(default_factory=dict)
-    startsAt: datetime
-    endsAt: datetime = ZERO_TIME
+    # RFC 3339 with an offset, as Alertmanager writes them: a time without one cannot be
+    # ordered against the others (and is refused with 422 naming the field).
+    startsAt: Start
+    endsAt: End = ZERO_TIME
     generatorURL: str = ""
     fingerprint: str = ""
 
@@ -60,7 +83,9 @@ def parse_webhook(body: bytes) -> WebhookMessage:
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PayloadError(f"body is not JSON: {exc}", status=400) from exc
+        raise PayloadError(f"body: not JSON: {exc}", field="body", status=400) from exc
+    except RecursionError as exc:  # nesting deeper than the interpreter's stack
+        raise PayloadError("body: JSON nested too deeply", field="body", status=400) from exc
     try:
         return WebhookMessage.model_validate(data)
     except ValidationError as exc:
@@ -70,7 +95,23 @@ def parse_webhook(body: bytes) -> WebhookMessage:
 
 
 def dedup_key(robot: str, message: WebhookMessage) -> str:
-    """robot + groupKey + status + sorted fingerprints: equal across HA replicas."""
-    prints = sorted(alert.identity() + ":" + alert.status for alert in message.alerts)
+    """robot + groupKey + status + each alert's identity, state and episode: equal across HA
+    replicas for the same notification, different for the next episode of the same alerts.
+
+    An episode is named by its ``startsAt`` (and, once resolved, its ``endsAt``): Prometheus
+    sends both replicas the same times, and a new episode after a resolve starts later. A
+    firing alert's ``endsAt`` is left out: Alertmanager sends it zeroed, and a sender that
+    fills it in moves it forward on every resend.
+    """
+    prints = sorted(
+        "|".join([alert.identity(), alert.status, _instant(alert.startsAt),
+                  _instant(alert.endsAt) if alert.status == "resolved" else ""])
+        for alert in message.alerts
+    )
     blob = "\x1f".join([robot, message.groupKey, message.status, *prints])
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _instant(value: datetime) -> str:
+    """The same instant written with any UTC offset gives the same text."""
+    return value.isoformat() if value.tzinfo is None else value.astimezone(UTC).isoformat()

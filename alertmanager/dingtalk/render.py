@@ -25,7 +25,7 @@ from alertmanager.dingtalk import logslink
 from alertmanager.dingtalk.config import RelayConfig, RobotConfig
 from alertmanager.dingtalk.errors import ConfigError
 from alertmanager.dingtalk.labels import folded, lead
-from alertmanager.dingtalk.payload import ZERO_TIME, Alert, WebhookMessage
+from alertmanager.dingtalk.payload import EARLIEST, LATEST, ZERO_TIME, Alert, WebhookMessage
 
 _SPLIT_MOBILES = re.compile(r"[\s,;]+")
 
@@ -116,9 +116,11 @@ class Renderer:
         """One part holding ``alerts`` (whole), finished for ``robot``."""
         template = self._robots.get(robot, self._default)
         firing = [a for a in alerts if a.status == "firing"]
+        firing_total = sum(1 for a in message.alerts if a.status == "firing")
         module = template.make_module({
             "message": message, "firing": firing, "resolved": [a for a in alerts if a.status != "firing"],
             "part": info.part, "parts": info.parts, "more": info.more, "total": len(message.alerts),
+            "firing_total": firing_total, "resolved_total": len(message.alerts) - firing_total,
             "am_url": (self.config.alertmanager_url or message.externalURL).rstrip("/"),
             "grafana_url": (self.config.grafana_url or "").rstrip("/"), "robot": robot,
         })
@@ -158,7 +160,9 @@ def fault_start(alert: Alert) -> datetime:
     match = _GO_TIME.match(alert.annotations.get("since", "").strip())
     if match is None:
         return alert.startsAt
-    return datetime.strptime(f"{match.group(1)} {match.group(2)}", "%Y-%m-%d %H:%M:%S %z")
+    since = datetime.strptime(f"{match.group(1)} {match.group(2)}", "%Y-%m-%d %H:%M:%S %z")
+    # An annotation is free text: one outside the payload's own time range is ignored.
+    return since if EARLIEST <= since < LATEST else alert.startsAt
 
 
 def _labelstr(labels: dict[str, str]) -> str:

@@ -91,11 +91,12 @@ def fleet(*, layout: Layout, port: int, consul: str | None, register_url: str, t
     return Launch(name="fleet", argv=python("exporter", *args), env=env, ready_url=ready, ready_timeout=180)
 
 
-def relay(*, config: Path, port: int, credentials: Mapping[str, str]) -> Launch:
+def relay(*, config: Path, port: int, credentials: Mapping[str, str], data_dir: Path) -> Launch:
+    """The DingTalk relay; ``data_dir`` keeps its ordering/dedup memory across restarts."""
     return Launch(
         name="relay",
         argv=python("alertmanager.dingtalk", f"--config={config}", f"--listen={LOOPBACK}:{port}",
-                    "--log-level=warning"),
+                    f"--data-dir={data_dir}", "--log-level=warning"),
         env=dict(credentials),
         ready_url=url(port, "/readyz"),
     )

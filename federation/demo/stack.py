@@ -181,7 +181,8 @@ class DemoStack:
         config = self.data / "config"
         flags = {name: r["flags"] for name, r in _json(config / HA_FILE)["replicas"].items()}
         services = [
-            components.relay(config=config / RELAY_FILE, port=self.ports.relay, credentials=env),
+            components.relay(config=config / RELAY_FILE, port=self.ports.relay, credentials=env,
+                             data_dir=self.data / "relay"),
             *(
                 components.alertmanager(
                     binary=self._binaries["prometheus-alertmanager"], name=replica.name,

@@ -200,7 +200,7 @@ def test_unknown_robot_404() -> None:
 
 
 @pytest.mark.parametrize(("body", "status", "field"), [
-    (b"not json", 400, None),
+    (b"not json", 400, "body"),
     (json.dumps({**webhook([alert(1)]), "version": "3"}).encode(), 422, "version"),
     (json.dumps({**webhook([alert(1)]), "alerts": [{"status": "firing"}]}).encode(), 422, "alerts.0.labels"),
     (json.dumps({**webhook([alert(1)]), "alerts": []}).encode(), 422, "alerts"),

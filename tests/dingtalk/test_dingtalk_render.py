@@ -23,7 +23,7 @@ def message(alerts: list[dict[str, object]]) -> WebhookMessage:
 def test_default_template_sections_times_links() -> None:
     msg = message([alert(1), alert(2, status="resolved")])
     part = Renderer(relay_config()).render("cn-bj", msg, msg.alerts, ONE)
-    assert part.title == "[FIRING:2] GPUXidError cn-bj"
+    assert part.title == "[FIRING:1] GPUXidError cn-bj"  # one firing; the resolved one is not counted
     assert "#### Firing (1)" in part.text and "#### Resolved (1)" in part.text
     assert "2024-05-01 18:00:00 CST" in part.text  # 10:00Z in Asia/Shanghai
     assert "2024-05-01 18:00:00 CST -> 2024-05-01 19:00:00 CST" in part.text
