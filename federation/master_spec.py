@@ -21,7 +21,7 @@ from pydantic import Field, field_validator
 from sharder.kernel.models import LABEL_NAME_RE, StrictModel, check_url, parse_duration
 
 #: Env var a replica's launcher sets; Prometheus expands it in external_labels when
-#: started with --enable-feature=expand-external-labels (one config for both replicas).
+#: (3.x always; 2.x with --enable-feature=expand-external-labels): one config for both replicas.
 REPLICA_ENV = "GPUFED_MASTER_REPLICA"
 
 

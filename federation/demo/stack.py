@@ -47,7 +47,7 @@ import httpx
 from alertmanager.amtool import Amtool
 from alertmanager.errors import AmtoolError
 from alertmanager.render import ALERTMANAGER_FILE, HA_FILE, RELAY_FILE
-from federation.demo import components, plan, procstat, report
+from federation.demo import binaries, components, plan, procstat, report
 from federation.demo.components import Launch
 from federation.demo.loopback import free_port
 from federation.demo.router import ChildRouter
@@ -60,6 +60,7 @@ from federation.spec import GpufedSpec
 from sharder.engine.assignment import Assignment
 from sharder.kernel.errors import SharderError
 from sharder.kernel.output import dump_yaml
+from sharder.kernel.prometheus_versions import check_binary
 from sharder.kernel.promtool import Promtool
 from sharder.model.loading import parse_model, parse_target
 
@@ -84,6 +85,10 @@ class DemoOptions:
     first_samples_timeout: float = 180.0
     restart: bool = False
     """``gpufed demo --restart``: start a component that exited again (same command line)."""
+    prometheus: str | None = None
+    """``gpufed demo --prometheus PATH``: the Prometheus binary (default: ``prometheus`` on PATH)."""
+    alertmanager: str | None = None
+    """``gpufed demo --alertmanager PATH`` (default: ``prometheus-alertmanager`` on PATH)."""
     # For the end-to-end proofs and benchmarks (tests/e2e/test_live_*.py, `gpufed bench gap`):
     controller_args: tuple[str, ...] = ()
     """Extra ``gpufed serve`` flags, e.g. ``--no-handover``."""
@@ -150,7 +155,14 @@ class DemoStack:
         self.started_at = time.monotonic()
         self._prepare_dir()
         self._log_to_file()
-        self._binaries = {name: _binary(name) for name in ("prometheus", "prometheus-alertmanager")}
+        try:
+            self.binaries = binaries.find_binaries(
+                prometheus=self.options.prometheus, alertmanager=self.options.alertmanager
+            )
+        except binaries.BinaryError as exc:
+            raise DemoError(str(exc)) from exc
+        self._binaries = {"prometheus": self.binaries.prometheus,
+                          "prometheus-alertmanager": self.binaries.alertmanager}
         token_file = self.data / "token"
         token_file.write_text(self.token + "\n", encoding="utf-8")
         token_file.chmod(0o600)
@@ -196,6 +208,7 @@ class DemoStack:
             ),
         ]
         controller = components.controller(
+            tool_path=self.binaries.tool_path(),
             spec=self.data / "spec.yaml", data_dir=self.data / "controller", port=self.ports.controller,
             token=self.token, child_urls={c: plan.url(p) for c, p in self.child_ports.items()},
             child_url_template=self.router.template(), consul=self.options.consul,
@@ -261,13 +274,22 @@ class DemoStack:
         self._log_handler = handler
 
     def _write_spec(self) -> GpufedSpec:
+        found = self.binaries
         doc = plan.demo_spec(
             plan.load_default_spec(), layout=self.layout, ports=self.ports,
+            prometheus=found.prometheus_release, alertmanager=found.alertmanager_release,
             master_data=str(self.data / "master-data"),
         )
         if self.options.edit_spec is not None:
             self.options.edit_spec(doc)
         spec = parse_model(GpufedSpec, doc, source="demo spec")
+        try:
+            check_binary(component="prometheus", wanted=spec.prometheus.release(),
+                         found=found.prometheus_release, path=found.prometheus)
+            check_binary(component="alertmanager", wanted=spec.alertmanager.release(),
+                         found=found.alertmanager_release, path=found.alertmanager)
+        except ValueError as exc:
+            raise DemoError(str(exc)) from exc
         (self.data / "spec.yaml").write_bytes(dump_yaml(doc))
         return spec
 
@@ -281,7 +303,8 @@ class DemoStack:
         targets = [parse_target(e, source="demo", jobs=jobs) for e in entries]
         try:
             return pipeline.render(
-                spec, targets, out=self.data / "config", checker=Promtool(), alert_checker=Amtool()
+                spec, targets, out=self.data / "config", checker=Promtool(self.binaries.promtool),
+                alert_checker=Amtool(self.binaries.amtool),
             )
         except (SharderError, AmtoolError) as exc:
             raise DemoError(f"a rendered config was refused: {exc}") from exc
@@ -354,7 +377,8 @@ class DemoStack:
 
         _poll(published, timeout=60, what=f"the controller to publish {child}'s config")
         launch = components.child(
-            binary=self._binaries["prometheus"], name=child, config=config, wal=directory / "wal", port=port
+            binary=self._binaries["prometheus"], name=child, config=config, wal=directory / "wal", port=port,
+            agent_flag=self.spec.prometheus.rendering().agent_flag if self.spec is not None else "--agent",
         )
         self._launch(launch)
         with self._children_lock:
@@ -596,14 +620,6 @@ def _children(assignment: Assignment) -> list[str]:
 def _json(path: Path) -> dict[str, Any]:
     document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return document
-
-
-def _binary(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise DemoError(f"{name} is not on PATH: install Debian's prometheus and prometheus-alertmanager"
-                        " packages (bash scripts/bootstrap.sh does)")
-    return path
 
 
 def _http_ok(client: httpx.Client, address: str) -> Callable[[], bool]:

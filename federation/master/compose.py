@@ -148,7 +148,8 @@ def render_compose_bundle(
 
     for child in manifest["children"]:
         name = child["child"]
-        flags = [f"--config.file={tree}/{child['config']}", "--enable-feature=agent",
+        # child["flags"] holds the agent flag as the spec's Prometheus release spells it.
+        flags = [f"--config.file={tree}/{child['config']}", *child["flags"],
                  "--storage.agent.path=/prometheus", "--web.enable-lifecycle"]
         host = CHILD_HOST.format(child=name)
         service = _service(IMAGES["prometheus"], host=host, command=flags,
