@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -41,6 +42,20 @@ def require_tool(name: str) -> str:
     if path is None:
         pytest.fail(f"{name} not on PATH: run scripts/test.sh, which installs it")
     return path
+
+
+def stack_tool(line: int, name: str) -> str:
+    """Path of ``name`` (promtool, prometheus, amtool, prometheus-alertmanager, ...) of the pinned
+    Prometheus stack's ``line`` (2: 2.53.3/0.28.1, 3: 3.5.3/0.33.1), from GPUFED_STACK{line}_BIN
+    (scripts/stack_path.sh sets both); absent, the test fails."""
+    folder = os.environ.get(f"GPUFED_STACK{line}_BIN")
+    if not folder:
+        pytest.fail(f"GPUFED_STACK{line}_BIN is not set: run scripts/test.sh (it sources"
+                    " scripts/stack_path.sh)")
+    path = Path(folder) / name
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.fail(f"{path} is missing: scripts/fetch_stack.sh fetches the pinned stack")
+    return str(path)
 
 
 @pytest.fixture

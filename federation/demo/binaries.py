@@ -45,7 +45,7 @@ def _resolve(given: str | None, names: tuple[str, ...], *, option: str) -> str:
     if given is not None:
         path = Path(given)
         if path.is_file() and os.access(path, os.X_OK):
-            return str(path.resolve())
+            return str(path.absolute())  # not resolved: a bin/ of links keeps its siblings
         raise BinaryError(f"--{option} {given!r} is not an executable file")
     for name in names:
         found = shutil.which(name)

@@ -111,6 +111,7 @@ class DemoStack:
         self.sink: DingTalkSink | None = None
         self.router: ChildRouter | None = None
         self.spec: GpufedSpec | None = None
+        self.binaries: binaries.StackBinaries | None = None
         # The follower thread starts children while callers (the run loop, tests) read them:
         # both only under _children_lock, and readers get copies.
         self._children_lock = threading.Lock()
@@ -156,23 +157,23 @@ class DemoStack:
         self._prepare_dir()
         self._log_to_file()
         try:
-            self.binaries = binaries.find_binaries(
+            found = binaries.find_binaries(
                 prometheus=self.options.prometheus, alertmanager=self.options.alertmanager
             )
         except binaries.BinaryError as exc:
             raise DemoError(str(exc)) from exc
-        self._binaries = {"prometheus": self.binaries.prometheus,
-                          "prometheus-alertmanager": self.binaries.alertmanager}
+        self.binaries = found
+        self._binaries = {"prometheus": found.prometheus, "prometheus-alertmanager": found.alertmanager}
         token_file = self.data / "token"
         token_file.write_text(self.token + "\n", encoding="utf-8")
         token_file.chmod(0o600)
         credentials = {robot: (secrets.token_hex(16), "SEC" + secrets.token_hex(24)) for robot in plan.robots(
             self.layout)}
-        spec = self._write_spec()
+        spec = self._write_spec(found)
         self.spec = spec
         assert spec.alerting is not None and spec.master is not None
         entries = plan.fleet_entries(self.layout, port=self.ports.fleet)
-        rendered = self._render(spec, entries)
+        rendered = self._render(spec, entries, found)
         self.child_ports = {child: free_port() for child in _children(rendered.assignment)}
 
         self.sink = DingTalkSink(
@@ -208,7 +209,7 @@ class DemoStack:
             ),
         ]
         controller = components.controller(
-            tool_path=self.binaries.tool_path(),
+            tool_path=found.tool_path(),
             spec=self.data / "spec.yaml", data_dir=self.data / "controller", port=self.ports.controller,
             token=self.token, child_urls={c: plan.url(p) for c, p in self.child_ports.items()},
             child_url_template=self.router.template(), consul=self.options.consul,
@@ -273,8 +274,7 @@ class DemoStack:
         package.addHandler(handler)
         self._log_handler = handler
 
-    def _write_spec(self) -> GpufedSpec:
-        found = self.binaries
+    def _write_spec(self, found: binaries.StackBinaries) -> GpufedSpec:
         doc = plan.demo_spec(
             plan.load_default_spec(), layout=self.layout, ports=self.ports,
             prometheus=found.prometheus_release, alertmanager=found.alertmanager_release,
@@ -293,7 +293,9 @@ class DemoStack:
         (self.data / "spec.yaml").write_bytes(dump_yaml(doc))
         return spec
 
-    def _render(self, spec: GpufedSpec, entries: list[dict[str, Any]]) -> pipeline.RenderResult:
+    def _render(
+        self, spec: GpufedSpec, entries: list[dict[str, Any]], found: binaries.StackBinaries
+    ) -> pipeline.RenderResult:
         """``gpufed render``'s own pipeline and checks into ``config/``: what compose runs.
 
         The children run the controller's published configs (as in compose and Helm); the
@@ -303,8 +305,8 @@ class DemoStack:
         targets = [parse_target(e, source="demo", jobs=jobs) for e in entries]
         try:
             return pipeline.render(
-                spec, targets, out=self.data / "config", checker=Promtool(self.binaries.promtool),
-                alert_checker=Amtool(self.binaries.amtool),
+                spec, targets, out=self.data / "config", checker=Promtool(found.promtool),
+                alert_checker=Amtool(found.amtool),
             )
         except (SharderError, AmtoolError) as exc:
             raise DemoError(f"a rendered config was refused: {exc}") from exc
@@ -535,6 +537,9 @@ class DemoStack:
             "shards": shards,
             "children": children,
             "targets_expected": self.layout.nodes,
+            # The releases the binaries named (--version), which the spec's versions were checked against.
+            "prometheus_version": str(self.binaries.prometheus_release) if self.binaries else None,
+            "alertmanager_version": str(self.binaries.alertmanager_release) if self.binaries else None,
             "targets_up_at_master": figures.targets_up if figures else 0,
             "targets_up_by_region": figures.up_by_region if figures else {},
             "up_count_by_job_at_master": figures.count_by_job if figures else {},
