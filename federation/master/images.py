@@ -93,3 +93,11 @@ PROMETHEUS_IMAGE_LINE = 3
 
 def ref(component: str) -> str:
     return IMAGES[component].ref
+
+
+if __name__ == "__main__":
+    # The release workflow lists the third-party refs to resolve their digests; this file
+    # imports nothing outside the standard library, so it runs without the package installed.
+    for name, pinned in IMAGES.items():
+        if name != "gpufed":
+            print(pinned.ref)
