@@ -218,6 +218,13 @@ def test_every_service_is_long_running_with_health_and_restart(config: dict[str,
         assert "${" not in json.dumps(service), f"{name}: uninterpolated variable"
 
 
+def test_master_query_concurrency_reaches_both_replicas(config: dict[str, Any]) -> None:
+    spec = yaml.safe_load(SPEC.read_text())
+    wanted = f"--query.max-concurrency={spec['master']['query']['max_concurrency']}"
+    masters = [s for name, s in config["services"].items() if name.startswith("master-prometheus-")]
+    assert len(masters) == 2 and all(wanted in s["command"] for s in masters)
+
+
 def test_no_host_port_collides(config: dict[str, Any]) -> None:
     published = [
         (int(port["published"]), name)
