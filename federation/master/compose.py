@@ -225,7 +225,7 @@ def render_compose_bundle(
         volumes["consul-data"] = {}
 
     document = {"name": "gpufed-monitoring", "services": services, "volumes": volumes}
-    env_example = _env_example(document)
+    env_example = _env_example(document, out_name=out_name)
     return {
         MONITORING_FILE: dump_yaml(document),
         ENV_EXAMPLE_FILE: env_example.encode(),
@@ -393,7 +393,7 @@ def _grafana(
     return files
 
 
-def _env_example(document: dict[str, Any]) -> str:
+def _env_example(document: dict[str, Any], *, out_name: str) -> str:
     """Every variable the compose file reads, required ones first, each with its default."""
     text = json.dumps(document)
     required, optional = [], []
@@ -407,7 +407,9 @@ def _env_example(document: dict[str, Any]) -> str:
             note = f"# {OPTIONAL_HELP[name]}\n" if name in OPTIONAL_HELP else ""
             optional.append(f"{note}{name}={rest[2:]}\n")
     return (
-        "# docker compose --env-file /etc/gpufed/monitoring.env -f out/compose/monitoring.yml up -d\n"
-        "# Keep the file outside the rendered tree (a render replaces the tree).\n\n"
+        "# docker compose --env-file /etc/gpufed/monitoring.env"
+        f" -f <render root>/{out_name}/compose/monitoring.yml up -d\n"
+        "# Keep this file outside the render root: a render replaces the tree, and every service\n"
+        "# mounts the root.\n\n"
         "# Required\n" + "".join(required) + "\n# Optional (defaults shown)\n" + "".join(optional)
     )
