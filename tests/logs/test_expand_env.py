@@ -85,3 +85,14 @@ def test_unreadable_source_is_an_error_not_a_traceback(
 ) -> None:
     assert expand_env.main([str(tmp_path / "missing.yml"), str(tmp_path / "out.yml")]) == 1
     assert "error:" in capsys.readouterr().err and not (tmp_path / "out.yml").exists()
+
+
+def test_nothing_alloy_refuses_to_convert() -> None:
+    """Alloy's Promtail converter stops `alloy run --config.format=promtail` on these
+    (grafana/alloy internal/converter/internal/promtailconvert/validate.go): a WAL, a
+    non-default limits_config, stdin targets, server.http_path_prefix."""
+    config = yaml.safe_load(rendered())
+    assert not config.get("wal", {}).get("enabled")
+    assert "limits_config" not in config
+    assert not config.get("target_config", {}).get("stdin")
+    assert not config.get("server", {}).get("http_path_prefix")
