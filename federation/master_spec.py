@@ -28,7 +28,7 @@ from sharder.kernel.models import LABEL_NAME_RE, StrictModel, check_url, parse_d
 from sharder.model.spec import AuthorizationSpec, BasicAuthSpec, Interval, QueueConfig
 
 #: Env var a replica's launcher sets; Prometheus expands it in external_labels when
-#: started with --enable-feature=expand-external-labels (one config for both replicas).
+#: (3.x always; 2.x with --enable-feature=expand-external-labels): one config for both replicas.
 REPLICA_ENV = "GPUFED_MASTER_REPLICA"
 
 
@@ -171,6 +171,15 @@ class LongTermSpec(StrictModel):
         return self
 
 
+class MasterQuerySpec(StrictModel):
+    max_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        le=10000,
+        description="--query.max-concurrency: queries the master runs at once (unset: Prometheus' 20)",
+    )
+
+
 class MasterSpec(StrictModel):
     replicas: int = Field(default=1, ge=1, le=2, description="1: single; 2: HA pair")
     host: str = Field(default="master-prometheus", description="replica i is <host>-<i> with 2 replicas")
@@ -187,6 +196,7 @@ class MasterSpec(StrictModel):
         default=None, description="--web.external-url: where users open the master (alert source links)"
     )
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+    query: MasterQuerySpec = Field(default_factory=MasterQuerySpec)
     long_term: LongTermSpec | None = Field(
         default=None,
         description="where the master remote-writes; unset: Thanos Receive when thanos.mode is receive",

@@ -25,6 +25,7 @@ from alertmanager.errors import AmtoolError
 from federation.master import pipeline
 from sharder.engine.planning import Plan
 from sharder.kernel.errors import ConfigCheckError, SharderError
+from sharder.kernel.prometheus_versions import Release
 from sharder.kernel.promtool import Promtool
 
 SpecOpt = Annotated[Path, typer.Option("--spec", help="federation.yaml")]
@@ -70,10 +71,20 @@ def warn(message: str) -> None:
     typer.echo(f"warning: {one_line(Exception(message))}", err=True)
 
 
+OptionalInventoryOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--inventory",
+        help="static inventory (YAML or JSON); not needed for --target compose, where nodes "
+        "register themselves",
+    ),
+]
+
+
 def render_command(
     spec: SpecOpt,
-    inventory: InventoryOpt,
     out: Annotated[Path, typer.Option("--out", help="output directory, replaced as a whole")],
+    inventory: OptionalInventoryOpt = None,
     no_check: Annotated[bool, typer.Option("--no-check", help="skip promtool/amtool checks")] = False,
     as_json: JsonOpt = False,
     allow_algorithm_change: AllowAlgoOpt = False,
@@ -89,7 +100,14 @@ def render_command(
     if not no_check and (checker is None or alert_checker is None):
         typer.echo("warning: promtool or amtool not on PATH; configs are not all checked", err=True)
     with user_errors():
+        if inventory is None and target != "compose":
+            raise typer.BadParameter(
+                f"--inventory is required with --target {target} (only compose nodes register themselves)",
+                param_hint="--inventory",
+            )
         loaded_spec, targets = pipeline.load_inputs(spec, inventory)
+        if checker is not None:
+            _same_line(checker, loaded_spec.prometheus.release())
         result = pipeline.render(
             loaded_spec,
             targets,
@@ -107,6 +125,19 @@ def render_command(
         typer.echo(json.dumps(info, sort_keys=True, indent=2))
     else:
         print_render_summary(info)
+
+
+def _same_line(checker: Promtool, wanted: Release) -> None:
+    """A promtool of another line refuses (2.x) or cannot vouch for (3.x) what was rendered."""
+    found = checker.release()
+    if found is not None and found.major != wanted.major:
+        typer.echo(
+            f"error: promtool {checker.binary} is {found}, but the spec's prometheus.version renders for"
+            f" {wanted.major}.x: put that line's promtool first on PATH (. scripts/stack_path.sh with"
+            f" GPUFED_STACK={wanted.major}) or pass --no-check",
+            err=True,
+        )
+        raise typer.Exit(2)
 
 
 def plan_command(
