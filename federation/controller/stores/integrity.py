@@ -176,8 +176,10 @@ def _scan(raw: BinaryIO, *, size: int) -> WalScan | None:
     running = (sum1, sum2)
     kept, stop, lost = 0, None, []
     for index in range(1, frames + 1):
-        frame = raw.read(24 + page_size)
-        if len(frame) < 24 + page_size:  # the file was cut short while read
+        if stop is not None:  # past the stop only frame headers matter
+            raw.seek(32 + (index - 1) * (24 + page_size))
+        frame = raw.read(24 + page_size if stop is None else 24)
+        if len(frame) < (24 + page_size if stop is None else 24):  # the file was cut short while read
             frames = index - 1
             break
         page, commit, s1, s2, c1, c2 = _FRAME_HEADER.unpack_from(frame)
