@@ -394,6 +394,34 @@ def test_last_known_sets_round_trip_and_an_unchanged_set_is_not_rewritten(agent:
     assert store(agent).load_sets() == {"file": fleet(3)}
 
 
+class SetsWrittenMeanwhile(ConsulStore):
+    """A store that finds no sets head, and another store writes the sets right after that read
+    (a replica starting beside a leader that writes its first sets)."""
+
+    def __init__(self, *args: Any, other: ConsulStore, sets: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.other, self.to_write, self.met = other, sets, False
+
+    def _head(self, key: str) -> consul_kv.Head | None:
+        head = super()._head(key)
+        if key == "gpufed/sets" and head is None and not self.met:
+            self.met = True
+            self.other.save_sets(self.to_write)
+        return head
+
+
+def test_sets_first_written_while_a_reader_reads_them_are_no_torn_read(agent: FakeConsulAgent) -> None:
+    """The reader saw no sets head, then read the head again as the old one-blob layout and
+    met the new bucket head 5 times: "test/sets kept changing under 5 reads" (a replica's start
+    in test_replicas_consul under load). No head is no sets; the next read finds them."""
+    reader = SetsWrittenMeanwhile(
+        client(agent), where=f"consul://{agent.address}", other=store(agent), sets={"file": fleet(3)}
+    )
+    assert reader.load_sets() == {}
+    assert reader.met
+    assert reader.load_sets() == {"file": fleet(3)}
+
+
 def test_prefixes_keep_two_controllers_apart(agent: FakeConsulAgent) -> None:
     store(agent, prefix="prod/gpufed").save(state(), expected_revision=None)
     assert store(agent, prefix="staging/gpufed").load() is None

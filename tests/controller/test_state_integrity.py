@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sqlite3
+import struct
 from pathlib import Path
 
 import pytest
@@ -100,25 +101,89 @@ def test_garbage_in_the_wal_is_detected_not_rolled_back(tmp_path: Path, sets: in
     assert SqliteStore(crashed / "state.db", init=True).load() is not None  # the operator's way out
 
 
-def test_a_wal_another_store_moved_on_since_it_was_read_is_not_damage(tmp_path: Path) -> None:
-    """A second store opening the file while the first writes: the WAL read before SQLite
-    opened it was checkpointed and restarted meanwhile, so its commits lie past what SQLite
-    now keeps. That is a writer at work, read again, not damage (the contract test's
-    concurrent writers met it under load)."""
+def frame_headers(wal: Path) -> list[tuple[int, int, int, int]]:
+    """(page, commit size, salt-1, salt-2) of every whole frame in ``wal``, read raw."""
+    raw = wal.read_bytes()
+    page_size = struct.unpack(">I", raw[8:12])[0]
+    step = 24 + page_size
+    return [struct.unpack(">4I", raw[at : at + 16]) for at in range(32, len(raw) - step + 1, step)]
+
+
+def test_a_wal_started_again_after_a_checkpoint_is_not_damage(tmp_path: Path) -> None:
+    """After a checkpoint the next commit starts the WAL again from its first frame with new
+    salts; the older generation's commit frames stay in the file past it, and SQLite stops
+    reading at the first of them. They are not commits SQLite drops."""
     live = tmp_path / "live"
     writer = committed(live, revisions=20)
-    stale = integrity.scan_wal(live / "state.db")
-    assert stale is not None and len(stale.commits) >= 10
     db = sqlite3.connect(live / "state.db")
-    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert db.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0] == 0
     current = writer.load()
     assert current is not None
-    writer.save(current, expected_revision=current.revision)  # the WAL starts again: one commit
-    integrity.check_wal(db, live / "state.db", stale)
-    with pytest.raises(StoreError, match="damaged at frame"):  # read twice the same: damage
-        integrity.check_wal(db, live / "state.db", stale, rescans=0)
+    writer.save(current, expected_revision=current.revision)  # one commit of the new generation
+    wal = live / "state.db-wal"
+    salts = struct.unpack(">2I", wal.read_bytes()[16:24])
+    headers = frame_headers(wal)
+    older = [
+        i for i, (_, commit, *frame_salts) in enumerate(headers, 1) if commit and tuple(frame_salts) != salts
+    ]
+    assert len(older) >= 10  # the previous generation's commits are still in the file
+    scan = integrity.scan_wal(live / "state.db")
+    assert scan is not None and scan.header_ok and scan.lost == ()
+    assert scan.stop is not None and scan.kept < scan.stop <= older[0]
+    integrity.check_wal(db, live / "state.db")
+    assert SqliteStore(live / "state.db").load() == writer.load()
     db.close()
     writer.close()
+
+
+def sqlite_keeps(data: Path) -> int:
+    """The frames SQLite's own recovery keeps of a crashed copy's WAL (``wal_checkpoint``'s log column)."""
+    db = sqlite3.connect(data / "state.db")
+    try:
+        return int(db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1])
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("field", ["page", "salt", "checksum", "data"])
+@pytest.mark.parametrize("where", [0.2, 0.5, 0.8])
+def test_one_damaged_byte_is_found_where_sqlite_stops(tmp_path: Path, field: str, where: float) -> None:
+    """One byte changed in a frame's page number, salts, checksum or page: the scan stops at
+    that frame, keeps what SQLite's own recovery keeps, and the store is refused."""
+    crashed = crashed_copy(tmp_path)
+    wal = crashed / "state.db-wal"
+    headers = frame_headers(wal)
+    frame = max(1, int(len(headers) * where))
+    page_size = struct.unpack(">I", wal.read_bytes()[8:12])[0]
+    at = (
+        32 + (frame - 1) * (24 + page_size) + {"page": 3, "salt": 9, "checksum": 21, "data": 24 + 1000}[field]
+    )
+    raw = bytearray(wal.read_bytes())
+    raw[at] ^= 0x5A
+    wal.write_bytes(bytes(raw))
+    scan = integrity.scan_wal(crashed / "state.db")
+    assert scan is not None and scan.stop == frame and scan.lost
+    copy = tmp_path / "copy"
+    shutil.copytree(crashed, copy)
+    assert scan.kept == sqlite_keeps(copy)
+    with pytest.raises(
+        StoreError, match=rf"the WAL \(state.db-wal\) is damaged at frame {frame}: SQLite would drop"
+    ):
+        SqliteStore(crashed / "state.db")
+
+
+def test_damage_in_the_last_commit_is_refused_by_the_marker(tmp_path: Path) -> None:
+    """A changed byte in the last transaction drops no later commit frame (there is none),
+    so the WAL alone looks like a torn tail; the marker still knows that revision committed."""
+    crashed = crashed_copy(tmp_path)
+    wal = crashed / "state.db-wal"
+    raw = bytearray(wal.read_bytes())
+    raw[-100] ^= 0x5A
+    wal.write_bytes(bytes(raw))
+    scan = integrity.scan_wal(crashed / "state.db")
+    assert scan is not None and scan.lost == () and scan.stop == scan.frames
+    with pytest.raises(StoreError, match="holds revision 39, but a previous run committed revision 40"):
+        SqliteStore(crashed / "state.db")
 
 
 def test_a_wal_with_a_damaged_header_is_refused(tmp_path: Path) -> None:
@@ -205,7 +270,9 @@ def test_a_deregistration_is_stored_before_it_is_acknowledged(tmp_path: Path) ->
     async def call(method: str) -> int:
         async with harness.client() as client:
             response = await client.request(
-                method, "/v1/registry/targets/10.6.0.1:9400", json=document if method == "PUT" else None,
+                method,
+                "/v1/registry/targets/10.6.0.1:9400",
+                json=document if method == "PUT" else None,
                 headers=harness.auth(),
             )
             return response.status_code

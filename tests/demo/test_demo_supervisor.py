@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import wait_for
 
@@ -27,6 +28,14 @@ def alive(pid: int) -> bool:
     return procstat.read(pid) is not None
 
 
+def started(pids: list[int], count: int) -> bool:
+    """``count`` processes, each asleep in its sleep call. Before that a process may be read
+    mid-``exec`` or before its loader ran, holding a few KiB (``rss_mib`` 0.0): FAMILY's
+    leader execs ``sleep`` just after its child appears."""
+    stats = [procstat.read(pid) for pid in pids]
+    return len(pids) >= count and all(s is not None and s.state == psutil.STATUS_SLEEPING for s in stats)
+
+
 def test_procstat_reads_this_process() -> None:
     stat = procstat.read(os.getpid())
     assert stat is not None
@@ -40,7 +49,7 @@ def test_stop_all_ends_every_group_member(tmp_path: Path) -> None:
     try:
         family = sup.start(ProcessSpec(name="family", argv=FAMILY))
         sup.start(ProcessSpec(name="sleeper", argv=SLEEPER))
-        wait_for(lambda: len(sup.leftovers()) >= 3, timeout=10, what="three processes in two groups")
+        wait_for(lambda: started(sup.leftovers(), 3), timeout=10, what="three processes in two groups")
         members = sup.leftovers()
         assert family.pid in members
         stats = sup.stats()

@@ -108,9 +108,11 @@ class ConsulSets:
         """The sets (parsed through the inventory validation once per stored version)."""
         with self._lock:
             head = self.kv._head(self.key)
-            if head is not None and isinstance(head.doc.get("buckets"), list):
+            document: Any = None
+            if head is None:  # no sets yet; not read again (a head written since is no old layout)
+                digest = ""
+            elif isinstance(head.doc.get("buckets"), list):
                 digest = json.dumps(head.doc["buckets"])
-                document: Any = None
                 if self._sets is None or self._sets[0] != digest:
                     document = self._read_buckets(head)
             else:

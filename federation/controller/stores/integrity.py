@@ -8,6 +8,10 @@
   skipped, or an old copy put back) is refused instead of served. ``--init`` is the
   operator's way to start afresh anyway. The marker is written after each commit, so
   it is never ahead of the file (a commit is fsynced first).
+* ``check_wal`` on open: a WAL whose damaged frame would make SQLite drop the commits
+  after it (SQLite stops reading there, silently) is refused. The WAL is read as SQLite's
+  recovery reads it (salts and running checksums), under SQLite's write lock, so a store
+  opened while another process writes never reads a commit half-way.
 * ``quick_check`` on open: a damaged page is one error naming the file.
 * ``audit_entry``: a row that does not parse is shown as ``unreadable``, never a 500.
 * ``reclaim``: incremental vacuum plus a truncating WAL checkpoint after many deletions,
@@ -25,6 +29,7 @@ import sqlite3
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from federation.controller.base.state import AuditEntry
 from federation.controller.stores.store import StoreError
@@ -84,9 +89,14 @@ class Marker:
         self._written = None
 
 
-def check_revision(marker: Marker, path: Path, revision: int | None, *, init: bool) -> None:
-    """Refuse a store that holds less than the marker says was committed (unless ``init``)."""
-    expected = marker.read()
+def check_revision(
+    marker: Marker, path: Path, revision: int | None, *, expected: int | None, init: bool
+) -> None:
+    """Refuse a store that holds less than the marker says was committed (unless ``init``).
+
+    ``expected`` is the marker as read *before* ``revision`` was: the marker follows each
+    commit, so one read after the file could name a commit another connection made since
+    (a store opened while another writes), which is no rollback."""
     if expected is None or (revision is not None and revision >= expected):
         return
     if init:
@@ -105,55 +115,108 @@ def check_revision(marker: Marker, path: Path, revision: int | None, *, init: bo
 
 
 WAL_MAGIC = (0x377F0682, 0x377F0683)
+"""The WAL header's magic; its low bit set: the checksums read the words big-endian."""
 _MASK = 0xFFFFFFFF
+_FRAME_HEADER = struct.Struct(">6I")
 
 
 @dataclass(frozen=True)
 class WalScan:
-    """What the WAL file holds by its own headers, read before SQLite opens it."""
+    """What ``<db>-wal`` holds by the WAL format alone (SQLite's file format, "WAL file
+    format"): a frame is valid when its salts equal the header's and the checksum running
+    from the header through it holds; SQLite reads valid frames from the first and stops at
+    the first invalid one; a transaction is committed by its commit frame (non-zero
+    database size)."""
 
     header_ok: bool
     frames: int
-    commits: tuple[int, ...]
-    """1-based indexes of commit frames of the current generation (salts as the header's)."""
+    """Whole frames in the file (every generation)."""
+    kept: int
+    """The last valid commit frame (1-based; 0: none): what SQLite keeps."""
+    stop: int | None
+    """The first frame SQLite does not read (a broken checksum, or another generation's
+    salts); None: it reads to the end of the file."""
+    lost: tuple[int, ...]
+    """Commit frames of this generation (the header's salts) after ``stop``: commits SQLite
+    would drop. A damaged last commit frame is not among them (the WAL alone cannot tell it
+    from a torn write the crash interrupted; the marker can)."""
 
 
 def scan_wal(path: Path) -> WalScan | None:
-    """Frame headers of ``<db>-wal`` (24 bytes each, pages skipped); None when there is none."""
+    """Read ``<db>-wal`` as SQLite's recovery does; None when there is none (or no header).
+
+    The file must hold still while it is read (``check_wal`` holds SQLite's write lock): a
+    writer appending a commit, or starting the WAL again after a checkpoint, changes it."""
     wal = path.with_name(path.name + "-wal")
     try:
         with wal.open("rb") as raw:
-            header = raw.read(32)
-            if len(header) < 32:
-                return None
-            magic, _version, page_size, _seq, salt1, salt2, sum1, sum2 = struct.unpack(">8I", header)
-            ok = magic in WAL_MAGIC and _wal_checksum(header[:24], big=magic & 1 == 1) == (sum1, sum2)
-            size = wal.stat().st_size
-            frame = 24 + page_size if ok and 512 <= page_size <= 65536 else 0
-            frames = (size - 32) // frame if frame else (1 if size > 32 else 0)
-            commits = []
-            for index in range(1, frames + 1 if frame else 0):
-                raw.seek(32 + (index - 1) * frame)
-                _page, commit, s1, s2 = struct.unpack(">4I", raw.read(16))
-                if commit and (s1, s2) == (salt1, salt2):
-                    commits.append(index)
+            return _scan(raw, size=os.fstat(raw.fileno()).st_size)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise StoreError(f"cannot read {wal}: {exc}") from exc
-    return WalScan(header_ok=ok, frames=frames, commits=tuple(commits))
 
 
-def check_wal(db: sqlite3.Connection, path: Path, scan: WalScan | None, *, rescans: int = 3) -> None:
+def _scan(raw: BinaryIO, *, size: int) -> WalScan | None:
+    header = raw.read(32)
+    if len(header) < 32:
+        return None
+    magic, _version, page_size, _seq, salt1, salt2, sum1, sum2 = struct.unpack(">8I", header)
+    big = magic & 1 == 1
+    if (
+        magic not in WAL_MAGIC
+        or _wal_checksum(header[:24], big=big) != (sum1, sum2)
+        or not 512 <= page_size <= 65536
+        or page_size & (page_size - 1)
+    ):
+        return WalScan(
+            header_ok=False, frames=1 if size > 32 else 0, kept=0, stop=1 if size > 32 else None, lost=()
+        )
+    frames = (size - 32) // (24 + page_size)
+    running = (sum1, sum2)
+    kept, stop, lost = 0, None, []
+    for index in range(1, frames + 1):
+        if stop is not None:  # past the stop only frame headers matter
+            raw.seek(32 + (index - 1) * (24 + page_size))
+        frame = raw.read(24 + page_size if stop is None else 24)
+        if len(frame) < (24 + page_size if stop is None else 24):  # the file was cut short while read
+            frames = index - 1
+            break
+        page, commit, s1, s2, c1, c2 = _FRAME_HEADER.unpack_from(frame)
+        ours = (s1, s2) == (salt1, salt2)
+        if stop is None:
+            if ours and page and _wal_checksum(frame[:8] + frame[24:], big=big, seed=running) == (c1, c2):
+                running = (c1, c2)
+                kept = index if commit else kept
+                continue
+            stop = index  # frames after the last commit frame before here: a transaction never committed
+            continue  # and an invalid frame's own header is not to be trusted
+        if ours and commit:
+            lost.append(index)
+    return WalScan(header_ok=True, frames=frames, kept=kept, stop=stop, lost=tuple(lost))
+
+
+def check_wal(db: sqlite3.Connection, path: Path) -> None:
     """Refuse a WAL whose damaged frames would make SQLite drop commits written after them.
 
-    SQLite stops reading a WAL at the first frame whose checksum fails and silently
-    serves the state before it; commits after that point are lost. It reports how many
-    frames it kept (``wal_checkpoint``'s log column): a commit frame of the same
-    generation beyond that, or a header that does not check, is damage, not a torn tail
-    (a crash leaves at most an uncommitted tail, which has no commit frame). Damage is
-    the same WAL read twice: one that changed since ``scan`` was read belongs to a writer
-    still at work (another store on the same file), and is checked again as it is now."""
+    SQLite stops reading a WAL at its first invalid frame and silently serves the state
+    before it; commits after that point are lost. So a commit frame of the current
+    generation past that point is damage; frames after the last commit are a transaction
+    that never committed (what a crash leaves), and frames with other salts belong to a
+    generation the WAL was started again over (after a checkpoint), neither is damage.
+
+    The WAL is read under SQLite's write lock (``BEGIN IMMEDIATE``, nothing written): another
+    connection may be writing the file, and a commit in flight (its frames and commit frame
+    written, the write not yet finished) or a WAL being started again would otherwise be
+    read half-way. SQLite's own count of kept frames is not asked: a checkpoint cannot run
+    inside the transaction, and outside it the count lags a commit in flight."""
+    if not path.with_name(path.name + "-wal").exists():
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        scan = scan_wal(path)
+    finally:
+        db.execute("ROLLBACK")
     if scan is None or scan.frames == 0:
         return
     wal = f"{path.name}-wal"
@@ -162,24 +225,18 @@ def check_wal(db: sqlite3.Connection, path: Path, scan: WalScan | None, *, resca
             f"state store {path}: the WAL ({wal}, {scan.frames} frame(s)) has a damaged header, so SQLite "
             "would ignore every commit in it; restore the files, or start afresh with gpufed serve --init"
         )
-    _busy, kept, _copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-    lost = [i for i in scan.commits if i > kept] if kept >= 0 else []
-    if lost and rescans > 0:
-        again = scan_wal(path)  # another connection writing moves the WAL on: not damage
-        if again != scan:
-            check_wal(db, path, again, rescans=rescans - 1)
-            return
-    if lost:
+    if scan.lost:
         raise StoreError(
-            f"state store {path}: the WAL ({wal}) is damaged at frame {kept + 1}: SQLite would drop "
-            f"{len(lost)} later commit(s) and serve an older state; restore the files, or start afresh "
+            f"state store {path}: the WAL ({wal}) is damaged at frame {scan.stop}: SQLite would drop "
+            f"{len(scan.lost)} later commit(s) and serve an older state; restore the files, or start afresh "
             "with gpufed serve --init"
         )
 
 
-def _wal_checksum(data: bytes, *, big: bool) -> tuple[int, int]:
+def _wal_checksum(data: bytes, *, big: bool, seed: tuple[int, int] = (0, 0)) -> tuple[int, int]:
+    """SQLite's WAL checksum over ``data`` (whole 8-byte pairs), running on from ``seed``."""
     words = struct.unpack((">" if big else "<") + f"{len(data) // 4}I", data)
-    s0 = s1 = 0
+    s0, s1 = seed
     for x0, x1 in zip(words[::2], words[1::2], strict=True):
         s0 = (s0 + x0 + s1) & _MASK
         s1 = (s1 + x1 + s0) & _MASK

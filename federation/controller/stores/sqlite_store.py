@@ -78,7 +78,6 @@ class SqliteStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.marker = integrity.Marker(marker or self.path.parent / integrity.MARKER_NAME)
         existed = self.path.exists() and self.path.stat().st_size > 0
-        wal = integrity.scan_wal(self.path)  # before SQLite reads (and may reset) it
         if not self.path.exists():
             self.path.touch(mode=0o600)
         os.chmod(self.path, 0o600)
@@ -93,7 +92,7 @@ class SqliteStore:
         """Rows deleted since the last reclaim (``integrity.RECLAIM_AFTER`` triggers one)."""
         try:
             try:
-                self._open(existed=existed, init=init, wal=wal)
+                self._open(existed=existed, init=init)
             except StoreError as exc:
                 if not init or not existed:
                     raise
@@ -103,16 +102,17 @@ class SqliteStore:
                     "state store %s cannot be opened (%s); --init moved it to %s", self.path, exc, aside
                 )
                 self.path.touch(mode=0o600)
-                self._open(existed=False, init=True, wal=None)
+                self._open(existed=False, init=True)
         except BaseException:
             self.close()  # a refused file is not held open
             raise
 
-    def _open(self, *, existed: bool, init: bool, wal: integrity.WalScan | None) -> None:
+    def _open(self, *, existed: bool, init: bool) -> None:
+        expected = self.marker.read()  # before the file: a commit made meanwhile moves the marker on
         db = self._connect()
         try:
             if not init:  # first: any write would overwrite the frames SQLite dropped
-                integrity.check_wal(db, self.path, wal)
+                integrity.check_wal(db, self.path)
             if not existed:
                 db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # before the first table
             db.executescript(SCHEMA)
@@ -120,7 +120,9 @@ class SqliteStore:
             row = db.execute("SELECT revision FROM state WHERE id = 1").fetchone()
         except sqlite3.Error as exc:
             raise StoreError(f"state store {self.path} cannot be read: {exc}") from exc
-        integrity.check_revision(self.marker, self.path, None if row is None else row[0], init=init)
+        integrity.check_revision(
+            self.marker, self.path, None if row is None else row[0], expected=expected, init=init
+        )
 
     def _connect(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)

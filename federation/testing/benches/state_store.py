@@ -3,9 +3,9 @@
 ``gpufed bench state-store [--targets 200000] --json`` (or ``python -m
 federation.testing.benches.state_store [TARGETS]``, which prints the line itself): saves
 TARGETS registry rows, opens a copy of the files as a ``kill -9`` leaves them (WAL not
-checkpointed: the WAL scan, the check against SQLite's kept frames and ``quick_check``
-run), then deletes every row (the incremental vacuum and the truncating checkpoint run)
-and a hundred rows (no reclaim).
+checkpointed: the WAL scan with its checksums and ``quick_check`` run), then deletes
+every row (the incremental vacuum and the truncating checkpoint run) and a hundred rows
+(no reclaim).
 """
 
 from __future__ import annotations
