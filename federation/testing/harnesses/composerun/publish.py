@@ -4,6 +4,8 @@ there, then used from here), as ``docker-proxy`` does for a published port."""
 
 from __future__ import annotations
 
+import contextlib
+import contextlib
 import socket
 import threading
 from pathlib import Path
@@ -48,10 +50,8 @@ class Forwarder:
 
     def stop(self) -> None:
         self._stopped.set()
-        try:
+        with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self._listener.close()
         self._thread.join(timeout=5)
 
@@ -64,7 +64,5 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
         pass
     finally:
         for sock, how in ((dst, socket.SHUT_WR), (src, socket.SHUT_RD)):
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(how)
-            except OSError:
-                pass

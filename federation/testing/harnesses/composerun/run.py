@@ -206,6 +206,8 @@ class ComposeRun:
             self.network.create()
             self._write_hosts()
             self._versions()
+            for line in self.describe():
+                self.say(line)
             self._start_external()
             for planned in self.planned.values():
                 if planned.kind != "left_out" and "/" not in planned.display:
@@ -442,6 +444,24 @@ class ComposeRun:
             "versions": self.versions,
             "xid": self.xid,
         }
+
+    def describe(self) -> list[str]:
+        """What the runner prints before it starts anything: the three lists, overrides, versions."""
+        summary = self.summary()
+        lines = [f"compose run {self.run_id}: {len(self.node_values)} node copies"]
+        for key, title in (("services_real", "real"), ("services_standin", "stand-in"),
+                           ("services_left_out", "left out")):
+            lines.append(f"  {title}: {', '.join(summary[key]) or '-'}")
+        lines += [f"    {name}: {note}" for name, note in sorted(summary["notes"].items())]
+        lines.append("  overrides (the only changes to what Compose resolved):")
+        lines += [f"    {o['image']} {o['command']}: {o['environment']}: {o['why']}" for o in summary["overrides"]]
+        lines.append(f"    every namespace: default route via {sandbox.GATEWAY} (nobody holds it); "
+                     "published ports on 127.0.0.1 only")
+        lines.append("  versions (pinned image -> run here):")
+        lines += [f"    {repo}: {v['pinned']} -> {v['run']}" for repo, v in sorted(self.versions.items())]
+        if summary["ignored_keys"]:
+            lines.append(f"  not applied: {', '.join(sorted({k.split(': ')[1] for k in summary['ignored_keys']}))}")
+        return lines
 
     # --- down ------------------------------------------------------------------------------------
 

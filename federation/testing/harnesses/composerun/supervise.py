@@ -14,6 +14,7 @@ the health back to ``starting``, as a container restart does.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -187,7 +188,5 @@ class ServiceProcess:
 
 
 def _signal_group(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
