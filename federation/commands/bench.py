@@ -341,7 +341,8 @@ def dingtalk(
 
 
 def compose(
-    nodes: Annotated[int, typer.Option(min=1, max=200, help="copies of compose/node.yml (simulated GPUs)")] = 20,
+    nodes: Annotated[int, typer.Option(min=1, max=200, help="copies of compose/node.yml (simulated GPUs)")]
+    = 20,
     spec: Annotated[Path | None, typer.Option(
         help="spec to render the compose tier from (default compose/federation.yaml)", exists=True,
         dir_okay=False)] = None,

@@ -33,9 +33,13 @@ STEP_TIMEOUT_S = 240.0
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the compose runner needs root (ip netns, unshare --mount)"),
-    pytest.mark.skipif(not all(shutil.which(t) for t in ("ip", "unshare", "nsenter", "openssl", "wget")),
-                       reason="needs ip, unshare, nsenter, openssl and wget"),
-    pytest.mark.skipif(not os.environ.get("GPUFED_STACK3_BIN"), reason="needs the pinned stack (stack_path.sh)"),
+    pytest.mark.skipif(
+        not all(shutil.which(t) for t in ("ip", "unshare", "nsenter", "openssl", "wget")),
+        reason="needs ip, unshare, nsenter, openssl and wget",
+    ),
+    pytest.mark.skipif(
+        not os.environ.get("GPUFED_STACK3_BIN"), reason="needs the pinned stack (stack_path.sh)"
+    ),
 ]
 
 
@@ -53,16 +57,25 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     out = bench.render(ROOT / "compose" / "federation.yaml", where / "render")
     env, nodes = bench.env_files(out, ROOT / "compose" / "federation.yaml", nodes=NODES, where=where)
     said: list[str] = []
-    run = ComposeRun(monitoring=out / "compose" / "monitoring.yml", monitoring_env=env,
-                     node_file=ROOT / "compose" / "node.yml", node_env_example=ROOT / "compose" / "node.env.example",
-                     nodes=nodes, workdir=where / "run", say=said.append)
+    run = ComposeRun(
+        monitoring=out / "compose" / "monitoring.yml",
+        monitoring_env=env,
+        node_file=ROOT / "compose" / "node.yml",
+        node_env_example=ROOT / "compose" / "node.env.example",
+        nodes=nodes,
+        workdir=where / "run",
+        say=said.append,
+    )
     with run:
         yield Stack(run, out, said)
 
 
 def test_every_node_has_its_gpu_and_node_target_up_at_the_master(stack: Stack) -> None:
-    got = bench.wait(lambda: (lambda t: t if not t["missing"] else None)(bench.targets_up(stack.run)),
-                     timeout=STEP_TIMEOUT_S, what="every node's targets up at the master")
+    got = bench.wait(
+        lambda: (lambda t: t if not t["missing"] else None)(bench.targets_up(stack.run)),
+        timeout=STEP_TIMEOUT_S,
+        what="every node's targets up at the master",
+    )
     assert got["targets_expected"] == 2 * NODES == got["targets_up_at_master"]
     # the second master gets the same from every child's remote_write
     other = bench.targets_up(stack.run, "master-prometheus-1")
@@ -83,15 +96,25 @@ def test_the_rendered_rule_pack_is_loaded_by_the_master(stack: Stack) -> None:
     assert rules["rule_groups_rendered"] > 0 and rules["missing_groups"] == [], rules
 
 
-def test_the_simulated_xid_reaches_dingtalk_through_the_rendered_alertmanagers_and_relay(stack: Stack) -> None:
+def test_the_simulated_xid_reaches_dingtalk_through_the_rendered_alertmanagers_and_relay(
+    stack: Stack,
+) -> None:
     node = stack.run.xid["node"]
     delivered = bench.wait(
-        lambda: [m for m in bench.alerts_delivered(stack.run) if "GPUXidError" in json.dumps(m, ensure_ascii=False)
-                 and node in json.dumps(m, ensure_ascii=False)],
-        timeout=STEP_TIMEOUT_S, what="GPUXidError at the DingTalk stand-in")
+        lambda: [
+            m
+            for m in bench.alerts_delivered(stack.run)
+            if "GPUXidError" in json.dumps(m, ensure_ascii=False)
+            and node in json.dumps(m, ensure_ascii=False)
+        ],
+        timeout=STEP_TIMEOUT_S,
+        what="GPUXidError at the DingTalk stand-in",
+    )
     assert delivered
     # the alert went through the Alertmanager set as rendered (alertmanager-1:9093 as written)
-    status, body = stack.run.http_get("alertmanager-1", 9093, "/api/v2/alerts?filter=alertname%3D%22GPUXidError%22")
+    status, body = stack.run.http_get(
+        "alertmanager-1", 9093, "/api/v2/alerts?filter=alertname%3D%22GPUXidError%22"
+    )
     assert status == 200 and any(a["labels"].get("node") == node for a in json.loads(body))
 
 
@@ -113,7 +136,7 @@ def test_services_run_as_compose_resolved_them_but_for_the_declared_overrides(st
         if planned.kind != "real":
             continue
         service = planned.service
-        assert planned.argv[len(planned.argv) - len(service.command or ()):] == list(service.command or ())
+        assert planned.argv[len(planned.argv) - len(service.command or ()) :] == list(service.command or ())
         declared = {k for o in images.overrides_for(service.image, service.command) for k in o.environment}
         resolved = {k: v for k, v in service.environment.items() if v is not None}
         env = {k: v for k, v in planned.env.items() if k not in declared | {"PATH", "HOME", "HOSTNAME"}}

@@ -44,9 +44,25 @@ def render(spec: Path, where: Path) -> Path:
     inventory = where / "inventory.yaml"
     inventory.write_text("nodes: []\n")
     gpufed = Path(sys.executable).parent / "gpufed"
-    done = subprocess.run([str(gpufed), "render", "--spec", str(spec), "--inventory", str(inventory),
-                           "--out", str(where / "out"), "--target", "compose", "--json"],
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [
+            str(gpufed),
+            "render",
+            "--spec",
+            str(spec),
+            "--inventory",
+            str(inventory),
+            "--out",
+            str(where / "out"),
+            "--target",
+            "compose",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     if done.returncode != 0:
         raise ComposeRunError(f"gpufed render failed: {done.stderr.strip() or done.stdout.strip()}")
     return where / "out"
@@ -76,12 +92,18 @@ def env_files(out: Path, spec: Path, *, nodes: int, where: Path) -> tuple[Path, 
     env.write_text(env_lines(example, values))
     loaded = yaml.safe_load(spec.read_text())
     regions = [r["name"] for r in loaded["regions"]]
-    node_values = [{
-        "NODE_NAME": f"gpu-node-{i:03d}", "GPUFED_CLUSTER": str(loaded["cluster"]),
-        "GPUFED_REGION": regions[i % len(regions)], "GPUFED_RACK": f"rack-{i // 4:02d}",
-        "GPUFED_TEAM": "llm", "GPUFED_CONTROLLER_URL": "http://gpufed-controller:8080",
-        "GPUFED_REGISTER_TOKEN": token,
-    } for i in range(nodes)]
+    node_values = [
+        {
+            "NODE_NAME": f"gpu-node-{i:03d}",
+            "GPUFED_CLUSTER": str(loaded["cluster"]),
+            "GPUFED_REGION": regions[i % len(regions)],
+            "GPUFED_RACK": f"rack-{i // 4:02d}",
+            "GPUFED_TEAM": "llm",
+            "GPUFED_CONTROLLER_URL": "http://gpufed-controller:8080",
+            "GPUFED_REGISTER_TOKEN": token,
+        }
+        for i in range(nodes)
+    ]
     return env, node_values
 
 
@@ -93,19 +115,30 @@ def query(run: ComposeRun, expr: str, master: str = "master-prometheus-0") -> li
 
 
 def node_addresses(run: ComposeRun) -> dict[str, str]:
-    return {p.display.split("/")[0]: run.address(p.display) for p in run.planned.values()
-            if p.display.endswith("/gpufed-exporter")}
+    return {
+        p.display.split("/")[0]: run.address(p.display)
+        for p in run.planned.values()
+        if p.display.endswith("/gpufed-exporter")
+    }
 
 
 def targets_up(run: ComposeRun, master: str = "master-prometheus-0") -> dict[str, Any]:
     """Each node's ``gpu`` (:9400) and ``node`` (:9100) target with ``up == 1`` at the master."""
-    expected = {f"{address}:{port}": job for address in node_addresses(run).values()
-                for job, port in (("gpu", 9400), ("node", 9100))}
-    up = {(s["metric"].get("instance"), s["metric"].get("job"))
-          for s in query(run, 'up{job=~"gpu|node"} == 1', master)}
+    expected = {
+        f"{address}:{port}": job
+        for address in node_addresses(run).values()
+        for job, port in (("gpu", 9400), ("node", 9100))
+    }
+    up = {
+        (s["metric"].get("instance"), s["metric"].get("job"))
+        for s in query(run, 'up{job=~"gpu|node"} == 1', master)
+    }
     missing = sorted(f"{job} {instance}" for instance, job in expected.items() if (instance, job) not in up)
-    return {"targets_expected": len(expected), "targets_up_at_master": len(expected) - len(missing),
-            "missing": missing}
+    return {
+        "targets_expected": len(expected),
+        "targets_up_at_master": len(expected) - len(missing),
+        "missing": missing,
+    }
 
 
 def alerts_delivered(run: ComposeRun) -> list[dict[str, Any]]:
@@ -125,8 +158,12 @@ def rules_loaded(run: ComposeRun, out: Path, master: str = "master-prometheus-0"
     status, body = run.http_get(master, 9090, "/api/v1/rules")
     groups = json.loads(body)["data"]["groups"] if status == 200 else []
     loaded = {g["name"] for g in groups}
-    return {"rule_groups_rendered": len(rendered), "rule_groups_loaded": len(loaded & rendered),
-            "rules_loaded": sum(len(g["rules"]) for g in groups), "missing_groups": sorted(rendered - loaded)}
+    return {
+        "rule_groups_rendered": len(rendered),
+        "rule_groups_loaded": len(loaded & rendered),
+        "rules_loaded": sum(len(g["rules"]) for g in groups),
+        "missing_groups": sorted(rendered - loaded),
+    }
 
 
 def child_targets(run: ComposeRun, child: str) -> list[dict[str, Any]]:
@@ -156,12 +193,22 @@ def kill_child(run: ComposeRun, child: str, *, timeout: float) -> dict[str, Any]
     instances = sorted(t["labels"]["instance"] for t in child_targets(run, child))
     os.kill(before, signal.SIGKILL)
     killed_at = time.time()
-    wait(lambda: len(state.pids) > 1 and state.running, timeout=timeout, what=f"{child} restarted",
-         interval=0.2)
-    return {"child_killed": child, "old_pid": before, "new_pid": state.pids[-1],
-            "exit_code": state.exits[-1].code if state.exits else None, "killed_at": killed_at,
-            "restarted_at": state.started_at[-1], "restart_s": round(state.started_at[-1] - killed_at, 2),
-            "child_targets": instances}
+    wait(
+        lambda: len(state.pids) > 1 and state.running,
+        timeout=timeout,
+        what=f"{child} restarted",
+        interval=0.2,
+    )
+    return {
+        "child_killed": child,
+        "old_pid": before,
+        "new_pid": state.pids[-1],
+        "exit_code": state.exits[-1].code if state.exits else None,
+        "killed_at": killed_at,
+        "restarted_at": state.started_at[-1],
+        "restart_s": round(state.started_at[-1] - killed_at, 2),
+        "child_targets": instances,
+    }
 
 
 def scraped_again(run: ComposeRun, killed: dict[str, Any], *, timeout: float) -> dict[str, Any]:
@@ -169,8 +216,11 @@ def scraped_again(run: ComposeRun, killed: dict[str, Any], *, timeout: float) ->
     child, instances, since = killed["child_killed"], set(killed["child_targets"]), killed["restarted_at"]
 
     def at_child() -> bool:
-        fresh = {t["labels"]["instance"] for t in child_targets(run, child)
-                 if t["health"] == "up" and _after(t.get("lastScrape", ""), since)}
+        fresh = {
+            t["labels"]["instance"]
+            for t in child_targets(run, child)
+            if t["health"] == "up" and _after(t.get("lastScrape", ""), since)
+        }
         return bool(instances) and instances <= fresh
 
     wait(at_child, timeout=timeout, what=f"{child}'s targets scraped after the restart")
@@ -180,7 +230,10 @@ def scraped_again(run: ComposeRun, killed: dict[str, Any], *, timeout: float) ->
         return {s["metric"]["instance"] for s in got if float(s["value"][1]) > since} >= instances
 
     wait(at_master, timeout=timeout, what=f"{child}'s targets up at the master after the restart")
-    return {"child_targets_up_again": len(instances), "targets_up_again_s": round(time.time() - killed["killed_at"], 1)}
+    return {
+        "child_targets_up_again": len(instances),
+        "targets_up_again_s": round(time.time() - killed["killed_at"], 1),
+    }
 
 
 def _after(stamp: str, epoch: float) -> bool:
@@ -209,8 +262,14 @@ def cpu_seconds(run: ComposeRun) -> float:
     return round(total / ticks, 1)
 
 
-def run_compose_bench(*, nodes: int, spec: Path | None = None, timeout: float = 240.0,
-                      say: Callable[[str], None] = lambda line: None, keep: Path | None = None) -> dict[str, Any]:
+def run_compose_bench(
+    *,
+    nodes: int,
+    spec: Path | None = None,
+    timeout: float = 240.0,
+    say: Callable[[str], None] = lambda line: None,
+    keep: Path | None = None,
+) -> dict[str, Any]:
     where = Path(tempfile.mkdtemp(prefix="gpufed-compose-")) if keep is None else keep
     spec = (spec or SPEC).resolve()
     started = time.monotonic()
@@ -218,31 +277,54 @@ def run_compose_bench(*, nodes: int, spec: Path | None = None, timeout: float = 
     try:
         out = render(spec, where / "render")
         env, node_values = env_files(out, spec, nodes=nodes, where=where)
-        run = ComposeRun(monitoring=out / "compose" / "monitoring.yml", monitoring_env=env, node_file=NODE_FILE,
-                         node_env_example=NODE_ENV, nodes=node_values, workdir=where / "run", say=say)
+        run = ComposeRun(
+            monitoring=out / "compose" / "monitoring.yml",
+            monitoring_env=env,
+            node_file=NODE_FILE,
+            node_env_example=NODE_ENV,
+            nodes=node_values,
+            workdir=where / "run",
+            say=say,
+        )
         with run:
             summary = run.summary()
             up_s = round(time.monotonic() - started, 1)
-            targets = wait(lambda: (lambda t: t if not t["missing"] else None)(targets_up(run)),
-                           timeout=timeout, what="every node's targets up at the master")
+            targets = wait(
+                lambda: (lambda t: t if not t["missing"] else None)(targets_up(run)),
+                timeout=timeout,
+                what="every node's targets up at the master",
+            )
             targets_s = round(time.monotonic() - started, 1)
             # the restart runs while the XID travels: a child that does not scrape the XID's node
             killed = kill_child(run, quiet_child(run), timeout=timeout)
-            delivered = wait(lambda: [m for m in alerts_delivered(run) if "GPUXidError" in json.dumps(m)],
-                             timeout=timeout, what="GPUXidError at the DingTalk stand-in")
+            delivered = wait(
+                lambda: [m for m in alerts_delivered(run) if "GPUXidError" in json.dumps(m)],
+                timeout=timeout,
+                what="GPUXidError at the DingTalk stand-in",
+            )
             alert_s = round(time.monotonic() - started, 1)
             again = scraped_again(run, killed, timeout=timeout)
             rules = rules_loaded(run, out)
             cpu = cpu_seconds(run)
             result = {
-                **{k: v for k, v in targets.items() if k != "missing"}, **rules, **again,
+                **{k: v for k, v in targets.items() if k != "missing"},
+                **rules,
+                **again,
                 **{k: killed[k] for k in ("child_killed", "old_pid", "new_pid", "exit_code", "restart_s")},
-                "alerts_delivered": len(delivered), "nodes": nodes,
-                "services_real": summary["services_real"], "services_standin": summary["services_standin"],
-                "services_left_out": summary["services_left_out"], "notes": summary["notes"],
-                "overrides": summary["overrides"], "versions": summary["versions"], "xid": summary["xid"],
-                "up_s": up_s, "targets_up_s": targets_s, "alert_s": alert_s,
-                "total_s": round(time.monotonic() - started, 1), "cpu_s_services": cpu,
+                "alerts_delivered": len(delivered),
+                "nodes": nodes,
+                "services_real": summary["services_real"],
+                "services_standin": summary["services_standin"],
+                "services_left_out": summary["services_left_out"],
+                "notes": summary["notes"],
+                "overrides": summary["overrides"],
+                "versions": summary["versions"],
+                "xid": summary["xid"],
+                "up_s": up_s,
+                "targets_up_s": targets_s,
+                "alert_s": alert_s,
+                "total_s": round(time.monotonic() - started, 1),
+                "cpu_s_services": cpu,
                 "load_before": [round(x, 2) for x in load_before],
                 "load_after": [round(x, 2) for x in os.getloadavg()],
             }
@@ -257,7 +339,10 @@ def run_compose_bench(*, nodes: int, spec: Path | None = None, timeout: float = 
 def quiet_child(run: ComposeRun) -> str:
     """The child with the most targets among those that do not scrape the planned XID's node."""
     xid_address = node_addresses(run).get(str(run.xid.get("node")), "")
-    children = [p.display for p in run.planned.values() if p.display.startswith("child-") and p.kind == "real"]
-    scraping = {c: {t["labels"]["instance"].rpartition(":")[0] for t in child_targets(run, c)} for c in children}
-    return max((c for c in children if xid_address not in scraping[c]),
-               key=lambda c: (len(scraping[c]), c))
+    children = [
+        p.display for p in run.planned.values() if p.display.startswith("child-") and p.kind == "real"
+    ]
+    scraping = {
+        c: {t["labels"]["instance"].rpartition(":")[0] for t in child_targets(run, c)} for c in children
+    }
+    return max((c for c in children if xid_address not in scraping[c]), key=lambda c: (len(scraping[c]), c))

@@ -129,7 +129,8 @@ def _handler_for(api: FakeDingTalk) -> type[LoopbackHandler]:
                 self.send_error(404)
                 return
             with api.lock:
-                body = {token: {"messages": r.messages, "rejected": r.rejected} for token, r in api.robots.items()}
+                body = {token: {"messages": r.messages, "rejected": r.rejected}
+                        for token, r in api.robots.items()}
             self.reply(200, body)
 
         def do_POST(self) -> None:

@@ -28,13 +28,24 @@ class ImageRule:
 IMAGES: tuple[ImageRule, ...] = (
     ImageRule("gpufed/gpufed", "real", (), note="gpufed's commands from the virtualenv (first on PATH)"),
     ImageRule("prometheus/prometheus", "real", ("{stack}/prometheus",), ("{stack}/prometheus", "--version")),
-    ImageRule("prometheus/alertmanager", "real", ("{stack}/prometheus-alertmanager",),
-              ("{stack}/prometheus-alertmanager", "--version")),
-    ImageRule("prometheus/node-exporter", "real", ("{stack}/prometheus-node-exporter",),
-              ("{stack}/prometheus-node-exporter", "--version")),
-    ImageRule("hashicorp/consul", "standin", ("{python}", "-m", "federation.testing.standins.consul.agent",
-                                              "--host", "0.0.0.0", "--port", "8500"),
-              note="federation.testing.standins.consul (agent HTTP API and KV on 8500)"),
+    ImageRule(
+        "prometheus/alertmanager",
+        "real",
+        ("{stack}/prometheus-alertmanager",),
+        ("{stack}/prometheus-alertmanager", "--version"),
+    ),
+    ImageRule(
+        "prometheus/node-exporter",
+        "real",
+        ("{stack}/prometheus-node-exporter",),
+        ("{stack}/prometheus-node-exporter", "--version"),
+    ),
+    ImageRule(
+        "hashicorp/consul",
+        "standin",
+        ("{python}", "-m", "federation.testing.standins.consul.agent", "--host", "0.0.0.0", "--port", "8500"),
+        note="federation.testing.standins.consul (agent HTTP API and KV on 8500)",
+    ),
     ImageRule("thanos/thanos", "left_out", (), note="no Thanos binary here"),
     ImageRule("grafana/loki", "left_out", (), note="no Loki binary; the Loki stand-in runs in-process only"),
     ImageRule("grafana/grafana", "left_out", (), note="no Grafana binary here"),
@@ -86,17 +97,29 @@ class Override:
 
 
 OVERRIDES: tuple[Override, ...] = (
-    Override("gpufed/gpufed", "gpufed-exporter", {"GPUFED_EXPORTER_BACKEND": "simulated"},
-             "no GPUs here: the exporter's simulated backend (node.yml's NVIDIA runtime and device "
-             "reservation are not applied)"),
-    Override("gpufed/gpufed", "gpufed-exporter", {"GPUFED_EXPORTER_SEED": "{xid_seed}"},
-             "`gpufed-exporter` (one node) has no scheduled XID (exporter.simulated.first_xid is the "
-             "fleet's): the seed is the first one whose seeded XIDs put one on some node a set time "
-             "after the run starts, read from the simulated backend itself"),
-    Override("gpufed/gpufed", "gpufed-dingtalk", {"SSL_CERT_FILE": "{ca_file}"},
-             "no internet: the robot URLs (https://oapi.dingtalk.com/...) stay as rendered; that name "
-             "resolves to the DingTalk stand-in in every hosts file, and the relay trusts the run's "
-             "certificate for it"),
+    Override(
+        "gpufed/gpufed",
+        "gpufed-exporter",
+        {"GPUFED_EXPORTER_BACKEND": "simulated"},
+        "no GPUs here: the exporter's simulated backend (node.yml's NVIDIA runtime and device "
+        "reservation are not applied)",
+    ),
+    Override(
+        "gpufed/gpufed",
+        "gpufed-exporter",
+        {"GPUFED_EXPORTER_SEED": "{xid_seed}"},
+        "`gpufed-exporter` (one node) has no scheduled XID (exporter.simulated.first_xid is the "
+        "fleet's): the seed is the first one whose seeded XIDs put one on some node a set time "
+        "after the run starts, read from the simulated backend itself",
+    ),
+    Override(
+        "gpufed/gpufed",
+        "gpufed-dingtalk",
+        {"SSL_CERT_FILE": "{ca_file}"},
+        "no internet: the robot URLs (https://oapi.dingtalk.com/...) stay as rendered; that name "
+        "resolves to the DingTalk stand-in in every hosts file, and the relay trusts the run's "
+        "certificate for it",
+    ),
 )
 
 #: Names outside the files that resolve to a stand-in the run starts (with the override above).
@@ -105,5 +128,4 @@ EXTERNAL = {"oapi.dingtalk.com": "dingtalk"}
 
 def overrides_for(image: str, command: tuple[str, ...] | None) -> list[Override]:
     repo, first = repository(image), (command or ("",))[0]
-    return [o for o in OVERRIDES
-            if (repo == o.image or repo.endswith("/" + o.image)) and first == o.command]
+    return [o for o in OVERRIDES if (repo == o.image or repo.endswith("/" + o.image)) and first == o.command]

@@ -13,10 +13,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: Keys the runner honours; any other key a service sets is reported as ignored.
-HONOURED = frozenset({
-    "command", "entrypoint", "environment", "volumes", "ports", "healthcheck", "depends_on", "restart",
-    "network_mode", "networks", "hostname", "image", "profiles", "pid", "container_name",
-})
+HONOURED = frozenset(
+    {
+        "command",
+        "entrypoint",
+        "environment",
+        "volumes",
+        "ports",
+        "healthcheck",
+        "depends_on",
+        "restart",
+        "network_mode",
+        "networks",
+        "hostname",
+        "image",
+        "profiles",
+        "pid",
+        "container_name",
+    }
+)
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|ms|s|m|h)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -149,7 +164,9 @@ def _service(project: str, name: str, raw: dict[str, Any]) -> Service:
         image=str(raw.get("image") or ""),
         command=_argv(raw.get("command"), f"{where}.command"),
         entrypoint=_argv(raw.get("entrypoint"), f"{where}.entrypoint"),
-        environment={str(k): (None if v is None else str(v)) for k, v in (raw.get("environment") or {}).items()},
+        environment={
+            str(k): (None if v is None else str(v)) for k, v in (raw.get("environment") or {}).items()
+        },
         volumes=tuple(_volume(v, where) for v in raw.get("volumes") or []),
         ports=tuple(_port(p, where) for p in raw.get("ports") or []),
         healthcheck=_healthcheck(raw.get("healthcheck"), where),
@@ -173,9 +190,13 @@ def parse_project(data: dict[str, Any]) -> Project:
         for dep in service.depends_on:
             if dep.service not in services and dep.required:
                 raise ModelError(f"{name}.services.{service.name}.depends_on: no service {dep.service!r}")
-        if service.network_mode not in (None, "host") and not str(service.network_mode).startswith("service:"):
-            raise ModelError(f"{name}.services.{service.name}.network_mode: {service.network_mode!r} "
-                             "is not run here (host, service:NAME or the default network)")
+        if service.network_mode not in (None, "host") and not str(service.network_mode).startswith(
+            "service:"
+        ):
+            raise ModelError(
+                f"{name}.services.{service.name}.network_mode: {service.network_mode!r} "
+                "is not run here (host, service:NAME or the default network)"
+            )
     volumes = {k: str((v or {}).get("name") or f"{name}_{k}") for k, v in (data.get("volumes") or {}).items()}
     return Project(name, services, volumes)
 

@@ -5,7 +5,6 @@ there, then used from here), as ``docker-proxy`` does for a published port."""
 from __future__ import annotations
 
 import contextlib
-import contextlib
 import socket
 import threading
 from pathlib import Path

@@ -60,8 +60,15 @@ def resolve(file: Path, *, env_file: Path, project: str | None = None) -> dict[s
     argv = [str(compose_binary()), "--env-file", str(env_file), "-f", file.name]
     if project:
         argv += ["-p", project]
-    done = subprocess.run([*argv, "config", "--format", "json"], cwd=file.parent, capture_output=True,
-                          text=True, timeout=60, check=False, env={**os.environ, "COMPOSE_PROFILES": ""})
+    done = subprocess.run(
+        [*argv, "config", "--format", "json"],
+        cwd=file.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "COMPOSE_PROFILES": ""},
+    )
     if done.returncode != 0:
         raise ComposeRunError(f"docker-compose config of {file}: {done.stderr.strip()}")
     return dict(json.loads(done.stdout))
@@ -111,9 +118,18 @@ class Planned:
 
 
 class ComposeRun:
-    def __init__(self, *, monitoring: Path, monitoring_env: Path, node_file: Path, node_env_example: Path,
-                 nodes: list[dict[str, str]], workdir: Path, tools: Tools | None = None,
-                 say: Callable[[str], None] = lambda line: None) -> None:
+    def __init__(
+        self,
+        *,
+        monitoring: Path,
+        monitoring_env: Path,
+        node_file: Path,
+        node_env_example: Path,
+        nodes: list[dict[str, str]],
+        workdir: Path,
+        tools: Tools | None = None,
+        say: Callable[[str], None] = lambda line: None,
+    ) -> None:
         self.monitoring, self.monitoring_env = monitoring, monitoring_env
         self.node_file, self.node_env_example, self.node_values = node_file, node_env_example, nodes
         self.workdir, self.say = workdir, say
@@ -132,8 +148,9 @@ class ComposeRun:
     # --- plan ----------------------------------------------------------------------------------
 
     def _plan(self) -> None:
-        projects: list[tuple[Project, str | None]] = [(parse_project(resolve(self.monitoring,
-                                                                              env_file=self.monitoring_env)), None)]
+        projects: list[tuple[Project, str | None]] = [
+            (parse_project(resolve(self.monitoring, env_file=self.monitoring_env)), None)
+        ]
         names = [f"node-{i:03d}" for i in range(len(self.node_values))]
         node_names = [v["NODE_NAME"] for v in self.node_values]
         monitoring = projects[0][0]
@@ -144,7 +161,9 @@ class ComposeRun:
         for i, values in enumerate(self.node_values):
             env_file = self.workdir / "env" / f"{names[i]}.env"
             address = self.network.members[names[i]].address
-            env_file.write_text(env_lines(self.node_env_example, {**values, "GPUFED_ADVERTISE_ADDRESS": address}))
+            env_file.write_text(
+                env_lines(self.node_env_example, {**values, "GPUFED_ADVERTISE_ADDRESS": address})
+            )
             project = parse_project(resolve(self.node_file, env_file=env_file, project=f"gpufed-{names[i]}"))
             projects.append((project, names[i]))
         self.xid = self._xid_plan(node_names)
@@ -164,12 +183,22 @@ class ComposeRun:
         if rule.kind == "standin":
             planned.argv = entry
         else:
-            planned.argv = [*(list(service.entrypoint) if service.entrypoint is not None else entry),
-                            *(service.command or ())]
-        env = {"PATH": f"{self.tools.venv_bin}:{self.tools.stack_bin}:{BASE_PATH}", "HOME": "/root",
-               "HOSTNAME": service.hostname}
-        env.update({k: (v if v is not None else os.environ.get(k, "")) for k, v in service.environment.items()
-                    if v is not None or k in os.environ})
+            planned.argv = [
+                *(list(service.entrypoint) if service.entrypoint is not None else entry),
+                *(service.command or ()),
+            ]
+        env = {
+            "PATH": f"{self.tools.venv_bin}:{self.tools.stack_bin}:{BASE_PATH}",
+            "HOME": "/root",
+            "HOSTNAME": service.hostname,
+        }
+        env.update(
+            {
+                k: (v if v is not None else os.environ.get(k, ""))
+                for k, v in service.environment.items()
+                if v is not None or k in os.environ
+            }
+        )
         fill = {"{xid_seed}": str(self.xid.get("seed", 0)), "{ca_file}": str(self.ca_file)}
         for override in images.overrides_for(service.image, service.command):
             for key, value in override.environment.items():
@@ -190,12 +219,22 @@ class ComposeRun:
         for seed in range(10_000):
             for node in node_names:
                 clock = [start]
-                backend = SimulatedBackend(gpus, seed=seed, node=node, clock=lambda c=clock: c[0])
+
+                def now_(c: list[float] = clock) -> float:
+                    return c[0]
+
+                backend = SimulatedBackend(gpus, seed=seed, node=node, clock=now_)
                 clock[0] = end
                 events = backend.drain_xid_events()
                 if events:
-                    return {"seed": seed, "node": node, "gpu": events[0].gpu, "code": events[0].code,
-                            "at": events[0].timestamp, "planned_at": now}
+                    return {
+                        "seed": seed,
+                        "node": node,
+                        "gpu": events[0].gpu,
+                        "code": events[0].code,
+                        "at": events[0].timestamp,
+                        "planned_at": now,
+                    }
         return {}
 
     # --- up --------------------------------------------------------------------------------------
@@ -224,8 +263,8 @@ class ComposeRun:
 
     def _write_hosts(self) -> None:
         names: dict[str, str] = {}
-        for external, member in images.EXTERNAL.items():
-            names[external] = self.network.members[member].address
+        for external, standin in images.EXTERNAL.items():
+            names[external] = self.network.members[standin].address
         for planned in self.planned.values():
             if planned.kind == "left_out":
                 continue
@@ -248,9 +287,13 @@ class ComposeRun:
                 continue
             ran = "?"
             if rule.version:
-                done = subprocess.run(images.expand(rule.version, stack=self.tools.stack_bin,
-                                                    python=self.tools.python),
-                                      capture_output=True, text=True, timeout=30, check=False)
+                done = subprocess.run(
+                    images.expand(rule.version, stack=self.tools.stack_bin, python=self.tools.python),
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    check=False,
+                )
                 found = images.VERSION.search(done.stdout + done.stderr)
                 ran = found[1] if found else "?"
             else:
@@ -261,35 +304,76 @@ class ComposeRun:
 
     def _start_external(self) -> None:
         """The DingTalk stand-in as oapi.dingtalk.com:443, robots from the relay's rendered config."""
-        relay = next((p for p in self.planned.values() if (p.service.command or ("",))[0] == "gpufed-dingtalk"),
-                     None)
+        relay = next(
+            (p for p in self.planned.values() if (p.service.command or ("",))[0] == "gpufed-dingtalk"), None
+        )
         folder = self.workdir / "standins"
         folder.mkdir(parents=True, exist_ok=True)
         key = folder / "dingtalk.key"
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                        "-nodes", "-keyout", str(key), "-out", str(self.ca_file), "-days", "1",
-                        "-subj", "/CN=oapi.dingtalk.com", "-addext", "subjectAltName=DNS:oapi.dingtalk.com"],
-                       capture_output=True, check=True, timeout=30)
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                str(key),
+                "-out",
+                str(self.ca_file),
+                "-days",
+                "1",
+                "-subj",
+                "/CN=oapi.dingtalk.com",
+                "-addext",
+                "subjectAltName=DNS:oapi.dingtalk.com",
+            ],
+            capture_output=True,
+            check=True,
+            timeout=30,
+        )
         robots = []
         if relay is not None:
             from alertmanager.dingtalk.config import expand_env
 
-            config_arg = relay.service.command[relay.service.command.index("--config") + 1]  # type: ignore[index]
+            command = list(relay.service.command or ())
+            config_arg = command[command.index("--config") + 1]
             config = yaml.safe_load(self._host_path(relay, config_arg).read_text())
             expanded = expand_env(config, relay.env)
             for robot in expanded.get("robots", {}).values():
                 token = robot["url"].partition("access_token=")[2].split("&")[0]
-                robots.append({"token": token, "secret": robot.get("secret"), "keywords": robot.get("keywords")})
+                robots.append(
+                    {"token": token, "secret": robot.get("secret"), "keywords": robot.get("keywords")}
+                )
         (folder / "robots.json").write_text(json.dumps(robots))
         member = images.EXTERNAL["oapi.dingtalk.com"]
-        argv = [self.tools.python, "-m", "federation.testing.standins.dingtalk", "--host", "0.0.0.0",
-                "--port", "443", "--robots", str(folder / "robots.json"), "--cert", str(self.ca_file),
-                "--key", str(key)]
+        argv = [
+            self.tools.python,
+            "-m",
+            "federation.testing.standins.dingtalk",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "443",
+            "--robots",
+            str(folder / "robots.json"),
+            "--cert",
+            str(self.ca_file),
+            "--key",
+            str(key),
+        ]
         self._logs()
         with (self.workdir / "logs" / "dingtalk-standin.log").open("ab") as out:
             self._standins[member] = subprocess.Popen(
-                ["nsenter", f"--net={self.network.path(member)}", *argv], stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
+                ["nsenter", f"--net={self.network.path(member)}", *argv],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self._wait_port(member, 443, "the DingTalk stand-in")
 
     def _logs(self) -> None:
@@ -299,7 +383,7 @@ class ComposeRun:
         """A container path of ``planned`` as the host sees it (through its bind volumes)."""
         for v in sorted(planned.service.volumes, key=lambda v: -len(v.target)):
             if v.kind == "bind" and (path == v.target or path.startswith(v.target.rstrip("/") + "/")):
-                return Path(v.source + path[len(v.target):])
+                return Path(v.source + path[len(v.target) :])
         raise ComposeRunError(f"{planned.display}: {path} is on no bind volume")
 
     def _wait_port(self, member: str, port: int, what: str, timeout: float = 30.0) -> None:
@@ -337,13 +421,19 @@ class ComposeRun:
         root.mkdir(parents=True, exist_ok=True)
         layers.mkdir(parents=True, exist_ok=True)
         netns = self.network.path(planned.member)
-        script = sandbox.wrapper_script(root=root, layers=layers, binds=self._binds(planned),
-                                        hosts=self.workdir / "hosts" / netns.name)
+        script = sandbox.wrapper_script(
+            root=root, layers=layers, binds=self._binds(planned), hosts=self.workdir / "hosts" / netns.name
+        )
         self._logs()
-        return ServiceProcess(name=planned.display, argv=sandbox.wrapped(netns, script, planned.argv),
-                              env=planned.env, log=self.workdir / "logs" / f"{slug}.log",
-                              restart=planned.service.restart, healthcheck=planned.service.healthcheck,
-                              say=self.say)
+        return ServiceProcess(
+            name=planned.display,
+            argv=sandbox.wrapped(netns, script, planned.argv),
+            env=planned.env,
+            log=self.workdir / "logs" / f"{slug}.log",
+            restart=planned.service.restart,
+            healthcheck=planned.service.healthcheck,
+            say=self.say,
+        )
 
     def _start_when_ready(self, planned: Planned) -> None:
         planned.process = self._process(planned)
@@ -353,7 +443,9 @@ class ComposeRun:
             for dep in planned.service.depends_on:
                 other = self.planned.get(f"{prefix}/{dep.service}" if prefix else dep.service)
                 if other is None or other.kind == "left_out":
-                    self.say(f"{planned.display}: depends_on {dep.service} ({dep.condition}), which is left out")
+                    self.say(
+                        f"{planned.display}: depends_on {dep.service} ({dep.condition}), which is left out"
+                    )
                     continue
                 assert other.process is not None
                 ok = other.process.wait_for(_CONDITIONS[dep.condition], DEPENDENCY_TIMEOUT_S)
@@ -382,17 +474,31 @@ class ComposeRun:
             member = self.network.members[p.member]
             for port in p.service.ports:
                 if port.protocol == "tcp":
-                    self.forwarders.append(Forwarder(published=port.published, netns=self.network.path(p.member),
-                                                     address=member.address, port=port.target,
-                                                     name=p.display).start())
+                    self.forwarders.append(
+                        Forwarder(
+                            published=port.published,
+                            netns=self.network.path(p.member),
+                            address=member.address,
+                            port=port.target,
+                            name=p.display,
+                        ).start()
+                    )
 
     # --- reading -----------------------------------------------------------------------------------
 
     def address(self, display: str) -> str:
         return self.network.members[self.planned[display].member].address
 
-    def http_get(self, display: str, port: int, path: str, *, timeout: float = 5.0,
-                 tls: ssl.SSLContext | None = None, hostname: str | None = None) -> tuple[int, bytes]:
+    def http_get(
+        self,
+        display: str,
+        port: int,
+        path: str,
+        *,
+        timeout: float = 5.0,
+        tls: ssl.SSLContext | None = None,
+        hostname: str | None = None,
+    ) -> tuple[int, bytes]:
         """GET inside the namespace of ``display`` (a service, a node copy, or a stand-in member)."""
         member = self.planned[display].member if display in self.planned else display
         address = self.network.members[member].address
@@ -422,7 +528,9 @@ class ComposeRun:
     def summary(self) -> dict[str, Any]:
         """The real / stand-in / left-out lists, overrides, versions: what the runner prints."""
         monitoring = [p for p in self.planned.values() if "/" not in p.display]
-        node_services = sorted({p.display.split("/", 1)[1] for p in self.planned.values() if "/" in p.display})
+        node_services = sorted(
+            {p.display.split("/", 1)[1] for p in self.planned.values() if "/" in p.display}
+        )
         node_kind = {p.display.split("/", 1)[1]: p for p in self.planned.values() if "/" in p.display}
         lists: dict[str, list[str]] = {"real": [], "standin": [], "left_out": []}
         for p in monitoring:
@@ -431,16 +539,26 @@ class ComposeRun:
             lists[node_kind[name].kind].append(f"node.yml/{name} x{len(self.node_values)}")
         lists["standin"].append("oapi.dingtalk.com (DingTalk stand-in; not a compose service)")
         notes = {p.display: p.note for p in monitoring if p.kind != "real" and p.note}
-        notes.update({f"node.yml/{n}": node_kind[n].note for n in node_services if node_kind[n].kind != "real"})
+        notes.update(
+            {f"node.yml/{n}": node_kind[n].note for n in node_services if node_kind[n].kind != "real"}
+        )
         return {
             "services_real": lists["real"],
             "services_standin": lists["standin"],
             "services_left_out": lists["left_out"],
             "notes": notes,
-            "overrides": [{"image": o.image, "command": o.command, "environment": o.environment, "why": o.why}
-                          for o in images.OVERRIDES],
-            "ignored_keys": sorted({f"{p.service.name}: {k}" for p in self.planned.values() if p.kind != "left_out"
-                                    for k in p.service.ignored}),
+            "overrides": [
+                {"image": o.image, "command": o.command, "environment": o.environment, "why": o.why}
+                for o in images.OVERRIDES
+            ],
+            "ignored_keys": sorted(
+                {
+                    f"{p.service.name}: {k}"
+                    for p in self.planned.values()
+                    if p.kind != "left_out"
+                    for k in p.service.ignored
+                }
+            ),
             "versions": self.versions,
             "xid": self.xid,
         }
@@ -449,18 +567,27 @@ class ComposeRun:
         """What the runner prints before it starts anything: the three lists, overrides, versions."""
         summary = self.summary()
         lines = [f"compose run {self.run_id}: {len(self.node_values)} node copies"]
-        for key, title in (("services_real", "real"), ("services_standin", "stand-in"),
-                           ("services_left_out", "left out")):
+        for key, title in (
+            ("services_real", "real"),
+            ("services_standin", "stand-in"),
+            ("services_left_out", "left out"),
+        ):
             lines.append(f"  {title}: {', '.join(summary[key]) or '-'}")
         lines += [f"    {name}: {note}" for name, note in sorted(summary["notes"].items())]
         lines.append("  overrides (the only changes to what Compose resolved):")
-        lines += [f"    {o['image']} {o['command']}: {o['environment']}: {o['why']}" for o in summary["overrides"]]
-        lines.append(f"    every namespace: default route via {sandbox.GATEWAY} (nobody holds it); "
-                     "published ports on 127.0.0.1 only")
+        lines += [
+            f"    {o['image']} {o['command']}: {o['environment']}: {o['why']}" for o in summary["overrides"]
+        ]
+        lines.append(
+            f"    every namespace: default route via {sandbox.GATEWAY} (nobody holds it); "
+            "published ports on 127.0.0.1 only"
+        )
         lines.append("  versions (pinned image -> run here):")
         lines += [f"    {repo}: {v['pinned']} -> {v['run']}" for repo, v in sorted(self.versions.items())]
         if summary["ignored_keys"]:
-            lines.append(f"  not applied: {', '.join(sorted({k.split(': ')[1] for k in summary['ignored_keys']}))}")
+            lines.append(
+                f"  not applied: {', '.join(sorted({k.split(': ')[1] for k in summary['ignored_keys']}))}"
+            )
         return lines
 
     # --- down ------------------------------------------------------------------------------------

@@ -41,8 +41,14 @@ class SandboxError(RuntimeError):
 
 
 def _ip(args: list[str], batch: list[str]) -> None:
-    done = subprocess.run(["ip", *args, "-batch", "-"], input="\n".join(batch) + "\n", capture_output=True,
-                          text=True, timeout=60, check=False)
+    done = subprocess.run(
+        ["ip", *args, "-batch", "-"],
+        input="\n".join(batch) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     if done.returncode != 0:
         raise SandboxError(f"ip {' '.join(args)} -batch failed: {done.stderr.strip()}")
 
@@ -68,26 +74,46 @@ class Network:
         for _ in range(FIRST_HOST - 1):
             next(hosts)
         for i, name in enumerate(names):
-            self.members[name] = Member(name, f"gfr{self.run_id}-{i}", str(next(hosts)), f"gfr{self.run_id}v{i}")
+            self.members[name] = Member(
+                name, f"gfr{self.run_id}-{i}", str(next(hosts)), f"gfr{self.run_id}v{i}"
+            )
         return self.members
 
     def create(self) -> None:
         batch = [f"netns add {self.hub}"]
         for m in self.members.values():
-            batch += [f"netns add {m.netns}", f"link add {m.veth} netns {self.hub} type veth peer name eth0 netns {m.netns}"]
+            batch += [
+                f"netns add {m.netns}",
+                f"link add {m.veth} netns {self.hub} type veth peer name eth0 netns {m.netns}",
+            ]
         _ip([], batch)
-        _ip(["-n", self.hub], ["link add br0 type bridge", "link set br0 up", "link set lo up",
-                               *(f"link set {m.veth} master br0 up" for m in self.members.values())])
+        _ip(
+            ["-n", self.hub],
+            [
+                "link add br0 type bridge",
+                "link set br0 up",
+                "link set lo up",
+                *(f"link set {m.veth} master br0 up" for m in self.members.values()),
+            ],
+        )
         for m in self.members.values():
-            _ip(["-n", m.netns], ["link set lo up", f"addr add {m.address}/{SUBNET.prefixlen} dev eth0",
-                                  "link set eth0 up", f"route add default via {GATEWAY}"])
+            _ip(
+                ["-n", m.netns],
+                [
+                    "link set lo up",
+                    f"addr add {m.address}/{SUBNET.prefixlen} dev eth0",
+                    "link set eth0 up",
+                    f"route add default via {GATEWAY}",
+                ],
+            )
 
     def destroy(self) -> list[str]:
         """Delete every namespace of this run (also ones a failed ``create`` left); returns errors."""
         errors = []
         for name in self.existing():
-            done = subprocess.run(["ip", "netns", "del", name], capture_output=True, text=True, timeout=30,
-                                  check=False)
+            done = subprocess.run(
+                ["ip", "netns", "del", name], capture_output=True, text=True, timeout=30, check=False
+            )
             if done.returncode != 0:
                 errors.append(f"{name}: {done.stderr.strip()}")
         return errors
@@ -180,7 +206,11 @@ def wrapper_script(*, root: Path, layers: Path, binds: list[Bind], hosts: Path) 
 
     def bind(b: Bind) -> list[str]:
         dest = f"{root}{b.target}"
-        make = f"mkdir -p {q(dest)}" if b.source.is_dir() else f"mkdir -p {q(str(Path(dest).parent))} && touch {q(dest)}"
+        make = (
+            f"mkdir -p {q(dest)}"
+            if b.source.is_dir()
+            else f"mkdir -p {q(str(Path(dest).parent))} && touch {q(dest)}"
+        )
         out = [make, f"mount --rbind {q(str(b.source))} {q(dest)}"]
         if b.read_only:
             out.append(f"mount -o remount,bind,ro {q(dest)}")
@@ -212,8 +242,11 @@ def wrapper_script(*, root: Path, layers: Path, binds: list[Bind], hosts: Path) 
             continue
         n = len(overlaid)
         upper, work = layers / f"upper{n}", layers / f"work{n}"
-        lines += [f"mkdir -p {q(str(upper))} {q(str(work))}",
-                  f"mount -t overlay overlay -o lowerdir={lower},upperdir={upper},workdir={work} {q(f'{root}{lower}')}"]
+        lines += [
+            f"mkdir -p {q(str(upper))} {q(str(work))}",
+            f"mount -t overlay overlay -o lowerdir={lower},upperdir={upper},workdir={work} "
+            f"{q(f'{root}{lower}')}",
+        ]
         overlaid.append(lower)
     # 4. the other volumes, outer paths first
     for b in sorted(later, key=lambda b: b.target.count("/")):
@@ -226,8 +259,19 @@ def wrapper_script(*, root: Path, layers: Path, binds: list[Bind], hosts: Path) 
 
 def wrapped(netns: Path, script: str, argv: list[str]) -> list[str]:
     """argv that runs ``argv`` in the network namespace ``netns`` and a private mount namespace."""
-    return ["nsenter", f"--net={netns}", "unshare", "--mount", "--propagation", "private",
-            "sh", "-c", script, "sh", *argv]
+    return [
+        "nsenter",
+        f"--net={netns}",
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        *argv,
+    ]
 
 
 def in_service(pid: int, argv: list[str]) -> list[str]:

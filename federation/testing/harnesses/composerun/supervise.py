@@ -60,8 +60,17 @@ def restarts_after(policy: str, code: int, restarts: int) -> bool:
 
 
 class ServiceProcess:
-    def __init__(self, *, name: str, argv: list[str], env: dict[str, str], log: Path, restart: str,
-                 healthcheck: Healthcheck | None, say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        log: Path,
+        restart: str,
+        healthcheck: Healthcheck | None,
+        say: Callable[[str], None],
+    ) -> None:
         self.name, self.argv, self.env, self.log = name, argv, env, log
         self.restart, self.healthcheck, self.say = restart, healthcheck, say
         self.state = State(health="starting" if healthcheck else None)
@@ -87,8 +96,14 @@ class ServiceProcess:
 
     def _spawn(self) -> None:
         with self.log.open("ab") as out:
-            self._proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=out,
-                                          stderr=subprocess.STDOUT, start_new_session=True)
+            self._proc = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         with self.changed:
             self.state.pids.append(self._proc.pid)
             self.state.started_at.append(time.time())
@@ -107,14 +122,17 @@ class ServiceProcess:
                 self.state.exits.append(Exit(self._proc.pid, code, now))
                 self.state.running = False
                 ran = now - self.state.started_at[-1]
-                again = not self._stopping.is_set() and restarts_after(self.restart, code,
-                                                                       len(self.state.pids) - 1)
+                again = not self._stopping.is_set() and restarts_after(
+                    self.restart, code, len(self.state.pids) - 1
+                )
                 self.state.done = not again
                 self.changed.notify_all()
             if not again:
                 return
             delay = 0.1 if ran >= QUICK_EXIT_S else min(delay * 2, MAX_DELAY_S)
-            self.say(f"{self.name}: exited {code} after {ran:.1f} s; restart ({self.restart}) in {delay:.1f} s")
+            self.say(
+                f"{self.name}: exited {code} after {ran:.1f} s; restart ({self.restart}) in {delay:.1f} s"
+            )
             if self._stopping.wait(delay):
                 with self.changed:
                     self.state.done = True
@@ -153,9 +171,15 @@ class ServiceProcess:
 
     def _probe(self, pid: int, check: Healthcheck) -> bool:
         try:
-            done = subprocess.run(in_service(pid, list(check.test)), env=self.env, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=check.timeout,
-                                  check=False)
+            done = subprocess.run(
+                in_service(pid, list(check.test)),
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=check.timeout,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             return False
         return done.returncode == 0
