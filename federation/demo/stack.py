@@ -378,9 +378,10 @@ class DemoStack:
             return self.http.get(f"{self.controller_url}/v1/configs/{relative}").status_code == 200
 
         _poll(published, timeout=60, what=f"the controller to publish {child}'s config")
+        assert self.spec is not None  # start() loads it before any child
         launch = components.child(
             binary=self._binaries["prometheus"], name=child, config=config, wal=directory / "wal", port=port,
-            agent_flag=self.spec.prometheus.rendering().agent_flag if self.spec is not None else "--agent",
+            agent_flag=self.spec.prometheus.rendering().agent_flag,
         )
         self._launch(launch)
         with self._children_lock:
