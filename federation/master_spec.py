@@ -171,6 +171,15 @@ class LongTermSpec(StrictModel):
         return self
 
 
+class MasterQuerySpec(StrictModel):
+    max_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        le=10000,
+        description="--query.max-concurrency: queries the master runs at once (unset: Prometheus' 20)",
+    )
+
+
 class MasterSpec(StrictModel):
     replicas: int = Field(default=1, ge=1, le=2, description="1: single; 2: HA pair")
     host: str = Field(default="master-prometheus", description="replica i is <host>-<i> with 2 replicas")
@@ -187,6 +196,7 @@ class MasterSpec(StrictModel):
         default=None, description="--web.external-url: where users open the master (alert source links)"
     )
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+    query: MasterQuerySpec = Field(default_factory=MasterQuerySpec)
     long_term: LongTermSpec | None = Field(
         default=None,
         description="where the master remote-writes; unset: Thanos Receive when thanos.mode is receive",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -71,5 +72,18 @@ def run(
     asyncio.run(serve())
 
 
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("gpufed")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def main() -> None:
+    # One command, so no group to hang a --version option on: answered before typer parses.
+    if sys.argv[1:] == ["--version"]:
+        typer.echo(f"gpufed-dingtalk {_version()}")
+        return
     cli()

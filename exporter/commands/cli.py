@@ -281,9 +281,21 @@ def _print(result: dict[str, Any], *, as_json: bool) -> None:
             typer.echo(f"  {key}: {value}")
 
 
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("gpufed")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console script entry: a bare flag list means `serve`."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--version"]:
+        typer.echo(f"gpufed-exporter {_version()}")
+        return
     if not args or args[0] not in (*COMMANDS, "--help", "-h"):
         args = ["serve", *args]
     try:

@@ -6,6 +6,8 @@ registered here; nothing runs at import time.
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 app = typer.Typer(
@@ -30,7 +32,20 @@ def _register() -> None:
     demo.register(app)
 
 
+def version() -> str:
+    """The installed distribution's version (the image's, when run there)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("gpufed")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--version"]:
+        typer.echo(f"gpufed {version()}")
+        return
     _register()
     app()
 

@@ -71,10 +71,20 @@ def warn(message: str) -> None:
     typer.echo(f"warning: {one_line(Exception(message))}", err=True)
 
 
+OptionalInventoryOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--inventory",
+        help="static inventory (YAML or JSON); not needed for --target compose, where nodes "
+        "register themselves",
+    ),
+]
+
+
 def render_command(
     spec: SpecOpt,
-    inventory: InventoryOpt,
     out: Annotated[Path, typer.Option("--out", help="output directory, replaced as a whole")],
+    inventory: OptionalInventoryOpt = None,
     no_check: Annotated[bool, typer.Option("--no-check", help="skip promtool/amtool checks")] = False,
     as_json: JsonOpt = False,
     allow_algorithm_change: AllowAlgoOpt = False,
@@ -90,6 +100,11 @@ def render_command(
     if not no_check and (checker is None or alert_checker is None):
         typer.echo("warning: promtool or amtool not on PATH; configs are not all checked", err=True)
     with user_errors():
+        if inventory is None and target != "compose":
+            raise typer.BadParameter(
+                f"--inventory is required with --target {target} (only compose nodes register themselves)",
+                param_hint="--inventory",
+            )
         loaded_spec, targets = pipeline.load_inputs(spec, inventory)
         if checker is not None:
             _same_line(checker, loaded_spec.prometheus.release())

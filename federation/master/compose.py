@@ -7,7 +7,8 @@ here. Writes ``compose/monitoring.yml``, ``compose/.env.example`` and Grafana's
 provisioning files beside them.
 
 Every container mounts the *parent* of the rendered tree at ``/gpufed``: ``write_tree``
-swaps the tree by rename, which a bind mount of the tree itself would not follow.
+swaps the tree by rename, which a bind mount of the tree itself would not follow. That
+parent is a render root holding only rendered trees (``render_root`` refuses any other).
 Secrets stay in the operator's env file (``${VAR:?message}`` when required).
 """
 
@@ -21,7 +22,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from federation.master import compose_grafana, compose_logs, images
+from federation.master import compose_grafana, compose_logs, compose_objstore, images
 from sharder.kernel.errors import OutputError
 from sharder.kernel.output import Bundle, dump_yaml
 
@@ -35,14 +36,15 @@ CHILD_URL_TEMPLATE = f"http://{CHILD_HOST}:9090"
 #: Relative to ``compose/`` (the project directory): the directory holding the tree.
 PARENT = "${GPUFED_RENDER_PARENT:-../..}"
 
+#: Every image comes from federation/master/images.py; only gpufed's can be overridden
+#: (a private registry's copy: README "Build and push the image").
 IMAGES = {
-    "gpufed": "${GPUFED_IMAGE:-gpufed/gpufed:0.1.0}",
+    "gpufed": f"${{GPUFED_IMAGE:-{images.ref('gpufed')}}}",
     "prometheus": images.ref("prometheus"),
     "alertmanager": images.ref("alertmanager"),
-    "thanos": "quay.io/thanos/thanos:v0.36.1",
-    "grafana": "grafana/grafana:11.3.0",
-    "minio": "minio/minio:RELEASE.2024-10-13T13-34-11Z",
-    "consul": "hashicorp/consul:1.19.2",
+    "thanos": images.ref("thanos"),
+    "grafana": images.ref("grafana"),
+    "consul": images.ref("consul"),
 }
 REQUIRED_ENV = {
     "GPUFED_SPEC": "path of federation.yaml on this host (the controller reads it)",
@@ -54,8 +56,9 @@ OPTIONAL_HELP = {
     "GPUFED_REGISTRY; `--profile consul` runs one as consul:8500). Empty: the built-in registry only",
     "GPUFED_CONTROLLER_FLAGS": "more `gpufed serve` flags, e.g. --auto-rebalance-imbalance 1.3 or "
     "--no-handover",
-    "GPUFED_RENDER_PARENT": "the directory holding the rendered tree, relative to monitoring.yml",
-    "GPUFED_IMAGE": "built from this repository's Dockerfile",
+    "GPUFED_RENDER_PARENT": "the render root holding only rendered trees (default: the parent of "
+    "the tree monitoring.yml is in), relative to monitoring.yml",
+    "GPUFED_IMAGE": "the gpufed image: the release's, or your registry's copy (README: build and push)",
 }
 HOST_PORTS = {"controller": 8080, "grafana": 3000, "query": 10904, "minio": 9001, "loki": 3100}
 ENV_NAME = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -222,7 +225,7 @@ def render_compose_bundle(
         volumes["consul-data"] = {}
 
     document = {"name": "gpufed-monitoring", "services": services, "volumes": volumes}
-    env_example = _env_example(document)
+    env_example = _env_example(document, out_name=out_name)
     return {
         MONITORING_FILE: dump_yaml(document),
         ENV_EXAMPLE_FILE: env_example.encode(),
@@ -267,6 +270,7 @@ def _thanos_services(
     objstore = yaml.safe_load(files["thanos/objstore.yml"])
     store_type, store_config = objstore["type"], objstore.get("config", {})
     query_host = None
+    bucket_users: list[str] = []
     for component in ("receive", "query", "store", "compact"):
         path = f"thanos/{component}.json"
         if path not in files:
@@ -296,26 +300,25 @@ def _thanos_services(
                 service["environment"] = _objstore_env(files)
             if name in aliases and aliases[name] != host:
                 service["networks"] = {"default": {"aliases": [aliases[name]]}}
+            if component != "query":
+                bucket_users.append(host)
             if component == "query":
                 query_host = host
                 service["ports"] = [f"${{GPUFED_QUERY_PORT:-{HOST_PORTS['query']}}}:10904"]
             services[host] = service
-    if store_type == "S3" and str(store_config.get("endpoint", "")).startswith("minio:"):
-        services["minio"] = {
-            "image": IMAGES["minio"],
-            "hostname": "minio",
-            "command": ["server", "/data", "--console-address", ":9001"],
-            "restart": "unless-stopped",
-            "environment": {
-                "MINIO_ROOT_USER": _thanos_var(store_config.get("access_key")),
-                "MINIO_ROOT_PASSWORD": _thanos_var(store_config.get("secret_key")),
-            },
-            "ports": [f"${{GPUFED_MINIO_CONSOLE_PORT:-{HOST_PORTS['minio']}}}:9001"],
-            "volumes": [{"type": "volume", "source": "minio-data", "target": "/data"}],
-            "healthcheck": {**_wget("http://127.0.0.1:9000/minio/health/live"),
-                            "test": ["CMD", "mc", "ready", "local"]},
-        }
-        volumes["minio-data"] = {}
+    if store_type == "S3" and str(store_config.get("endpoint", "")).startswith(f"{compose_objstore.HOST}:"):
+        prefixes = [str(objstore["prefix"])] if objstore.get("prefix") else []
+        if "logs/loki.yml" in files:
+            loki = yaml.safe_load(files["logs/loki.yml"])
+            prefixes.append(str(loki["storage_config"]["object_store"]["storage_prefix"]))
+        compose_objstore.object_store_services(
+            services, volumes, bucket=str(store_config["bucket"]),
+            access_key=_thanos_var(store_config.get("access_key")),
+            secret_key=_thanos_var(store_config.get("secret_key")),
+            prefixes=prefixes, console_port=f"${{GPUFED_MINIO_CONSOLE_PORT:-{HOST_PORTS['minio']}}}",
+        )
+        for host in bucket_users:  # a fresh store has no bucket until bucket-init made it
+            services[host]["depends_on"] = dict(compose_objstore.INIT_DONE)
     return query_host
 
 
@@ -390,7 +393,7 @@ def _grafana(
     return files
 
 
-def _env_example(document: dict[str, Any]) -> str:
+def _env_example(document: dict[str, Any], *, out_name: str) -> str:
     """Every variable the compose file reads, required ones first, each with its default."""
     text = json.dumps(document)
     required, optional = [], []
@@ -404,7 +407,9 @@ def _env_example(document: dict[str, Any]) -> str:
             note = f"# {OPTIONAL_HELP[name]}\n" if name in OPTIONAL_HELP else ""
             optional.append(f"{note}{name}={rest[2:]}\n")
     return (
-        "# docker compose --env-file /etc/gpufed/monitoring.env -f out/compose/monitoring.yml up -d\n"
-        "# Keep the file outside the rendered tree (a render replaces the tree).\n\n"
+        "# docker compose --env-file /etc/gpufed/monitoring.env"
+        f" -f <render root>/{out_name}/compose/monitoring.yml up -d\n"
+        "# Keep this file outside the render root: a render replaces the tree, and every service\n"
+        "# mounts the root.\n\n"
         "# Required\n" + "".join(required) + "\n# Optional (defaults shown)\n" + "".join(optional)
     )

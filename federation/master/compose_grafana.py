@@ -16,9 +16,10 @@ import re
 from typing import Any
 
 from federation.grafana.render import DATASOURCES_FILE, HA_FILE
+from federation.master import images
 from sharder.kernel.output import Bundle
 
-POSTGRES_IMAGE = "postgres:16.4"
+POSTGRES_IMAGE = images.ref("postgres")
 _REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}\Z")
 
 

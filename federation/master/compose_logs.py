@@ -18,9 +18,10 @@ from typing import Any
 
 import yaml
 
+from federation.master import compose_objstore, images
 from sharder.kernel.output import Bundle, dump_yaml
 
-LOKI_IMAGE = "grafana/loki:3.5.1"
+LOKI_IMAGE = images.ref("loki")
 LOKI_FILE = "compose/loki.yml"
 LOKI_PORT = 3100
 
@@ -73,8 +74,8 @@ def loki_service(
     env = secrets_env(files)
     if env:
         service["environment"] = env
-    if "minio" in services:
-        service["depends_on"] = {"minio": {"condition": "service_started"}}
+    if compose_objstore.INIT in services:  # the bucket and Loki's prefix exist first
+        service["depends_on"] = dict(compose_objstore.INIT_DONE)
     services["loki"] = service
     volumes["loki-data"] = {}
     return {LOKI_FILE: dump_yaml(config)}

@@ -24,7 +24,7 @@ from alertmanager.amtool import ConfigTool
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
 from federation.dashboards import dashboard_files
 from federation.grafana.render import relay_with_grafana, render_grafana_bundle
-from federation.master import bundle_formats
+from federation.master import bundle_formats, render_root
 from federation.master.compose import render_compose_bundle
 from federation.master.render import MASTER_FILE, load_rule_pack, master_instances, render_master_bundle
 from federation.spec import GpufedSpec, load_gpufed_spec
@@ -145,6 +145,7 @@ def target_parts(target: str, *, out: str | Path) -> tuple[BundlePart, ...]:
     if target not in TARGETS:
         raise OutputError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
     if target == "compose":
+        render_root.check_render_root(out)
         return (*BUNDLE_PARTS, compose_part(out_name=Path(out).resolve().name))
     return BUNDLE_PARTS
 
@@ -163,8 +164,13 @@ class RenderResult:
     """promtool accepted ``master/prometheus.yml`` and its rule files."""
 
 
-def load_inputs(spec_path: str | Path, inventory_path: str | Path) -> tuple[GpufedSpec, list[Target]]:
+def load_inputs(
+    spec_path: str | Path, inventory_path: str | Path | None
+) -> tuple[GpufedSpec, list[Target]]:
+    """``inventory_path`` None: no static targets (compose nodes register with the controller)."""
     spec = load_gpufed_spec(spec_path)
+    if inventory_path is None:
+        return spec, []
     jobs = {job.name: job for job in spec.jobs}
     return spec, StaticFileSource(inventory_path, jobs=jobs).list_targets()
 

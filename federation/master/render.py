@@ -205,6 +205,9 @@ def master_flags(spec: GpufedSpec) -> dict[str, Any]:
     if master.external_url is not None:
         # One URL for every replica: the alerts' source links point where users can go.
         flags.append(f"--web.external-url={master.external_url}")
+    if master.query.max_concurrency is not None:
+        # Grafana panels and the rule pack share this limit; Prometheus queues the rest.
+        flags.append(f"--query.max-concurrency={master.query.max_concurrency}")
     rendering = spec.prometheus.rendering()
     if any(write.protocol == "2.0" for write in spec.remote_write):
         # The children send 2.0 only where the spec opts in; the master then takes both.

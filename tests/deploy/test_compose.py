@@ -71,9 +71,10 @@ def readme_render_args() -> list[str]:
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     parent = tmp_path_factory.mktemp("parent")
     args = readme_render_args()
-    assert args[args.index("--out") + 1] == "out" and "--target" in args
+    assert "--inventory" not in args  # compose nodes register themselves
+    assert not args[args.index("--out") + 1].startswith(("out", "./")) and "--target" in args
     args[args.index("--out") + 1] = str(parent / "out")
-    for flag in ("--spec", "--inventory"):  # relative to the repository root, as in the README
+    for flag in ("--spec",):  # relative to the repository root, as in the README
         args[args.index(flag) + 1] = str(ROOT / args[args.index(flag) + 1])
     result = invoke(*args, "--json")
     assert result.exit_code == 0, result.output
@@ -205,10 +206,23 @@ def test_every_service_is_long_running_with_health_and_restart(config: dict[str,
     for name in ("gpufed-controller", "gpufed-dingtalk", "grafana", "thanos-query", "thanos-store",
                  "thanos-compact", "thanos-router-0", "minio", "alertmanager-2", "master-prometheus-1"):
         assert name in services
+    one_shot = {dep for s in services.values() for dep, how in s.get("depends_on", {}).items()
+                if how["condition"] == "service_completed_successfully"}
+    assert one_shot == {"bucket-init"}
     for name, service in services.items():
-        assert service.get("restart") == "unless-stopped", name
-        assert service.get("healthcheck", {}).get("test"), name
+        if name in one_shot:  # runs to completion before the services that need it
+            assert service.get("restart") == "on-failure", name
+        else:
+            assert service.get("restart") == "unless-stopped", name
+            assert service.get("healthcheck", {}).get("test"), name
         assert "${" not in json.dumps(service), f"{name}: uninterpolated variable"
+
+
+def test_master_query_concurrency_reaches_both_replicas(config: dict[str, Any]) -> None:
+    spec = yaml.safe_load(SPEC.read_text())
+    wanted = f"--query.max-concurrency={spec['master']['query']['max_concurrency']}"
+    masters = [s for name, s in config["services"].items() if name.startswith("master-prometheus-")]
+    assert len(masters) == 2 and all(wanted in s["command"] for s in masters)
 
 
 def test_no_host_port_collides(config: dict[str, Any]) -> None:
@@ -302,19 +316,19 @@ def test_compose_target_needs_children_pointed_at_the_controller_service(tmp_pat
     spec["children"]["http_sd_url"] = "http://127.0.0.1:8080"
     spec_file = tmp_path / "federation.yaml"
     spec_file.write_text(yaml.safe_dump(spec))
-    result = invoke("render", "--spec", spec_file, "--inventory", INVENTORY, "--out", tmp_path / "out",
-                    "--target", "compose", "--no-check")
+    result = invoke("render", "--spec", spec_file, "--inventory", INVENTORY,
+                    "--out", tmp_path / "render" / "out", "--target", "compose", "--no-check")
     assert result.exit_code == 2
     assert "children.http_sd_url is 'http://127.0.0.1:8080'" in result.output
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "render" / "out").exists()
 
 
 def test_compose_target_needs_http_sd_agent_children(tmp_path: Path) -> None:
     result = invoke("render", "--spec", ROOT / "examples" / "federation.yaml", "--inventory", INVENTORY,
-                    "--out", tmp_path / "out", "--target", "compose", "--no-check")
+                    "--out", tmp_path / "render" / "out", "--target", "compose", "--no-check")
     assert result.exit_code == 2
     assert "children.target_discovery: http_sd" in result.output
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "render" / "out").exists()
 
 
 def test_a_spec_without_master_thanos_or_alerting_still_composes(tmp_path: Path) -> None:
@@ -350,7 +364,7 @@ def test_compose_output_is_deterministic(rendered: Path, tmp_path: Path) -> None
     again = tmp_path / "out"
     args = readme_render_args()
     args[args.index("--out") + 1] = str(again)
-    for flag in ("--spec", "--inventory"):
+    for flag in ("--spec",):
         args[args.index(flag) + 1] = str(ROOT / args[args.index(flag) + 1])
     assert invoke(*args, "--no-check").exit_code == 0
     for path in sorted((rendered / "compose").rglob("*")):

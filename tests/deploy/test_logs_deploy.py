@@ -99,38 +99,45 @@ def test_loki_service_runs_the_rendered_config_in_the_thanos_bucket(
     assert any(p["published"] == "3100" for p in loki["ports"])
 
 
-def test_node_file_runs_promtail_only_with_the_logs_profile() -> None:
-    compose_dir = ROOT / "compose"
-    plain = compose(
-        "--env-file", "node.env.example", "-f", "node.yml", "config", "--format", "json", cwd=compose_dir
-    )
-    assert plain.returncode == 0, plain.stderr
-    assert "promtail" not in json.loads(plain.stdout)["services"]
-    done = compose(
-        "--env-file",
-        "node.env.example",
-        "-f",
-        "node.yml",
-        "--profile",
-        "logs",
-        "config",
-        "--format",
-        "json",
-        cwd=compose_dir,
-    )
+def _node_services(*profiles: str) -> dict[str, Any]:
+    args = [arg for profile in profiles for arg in ("--profile", profile)]
+    done = compose("--env-file", "node.env.example", "-f", "node.yml", *args, "config", "--format", "json",
+                   cwd=ROOT / "compose")
     assert done.returncode == 0, done.stderr
-    promtail = json.loads(done.stdout)["services"]["promtail"]
-    assert promtail["command"] == ["-config.file=/etc/promtail/promtail.yml", "-config.expand-env=true"]
-    env = promtail["environment"]
+    return dict(json.loads(done.stdout)["services"])
+
+
+def test_node_file_runs_alloy_only_with_the_logs_profile() -> None:
+    plain = _node_services()
+    assert not {"alloy", "alloy-config", "promtail"} & set(plain)
+    services = _node_services("logs")
+    assert "promtail" not in services  # end of life: only its own profile starts it
+    init, alloy = services["alloy-config"], services["alloy"]
+    assert init["command"] == ["python", "-m", "logs.expand_env", "/etc/gpufed/promtail.yml",
+                               "/etc/alloy/promtail.yml"]
+    env = init["environment"]
     assert (env["NODE_NAME"], env["GPUFED_REGION"], env["GPUFED_LOKI_URL"]) == (
         "gpu-node-001",
         "cn-beijing",
         "http://monitoring-host:3100",
     )
-    targets = {v["target"]: v for v in promtail["volumes"]}
+    sources = {v["target"]: v["source"] for v in init["volumes"]}
+    assert sources["/etc/gpufed/promtail.yml"] == "/etc/gpufed/promtail.yml"
+    assert alloy["depends_on"]["alloy-config"]["condition"] == "service_completed_successfully"
+    assert alloy["command"][:2] == ["run", "--config.format=promtail"]
+    assert alloy["command"][-1] == "/etc/alloy/promtail.yml"  # the file alloy-config wrote
+    targets = {v["target"]: v for v in alloy["volumes"]}
+    # Alloy reads what alloy-config wrote: the same volume
+    assert targets["/etc/alloy"]["source"] == sources["/etc/alloy"] and targets["/etc/alloy"]["read_only"]
     assert targets["/var/log/journal"]["read_only"] and targets["/etc/machine-id"]["read_only"]
-    assert targets["/etc/promtail/promtail.yml"]["source"] == "/etc/gpufed/promtail.yml"
-    assert promtail["restart"] == "unless-stopped" and promtail["healthcheck"]["test"]
+    assert alloy["restart"] == "unless-stopped" and alloy["healthcheck"]["test"]
+
+
+def test_promtail_is_opt_in_and_marked_end_of_life() -> None:
+    promtail = _node_services("promtail")["promtail"]
+    assert promtail["command"] == ["-config.file=/etc/promtail/promtail.yml", "-config.expand-env=true"]
+    text = (ROOT / "compose" / "node.yml").read_text()
+    assert "END OF LIFE since 2026-03-02" in text.split("  promtail:")[0]
 
 
 # ---- Helm: the opt-in DaemonSet and Loki, rendered by the Helm v4 SDK ----------------------------

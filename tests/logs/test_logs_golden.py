@@ -102,12 +102,14 @@ def test_promtail_labels_match_the_metrics() -> None:
     assert keep.regex.split("|")[0] == "kernel" and r"nvidia-fabricmanager\.service" in keep.regex
 
 
-def test_node_yml_sets_what_promtail_expands() -> None:
-    """Every ${VAR} the Promtail config expands is set by compose/node.yml's promtail service."""
+@pytest.mark.parametrize("service", ["alloy-config", "promtail"])
+def test_node_yml_sets_what_promtail_expands(service: str) -> None:
+    """Every ${VAR} the Promtail config expands is set where compose/node.yml expands it:
+    alloy-config (for Alloy) and the end-of-life promtail service."""
     text = bundle_for("logs-example")[promtail.CONFIG_FILE].decode()
     wanted = set(__import__("re").findall(r"\$\{([A-Z_]+)", text))
     node = yaml.safe_load((ROOT / "compose" / "node.yml").read_text())
-    env = node["services"]["promtail"]["environment"]
+    env = node["services"][service]["environment"]
     assert wanted <= set(env), sorted(wanted - set(env))
 
 
