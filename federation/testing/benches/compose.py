@@ -39,33 +39,16 @@ NODE_ENV = ROOT / "compose" / "node.env.example"
 
 
 def render(spec: Path, where: Path) -> Path:
-    """``gpufed render --target compose`` into ``where/out``; returns ``out``."""
+    """``gpufed render --target compose`` as compose/README.md runs it (no inventory: compose nodes
+    register themselves) into ``where/current``, a render root holding only rendered trees."""
     where.mkdir(parents=True, exist_ok=True)
-    inventory = where / "inventory.yaml"
-    inventory.write_text("nodes: []\n")
     gpufed = Path(sys.executable).parent / "gpufed"
-    done = subprocess.run(
-        [
-            str(gpufed),
-            "render",
-            "--spec",
-            str(spec),
-            "--inventory",
-            str(inventory),
-            "--out",
-            str(where / "out"),
-            "--target",
-            "compose",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    out = where / "current"
+    argv = [str(gpufed), "render", "--spec", str(spec), "--out", str(out), "--target", "compose", "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     if done.returncode != 0:
         raise ComposeRunError(f"gpufed render failed: {done.stderr.strip() or done.stdout.strip()}")
-    return where / "out"
+    return out
 
 
 def _free_port() -> int:

@@ -52,6 +52,7 @@ IMAGES: tuple[ImageRule, ...] = (
     ImageRule("grafana/alloy", "left_out", (), note="no Alloy binary here"),
     ImageRule("grafana/promtail", "left_out", (), note="no Promtail binary here"),
     ImageRule("postgres", "left_out", (), note="its only client (Grafana) is left out"),
+    ImageRule("pgsty/minio", "left_out", (), note="no object store binary here (bucket-init runs its mc)"),
     ImageRule("minio/minio", "left_out", (), note="no object store binary here"),
     ImageRule("minio/mc", "left_out", (), note="no object store binary here"),
 )
