@@ -82,6 +82,16 @@ def test_every_node_has_its_gpu_and_node_target_up_at_the_master(stack: Stack) -
     assert other["missing"] == [], other
 
 
+def test_every_healthcheck_passes_as_compose_runs_it_inside_the_service(stack: Stack) -> None:
+    health = bench.wait(
+        lambda: (lambda h: h if set(h.values()) == {"healthy"} else None)(stack.run.health()),
+        timeout=STEP_TIMEOUT_S,
+        what="every healthcheck healthy",
+    )
+    # the controller's and the relay's (python), Prometheus' and node-exporter's (wget), per node too
+    assert len(health) == len([p for p in stack.run.planned.values() if p.kind == "real"])
+
+
 def test_a_killed_child_is_started_again_by_its_restart_policy(stack: Stack) -> None:
     child = bench.quiet_child(stack.run)
     assert stack.run.planned[child].service.restart == "unless-stopped"

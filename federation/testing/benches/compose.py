@@ -288,6 +288,7 @@ def run_compose_bench(
             alert_s = round(time.monotonic() - started, 1)
             again = scraped_again(run, killed, timeout=timeout)
             rules = rules_loaded(run, out)
+            health = run.health()
             cpu = cpu_seconds(run)
             result = {
                 **{k: v for k, v in targets.items() if k != "missing"},
@@ -295,6 +296,8 @@ def run_compose_bench(
                 **again,
                 **{k: killed[k] for k in ("child_killed", "old_pid", "new_pid", "exit_code", "restart_s")},
                 "alerts_delivered": len(delivered),
+                "services_healthy": sum(1 for v in health.values() if v == "healthy"),
+                "not_healthy": {k: v for k, v in sorted(health.items()) if v != "healthy"},
                 "nodes": nodes,
                 "services_real": summary["services_real"],
                 "services_standin": summary["services_standin"],

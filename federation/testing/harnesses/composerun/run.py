@@ -525,6 +525,14 @@ class ComposeRun:
             raise ComposeRunError(f"{display} is not running here ({self.planned[display].kind})")
         return process.state
 
+    def health(self) -> dict[str, str]:
+        """Each running service's healthcheck status (starting, healthy, unhealthy) as Docker keeps it."""
+        return {
+            p.display: str(p.process.state.health)
+            for p in self.planned.values()
+            if p.process is not None and p.process.state.health is not None
+        }
+
     def summary(self) -> dict[str, Any]:
         """The real / stand-in / left-out lists, overrides, versions: what the runner prints."""
         monitoring = [p for p in self.planned.values() if "/" not in p.display]
