@@ -111,12 +111,8 @@ def answering(port: int, path: str, *, timeout: float = 60.0) -> None:
     """Until the server on ``port`` answers ``path`` (bound is not yet serving)."""
     import httpx
 
-    wait_until(
-        lambda: httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5).status_code == 200,
-        timeout=timeout,
-        what=f"127.0.0.1:{port}{path}",
-        interval=0.1,
-    )
+    wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5).status_code == 200,
+               timeout=timeout, what=f"127.0.0.1:{port}{path}", interval=0.1)
 
 
 def _serve_controller(directory: str, targets: int, shards: int, ready: Any) -> None:

@@ -64,12 +64,8 @@ def run_gap_bench(*, layout: plan.Layout, data_dir: Path, say: Say) -> dict[str,
     regions = layout.region_names()
     second = regions[1] if len(regions) > 1 else regions[0]
     stack = DemoStack(DemoOptions(layout=layout, data_dir=data_dir), say=say, show_messages=False)
-    result: dict[str, Any] = {
-        "nodes": layout.nodes,
-        "regions": layout.regions,
-        "replication_factor": layout.replication_factor,
-        "load_at_start": _load(),
-    }
+    result: dict[str, Any] = {"nodes": layout.nodes, "regions": layout.regions,
+                              "replication_factor": layout.replication_factor, "load_at_start": _load()}
     try:
         stack.start()
         result["scrape_interval_s"] = rebalance.scrape_interval_s(stack)
@@ -103,9 +99,8 @@ def late_entry(template: dict[str, Any], *, name: str) -> dict[str, Any]:
     return {**template, "node": name, "identity": f"{name}:{plan.JOB}"}
 
 
-def run_first_sample_bench(
-    *, layout: plan.Layout, late: int, spacing_s: float, data_dir: Path, say: Say
-) -> dict[str, Any]:
+def run_first_sample_bench(*, layout: plan.Layout, late: int, spacing_s: float, data_dir: Path,
+                           say: Say) -> dict[str, Any]:
     stack = DemoStack(DemoOptions(layout=layout, data_dir=data_dir), say=say, show_messages=False)
     result: dict[str, Any] = {"nodes": layout.nodes, "late_nodes": late, "load_at_start": _load()}
     try:
@@ -131,9 +126,7 @@ def run_first_sample_bench(
                 entry = late_entry(templates[len(registered) % len(templates)], name=name)
                 response = stack.http.put(
                     f"{stack.controller_url}/v1/registry/targets/{quote(entry['identity'], safe='')}",
-                    json=entry,
-                    headers=headers,
-                )
+                    json=entry, headers=headers)
                 response.raise_for_status()
                 registered[name] = time.time()
                 next_put += spacing_s
@@ -167,15 +160,10 @@ def run_first_sample_bench(
             "assigned_max_s": max(in_sd) if in_sd else None,
             "first_sample_within_bound": sum(1 for s in scraped if s <= bound),
             "visible_within_bound": sum(1 for s in visible if s <= bound),
-            "per_node": {
-                n: {
-                    "assigned_s": round(assigned[n] - registered[n], 2) if n in assigned else None,
-                    "first_sample_s": round(first[n] - registered[n], 2) if n in first else None,
-                    "visible_s": round(seen[n] - registered[n], 2) if n in seen else None,
-                }
-                for n in names
-                if n in registered
-            },
+            "per_node": {n: {"assigned_s": round(assigned[n] - registered[n], 2) if n in assigned else None,
+                             "first_sample_s": round(first[n] - registered[n], 2) if n in first else None,
+                             "visible_s": round(seen[n] - registered[n], 2) if n in seen else None}
+                         for n in names if n in registered},
         }
     finally:
         result["load_at_end"] = _load()

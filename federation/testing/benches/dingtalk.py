@@ -53,6 +53,8 @@ Scope = MutableMapping[str, Any]
 ASGI = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 
 
+
+
 class Timed:
     """ASGI wrapper recording how long each webhook call takes inside the relay."""
 
@@ -86,41 +88,23 @@ def bench_spec(capture_url: str, region_names: list[str], *, relay_port: int) ->
     wait, interval, repeat = "5s", "10m", "1h"
     each = SeverityTiming(group_wait=wait, group_interval=interval, repeat_interval=repeat)
     return AlertingSpec(
-        relay_url=f"http://127.0.0.1:{relay_port}",
-        relay_listen=f"127.0.0.1:{relay_port}",
+        relay_url=f"http://127.0.0.1:{relay_port}", relay_listen=f"127.0.0.1:{relay_port}",
         replicas=loopback_replicas(2),
         timing=Timing(group_wait=wait, group_interval=interval, repeat_interval=repeat),
         severities=SeverityTimings(critical=each, warning=each, info=each),
-        robots=[
-            RobotSpec(
-                name=r,
-                url=f"{capture_url}/robot/send?access_token=${{{_env(r, 'TOKEN')}}}",
-                secret=f"${{{_env(r, 'SECRET')}}}",
-                keywords=["告警"],
-            )
-            for r in region_names
-        ],
-        receivers=[ReceiverSpec(name="blackhole", robots=[region_names[0]])],
-        default_receiver="blackhole",
-        routes=[RegionRouteSpec(region=r, robot=r) for r in region_names],
-    )
+        robots=[RobotSpec(name=r, url=f"{capture_url}/robot/send?access_token=${{{_env(r, 'TOKEN')}}}",
+                          secret=f"${{{_env(r, 'SECRET')}}}", keywords=["告警"]) for r in region_names],
+        receivers=[ReceiverSpec(name="blackhole", robots=[region_names[0]])], default_receiver="blackhole",
+        routes=[RegionRouteSpec(region=r, robot=r) for r in region_names])
 
 
 def run(*, alerts: int, regions: int, alertnames: int, timeout: float) -> dict[str, Any]:
     fake_dingtalk = FakeDingTalk
     names = [f"GPUBench{k}" for k in range(alertnames)]
     region_names = [f"region-{r:02d}" for r in range(regions)]
-    storm = [
-        gpu_alert(
-            region=region_names[i % regions],
-            cluster="bench",
-            node=f"node-{i // 8:05d}",
-            gpu=i % 8,
-            alertname=names[(i // regions) % alertnames],
-            alert_id=f"a{i}",
-        )
-        for i in range(alerts)
-    ]
+    storm = [gpu_alert(region=region_names[i % regions], cluster="bench", node=f"node-{i // 8:05d}",
+                       gpu=i % 8, alertname=names[(i // regions) % alertnames], alert_id=f"a{i}")
+             for i in range(alerts)]
     with fake_dingtalk() as api:
         env: dict[str, str] = {}
         for r in region_names:
@@ -132,45 +116,30 @@ def run(*, alerts: int, regions: int, alertnames: int, timeout: float) -> dict[s
         config = parse_config(yaml.safe_load(bundle[RELAY_FILE]), env=env)
         relay_app = create_app(config)
         timed = Timed(relay_app)
-        with (
-            RelayThread(timed, sock=relay_socket) as relay,
-            AlertmanagerHA(  # type: ignore[arg-type]
-                alerting, config=bundle[ALERTMANAGER_FILE], peer_timeout="2s"
-            ) as am,
-        ):
+        with RelayThread(timed, sock=relay_socket) as relay, AlertmanagerHA(  # type: ignore[arg-type]
+                alerting, config=bundle[ALERTMANAGER_FILE], peer_timeout="2s") as am:
             start = time.monotonic()
             for batch in range(0, len(storm), 500):
-                am.post_alerts(storm[batch : batch + 500])
+                am.post_alerts(storm[batch:batch + 500])
             posted = time.monotonic() - start
 
             def delivered() -> Counter[str]:
-                return Counter(
-                    i
-                    for r in region_names
-                    for m in api.messages(f"tok-{r}")
-                    for i in _ID.findall(m["markdown"]["text"])
-                )
+                return Counter(i for r in region_names for m in api.messages(f"tok-{r}")
+                               for i in _ID.findall(m["markdown"]["text"]))
 
             all_in_at: float | None = None
             with contextlib.suppress(TimeoutError):  # what did not arrive is counted below
                 all_in_at = wait_until(
                     lambda: time.monotonic() - start if len(delivered()) >= alerts else None,
-                    timeout=max(0.0, start + timeout - time.monotonic()),
-                    what="every alert",
-                    interval=0.5,
-                )
+                    timeout=max(0.0, start + timeout - time.monotonic()), what="every alert", interval=0.5)
             time.sleep(4)  # past both replicas' peer timeouts: late duplicates would land now
             seen = delivered()
             total = time.monotonic() - start
             metrics = httpx.get(f"{relay.url}/metrics").text
         per_robot = {r: api.robots[f"tok-{r}"] for r in region_names}
     return {
-        "alerts_sent": alerts,
-        "regions": regions,
-        "robots": regions,
-        "alertnames": alertnames,
-        "alerts_delivered": len(seen),
-        "delivered_ratio": round(len(seen) / alerts, 4),
+        "alerts_sent": alerts, "regions": regions, "robots": regions, "alertnames": alertnames,
+        "alerts_delivered": len(seen), "delivered_ratio": round(len(seen) / alerts, 4),
         "duplicates": sum(count - 1 for count in seen.values()),
         "messages_delivered": sum(len(r.messages) for r in per_robot.values()),
         "rejected_by_dingtalk": sum(len(r.rejected) for r in per_robot.values()),
@@ -184,7 +153,7 @@ def run(*, alerts: int, regions: int, alertnames: int, timeout: float) -> dict[s
         "seconds_to_all_delivered": None if all_in_at is None else round(all_in_at, 2),
         "duration_seconds": round(total, 2),
         "note": "wall clock, no fakes; rendered configs, group_wait 5s; includes 4s quiet period to catch"
-        " late duplicates",
+                " late duplicates",
     }
 
 

@@ -45,9 +45,8 @@ HTTP_SD_REFRESH_S = 60.0  # ... and for http_sd_configs
 def _rss_mib() -> float:
     """This process's resident memory now, as client_python's ``ProcessCollector`` reads it."""
     families = ProcessCollector(registry=None).collect()
-    rss = next(
-        (s.value for f in families for s in f.samples if s.name == "process_resident_memory_bytes"), None
-    )
+    rss = next((s.value for f in families for s in f.samples
+                if s.name == "process_resident_memory_bytes"), None)
     return rss / (1 << 20) if rss is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -63,19 +62,11 @@ def _percentile(values: list[float], q: float) -> float:
 
 def _service(i: int, *, rack: str) -> dict[str, Any]:
     return {
-        "Name": "gpufed-exporter",
-        "ID": f"gpufed-exporter-node-{i}-9400",
-        "Address": f"10.{i // 62500}.{i // 250 % 250}.{i % 250 + 1}",
-        "Port": 9400,
+        "Name": "gpufed-exporter", "ID": f"gpufed-exporter-node-{i}-9400",
+        "Address": f"10.{i // 62500}.{i // 250 % 250}.{i % 250 + 1}", "Port": 9400,
         "Tags": ["gpu", "prometheus"],
-        "Meta": {
-            "region": f"region-{i % 2}",
-            "rack": rack,
-            "team": "llm",
-            "gpu_count": "8",
-            "metrics_path": "/metrics",
-            "node": f"node-{i}",
-        },
+        "Meta": {"region": f"region-{i % 2}", "rack": rack, "team": "llm", "gpu_count": "8",
+                 "metrics_path": "/metrics", "node": f"node-{i}"},
         "Check": {"TTL": "1h", "Status": "passing"},
     }
 
@@ -153,14 +144,10 @@ def run_discovery_bench(
     churn_minutes: float = 0.0,
     seed: int = 0,
 ) -> dict[str, Any]:
-    spec = FederationSpec.model_validate(
-        {
-            "cluster": "bench",
-            "regions": [{"name": "region-0"}, {"name": "region-1"}],
-            "sharding": {"targets_per_shard": 24},
-            "jobs": [{"name": "gpu"}],
-        }
-    )
+    spec = FederationSpec.model_validate({
+        "cluster": "bench", "regions": [{"name": "region-0"}, {"name": "region-1"}],
+        "sharding": {"targets_per_shard": 24}, "jobs": [{"name": "gpu"}],
+    })
     rng = random.Random(seed)
     agent = _Agent(targets)
     stop = threading.Event()
@@ -168,10 +155,8 @@ def run_discovery_bench(
     rec = Reconciler(spec=spec, debounce_s=debounce_s, on_assignment=waiter)
     waiter.rec = rec
     source = ConsulSource(ConsulConfig(address=f"127.0.0.1:{agent.port}", wait="30s"), sink=rec)
-    threads = [
-        threading.Thread(target=rec.run, args=(stop,), daemon=True),
-        threading.Thread(target=source.run, args=(stop,), daemon=True),
-    ]
+    threads = [threading.Thread(target=rec.run, args=(stop,), daemon=True),
+               threading.Thread(target=source.run, args=(stop,), daemon=True)]
     try:
         start = time.perf_counter()
         for thread in threads:
@@ -187,9 +172,8 @@ def run_discovery_bench(
             agent.put("/v1/agent/service/register", _service(i, rack=rack))
             time.sleep(rng.expovariate(1 / interval_s) if interval_s > 0 else 0)
         with contextlib.suppress(TimeoutError):  # what never arrived is reported as missed
-            wait_until(
-                lambda: not waiter.pending, timeout=30 + debounce_s, what="every change", interval=0.05
-            )
+            wait_until(lambda: not waiter.pending, timeout=30 + debounce_s, what="every change",
+                       interval=0.05)
         change_wall = time.perf_counter() - wall0
         change_cpu = _cpu() - cpu0
         result: dict[str, Any] = {
@@ -212,21 +196,11 @@ def run_discovery_bench(
         p99 = result["change_to_assignment_p99_s"]
         result["p99_vs_consul_sd_refresh"] = round(p99 / CONSUL_SD_REFRESH_S, 4)
         if churn_minutes > 0:
-            result.update(
-                _churn(
-                    agent,
-                    targets=targets,
-                    churn=churn,
-                    minutes=churn_minutes,
-                    rng=rng,
-                    first=targets + changes,
-                )
-            )
-        result["note"] = (
-            "registry is federation.testing.standins.consul.agent in its own process "
-            "(a stand-in, not Consul); cpu/rss are this process only: py-consul, Consul "
-            "source, reconcile, assignment"
-        )
+            result.update(_churn(agent, targets=targets, churn=churn, minutes=churn_minutes, rng=rng,
+                                 first=targets + changes))
+        result["note"] = ("registry is federation.testing.standins.consul.agent in its own process "
+                          "(a stand-in, not Consul); cpu/rss are this process only: py-consul, Consul "
+                          "source, reconcile, assignment")
         return result
     finally:
         stop.set()

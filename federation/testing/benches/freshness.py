@@ -55,10 +55,8 @@ def write_series(path: Path, *, targets: int, minutes: float, now: int) -> None:
     with path.open("w", encoding="utf-8") as out:
         out.write("# TYPE up gauge\n")
         for i in range(targets):
-            labels = (
-                f'cluster="bench",region="r{i % 3}",shard="r{i % 3}-{i % 200}",job="gpu",'
-                f'instance="10.{i // 65536}.{i // 256 % 256}.{i % 256}:9400",node="n{i}"'
-            )
+            labels = (f'cluster="bench",region="r{i % 3}",shard="r{i % 3}-{i % 200}",job="gpu",'
+                      f'instance="10.{i // 65536}.{i // 256 % 256}.{i % 256}:9400",node="n{i}"')
             # Live targets go on for AHEAD_S: queries at the evaluation time see what is due.
             for k in range(samples, -AHEAD_S // INTERVAL_S, -1):
                 ts = now - k * INTERVAL_S
@@ -88,57 +86,31 @@ def run_freshness_bench(
         now = int(time.time())
         started = time.perf_counter()
         write_series(root / "up.om", targets=targets, minutes=minutes, now=now)
-        subprocess.run(
-            [
-                "promtool",
-                "tsdb",
-                "create-blocks-from",
-                "openmetrics",
-                str(root / "up.om"),
-                str(root / "data"),
-            ],
-            check=True,
-            capture_output=True,
-        )
+        subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(root / "up.om"),
+                        str(root / "data")], check=True, capture_output=True)
         (root / "up.om").unlink()
         load_s = time.perf_counter() - started
         shutil.copy(rules, root / "rules.yml")
         (root / "anchor.yml").write_text(ANCHOR, encoding="utf-8")
         (root / "prometheus.yml").write_text(
             f"global: {{evaluation_interval: {INTERVAL_S}s}}\nrule_files: [rules.yml, anchor.yml]\n",
-            encoding="utf-8",
-        )
+            encoding="utf-8")
         port = free_port()
         proc = subprocess.Popen(
-            [
-                "prometheus",
-                f"--config.file={root / 'prometheus.yml'}",
-                f"--storage.tsdb.path={root / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--storage.tsdb.retention.time=1d",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=(root / "prometheus.log").open("w"),
-        )
+            ["prometheus", f"--config.file={root / 'prometheus.yml'}", f"--storage.tsdb.path={root / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1d"],
+            stdout=subprocess.DEVNULL, stderr=(root / "prometheus.log").open("w"))
         base = f"http://127.0.0.1:{port}"
         with httpx.Client(timeout=30) as client:
 
             def evaluated() -> bool:
                 groups = client.get(f"{base}/api/v1/rules").json()["data"]["groups"]
-                return bool(groups) and all(
-                    g.get("lastEvaluation", "").startswith("2")
-                    and not str(g["lastEvaluation"]).startswith("0001")
-                    for g in groups
-                )
+                return bool(groups) and all(g.get("lastEvaluation", "").startswith("2") and
+                                            not str(g["lastEvaluation"]).startswith("0001") for g in groups)
 
             with contextlib.suppress(TimeoutError):  # the figures below show what was evaluated
-                wait_until(
-                    evaluated,
-                    timeout=300,
-                    what="every rule group evaluated",
-                    interval=2,
-                    retry_on=(httpx.HTTPError, ValueError, KeyError),
-                )
+                wait_until(evaluated, timeout=300, what="every rule group evaluated", interval=2,
+                           retry_on=(httpx.HTTPError, ValueError, KeyError))
             time.sleep(max(0.0, now + AHEAD_S + READ_AFTER_S - time.time()))
             groups = client.get(f"{base}/api/v1/rules").json()["data"]["groups"]
 
@@ -171,11 +143,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--rules", type=Path, default=RULES)
     args = parser.parse_args()
-    print(
-        json.dumps(
-            run_freshness_bench(targets=args.targets, minutes=args.minutes, rules=args.rules), sort_keys=True
-        )
-    )
+    print(json.dumps(run_freshness_bench(targets=args.targets, minutes=args.minutes, rules=args.rules),
+                     sort_keys=True))
 
 
 if __name__ == "__main__":

@@ -29,19 +29,14 @@ from federation.testing.harnesses.app_server import AppServer
 from sharder.kernel.output import dump_yaml
 
 #: Test-only timings; the rendered flags leave these at Alertmanager's defaults.
-FAST_GOSSIP = (
-    "--cluster.settle-timeout=2s",
-    "--cluster.gossip-interval=50ms",
-    "--cluster.pushpull-interval=1s",
-)
+FAST_GOSSIP = ("--cluster.settle-timeout=2s", "--cluster.gossip-interval=50ms",
+               "--cluster.pushpull-interval=1s")
 
 
 def loopback_replicas(count: int = 2) -> list[ReplicaSpec]:
     """An HA set on free loopback ports, for ``AlertingSpec.replicas``."""
-    return [
-        ReplicaSpec(name=f"am-{i}", host="127.0.0.1", port=free_port(), cluster_port=free_port())
-        for i in range(count)
-    ]
+    return [ReplicaSpec(name=f"am-{i}", host="127.0.0.1", port=free_port(), cluster_port=free_port())
+            for i in range(count)]
 
 
 class AlertmanagerHA:
@@ -51,14 +46,8 @@ class AlertmanagerHA:
     dumped as ``gpufed render`` dumps it; pass the bundle's bytes to run exactly those.
     """
 
-    def __init__(
-        self,
-        alerting: AlertingSpec,
-        *,
-        config: bytes | None = None,
-        peer_timeout: str = "1s",
-        binary: str = "prometheus-alertmanager",
-    ) -> None:
+    def __init__(self, alerting: AlertingSpec, *, config: bytes | None = None, peer_timeout: str = "1s",
+                 binary: str = "prometheus-alertmanager") -> None:
         self.alerting = alerting
         self.config = config if config is not None else dump_yaml(render_alertmanager_config(alerting))
         self.flags = ha.all_replica_flags(alerting)
@@ -73,15 +62,9 @@ class AlertmanagerHA:
         self.config_path.write_bytes(self.config)
         try:
             for name, flags in self.flags.items():
-                args = [
-                    self.binary,
-                    f"--config.file={self.config_path}",
-                    f"--storage.path={self.dir / f'data-{name}'}",
-                    *flags,
-                    *FAST_GOSSIP,
-                    f"--cluster.peer-timeout={self.peer_timeout}",
-                    "--log.level=warn",
-                ]
+                args = [self.binary, f"--config.file={self.config_path}",
+                        f"--storage.path={self.dir / f'data-{name}'}", *flags, *FAST_GOSSIP,
+                        f"--cluster.peer-timeout={self.peer_timeout}", "--log.level=warn"]
                 with (self.dir / f"{name}.log").open("wb") as log:
                     self.procs.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT))
             self._wait_clustered()
@@ -101,15 +84,9 @@ class AlertmanagerHA:
             if any(proc.poll() is not None for proc in self.procs):
                 raise RuntimeError(f"alertmanager exited: {self.logs()}")
 
-        wait_until(
-            clustered,
-            timeout=timeout,
-            what="the alertmanager replicas to cluster",
-            interval=0.1,
-            alive=alive,
-            retry_on=(httpx.HTTPError, KeyError, ValueError),
-            fail=lambda message: TimeoutError(f"{message}: {self.logs()}"),
-        )
+        wait_until(clustered, timeout=timeout, what="the alertmanager replicas to cluster", interval=0.1,
+                   alive=alive, retry_on=(httpx.HTTPError, KeyError, ValueError),
+                   fail=lambda message: TimeoutError(f"{message}: {self.logs()}"))
 
     def logs(self) -> str:
         return "\n".join(p.read_text(errors="replace")[-2000:] for p in sorted(self.dir.glob("*.log")))
@@ -144,30 +121,14 @@ class RelayThread(AppServer):
         return self
 
 
-def gpu_alert(
-    *,
-    region: str,
-    node: str,
-    cluster: str,
-    alertname: str = "GPUXidError",
-    severity: str = "critical",
-    component: str = "gpu",
-    gpu: int | None = 0,
-    **labels: str,
-) -> dict[str, Any]:
+def gpu_alert(*, region: str, node: str, cluster: str, alertname: str = "GPUXidError",
+              severity: str = "critical", component: str = "gpu", gpu: int | None = 0,
+              **labels: str) -> dict[str, Any]:
     """An alert as Prometheus posts it to ``/api/v2/alerts``, labelled as the rule pack does."""
-    base = {
-        "alertname": alertname,
-        "severity": severity,
-        "component": component,
-        "region": region,
-        "cluster": cluster,
-        "node": node,
-    }
+    base = {"alertname": alertname, "severity": severity, "component": component, "region": region,
+            "cluster": cluster, "node": node}
     if gpu is not None:
         base["gpu"] = str(gpu)
-    return {
-        "labels": {**base, **labels},
-        "annotations": {"summary": f"{alertname} on {node}" + ("" if gpu is None else f" gpu {gpu}")},
-        "generatorURL": "http://prometheus:9090/graph",
-    }
+    return {"labels": {**base, **labels},
+            "annotations": {"summary": f"{alertname} on {node}" + ("" if gpu is None else f" gpu {gpu}")},
+            "generatorURL": "http://prometheus:9090/graph"}

@@ -18,16 +18,14 @@ from federation.demo.waiting import wait_until
 
 
 class AppServer:
-    def __init__(
-        self, app: Any, *, sock: socket.socket | None = None, name: str = "app-server", **config: Any
-    ) -> None:
+    def __init__(self, app: Any, *, sock: socket.socket | None = None, name: str = "app-server",
+                 **config: Any) -> None:
         self.socket = sock if sock is not None else listening_socket()
         self.port = int(self.socket.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(uvicorn.Config(app, **{"log_level": "warning", **config}))
-        self._thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True, name=name
-        )
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]},
+                                        daemon=True, name=name)
 
     def start(self) -> AppServer:
         self._thread.start()
@@ -36,14 +34,8 @@ class AppServer:
             if not self._thread.is_alive():
                 raise RuntimeError(f"{self._thread.name} did not start")
 
-        wait_until(
-            lambda: self.server.started,
-            timeout=10,
-            what=self._thread.name,
-            interval=0.02,
-            alive=alive,
-            fail=RuntimeError,
-        )
+        wait_until(lambda: self.server.started, timeout=10, what=self._thread.name, interval=0.02,
+                   alive=alive, fail=RuntimeError)
         return self
 
     def stop(self) -> None:

@@ -15,14 +15,8 @@ LISTENING = re.compile(rb"gpufed serve: listening on http://[^\s]*:(?P<port>\d+)
 """The line ``gpufed serve --listen HOST:0`` prints on stderr once it has bound a port."""
 
 
-def serve_port(
-    log: Path,
-    proc: subprocess.Popen[bytes],
-    *,
-    since: int = 0,
-    timeout: float = 60.0,
-    fail: Callable[[str], Exception] = RuntimeError,
-) -> int:
+def serve_port(log: Path, proc: subprocess.Popen[bytes], *, since: int = 0, timeout: float = 60.0,
+               fail: Callable[[str], Exception] = RuntimeError) -> int:
     """The port a ``gpufed serve --listen 127.0.0.1:0`` writing to ``log`` (from byte ``since``) bound;
     ``fail(message)`` is raised when serve exits first or ``timeout`` passes."""
 

@@ -41,14 +41,8 @@ class FakeRobot:
 class FakeDingTalk:
     """``with FakeDingTalk() as api: url = api.add_robot("tok", secret="SEC...")``."""
 
-    def __init__(
-        self,
-        *,
-        enforce_rate_limit: bool = True,
-        host: str = LOOPBACK,
-        port: int = 0,
-        tls: ssl.SSLContext | None = None,
-    ) -> None:
+    def __init__(self, *, enforce_rate_limit: bool = True, host: str = LOOPBACK, port: int = 0,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.robots: dict[str, FakeRobot] = {}
         self.enforce_rate_limit = enforce_rate_limit
         self.lock = threading.Lock()
@@ -135,9 +129,8 @@ def _handler_for(api: FakeDingTalk) -> type[LoopbackHandler]:
                 self.send_error(404)
                 return
             with api.lock:
-                body = {
-                    token: {"messages": r.messages, "rejected": r.rejected} for token, r in api.robots.items()
-                }
+                body = {token: {"messages": r.messages, "rejected": r.rejected}
+                        for token, r in api.robots.items()}
             self.reply(200, body)
 
         def do_POST(self) -> None:

@@ -138,17 +138,10 @@ class FakeKubeAPI:
     def list(self, plural: str, namespace: str, selector: str) -> dict[str, Any]:
         kind, api_version = KINDS[plural]
         with self._cond:
-            items = [
-                copy.deepcopy(o)
-                for (p, _, _), o in sorted(self.objects.items())
-                if p == plural and self._matches(plural, namespace, o, selector)
-            ]
-            return {
-                "kind": f"{kind}List",
-                "apiVersion": api_version,
-                "metadata": {"resourceVersion": str(self.revision)},
-                "items": items,
-            }
+            items = [copy.deepcopy(o) for (p, _, _), o in sorted(self.objects.items())
+                     if p == plural and self._matches(plural, namespace, o, selector)]
+            return {"kind": f"{kind}List", "apiVersion": api_version,
+                    "metadata": {"resourceVersion": str(self.revision)}, "items": items}
 
     def _handler_class(self) -> type[LoopbackHandler]:
         api = self
@@ -198,10 +191,8 @@ class FakeKubeAPI:
                         return self._json(404, status(404, "NotFound", f'{plural} "{name}" not found'))
                     sent = body["metadata"].get("resourceVersion")
                     if not create and sent and stored and sent != stored["metadata"]["resourceVersion"]:
-                        message = (
-                            f'Operation cannot be fulfilled on {plural} "{name}": the object '
-                            "has been modified; please apply your changes to the latest version"
-                        )
+                        message = (f'Operation cannot be fulfilled on {plural} "{name}": the object '
+                                   "has been modified; please apply your changes to the latest version")
                         return self._json(409, status(409, "Conflict", message))
                     written = api.apply(plural, body)
                 return self._json(201 if create else 200, written)
@@ -278,11 +269,8 @@ class FakeKubeAPI:
                     seen_bookmarks = api._bookmarks
                     while not getattr(api, "_closed", False):
                         with api._cond:
-                            batch = [
-                                (rv, t, o)
-                                for rv, p, t, o in api.events
-                                if rv > since and p == plural and api._matches(p, namespace, o, selector)
-                            ]
+                            batch = [(rv, t, o) for rv, p, t, o in api.events if rv > since
+                                     and p == plural and api._matches(p, namespace, o, selector)]
                             if batch:
                                 since = batch[-1][0]
                             bookmark = api._bookmarks != seen_bookmarks and bookmarks
@@ -299,16 +287,9 @@ class FakeKubeAPI:
                         if bookmark:
                             kind, api_version = KINDS[plural]
                             since = max(since, current)
-                            self._send_event(
-                                {
-                                    "type": "BOOKMARK",
-                                    "object": {
-                                        "kind": kind,
-                                        "apiVersion": api_version,
-                                        "metadata": {"resourceVersion": str(current)},
-                                    },
-                                }
-                            )
+                            self._send_event({"type": "BOOKMARK", "object": {
+                                "kind": kind, "apiVersion": api_version,
+                                "metadata": {"resourceVersion": str(current)}}})
                 finally:
                     try:
                         self.wfile.write(b"0\r\n\r\n")
@@ -327,15 +308,8 @@ def configmap_bytes(body: dict[str, Any]) -> int:
 
 
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -95,23 +95,12 @@ class Check:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "Node": NODE,
-            "CheckID": self.check_id,
-            "Name": self.name,
-            "Status": self.status,
-            "Notes": "",
-            "Output": self.output,
-            "ServiceID": self.service_id,
-            "ServiceName": self.service_name,
-            "ServiceTags": [],
+            "Node": NODE, "CheckID": self.check_id, "Name": self.name, "Status": self.status,
+            "Notes": "", "Output": self.output, "ServiceID": self.service_id,
+            "ServiceName": self.service_name, "ServiceTags": [],
             "Type": "ttl" if self.ttl else ("http" if self.http else ""),
-            "Definition": {
-                "HTTP": self.http,
-                "Interval": self.interval,
-                "Timeout": self.timeout,
-                "TTL": self.ttl,
-                "DeregisterCriticalServiceAfter": self.deregister_after,
-            },
+            "Definition": {"HTTP": self.http, "Interval": self.interval, "Timeout": self.timeout,
+                           "TTL": self.ttl, "DeregisterCriticalServiceAfter": self.deregister_after},
         }
 
 
@@ -129,17 +118,9 @@ class Service:
 
     def agent_json(self) -> dict[str, Any]:
         return {
-            "Kind": "",
-            "ID": self.service_id,
-            "Service": self.name,
-            "Tags": self.tags,
-            "Meta": self.meta,
-            "Port": self.port,
-            "Address": self.address,
-            "TaggedAddresses": {},
-            "Weights": {"Passing": 1, "Warning": 1},
-            "EnableTagOverride": False,
-            "Datacenter": DATACENTER,
+            "Kind": "", "ID": self.service_id, "Service": self.name, "Tags": self.tags, "Meta": self.meta,
+            "Port": self.port, "Address": self.address, "TaggedAddresses": {},
+            "Weights": {"Passing": 1, "Warning": 1}, "EnableTagOverride": False, "Datacenter": DATACENTER,
         }
 
 
@@ -208,9 +189,8 @@ class FakeConsulAgent:
 
     def revive(self) -> None:
         """Listen again on the same port with the same state."""
-        self._server = LoopbackHTTPServer(
-            self._handler_class(), host=self._host, port=self._killed_port, name="consul-standin"
-        ).start()
+        self._server = LoopbackHTTPServer(self._handler_class(), host=self._host, port=self._killed_port,
+                                          name="consul-standin").start()
 
     def advance(self, seconds: float) -> None:
         """Move the KV/session clock forward: TTLs and lock-delays run out without sleeping."""
@@ -270,14 +250,12 @@ class FakeConsulAgent:
         service_id = spec.get("id") or name
         meta = spec.get("meta") or {}
         if len(meta) > 64:
-            raise BadRequest(
-                "Invalid Service Meta: Node metadata cannot contain more than 64 key/value pairs"
-            )
+            raise BadRequest("Invalid Service Meta: Node metadata cannot contain more than 64 "
+                             "key/value pairs")
         for key, value in meta.items():
             if not _META_KEY.match(key) or len(key) > 128:
-                raise BadRequest(
-                    f"Invalid Service Meta: Key contains invalid characters or is too long: {key}"
-                )
+                raise BadRequest("Invalid Service Meta: Key contains invalid characters or is too "
+                                 f"long: {key}")
             if key.startswith("consul-"):
                 raise BadRequest(f"Invalid Service Meta: Key prefix 'consul-' is reserved: {key}")
             if len(str(value)) > 512:
@@ -288,11 +266,8 @@ class FakeConsulAgent:
         checks: dict[str, Check] = {}
         for n, raw in enumerate(raw_checks, start=1):
             c = _lower(raw)
-            check_id = (
-                c.get("checkid")
-                or c.get("id")
-                or (f"service:{service_id}" if len(raw_checks) == 1 else f"service:{service_id}:{n}")
-            )
+            check_id = c.get("checkid") or c.get("id") or (
+                f"service:{service_id}" if len(raw_checks) == 1 else f"service:{service_id}:{n}")
             after = c.get("deregistercriticalserviceafter") or ""
             try:
                 for text in (c.get("interval") or "", c.get("timeout") or "", after, c.get("ttl") or ""):
@@ -301,15 +276,9 @@ class FakeConsulAgent:
             except ValueError as exc:
                 raise BadRequest(f"Invalid check: {exc}") from exc
             checks[check_id] = Check(
-                check_id=check_id,
-                name=c.get("name") or f"Service '{name}' check",
-                service_id=service_id,
-                service_name=name,
-                http=c.get("http") or "",
-                interval=c.get("interval") or "",
-                timeout=c.get("timeout") or "",
-                deregister_after=after,
-                status=c.get("status") or "critical",
+                check_id=check_id, name=c.get("name") or f"Service '{name}' check", service_id=service_id,
+                service_name=name, http=c.get("http") or "", interval=c.get("interval") or "",
+                timeout=c.get("timeout") or "", deregister_after=after, status=c.get("status") or "critical",
                 ttl=c.get("ttl") or "",
             )
             if c.get("ttl"):
@@ -323,14 +292,10 @@ class FakeConsulAgent:
                 if not replace_checks:
                     checks = {**old.checks, **checks}
             self.services[service_id] = Service(
-                service_id=service_id,
-                name=name,
-                address=spec.get("address") or "",
+                service_id=service_id, name=name, address=spec.get("address") or "",
                 port=int(spec.get("port") or 0),
-                tags=list(spec.get("tags") or []),
-                meta={k: str(v) for k, v in meta.items()},
-                create_index=old.create_index if old else self.index + 1,
-                modify_index=self.index + 1,
+                tags=list(spec.get("tags") or []), meta={k: str(v) for k, v in meta.items()},
+                create_index=old.create_index if old else self.index + 1, modify_index=self.index + 1,
                 checks=checks,
             )
             self._bump()
@@ -346,13 +311,11 @@ class FakeConsulAgent:
         """``PUT /v1/agent/check/{pass,warn,fail}/{id}`` and ``.../update/{id}``: a TTL check's
         new status; its TTL starts again (any update counts, as in Consul)."""
         with self._cond:
-            check = next(
-                (c for s in self.services.values() for c in s.checks.values() if c.check_id == check_id), None
-            )
+            check = next((c for s in self.services.values() for c in s.checks.values()
+                          if c.check_id == check_id), None)
             if check is None:
-                raise NotFoundError(
-                    f'Unknown check ID "{check_id}". Ensure that the check ID is passed, not the check name.'
-                )
+                raise NotFoundError(f'Unknown check ID "{check_id}". Ensure that the check ID is passed, '
+                                    "not the check name.")
             if not check.ttl:
                 raise BadRequest(f"CheckID {check_id!r} does not have associated TTL")
             check.expires_at = self.kv.now() + parse_duration(check.ttl)
@@ -406,35 +369,19 @@ class FakeConsulAgent:
 
     def _matching(self, name: str, query: dict[str, list[str]]) -> list[Service]:
         tags = query.get("tag", [])
-        return sorted(
-            (s for s in self.services.values() if s.name == name and all(t in s.tags for t in tags)),
-            key=lambda s: s.service_id,
-        )
+        return sorted((s for s in self.services.values()
+                       if s.name == name and all(t in s.tags for t in tags)), key=lambda s: s.service_id)
 
     def catalog_service(self, name: str, query: dict[str, list[str]]) -> list[dict[str, Any]]:
         with self._cond:
-            return [
-                {
-                    "ID": "00000000-0000-0000-0000-000000000001",
-                    "Node": NODE,
-                    "Address": NODE_ADDRESS,
-                    "Datacenter": DATACENTER,
-                    "TaggedAddresses": {"lan": NODE_ADDRESS},
-                    "NodeMeta": {},
-                    "ServiceKind": "",
-                    "ServiceID": s.service_id,
-                    "ServiceName": s.name,
-                    "ServiceTags": s.tags,
-                    "ServiceAddress": s.address,
-                    "ServiceMeta": s.meta,
-                    "ServicePort": s.port,
-                    "ServiceWeights": {"Passing": 1, "Warning": 1},
-                    "ServiceEnableTagOverride": False,
-                    "CreateIndex": s.create_index,
-                    "ModifyIndex": s.modify_index,
-                }
-                for s in self._matching(name, query)
-            ]
+            return [{
+                "ID": "00000000-0000-0000-0000-000000000001", "Node": NODE, "Address": NODE_ADDRESS,
+                "Datacenter": DATACENTER, "TaggedAddresses": {"lan": NODE_ADDRESS}, "NodeMeta": {},
+                "ServiceKind": "", "ServiceID": s.service_id, "ServiceName": s.name, "ServiceTags": s.tags,
+                "ServiceAddress": s.address, "ServiceMeta": s.meta, "ServicePort": s.port,
+                "ServiceWeights": {"Passing": 1, "Warning": 1}, "ServiceEnableTagOverride": False,
+                "CreateIndex": s.create_index, "ModifyIndex": s.modify_index,
+            } for s in self._matching(name, query)]
 
     def health_service_body(self, name: str, query: dict[str, list[str]]) -> bytes:
         """The JSON body of health_service, built from per-entry fragments cached by what
@@ -461,35 +408,18 @@ class FakeConsulAgent:
     def health_service(self, name: str, query: dict[str, list[str]]) -> list[dict[str, Any]]:
         passing = "passing" in query and query["passing"][0].lower() not in ("0", "false")
         with self._cond:
-            return [
-                self._health_entry(s)
-                for s in self._matching(name, query)
-                if not (passing and any(c.status != "passing" for c in s.checks.values()))
-            ]
+            return [self._health_entry(s) for s in self._matching(name, query)
+                    if not (passing and any(c.status != "passing" for c in s.checks.values()))]
 
     def _health_entry(self, s: Service) -> dict[str, Any]:
-        checks = [
-            {
-                "Node": NODE,
-                "CheckID": "serfHealth",
-                "Name": "Serf Health Status",
-                "Status": "passing",
-                "ServiceID": "",
-                "ServiceName": "",
-            }
-        ]
+        checks = [{"Node": NODE, "CheckID": "serfHealth", "Name": "Serf Health Status",
+                   "Status": "passing", "ServiceID": "", "ServiceName": ""}]
         checks += [c.as_json() for c in s.checks.values()]
         return {
-            "Node": {
-                "ID": "00000000-0000-0000-0000-000000000001",
-                "Node": NODE,
-                "Address": NODE_ADDRESS,
-                "Datacenter": DATACENTER,
-                "TaggedAddresses": {"lan": NODE_ADDRESS, "wan": NODE_ADDRESS},
-                "Meta": dict(self.node_meta),
-                "CreateIndex": 1,
-                "ModifyIndex": self.node_index,
-            },
+            "Node": {"ID": "00000000-0000-0000-0000-000000000001", "Node": NODE,
+                     "Address": NODE_ADDRESS, "Datacenter": DATACENTER,
+                     "TaggedAddresses": {"lan": NODE_ADDRESS, "wan": NODE_ADDRESS},
+                     "Meta": dict(self.node_meta), "CreateIndex": 1, "ModifyIndex": self.node_index},
             "Service": {**s.agent_json(), "CreateIndex": s.create_index, "ModifyIndex": s.modify_index},
             "Checks": checks,
         }
@@ -512,15 +442,8 @@ class FakeConsulAgent:
 
             def _reply(self, status: int, body: Any, *, index: int | None = None) -> None:
                 kind = "text/plain" if isinstance(body, (str, bytes)) else "application/json"
-                consul = (
-                    None
-                    if index is None
-                    else {
-                        "X-Consul-Index": str(index),
-                        "X-Consul-KnownLeader": "true",
-                        "X-Consul-LastContact": "0",
-                    }
-                )
+                consul = None if index is None else {
+                    "X-Consul-Index": str(index), "X-Consul-KnownLeader": "true", "X-Consul-LastContact": "0"}
                 self.reply(status, body, content_type=kind, headers=consul)
 
             def _raw(self, status: int, body: str | bytes, headers: dict[str, str]) -> None:
@@ -549,11 +472,8 @@ class FakeConsulAgent:
                     service_id = path.rsplit("/", 1)[1]
                     if agent.deregister(service_id):
                         return self._reply(200, "")
-                    return self._reply(
-                        404,
-                        f'Unknown service ID "{service_id}". Ensure that the service ID '
-                        "is passed, not the service name.",
-                    )
+                    return self._reply(404, f'Unknown service ID "{service_id}". Ensure that the service ID '
+                                            "is passed, not the service name.")
                 for verb, new_status in (("pass", "passing"), ("warn", "warning"), ("fail", "critical")):
                     if method == "PUT" and path.startswith(f"/v1/agent/check/{verb}/"):
                         agent.update_ttl_check(path.rsplit("/", 1)[1], new_status, query.get("note", [""])[0])
@@ -582,10 +502,8 @@ class FakeConsulAgent:
                     if reply is not None:
                         code, payload, kv_index = reply
                         return self._reply(code, payload, index=kv_index)
-                for prefix, reader in (
-                    ("/v1/catalog/service/", agent.catalog_service),
-                    ("/v1/health/service/", agent.health_service),
-                ):
+                for prefix, reader in (("/v1/catalog/service/", agent.catalog_service),
+                                       ("/v1/health/service/", agent.health_service)):
                     if method == "GET" and path.startswith(prefix):
                         token = self.headers.get("X-Consul-Token") or query.get("token", [""])[0]
                         if agent.acl_token is not None and token != agent.acl_token:
@@ -598,17 +516,11 @@ class FakeConsulAgent:
                                 status, body, headers = agent.injected.pop(0)
                             return self._raw(status, body, headers)
                         if prefix == "/v1/health/service/":
-                            body = agent.health_service_body(path[len(prefix) :], query)
-                            return self._raw(
-                                200,
-                                body,
-                                {
-                                    "X-Consul-Index": str(index),
-                                    "X-Consul-KnownLeader": "true",
-                                    "X-Consul-LastContact": "0",
-                                },
-                            )
-                        return self._reply(200, reader(path[len(prefix) :], query), index=index)
+                            body = agent.health_service_body(path[len(prefix):], query)
+                            return self._raw(200, body, {"X-Consul-Index": str(index),
+                                                         "X-Consul-KnownLeader": "true",
+                                                         "X-Consul-LastContact": "0"})
+                        return self._reply(200, reader(path[len(prefix):], query), index=index)
                 return self._reply(404, f"Invalid URL path: not a recognized HTTP API endpoint: {path}")
 
             def do_GET(self) -> None:
@@ -626,19 +538,11 @@ class FakeConsulAgent:
 def exporter_service(i: int, *, regions: int = 2) -> dict[str, Any]:
     """A registration like gpufed-exporter's (Meta region/rack/team/gpu_count/node), passing."""
     return {
-        "Name": "gpufed-exporter",
-        "ID": f"gpufed-exporter-node-{i}-9400",
-        "Address": f"10.{i // 62500}.{i // 250 % 250}.{i % 250 + 1}",
-        "Port": 9400,
+        "Name": "gpufed-exporter", "ID": f"gpufed-exporter-node-{i}-9400",
+        "Address": f"10.{i // 62500}.{i // 250 % 250}.{i % 250 + 1}", "Port": 9400,
         "Tags": ["gpu", "prometheus"],
-        "Meta": {
-            "region": f"region-{i % regions}",
-            "rack": f"rack-{i % 16:02d}",
-            "team": "llm",
-            "gpu_count": "8",
-            "metrics_path": "/metrics",
-            "node": f"node-{i}",
-        },
+        "Meta": {"region": f"region-{i % regions}", "rack": f"rack-{i % 16:02d}", "team": "llm",
+                 "gpu_count": "8", "metrics_path": "/metrics", "node": f"node-{i}"},
         "Check": {"TTL": "1h", "Status": "passing"},
     }
 
@@ -652,12 +556,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--services", type=int, default=0, help="exporter services registered at start")
     parser.add_argument("--regions", type=int, default=2)
-    parser.add_argument(
-        "--ttl-multiplier",
-        type=float,
-        default=2.0,
-        help="a TTL session is reaped this many TTLs after its last renewal (Consul: 2)",
-    )
+    parser.add_argument("--ttl-multiplier", type=float, default=2.0,
+                        help="a TTL session is reaped this many TTLs after its last renewal (Consul: 2)")
     args = parser.parse_args(argv)
     agent = FakeConsulAgent(host=args.host, port=args.port, ttl_multiplier=args.ttl_multiplier)
     for i in range(args.services):
