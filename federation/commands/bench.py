@@ -350,7 +350,7 @@ def compose(
 ) -> Result:
     """The rendered monitoring.yml and N node.yml copies run as processes (root): targets, alert, restart."""
     from federation.testing.benches.compose import run_compose_bench
-    from federation.testing.harnesses.composerun.run import ComposeRunError
+    from federation.testing.harnesses.composerun.plan import ComposeRunError
 
     if os.geteuid() != 0:
         raise BenchFailed("the compose runner needs root (ip netns, unshare --mount)")

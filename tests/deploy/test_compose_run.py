@@ -26,7 +26,8 @@ from conftest import ROOT
 
 from federation.testing.benches import compose as bench
 from federation.testing.harnesses.composerun import images
-from federation.testing.harnesses.composerun.run import BASE_PATH, ComposeRun
+from federation.testing.harnesses.composerun.plan import BASE_PATH
+from federation.testing.harnesses.composerun.run import ComposeRun
 
 NODES = 20
 STEP_TIMEOUT_S = 240.0

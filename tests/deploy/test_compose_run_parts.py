@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT
 
 from federation.testing.harnesses.composerun import images, model, sandbox, supervise
-from federation.testing.harnesses.composerun.run import compose_binary, env_lines
+from federation.testing.harnesses.composerun.plan import compose_binary, env_lines
 
 
 def resolved_node_file(tmp_path: Path) -> dict[str, object]:

