@@ -347,6 +347,8 @@ def compose(
         help="spec to render the compose tier from (default compose/federation.yaml)", exists=True,
         dir_okay=False)] = None,
     timeout: Annotated[float, typer.Option(min=10, max=1800, help="seconds each step may take")] = 240.0,
+    profile: Annotated[list[str] | None, typer.Option(
+        help="a monitoring.yml profile to start too (consul: the Consul stand-in)")] = None,
 ) -> Result:
     """The rendered monitoring.yml and N node.yml copies run as processes (root): targets, alert, restart."""
     from federation.testing.benches.compose import run_compose_bench
@@ -356,7 +358,8 @@ def compose(
         raise BenchFailed("the compose runner needs root (ip netns, unshare --mount)")
     signal.signal(signal.SIGTERM, _raise_interrupt)  # a CI timeout unwinds: namespaces and processes go
     try:
-        return run_compose_bench(nodes=nodes, spec=spec, timeout=timeout, say=_say)
+        return run_compose_bench(nodes=nodes, spec=spec, timeout=timeout, say=_say,
+                                 profiles=tuple(profile or ()))
     except (ComposeRunError, OSError) as exc:
         raise BenchFailed(str(exc)) from exc
 

@@ -61,6 +61,26 @@ PROJECT = {
             "volumes": [{"type": "volume", "source": "shared", "target": "/data", "read_only": True}],
             "restart": "no",
         },
+        "consul": {  # under its profile: the Consul stand-in, probed in place of `consul members`
+            "image": "hashicorp/consul:1.19.2",
+            "profiles": ["consul"],
+            "command": ["agent", "-server", "-bootstrap-expect=1", "-client=0.0.0.0"],
+            "healthcheck": {
+                "test": ["CMD", "consul", "members"],
+                "interval": "1s",
+                "start_interval": "1s",
+                "start_period": "30s",
+                "timeout": "2s",
+                "retries": 3,
+            },
+        },
+        "registrar": {  # reaches consul:8500 by name once the stand-in is healthy
+            "image": IMAGE,
+            "profiles": ["consul"],
+            "command": ["sh", "-c", "wget -qO- http://consul:8500/v1/agent/services && exec sleep 300"],
+            "depends_on": {"consul": {"condition": "service_healthy"}},
+            "restart": "no",
+        },
     },
     "volumes": {"shared": {}},
 }
@@ -79,6 +99,7 @@ def test_depends_on_waits_for_healthy_and_completed_successfully(tmp_path: Path)
         node_env_example=ROOT / "compose" / "node.env.example",
         nodes=[],
         workdir=tmp_path / "run",
+        profiles=("consul",),
     )
     with run:
         app = run.state("app")
@@ -91,4 +112,7 @@ def test_depends_on_waits_for_healthy_and_completed_successfully(tmp_path: Path)
         # still running: the marker was there and web answered when it started
         assert run.planned["app"].process.wait_for(lambda s: s.done, 3) is False
         assert app.exits == [] and len(app.pids) == 1
+        assert run.planned["consul"].kind == "standin" and run.health()["consul"] == "healthy"
+        registrar = run.planned["registrar"].process
+        assert registrar is not None and registrar.wait_for(lambda s: s.done, 3) is False
     assert run.network.existing() == []

@@ -253,6 +253,7 @@ def run_compose_bench(
     timeout: float = 240.0,
     say: Callable[[str], None] = lambda line: None,
     keep: Path | None = None,
+    profiles: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     where = Path(tempfile.mkdtemp(prefix="gpufed-compose-")) if keep is None else keep
     spec = (spec or SPEC).resolve()
@@ -269,6 +270,7 @@ def run_compose_bench(
             nodes=node_values,
             workdir=where / "run",
             say=say,
+            profiles=profiles,
         )
         with run:
             summary = run.summary()

@@ -23,6 +23,7 @@ class ImageRule:
     entrypoint: tuple[str, ...]  # "{stack}/x": the pinned stack's binary; () the command runs as is
     version: tuple[str, ...] = ()  # argv that prints the version run (with --version)
     note: str = ""
+    health: tuple[str, ...] = ()  # a stand-in's probe in place of the image's healthcheck test
 
 
 IMAGES: tuple[ImageRule, ...] = (
@@ -44,10 +45,17 @@ IMAGES: tuple[ImageRule, ...] = (
         "hashicorp/consul",
         "standin",
         ("{python}", "-m", "federation.testing.standins.consul.agent", "--host", "0.0.0.0", "--port", "8500"),
-        note="federation.testing.standins.consul (agent HTTP API and KV on 8500)",
+        note="federation.testing.standins.consul (agent HTTP API, catalog, KV and sessions on 8500)",
+        health=("wget", "-qO-", "http://127.0.0.1:8500/v1/agent/services"),
+    ),
+    ImageRule(
+        "grafana/loki",
+        "standin",
+        ("{python}", "-m", "federation.testing.standins.loki.push", "--host", "0.0.0.0", "--port", "3100"),
+        note="federation.testing.standins.loki (the push API on 3100, labels checked as Loki does; no query)",
+        health=("wget", "-qO-", "http://127.0.0.1:3100/ready"),
     ),
     ImageRule("thanos/thanos", "left_out", (), note="no Thanos binary here"),
-    ImageRule("grafana/loki", "left_out", (), note="no Loki binary; the Loki stand-in runs in-process only"),
     ImageRule("grafana/grafana", "left_out", (), note="no Grafana binary here"),
     ImageRule("grafana/alloy", "left_out", (), note="no Alloy binary here"),
     ImageRule("grafana/promtail", "left_out", (), note="no Promtail binary here"),

@@ -8,6 +8,7 @@ the exporter override names; ``summary``/``describe`` are what the runner prints
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from federation.testing.harnesses.composerun import images, sandbox
-from federation.testing.harnesses.composerun.model import Service
+from federation.testing.harnesses.composerun.model import Healthcheck, Service
 from federation.testing.harnesses.composerun.supervise import ServiceProcess
 
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -39,11 +40,15 @@ def compose_binary() -> Path:
     return binary
 
 
-def resolve(file: Path, *, env_file: Path, project: str | None = None) -> dict[str, Any]:
-    """Compose v2's own resolved model of ``file`` with ``env_file``."""
+def resolve(
+    file: Path, *, env_file: Path, project: str | None = None, profiles: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Compose v2's own resolved model of ``file`` with ``env_file`` (``profiles`` as ``--profile``)."""
     argv = [str(compose_binary()), "--env-file", str(env_file), "-f", file.name]
     if project:
         argv += ["-p", project]
+    for profile in profiles:
+        argv += ["--profile", profile]
     done = subprocess.run(
         [*argv, "config", "--format", "json"],
         cwd=file.parent,
@@ -98,6 +103,7 @@ class Planned:
     env: dict[str, str] = field(default_factory=dict)
     note: str = ""
     overrides: list[str] = field(default_factory=list)
+    healthcheck: Healthcheck | None = None  # Compose's; a stand-in's probe in place of its test
     process: ServiceProcess | None = None
 
 
@@ -107,12 +113,14 @@ def plan_service(
     """What ``service`` execs and with which environment: Compose's, the image rule's entrypoint,
     and the declared overrides (``fill`` puts the run's values into their placeholders)."""
     rule = images.rule_for(service.image)
-    planned = Planned(service, display, member, rule.kind, note=rule.note)
+    planned = Planned(service, display, member, rule.kind, note=rule.note, healthcheck=service.healthcheck)
     if rule.kind == "left_out":
         return planned
     entry = images.expand(rule.entrypoint, stack=tools.stack_bin, python=tools.python)
     if rule.kind == "standin":
         planned.argv = entry
+        if service.healthcheck is not None and rule.health:  # the image's test names its own tools
+            planned.healthcheck = dataclasses.replace(service.healthcheck, test=rule.health)
     else:
         planned.argv = [
             *(list(service.entrypoint) if service.entrypoint is not None else entry),
@@ -246,6 +254,7 @@ def describe(run_id: str, nodes: int, summary: dict[str, Any]) -> list[str]:
         f"    {o['image']} {o['command']}: {o['environment']}: {o['why']}" for o in summary["overrides"]
     ]
     lines.append(
+        "    stand-ins: the image's command is not run, and their healthcheck test is the stand-in's probe;\n"
         f"    every namespace: default route via {sandbox.GATEWAY} (nobody holds it); "
         "published ports on 127.0.0.1 only"
     )

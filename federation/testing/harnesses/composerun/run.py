@@ -57,12 +57,16 @@ class ComposeRun:
         nodes: list[dict[str, str]],
         workdir: Path,
         tools: Tools | None = None,
+        profiles: tuple[str, ...] = (),
         say: Callable[[str], None] = lambda line: None,
     ) -> None:
+        """``profiles``: ``--profile`` for the monitoring file (``consul``); the node copies run
+        node.yml's default services."""
         self.monitoring, self.monitoring_env = monitoring, monitoring_env
         self.node_file, self.node_env_example, self.node_values = node_file, node_env_example, nodes
         self.workdir, self.say = workdir, say
         self.tools = tools or Tools.from_env()
+        self.profiles = profiles
         self.run_id = secrets.token_hex(2)
         self.network = sandbox.Network(self.run_id)
         self.planned: dict[str, Planned] = {}
@@ -78,7 +82,10 @@ class ComposeRun:
 
     def _plan(self) -> None:
         projects: list[tuple[Project, str | None]] = [
-            (parse_project(resolve(self.monitoring, env_file=self.monitoring_env)), None)
+            (
+                parse_project(resolve(self.monitoring, env_file=self.monitoring_env, profiles=self.profiles)),
+                None,
+            )
         ]
         names = [f"node-{i:03d}" for i in range(len(self.node_values))]
         node_names = [v["NODE_NAME"] for v in self.node_values]
@@ -228,7 +235,7 @@ class ComposeRun:
             env=planned.env,
             log=self.workdir / "logs" / f"{slug}.log",
             restart=planned.service.restart,
-            healthcheck=planned.service.healthcheck,
+            healthcheck=planned.healthcheck,
             say=self.say,
         )
 
