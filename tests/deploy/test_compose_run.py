@@ -66,6 +66,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         nodes=nodes,
         workdir=where / "run",
         say=said.append,
+        xid_codes=bench.critical_xid_codes(out),
     )
     with run:
         yield Stack(run, out, said)

@@ -52,6 +52,21 @@ def render(spec: Path, where: Path) -> Path:
     return out
 
 
+def critical_xid_codes(out: Path) -> frozenset[int]:
+    """The XID codes the rendered rule pack's critical GPUXidError names (10 s group_wait, not 30 s)."""
+    codes: set[int] = set()
+    for file in sorted((out / "master" / "rules").glob("*.yml")):
+        for group in (yaml.safe_load(file.read_text()) or {}).get("groups", []):
+            for rule in group.get("rules", []):
+                if (
+                    rule.get("alert") == "GPUXidError"
+                    and rule.get("labels", {}).get("severity") == "critical"
+                ):
+                    found = re.search(r'xid=~"([0-9|]+)"', rule["expr"])
+                    codes |= {int(c) for c in found[1].split("|")} if found else set()
+    return frozenset(codes)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -271,6 +286,7 @@ def run_compose_bench(
             workdir=where / "run",
             say=say,
             profiles=profiles,
+            xid_codes=critical_xid_codes(out) or None,
         )
         with run:
             summary = run.summary()

@@ -118,8 +118,9 @@ OVERRIDES: tuple[Override, ...] = (
         "gpufed-exporter",
         {"GPUFED_EXPORTER_SEED": "{xid_seed}"},
         "`gpufed-exporter` (one node) has no scheduled XID (exporter.simulated.first_xid is the "
-        "fleet's): the seed is the first one whose seeded XIDs put one on some node a set time "
-        "after the run starts, read from the simulated backend itself",
+        "fleet's): the seed is the first one whose seeded XIDs put one (of the caller's codes: the "
+        "bench and test ask for the rule pack's critical ones) on some node 12-25 s after the plan, "
+        "read from the simulated backend itself",
     ),
     Override(
         "gpufed/gpufed",

@@ -148,8 +148,9 @@ def plan_service(
     return planned
 
 
-def xid_plan(node_names: list[str], *, gpus: int = 8) -> dict[str, Any]:
-    """The first seed whose seeded XIDs put one on some node inside ``XID_WINDOW_S`` after now."""
+def xid_plan(node_names: list[str], *, gpus: int = 8, codes: frozenset[int] | None = None) -> dict[str, Any]:
+    """The first seed whose seeded XIDs put one on some node inside ``XID_WINDOW_S`` after now
+    (with ``codes``, one of those codes: a caller that wants the critical route)."""
     from exporter.simulated import SimulatedBackend
 
     now = time.time()
@@ -163,7 +164,7 @@ def xid_plan(node_names: list[str], *, gpus: int = 8) -> dict[str, Any]:
 
             backend = SimulatedBackend(gpus, seed=seed, node=node, clock=now_)
             clock[0] = end
-            events = backend.drain_xid_events()
+            events = [e for e in backend.drain_xid_events() if codes is None or e.code in codes]
             if events:
                 return {
                     "seed": seed,
@@ -258,6 +259,12 @@ def describe(run_id: str, nodes: int, summary: dict[str, Any]) -> list[str]:
         f"    every namespace: default route via {sandbox.GATEWAY} (nobody holds it); "
         "published ports on 127.0.0.1 only"
     )
+    if summary["xid"]:
+        x = summary["xid"]
+        lines.append(
+            f"  planned XID: code {x['code']} on {x['node']} GPU {x['gpu']}, seed {x['seed']}, "
+            f"{x['at'] - x['planned_at']:.1f} s after the plan"
+        )
     lines.append("  versions (pinned image -> run here):")
     lines += [f"    {repo}: {v['pinned']} -> {v['run']}" for repo, v in sorted(summary["versions"].items())]
     if summary["ignored_keys"]:

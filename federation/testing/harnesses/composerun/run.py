@@ -58,15 +58,16 @@ class ComposeRun:
         workdir: Path,
         tools: Tools | None = None,
         profiles: tuple[str, ...] = (),
+        xid_codes: frozenset[int] | None = None,
         say: Callable[[str], None] = lambda line: None,
     ) -> None:
         """``profiles``: ``--profile`` for the monitoring file (``consul``); the node copies run
-        node.yml's default services."""
+        node.yml's default services. ``xid_codes``: the planned XID is one of these codes."""
         self.monitoring, self.monitoring_env = monitoring, monitoring_env
         self.node_file, self.node_env_example, self.node_values = node_file, node_env_example, nodes
         self.workdir, self.say = workdir, say
         self.tools = tools or Tools.from_env()
-        self.profiles = profiles
+        self.profiles, self.xid_codes = profiles, xid_codes
         self.run_id = secrets.token_hex(2)
         self.network = sandbox.Network(self.run_id)
         self.planned: dict[str, Planned] = {}
@@ -102,7 +103,7 @@ class ComposeRun:
             )
             project = parse_project(resolve(self.node_file, env_file=env_file, project=f"gpufed-{names[i]}"))
             projects.append((project, names[i]))
-        self.xid = xid_plan(node_names)
+        self.xid = xid_plan(node_names, codes=self.xid_codes)
         fill = {"{xid_seed}": str(self.xid.get("seed", 0)), "{ca_file}": str(self.ca_file)}
         for project, node in projects:
             for name in start_order(project.services):
