@@ -351,12 +351,21 @@ class ComposeRun:
         """Stop every process, remove every namespace and the run's roots; returns what failed."""
         for forwarder in self.forwarders:
             forwarder.stop()
-        processes = [p.process for p in self.planned.values() if p.process is not None]
-        stoppers = [threading.Thread(target=proc.stop, daemon=True) for proc in processes]
-        for t in stoppers:
-            t.start()
-        for t in stoppers:
-            t.join(timeout=30)
+        # the node copies first (their exporters deregister from a controller still there), then
+        # the monitoring services that depend on others, then the rest (Compose stops dependents first)
+        nodes = [p.process for p in self.planned.values() if p.process is not None and "/" in p.display]
+        monitoring = [p for p in self.planned.values() if p.process is not None and "/" not in p.display]
+        waves: list[list[ServiceProcess | None]] = [
+            list(nodes),
+            [p.process for p in monitoring if p.service.depends_on],
+            [p.process for p in monitoring if not p.service.depends_on],
+        ]
+        for wave in waves:
+            stoppers = [threading.Thread(target=proc.stop, daemon=True) for proc in wave if proc is not None]
+            for t in stoppers:
+                t.start()
+            for t in stoppers:
+                t.join(timeout=30)
         for proc in self._standins.values():
             if proc.poll() is None:
                 proc.kill()
