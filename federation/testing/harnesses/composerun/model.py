@@ -100,6 +100,8 @@ class Service:
     hostname: str
     aliases: tuple[str, ...]
     ignored: tuple[str, ...] = field(default=())
+    stop_grace_period: float = 10.0  # Docker's default: SIGKILL 10 s after the stop signal
+    stop_signal: str = "SIGTERM"
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,8 @@ def _service(project: str, name: str, raw: dict[str, Any]) -> Service:
         hostname=str(raw.get("hostname") or name),
         aliases=aliases,
         ignored=tuple(sorted(k for k in raw if k not in HONOURED)),
+        stop_grace_period=seconds(raw.get("stop_grace_period"), 10.0),
+        stop_signal=str(raw.get("stop_signal") or "SIGTERM"),
     )
 
 

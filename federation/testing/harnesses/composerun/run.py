@@ -353,19 +353,26 @@ class ComposeRun:
             forwarder.stop()
         # the node copies first (their exporters deregister from a controller still there), then
         # the monitoring services that depend on others, then the rest (Compose stops dependents first)
-        nodes = [p.process for p in self.planned.values() if p.process is not None and "/" in p.display]
-        monitoring = [p for p in self.planned.values() if p.process is not None and "/" not in p.display]
-        waves: list[list[ServiceProcess | None]] = [
-            list(nodes),
-            [p.process for p in monitoring if p.service.depends_on],
-            [p.process for p in monitoring if not p.service.depends_on],
+        running = [p for p in self.planned.values() if p.process is not None]
+        waves = [
+            [p for p in running if "/" in p.display],
+            [p for p in running if "/" not in p.display and p.service.depends_on],
+            [p for p in running if "/" not in p.display and not p.service.depends_on],
         ]
         for wave in waves:
-            stoppers = [threading.Thread(target=proc.stop, daemon=True) for proc in wave if proc is not None]
+            stoppers = [
+                threading.Thread(
+                    target=p.process.stop,
+                    args=(p.service.stop_grace_period, p.service.stop_signal),
+                    daemon=True,
+                )
+                for p in wave
+                if p.process is not None
+            ]
             for t in stoppers:
                 t.start()
             for t in stoppers:
-                t.join(timeout=30)
+                t.join(timeout=_longest_grace(wave) + 20)
         for proc in self._standins.values():
             if proc.poll() is None:
                 proc.kill()
@@ -381,6 +388,10 @@ class ComposeRun:
 
     def __exit__(self, *exc: object) -> None:
         self.down()
+
+
+def _longest_grace(wave: list[Planned]) -> float:
+    return max((p.service.stop_grace_period for p in wave), default=0.0)
 
 
 _CONDITIONS: dict[str, Callable[[State], bool]] = {

@@ -194,12 +194,15 @@ class ServiceProcess:
                 self.changed.wait(min(left, 1.0))
             return True
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL after ``timeout`` (``docker compose down``'s order); no restart."""
+    def stop(self, timeout: float = 10.0, stop_signal: str = "SIGTERM") -> None:
+        """The stop signal, then SIGKILL after ``timeout`` (``docker compose down``'s order); no restart."""
         self._stopping.set()
         proc = self._proc
         if proc is not None and proc.poll() is None:
-            _signal_group(proc.pid, signal.SIGTERM)
+            _signal_group(
+                proc.pid,
+                signal.Signals[stop_signal if stop_signal.startswith("SIG") else f"SIG{stop_signal}"],
+            )
             try:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
