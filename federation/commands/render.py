@@ -127,16 +127,26 @@ def render_command(
         print_render_summary(info)
 
 
-def _same_line(checker: Promtool, wanted: Release) -> None:
-    """A promtool of another line refuses (2.x) or cannot vouch for (3.x) what was rendered."""
+def promtool_line_error(checker: Promtool, wanted: Release, *, older_only: bool = False) -> str | None:
+    """Why ``checker`` cannot check configs rendered for ``wanted``'s line, or None.
+
+    A 2.x promtool refuses 3.x's fields; a 3.x one accepts a 2.53 config but cannot vouch
+    for it (``older_only`` lets that pass, as the controller image does).
+    """
     found = checker.release()
-    if found is not None and found.major != wanted.major:
-        typer.echo(
-            f"error: promtool {checker.binary} is {found}, but the spec's prometheus.version renders for"
-            f" {wanted.major}.x: put that line's promtool first on PATH (. scripts/stack_path.sh with"
-            f" GPUFED_STACK={wanted.major}) or pass --no-check",
-            err=True,
-        )
+    if found is None or found.major == wanted.major or (older_only and found.major > wanted.major):
+        return None
+    return (
+        f"promtool {checker.binary} is {found}, but the spec's prometheus.version renders for"
+        f" {wanted.major}.x: put that line's promtool first on PATH (. scripts/stack_path.sh with"
+        f" GPUFED_STACK={wanted.major}) or pass --no-check"
+    )
+
+
+def _same_line(checker: Promtool, wanted: Release) -> None:
+    problem = promtool_line_error(checker, wanted)
+    if problem is not None:
+        typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(2)
 
 

@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from federation.commands.render import SpecOpt, user_errors
+from federation.commands.render import SpecOpt, promtool_line_error, user_errors
 from federation.controller.base.options import ControllerOptions
 from federation.controller.http.auth import TokenError
 from federation.controller.http.service import ServeSettings, SettingsError, build_service
@@ -25,6 +25,7 @@ from federation.controller.load.tracking import LoadOptions
 from federation.controller.stores.store import StoreError
 from federation.spec import GpufedSpec, load_gpufed_spec
 from sharder.engine.sizing import Hysteresis
+from sharder.kernel.promtool import Promtool
 from sharder.model.addresses import normalise_host
 from sharder.sources.consul import ConsulConfig
 from sharder.sources.kubernetes import KubernetesConfig
@@ -292,6 +293,15 @@ def serve_command(
         port = bound.getsockname()[1]
     with user_errors():
         loaded = load_gpufed_spec(spec)
+    checker = None if no_check else Promtool.find()
+    problem = None if checker is None else promtool_line_error(
+        checker, loaded.prometheus.release(), older_only=True
+    )
+    if problem is not None:  # every config it publishes would be refused
+        if bound is not None:
+            bound.close()
+        typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(2)
     consul_config = None
     if consul or service:
         consul_config = ConsulConfig(services=tuple(service or ["gpufed-exporter"]), address=consul)

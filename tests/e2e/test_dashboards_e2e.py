@@ -51,7 +51,10 @@ HAMI = "HAMi vGPU monitor/scheduler metric: HAMi cannot run without Kubernetes a
 KSM = "kube-state-metrics ResourceQuota metric: no Kubernetes API in this stack"
 SCHEDULER = "kube-scheduler metric (via recording rule): no Kubernetes scheduler in this stack"
 RELOAD = "the relay's reload counter has no series before the first SIGHUP reload; none happens here"
+DROPPED = ("Prometheus 2.53 and 3.5.3 export samples_dropped_total only once a sample"
+           " is dropped (checked against both binaries); a healthy stack drops none")
 PARSE_ONLY: dict[tuple[str, str, str], str] = {
+    ("gpufed-federation", "remote_write failures", "C"): DROPPED,
     ("gpufed-federation", "Targets per shard (controller)", "A"): CONTROLLER,
     ("gpufed-federation", "Hand-overs", "A"): CONTROLLER,
     ("gpufed-federation", "Hand-overs", "B"): CONTROLLER,

@@ -229,3 +229,26 @@ def test_render_checks_with_the_promtool_of_the_specs_line(
         said = " ".join(result.output.split())
         assert f"but the spec's prometheus.version renders for {version[0]}.x" in said
         assert not out.exists()
+
+
+@pytest.mark.parametrize(("version", "path_line", "refused"), [("3", 2, True), ("2.53", 3, False)])
+def test_serve_refuses_a_promtool_that_would_refuse_what_it_publishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str, path_line: int, refused: bool
+) -> None:
+    """``gpufed serve``: a 2.x promtool refuses every 3.x config, so it stops at start; a 3.x one
+    checks a 2.53 spec's configs (the controller image carries 3.x), so that one goes on."""
+    from federation.commands import serve
+    from federation.demo.loopback import free_port
+
+    spec_path, _ = write_inputs(tmp_path, spec=SMALL_SPEC + f"prometheus: {{version: '{version}'}}\n")
+    tools = Path(stack_tool(path_line, "promtool")).parent
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    app = typer.Typer(pretty_exceptions_enable=False)
+    serve.register(app)
+    app.command("noop", hidden=True)(lambda: None)
+    # An empty --store makes the start fail after the check: enough to tell the two apart.
+    result = invoke(app, "serve", "--spec", spec_path, "--data-dir", tmp_path / "data",
+                    "--listen", f"127.0.0.1:{free_port()}", "--store", "nope://")
+    said = " ".join(result.output.split())
+    assert ("but the spec's prometheus.version renders for 3.x" in said) == refused, said
+    assert result.exit_code != 0
