@@ -246,10 +246,11 @@ def _after(stamp: str, epoch: float) -> bool:
     return whole + float(found[2] or 0) > epoch
 
 
-def cpu_seconds(run: ComposeRun) -> float:
-    """CPU the run's live processes used (utime + stime from /proc)."""
+def cpu_seconds(run: ComposeRun) -> dict[str, float]:
+    """CPU the run's live processes used so far (utime + stime from /proc), per service name
+    (a node.yml service summed over the copies)."""
     ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
+    by_service: dict[str, float] = {}
     for p in run.planned.values():
         if p.process is None or p.process.pid is None:
             continue
@@ -257,8 +258,9 @@ def cpu_seconds(run: ComposeRun) -> float:
             fields = Path(f"/proc/{p.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])
-    return round(total / ticks, 1)
+        name = f"node.yml/{p.service.name}" if "/" in p.display else p.display
+        by_service[name] = by_service.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return {k: round(v, 1) for k, v in sorted(by_service.items())}
 
 
 def run_compose_bench(
@@ -298,7 +300,9 @@ def run_compose_bench(
             )
             targets_s = round(time.monotonic() - started, 1)
             # the restart runs while the XID travels: a child that does not scrape the XID's node
-            killed = kill_child(run, quiet_child(run), timeout=timeout)
+            victim = quiet_child(run)
+            steady_from, cpu_from = time.monotonic(), cpu_seconds(run)
+            killed = kill_child(run, victim, timeout=timeout)
             delivered = wait(
                 lambda: [m for m in alerts_delivered(run) if "GPUXidError" in json.dumps(m)],
                 timeout=timeout,
@@ -309,6 +313,9 @@ def run_compose_bench(
             rules = rules_loaded(run, out)
             health = run.health()
             cpu = cpu_seconds(run)
+            # running, not starting: CPU from every node's targets up to here, the killed child left out
+            steady = sum(v - cpu_from.get(k, 0.0) for k, v in cpu.items() if k != victim)
+            steady_cores = round(steady / (time.monotonic() - steady_from), 3)
             result = {
                 **{k: v for k, v in targets.items() if k != "missing"},
                 **rules,
@@ -329,7 +336,9 @@ def run_compose_bench(
                 "targets_up_s": targets_s,
                 "alert_s": alert_s,
                 "total_s": round(time.monotonic() - started, 1),
-                "cpu_s_services": cpu,
+                "cpu_s_services": round(sum(cpu.values()), 1),
+                "cpu_s_by_service": cpu,
+                "cores_running": steady_cores,
                 "load_before": [round(x, 2) for x in load_before],
                 "load_after": [round(x, 2) for x in os.getloadavg()],
             }
