@@ -61,6 +61,13 @@ PROJECT = {
             "volumes": [{"type": "volume", "source": "shared", "target": "/data", "read_only": True}],
             "restart": "no",
         },
+        "sidecar": {  # network_mode service:web: web's namespace, so web answers on 127.0.0.1
+            "image": IMAGE,
+            "network_mode": "service:web",
+            "command": ["sh", "-c", "wget -qO- http://127.0.0.1:8000/ >/dev/null && exec sleep 300"],
+            "depends_on": {"web": {"condition": "service_healthy"}},
+            "restart": "no",
+        },
         "consul": {  # under its profile: the Consul stand-in, probed in place of `consul members`
             "image": "hashicorp/consul:1.19.2",
             "profiles": ["consul"],
@@ -113,6 +120,8 @@ def test_depends_on_waits_for_healthy_and_completed_successfully(tmp_path: Path)
         assert run.planned["app"].process.wait_for(lambda s: s.done, 3) is False
         assert app.exits == [] and len(app.pids) == 1
         assert run.planned["consul"].kind == "standin" and run.health()["consul"] == "healthy"
+        sidecar = run.planned["sidecar"].process
+        assert sidecar is not None and sidecar.wait_for(lambda s: s.done, 1) is False
         registrar = run.planned["registrar"].process
         assert registrar is not None and registrar.wait_for(lambda s: s.done, 3) is False
     assert run.network.existing() == []

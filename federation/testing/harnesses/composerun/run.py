@@ -91,7 +91,11 @@ class ComposeRun:
         names = [f"node-{i:03d}" for i in range(len(self.node_values))]
         node_names = [v["NODE_NAME"] for v in self.node_values]
         monitoring = projects[0][0]
-        runs_here = [s for s in monitoring.services.values() if images.rule_for(s.image).kind != "left_out"]
+        runs_here = [
+            s
+            for s in monitoring.services.values()
+            if images.rule_for(s.image).kind != "left_out" and not str(s.network_mode).startswith("service:")
+        ]
         members = [*images.EXTERNAL.values(), *(s.name for s in runs_here), *names]
         self.network.plan(members)
         (self.workdir / "env").mkdir(parents=True, exist_ok=True)
@@ -109,7 +113,8 @@ class ComposeRun:
             for name in start_order(project.services):
                 service = project.services[name]
                 display = f"{node_names[names.index(node)]}/{name}" if node else name
-                member = node if node else name
+                shared = str(service.network_mode).removeprefix("service:")  # network_mode: service:NAME
+                member = node or (shared if shared != str(service.network_mode) else name)
                 self.planned[display] = plan_service(service, display, member, tools=self.tools, fill=fill)
 
     # --- up --------------------------------------------------------------------------------------
