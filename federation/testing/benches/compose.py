@@ -359,4 +359,7 @@ def quiet_child(run: ComposeRun) -> str:
     scraping = {
         c: {t["labels"]["instance"].rpartition(":")[0] for t in child_targets(run, c)} for c in children
     }
-    return max((c for c in children if xid_address not in scraping[c]), key=lambda c: (len(scraping[c]), c))
+    quiet = [c for c in children if xid_address not in scraping[c]] or children
+    if not quiet:
+        raise ComposeRunError("no child Prometheus runs")
+    return max(quiet, key=lambda c: (len(scraping[c]), c))
