@@ -33,6 +33,10 @@ FIRST_HOST = 10
 #: interface); this one points at an address in the subnet that nobody holds, so nothing leaves.
 GATEWAY = "10.213.0.1"
 CLONE_NEWNET = 0x40000000
+#: Host directories a service may write: kernel file systems, /run, and /tmp (where the run
+#: keeps its own files). Every other host directory is bound read-only; a service writes only
+#: to its volumes and to the overlays made for paths the host lacks.
+WRITABLE_HOST_DIRS = frozenset({"dev", "proc", "sys", "run", "tmp"})
 NETNS_DIR = Path("/run/netns")
 
 
@@ -228,8 +232,14 @@ def wrapper_script(*, root: Path, layers: Path, binds: list[Bind], hosts: Path) 
             lines.append(f"[ -L {q(dest)} ] || ln -s {q(os.readlink(src))} {q(dest)}")
         elif src.is_dir():
             lines += [f"mkdir -p {q(dest)}", f"mount --rbind {q(str(src))} {q(dest)}"]
+            if name not in WRITABLE_HOST_DIRS:  # the host's files are the image's: read, never written
+                lines.append(f"mount -o remount,bind,ro {q(dest)}")
         elif src.is_file():
-            lines += [f"touch {q(dest)}", f"mount --bind {q(str(src))} {q(dest)}"]
+            lines += [
+                f"touch {q(dest)}",
+                f"mount --bind {q(str(src))} {q(dest)}",
+                f"mount -o remount,bind,ro {q(dest)}",
+            ]
     # the copy of /run/netns would hold every namespace of the run open after `ip netns del`
     lines.append(f"umount -l {q(str(root))}/run/netns 2>/dev/null || true")
     # 3. overlays where a target's parent is missing under an existing host directory
