@@ -8,23 +8,39 @@ front would lose alerts sent to a replica that then fails before gossiping them.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from alertmanager.models import AlertingSpec, ReplicaSpec
 
 
 def replica_flags(alerting: AlertingSpec, replica: ReplicaSpec) -> list[str]:
-    """Command-line flags for one replica: listen, advertise, one ``--cluster.peer`` per other."""
+    """Command-line flags for one replica: listen, advertise, one ``--cluster.peer`` per other.
+
+    ``--cluster.advertise-address`` takes an IP only (a host name stops Alertmanager with
+    "Failed to parse advertise address", prometheus/alertmanager#1271). A replica named by
+    host name (compose's ``alertmanager-0``) leaves it out: Alertmanager then advertises its
+    private address on the interface with the default route, as in a container.
+    """
     flags = [
         f"--web.listen-address=0.0.0.0:{replica.port}",
         f"--cluster.listen-address=0.0.0.0:{replica.cluster_port}",
-        f"--cluster.advertise-address={replica.cluster_address}",
     ]
+    if _is_ip(replica.host):
+        flags.append(f"--cluster.advertise-address={replica.cluster_address}")
     flags += [f"--cluster.peer={p.cluster_address}" for p in alerting.replicas if p.name != replica.name]
     if alerting.external_url is not None:
         # The externalURL of every webhook: the relay's Alertmanager link in each message.
         flags.append(f"--web.external-url={alerting.external_url}")
     return flags
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def all_replica_flags(alerting: AlertingSpec) -> dict[str, list[str]]:

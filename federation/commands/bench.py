@@ -12,6 +12,7 @@ printing.
 
 import inspect
 import json
+import os
 import shutil
 import signal
 import sys
@@ -339,6 +340,30 @@ def dingtalk(
     return run(alerts=alerts, regions=regions, alertnames=alertnames, timeout=timeout)
 
 
+def compose(
+    nodes: Annotated[int, typer.Option(min=1, max=200, help="copies of compose/node.yml (simulated GPUs)")]
+    = 20,
+    spec: Annotated[Path | None, typer.Option(
+        help="spec to render the compose tier from (default compose/federation.yaml)", exists=True,
+        dir_okay=False)] = None,
+    timeout: Annotated[float, typer.Option(min=10, max=1800, help="seconds each step may take")] = 240.0,
+    profile: Annotated[list[str] | None, typer.Option(
+        help="a monitoring.yml profile to start too (consul: the Consul stand-in)")] = None,
+) -> Result:
+    """The rendered monitoring.yml and N node.yml copies run as processes (root): targets, alert, restart."""
+    from federation.testing.benches.compose import run_compose_bench
+    from federation.testing.harnesses.composerun.plan import ComposeRunError
+
+    if os.geteuid() != 0:
+        raise BenchFailed("the compose runner needs root (ip netns, unshare --mount)")
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # a CI timeout unwinds: namespaces and processes go
+    try:
+        return run_compose_bench(nodes=nodes, spec=spec, timeout=timeout, say=_say,
+                                 profiles=tuple(profile or ()))
+    except (ComposeRunError, OSError) as exc:
+        raise BenchFailed(str(exc)) from exc
+
+
 def _one_of(value: str, allowed: tuple[str, ...], flag: str) -> None:
     if value not in allowed:
         raise typer.BadParameter(f"expected one of {', '.join(allowed)}, got {value!r}", param_hint=flag)
@@ -369,6 +394,7 @@ BENCHES = (
     Bench("dingtalk", dingtalk, raw),
     Bench("freshness", freshness, raw),
     Bench("state-store", state_store, raw),
+    Bench("compose", compose, raw),
 )
 
 

@@ -131,8 +131,7 @@ def test_ha_flags_peer_with_every_other_replica() -> None:
     flags = ha.all_replica_flags(spec.alerting)
     assert flags["am-1"] == [
         "--web.listen-address=0.0.0.0:9093",
-        "--cluster.listen-address=0.0.0.0:9094",
-        "--cluster.advertise-address=alertmanager-1:9094",
+        "--cluster.listen-address=0.0.0.0:9094",  # no advertise address: a host name is refused
         "--cluster.peer=alertmanager-0:9094",
         "--cluster.peer=alertmanager-2:9094",
     ]

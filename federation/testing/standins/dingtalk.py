@@ -13,6 +13,7 @@ import base64
 import hashlib
 import hmac
 import json
+import ssl
 import threading
 import time
 from collections import deque
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
+from federation.demo.loopback import LOOPBACK, LoopbackHandler, LoopbackHTTPServer
 
 MAX_BYTES = 20_000
 PER_MINUTE = 20
@@ -40,15 +41,19 @@ class FakeRobot:
 class FakeDingTalk:
     """``with FakeDingTalk() as api: url = api.add_robot("tok", secret="SEC...")``."""
 
-    def __init__(self, *, enforce_rate_limit: bool = True) -> None:
+    def __init__(self, *, enforce_rate_limit: bool = True, host: str = LOOPBACK, port: int = 0,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.robots: dict[str, FakeRobot] = {}
         self.enforce_rate_limit = enforce_rate_limit
         self.lock = threading.Lock()
-        self._server = LoopbackHTTPServer(_handler_for(self), name="dingtalk-standin")
+        self._server = LoopbackHTTPServer(_handler_for(self), host=host, port=port, name="dingtalk-standin")
+        self._tls = tls is not None
+        if tls is not None:  # DingTalk's API is HTTPS only (the compose runner's stand-in for it)
+            self._server.httpd.socket = tls.wrap_socket(self._server.httpd.socket, server_side=True)
 
     @property
     def base_url(self) -> str:
-        return self._server.url
+        return self._server.url.replace("http://", "https://", 1) if self._tls else self._server.url
 
     def add_robot(self, token: str, *, secret: str | None = None, keywords: list[str] | None = None) -> str:
         """Register a robot; returns its webhook URL (without timestamp/sign)."""
@@ -118,6 +123,16 @@ def _check_sign(secret: str, params: dict[str, str]) -> str | None:
 
 def _handler_for(api: FakeDingTalk) -> type[LoopbackHandler]:
     class Handler(LoopbackHandler):
+        def do_GET(self) -> None:
+            """``GET /v1/messages``: what every robot accepted and refused (read by a test from outside)."""
+            if urlsplit(self.path).path != "/v1/messages":
+                self.send_error(404)
+                return
+            with api.lock:
+                body = {token: {"messages": r.messages, "rejected": r.rejected}
+                        for token, r in api.robots.items()}
+            self.reply(200, body)
+
         def do_POST(self) -> None:
             parts = urlsplit(self.path)
             body = self.body()
@@ -128,3 +143,35 @@ def _handler_for(api: FakeDingTalk) -> type[LoopbackHandler]:
             self.reply(200, {"errcode": code, "errmsg": msg}, content_type="application/json")
 
     return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the stand-in as its own process (the compose runner): serves until killed.
+
+    ``--robots FILE``: a JSON list of ``{"token", "secret", "keywords"}``; ``--cert``/``--key``
+    serve HTTPS as DingTalk does.
+    """
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description="DingTalk custom-robot API stand-in")
+    parser.add_argument("--host", default=LOOPBACK)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--robots", type=Path, required=True)
+    parser.add_argument("--cert", type=Path)
+    parser.add_argument("--key", type=Path)
+    args = parser.parse_args(argv)
+    tls = None
+    if args.cert is not None:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(args.cert, args.key)
+    api = FakeDingTalk(host=args.host, port=args.port, tls=tls)
+    for robot in json.loads(args.robots.read_text()):
+        api.add_robot(robot["token"], secret=robot.get("secret"), keywords=robot.get("keywords"))
+    api.__enter__()
+    print(api.base_url, flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -552,13 +552,14 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(description="fake Consul agent (a test stand-in)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (the compose runner: 0.0.0.0)")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--services", type=int, default=0, help="exporter services registered at start")
     parser.add_argument("--regions", type=int, default=2)
     parser.add_argument("--ttl-multiplier", type=float, default=2.0,
                         help="a TTL session is reaped this many TTLs after its last renewal (Consul: 2)")
     args = parser.parse_args(argv)
-    agent = FakeConsulAgent(port=args.port, ttl_multiplier=args.ttl_multiplier)
+    agent = FakeConsulAgent(host=args.host, port=args.port, ttl_multiplier=args.ttl_multiplier)
     for i in range(args.services):
         agent.register_local(exporter_service(i, regions=args.regions))
     agent.start()

@@ -25,7 +25,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 
-from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
+from federation.demo.loopback import LOOPBACK, LoopbackHandler, LoopbackHTTPServer
 from federation.testing.standins.loki import snappy
 
 PUSH_PATH = "/loki/api/v1/push"
@@ -136,11 +136,20 @@ class LokiPushStandIn:
     max_label_names: int = 15
     streams: list[Received] = field(default_factory=list)
     rejected: list[tuple[int, str]] = field(default_factory=list)
+    host: str = LOOPBACK
+    port: int = 0
 
     def __post_init__(self) -> None:
         stand_in = self
 
         class Handler(LoopbackHandler):
+            def do_GET(self) -> None:
+                """``/ready`` as Loki answers it once it serves (the compose runner's health probe)."""
+                if self.path == "/ready":
+                    self.reply(200, "ready\n")
+                else:
+                    self.send_error(404)
+
             def do_POST(self) -> None:
                 status, reason = stand_in.handle(
                     self.path,
@@ -150,7 +159,7 @@ class LokiPushStandIn:
                 )
                 self.reply(status, reason)
 
-        self._server = LoopbackHTTPServer(Handler, name="loki-push")
+        self._server = LoopbackHTTPServer(Handler, host=self.host, port=self.port, name="loki-push")
 
     @property
     def url(self) -> str:
@@ -219,3 +228,21 @@ class LokiPushStandIn:
         missing = [name for name in self.required if name not in labels]
         if missing:
             raise ValueError(f"stream {label_string(labels)} lacks the labels {missing}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the push stand-in as its own process (the compose runner's ``loki``): serves until killed."""
+    import argparse
+    import threading
+
+    parser = argparse.ArgumentParser(description="Loki push API stand-in")
+    parser.add_argument("--host", default=LOOPBACK)
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    stand_in = LokiPushStandIn(host=args.host, port=args.port).__enter__()
+    print(stand_in.url, flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
