@@ -90,6 +90,9 @@ def edit_spec(rule_files: list[str]) -> Any:
         doc["jobs"].append({"name": "node", "scrape_interval": "5s", "scrape_timeout": "4s"})
         doc["master"]["rule_pack"] = False
         doc["master"]["extra_rule_files"] = rule_files
+        # The demo's own spec names no Grafana (it runs none, so its messages carry no links);
+        # this module names one to read the Logs link a deployment with Grafana gets.
+        doc["grafana"] = {"url": "http://127.0.0.1:3000"}
 
     return edit
 
@@ -286,7 +289,7 @@ def test_one_alertmanager_killed_node_down_reaches_the_region_once_gpu_alert_inh
 
 def test_node_down_message_links_to_the_nodes_logs_around_its_start(timeline: Timeline) -> None:
     """The relay's DingTalk message carries a Grafana Explore link whose LogQL names the node
-    and whose range brackets the alert's start (the demo's spec names a Grafana URL)."""
+    and whose range brackets the alert's start (this module's spec names a Grafana URL)."""
     from urllib.parse import parse_qs, urlsplit
 
     message = timeline.node_down["region-1-oncall"][0]

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -124,11 +125,17 @@ class RelayThread(AppServer):
 def gpu_alert(*, region: str, node: str, cluster: str, alertname: str = "GPUXidError",
               severity: str = "critical", component: str = "gpu", gpu: int | None = 0,
               **labels: str) -> dict[str, Any]:
-    """An alert as Prometheus posts it to ``/api/v2/alerts``, labelled as the rule pack does."""
+    """An alert as Prometheus posts it to ``/api/v2/alerts``, labelled as the rule pack does.
+
+    ``startsAt`` is set here, as Prometheus sets it (the rule's active-since time) in what it
+    posts to every replica: left out, each Alertmanager stamps its own arrival time, the two
+    replicas' notifications name different episodes, and the relay rightly sends both.
+    """
     base = {"alertname": alertname, "severity": severity, "component": component, "region": region,
             "cluster": cluster, "node": node}
     if gpu is not None:
         base["gpu"] = str(gpu)
     return {"labels": {**base, **labels},
             "annotations": {"summary": f"{alertname} on {node}" + ("" if gpu is None else f" gpu {gpu}")},
-            "generatorURL": "http://prometheus:9090/graph"}
+            "generatorURL": "http://prometheus:9090/graph",
+            "startsAt": datetime.now(UTC).isoformat()}
