@@ -181,3 +181,24 @@ changed in 3.0 follow it, as gpufed's own renderers do (sharder/kernel/prometheu
 {{- define "gpufed.agentFlag" -}}
 {{- if eq (include "gpufed.prometheusMajor" .) "2" }}--enable-feature=agent{{ else }}--agent{{ end -}}
 {{- end }}
+
+{{/* A pod's placement from a component's values: nodeSelector, tolerations, affinity,
+priorityClassName (each left out when empty). Call with the component's values; indent
+to the pod spec. */}}
+{{- define "gpufed.scheduling" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end -}}
