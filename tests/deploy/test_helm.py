@@ -30,7 +30,7 @@ CI_FILES = sorted((CHART / "ci").glob("*.yaml"))
 BAD_FILES = sorted((CHART / "ci" / "bad").glob("*.yaml"))
 KUBE_VERSIONS = ("1.29", "1.33")
 #: Prometheus Operator kinds: no schema in kubernetes-validate; checked by promtool instead.
-CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 RELEASE = {"name": "gpufed", "namespace": "monitoring"}
 
 

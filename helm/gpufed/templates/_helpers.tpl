@@ -30,8 +30,38 @@ app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/*
+An image reference from {registry, repository, tag, digest}, as kube-prometheus-stack
+splits it: global.imageRegistry, when set, replaces every registry (one override for an
+air-gapped mirror). A repository whose first part is a host (has a dot or a port, or is
+localhost: Docker's rule) is whole already and gets no registry, so the old
+`image.repository=registry.example.com/infra/gpufed` keeps working. A plain string (the
+images.* form before 0.2, deprecated) is used as it is.
+call with (dict "ctx" $ "image" <string or map>)
+*/}}
+{{- define "gpufed.imageRef" -}}
+{{- $img := .image -}}
+{{- if kindIs "string" $img -}}
+{{- $img -}}
+{{- else -}}
+{{- $registry := ((.ctx.Values.global | default dict).imageRegistry | default $img.registry) | default "" -}}
+{{- $first := first (splitList "/" $img.repository) -}}
+{{- $hosted := or (contains "." $first) (contains ":" $first) (eq $first "localhost") -}}
+{{- if and $registry (not $hosted) }}{{ $registry }}/{{ end }}{{ $img.repository }}
+{{- with $img.tag }}:{{ . }}{{ end }}{{ with $img.digest }}@{{ . }}{{ end }}
+{{- end -}}
+{{- end -}}
+
+{{/* images.<name>: call with (dict "ctx" $ "name" "prometheus") */}}
+{{- define "gpufed.componentImage" -}}
+{{- include "gpufed.imageRef" (dict "ctx" .ctx "image" (index .ctx.Values.images .name)) -}}
+{{- end -}}
+
+{{/* gpufed's own image (controller, exporter, relay); tag default: the chart's appVersion */}}
 {{- define "gpufed.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- $img := deepCopy .Values.image -}}
+{{- $_ := set $img "tag" (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- include "gpufed.imageRef" (dict "ctx" . "image" $img) -}}
 {{- end -}}
 
 {{- define "gpufed.serviceAccountName" -}}
@@ -53,7 +83,7 @@ call with (dict "ctx" $ "name" "sync" "files" (list ...) "loop" true "reload" "h
 */}}
 {{- define "gpufed.configSync" -}}
 - name: {{ .name }}
-  image: {{ .ctx.Values.images.busybox }}
+  image: {{ include "gpufed.componentImage" (dict "ctx" .ctx "name" "busybox") }}
   command: ["sh", "/scripts/config-sync.sh"]
   env:
     - name: GPUFED_URL
