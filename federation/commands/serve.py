@@ -145,7 +145,12 @@ def serve_command(
     in_cluster: Annotated[bool, typer.Option(help="use the pod's service account")] = False,
     namespace: Annotated[str, typer.Option(help="namespace of the exporters")] = "monitoring",
     k8s_service: Annotated[
-        str, typer.Option("--k8s-service", help="Service whose EndpointSlices are the exporters")
+        str,
+        typer.Option(
+            "--k8s-service",
+            help="Service whose EndpointSlices are the exporters; empty: none (the gpu job then comes from"
+            " a --k8s-job, e.g. gpu=gpu-operator/nvidia-dcgm-exporter:gpu-metrics)",
+        ),
     ] = "gpufed-exporter",
     k8s_job: Annotated[
         list[str] | None,
@@ -400,7 +405,7 @@ def serve_command(
         data_dir=data_dir,
         inventory=inventory,
         consul=consul_config,
-        kubernetes=k8s_config,
+        kubernetes=k8s_config if k8s_service else None,
         kubernetes_jobs=k8s_jobs,
         tokens_file=tokens,
         dev=dev,

@@ -157,6 +157,21 @@ HAMi's jobs, the Alertmanager pods). A key the user set in .Values.federation wi
 {{- end -}}
 {{- $_ := set $spec "jobs" $jobs -}}
 {{- end -}}
+{{- with .Values.extraJobs -}}
+{{- $names := list -}}
+{{- range $spec.jobs }}{{ $names = append $names .name }}{{ end -}}
+{{- $jobs := $spec.jobs -}}
+{{- range $extra := . -}}
+{{- if not (has $extra.name $names) -}}
+{{- $job := dict "name" $extra.name "scrape_interval" ($extra.interval | default "30s") -}}
+{{- with $extra.keepMetrics }}{{ $_ := set $job "keep_metrics" . }}{{ end -}}
+{{- with $extra.scheme }}{{ $_ := set $job "scheme" . }}{{ end -}}
+{{- with $extra.metricsPath }}{{ $_ := set $job "metrics_path" . }}{{ end -}}
+{{- $jobs = append $jobs $job -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $spec "jobs" $jobs -}}
+{{- end -}}
 {{- if .Values.master.enabled -}}
 {{- $byRegion := dict -}}
 {{- range $region, $count := .Values.children.perRegion -}}
