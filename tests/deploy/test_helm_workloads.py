@@ -117,3 +117,14 @@ def test_the_defaults_give_the_master_its_measured_size() -> None:
     master = yaml.safe_load((CHART / "values.yaml").read_text())["master"]
     # 771 MiB measured at 600 nodes (README): the request must hold it
     assert master["resources"]["requests"]["memory"] == "1Gi"
+
+
+def test_children_retention_reaches_the_agents_flag(chart: helm.Chart) -> None:
+    """children.retention was read by no template; the agent keeps its WAL that long at most
+    (--storage.agent.retention.max-time, in both Prometheus lines' --help)."""
+    base = values(CHART / "ci" / "default-values.yaml")
+    base["children"] = {**base.get("children", {}), "retention": "90m"}
+    objects = render(chart, base)
+    (child,) = [w for w in workloads(objects) if w["metadata"]["name"].endswith("-child-cn-beijing")]
+    (agent,) = [c for c in pod(child)["containers"] if c["name"] == "prometheus"]
+    assert "--storage.agent.retention.max-time=90m" in agent["args"]
