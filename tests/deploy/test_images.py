@@ -27,6 +27,7 @@ HELM_KEYS = {
     "loki": "loki",
     "grafana": "grafana",
     "promtail": "promtail",
+    "alloy": "alloy",
 }
 GPUFED_DEFAULT = f"${{GPUFED_IMAGE:-{images.ref('gpufed')}}}"
 
