@@ -343,10 +343,10 @@ def serve_command(
         port = bound.getsockname()[1]
     with user_errors():
         loaded = load_gpufed_spec(spec)
-    regions = RegionFlags(spec=loaded)
     consul_config = None
     if consul or service:
         consul_config = ConsulConfig(services=tuple(service or ["gpufed-exporter"]), address=consul)
+        regions = RegionFlags(spec=loaded)
         if consul_default_region is not None:
             region = regions.known(consul_default_region, flag="--consul-default-region")
             mapping = dataclasses.replace(consul_config.mapping, default_region=region)
@@ -356,6 +356,7 @@ def serve_command(
     k8s_config = None
     k8s_jobs: tuple[KubernetesConfig, ...] = ()
     if kubeconfig or in_cluster:
+        regions = RegionFlags(spec=loaded)
         k8s_config = KubernetesConfig(
             namespace=namespace, service=k8s_service, kubeconfig=str(kubeconfig) if kubeconfig else None,
             region_label=k8s_region_label,
