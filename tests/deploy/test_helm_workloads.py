@@ -22,7 +22,8 @@ def workloads(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def pod(workload: dict[str, Any]) -> dict[str, Any]:
-    return dict(workload["spec"]["template"]["spec"])
+    spec = workload["spec"]
+    return dict(spec if workload["kind"] == "Pod" else spec["template"]["spec"])
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def test_every_container_has_requests_and_every_http_server_probes(
 ) -> None:
     objects = render(chart, values(values_file))
     assert workloads(objects)
-    for workload in workloads(objects):
+    for workload in [*workloads(objects), *[o for o in objects if o["kind"] == "Pod"]]:  # + helm test pod
         spec = pod(workload)
         where = f"{workload['kind']} {workload['metadata']['name']}"
         for container in [*spec.get("initContainers", []), *spec["containers"]]:
