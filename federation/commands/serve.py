@@ -86,6 +86,31 @@ def _k8s_job(value: str, *, base: KubernetesConfig, jobs: GpufedSpec) -> Kuberne
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class RegionFlags:
+    """Region flags checked against the spec: a region the spec does not name would skip
+    every target it reaches, so it is refused at start, naming the flag."""
+
+    spec: GpufedSpec
+
+    def known(self, region: str, *, flag: str) -> str:
+        names = [r.name for r in self.spec.regions]
+        if region not in names:
+            raise typer.BadParameter(f"region {region!r} is not in the spec's regions ({', '.join(names)})",
+                                     param_hint=flag)
+        return region
+
+    def mapping(self, values: list[str]) -> tuple[tuple[str, str], ...]:
+        pairs: dict[str, str] = {}
+        for value in values:
+            label, sep, region = value.partition("=")
+            if not sep or not label or not region:
+                raise typer.BadParameter(f"expected VALUE=REGION, e.g. cn-hangzhou=hz, got {value!r}",
+                                         param_hint="--k8s-region-map")
+            pairs[label] = self.known(region, flag="--k8s-region-map")
+        return tuple(sorted(pairs.items()))
+
+
 def _child_urls(values: list[str]) -> dict[str, str]:
     urls = {}
     for value in values:
@@ -121,7 +146,12 @@ def serve_command(
     in_cluster: Annotated[bool, typer.Option(help="use the pod's service account")] = False,
     namespace: Annotated[str, typer.Option(help="namespace of the exporters")] = "monitoring",
     k8s_service: Annotated[
-        str, typer.Option("--k8s-service", help="Service whose EndpointSlices are the exporters")
+        str,
+        typer.Option(
+            "--k8s-service",
+            help="Service whose EndpointSlices are the exporters; empty: none (the gpu job then comes from"
+            " a --k8s-job, e.g. gpu=gpu-operator/nvidia-dcgm-exporter:gpu-metrics)",
+        ),
     ] = "gpufed-exporter",
     k8s_job: Annotated[
         list[str] | None,
@@ -131,6 +161,27 @@ def serve_command(
             " node=gpufed-node-exporter:metrics, or JOB=[NAMESPACE/]{LABEL-SELECTOR}:PORT from pods"
             " by label (repeatable; PORT is the port's name or number)",
         ),
+    ] = None,
+    k8s_region_label: Annotated[
+        str, typer.Option("--k8s-region-label", help="Node label whose value is a target's region")
+    ] = "topology.kubernetes.io/region",
+    k8s_default_region: Annotated[
+        str | None,
+        typer.Option(
+            "--k8s-default-region", help="region of a node without --k8s-region-label (a spec region)"
+        ),
+    ] = None,
+    k8s_region_map: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--k8s-region-map",
+            help="VALUE=REGION: a --k8s-region-label value (e.g. cn-hangzhou, or a node pool's name with"
+            " --k8s-region-label cloud.google.com/gke-nodepool) -> a spec region (repeatable)",
+        ),
+    ] = None,
+    consul_default_region: Annotated[
+        str | None,
+        typer.Option("--consul-default-region", help="region of a Consul service without region metadata"),
     ] = None,
     tokens: Annotated[Path | None, typer.Option("--tokens", help="tokens file (name, token, scopes)")] = None,
     dev: Annotated[
@@ -305,11 +356,23 @@ def serve_command(
     consul_config = None
     if consul or service:
         consul_config = ConsulConfig(services=tuple(service or ["gpufed-exporter"]), address=consul)
+        regions = RegionFlags(spec=loaded)
+        if consul_default_region is not None:
+            region = regions.known(consul_default_region, flag="--consul-default-region")
+            mapping = dataclasses.replace(consul_config.mapping, default_region=region)
+            consul_config = dataclasses.replace(consul_config, mapping=mapping)
+    elif consul_default_region is not None:
+        raise typer.BadParameter("needs --consul or --service", param_hint="--consul-default-region")
     k8s_config = None
     k8s_jobs: tuple[KubernetesConfig, ...] = ()
     if kubeconfig or in_cluster:
+        regions = RegionFlags(spec=loaded)
         k8s_config = KubernetesConfig(
-            namespace=namespace, service=k8s_service, kubeconfig=str(kubeconfig) if kubeconfig else None
+            namespace=namespace, service=k8s_service, kubeconfig=str(kubeconfig) if kubeconfig else None,
+            region_label=k8s_region_label,
+            default_region=regions.known(k8s_default_region, flag="--k8s-default-region")
+            if k8s_default_region is not None else "",
+            region_map=regions.mapping(k8s_region_map or []),
         )
         k8s_jobs = tuple(_k8s_job(value, base=k8s_config, jobs=loaded) for value in k8s_job or [])
     elif k8s_job:
@@ -353,7 +416,7 @@ def serve_command(
         data_dir=data_dir,
         inventory=inventory,
         consul=consul_config,
-        kubernetes=k8s_config,
+        kubernetes=k8s_config if k8s_service else None,
         kubernetes_jobs=k8s_jobs,
         tokens_file=tokens,
         dev=dev,

@@ -319,5 +319,13 @@ class Controller:
 
     def discovery_rows(self) -> list[dict[str, Any]]:
         names = [getattr(s, "name", "?") for s in self.sources]
-        return self.views.discovery_rows(names)
+        rows = self.views.discovery_rows(names)
+        # endpoints a source left out, with the node and what to set (Kubernetes: no region label)
+        skipped = {getattr(s, "name", "?"): s for s in self.sources if hasattr(s, "skipped")}
+        for row in rows:
+            source = skipped.get(row["source"])
+            if source is not None:
+                row["skipped"] = list(source.skipped)
+                row["skipped_total"] = source.skipped_total
+        return rows
 

@@ -131,10 +131,22 @@ function renderDiscovery(rows) {
     return el("tr", {}, el("td", {}, row.source), el("td", { class: "num" }, fmtNum(row.targets)),
       el("td", {}, fmtAge(age)), el("td", {}, state));
   });
+  // endpoints a source left out (Kubernetes: a Node without a region the spec knows), with
+  // what to set; the controller keeps at most 50 per source and counts the rest
+  const skipped = rows.flatMap((row) => (row.skipped || []).map((s) =>
+    el("tr", {}, el("td", {}, row.source), el("td", {}, s.node), el("td", {}, s.address),
+      el("td", {}, badge("warn", s.reason)), el("td", {}, s.detail))));
+  const total = rows.reduce((n, row) => n + (row.skipped_total || 0), 0);
   fill("discovery", el("table", { class: "compact" },
     el("thead", {}, el("tr", {}, el("th", {}, "Source"), el("th", { class: "num" }, "Targets"),
       el("th", {}, "Last success"), el("th", {}, "Health"))),
-    el("tbody", {}, body)));
+    el("tbody", {}, body)),
+    ...(skipped.length ? [el("p", {}, `Skipped endpoints: ${fmtNum(total)}` +
+      (total > skipped.length ? ` (first ${skipped.length} listed)` : "")),
+    el("table", { class: "compact" },
+      el("thead", {}, el("tr", {}, el("th", {}, "Source"), el("th", {}, "Node"), el("th", {}, "Address"),
+        el("th", {}, "Reason"), el("th", {}, "What to set"))),
+      el("tbody", {}, skipped))] : []));
 }
 
 function renderConfigs(configs) {

@@ -89,7 +89,9 @@ class MergedSources:
         changed, or None when the set is the same as before."""
         self._versions[source] = version
         before = self.sets.get(source, {})
-        if before == kept:
+        # a source's first answer counts even when empty: "no targets yet" is an answer, and
+        # the first assignment (empty shards, children configs) must not wait for a target
+        if source in self.sets and before == kept:
             return None
         self.sets[source] = kept
         self._endpoints[source] = index

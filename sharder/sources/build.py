@@ -43,8 +43,10 @@ def build_sources(options: WatchOptions, *, sink: Reconciler, spec: FederationSp
         sources.append(FileSource(options.file, sink=sink, jobs=jobs))
     if options.consul is not None:
         sources.append(ConsulSource(options.consul, sink=sink, jobs=jobs))
+    regions = spec.region_names()
     if options.kubernetes is not None:
-        sources.append(KubernetesSource(options.kubernetes, sink=sink, jobs=jobs))
+        sources.append(KubernetesSource(options.kubernetes, sink=sink, jobs=jobs, regions=regions))
     for config in options.kubernetes_jobs:
-        sources.append(KubernetesSource(config, sink=sink, name=f"kubernetes/{config.job}", jobs=jobs))
+        sources.append(KubernetesSource(config, sink=sink, name=f"kubernetes/{config.job}", jobs=jobs,
+                                        regions=regions))
     return sources

@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,10 @@ from sharder.sources.base import Backoff, DiscoverySink
 from sharder.sources.lastknown import Parsed, parse_entries
 
 log = logging.getLogger(__name__)
+
+#: Skipped endpoints kept for ``/v1/status`` (the rest are only counted).
+SKIPPED_LIMIT = 50
+_WHERE = re.compile(r"\[(\d+)\]")
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,10 @@ class KubernetesConfig:
     gpu_label: str | None = None
     """Read the GPU count from this node label instead of ``status.allocatable``."""
     default_region: str = ""
+    """The region of a node without ``region_label`` (kubeadm and bare-metal nodes lack it)."""
+    region_map: tuple[tuple[str, str], ...] = ()
+    """(label value, spec region) pairs: ACK's ``cn-hangzhou`` or a node pool's name -> a
+    ``federation.regions`` name; a value not in the map is taken as it is."""
     ready_only: bool = True
     metrics_path: str | None = None
     kubeconfig: str | None = None
@@ -147,9 +156,16 @@ class KubernetesSource:
         api_client: kubernetes.client.ApiClient | None = None,
         backoff: Callable[[], Backoff] = Backoff,
         jobs: Mapping[str, JobSpec] | None = None,
+        regions: Collection[str] = (),
     ) -> None:
+        """``regions``: the spec's regions, so an endpoint whose node maps elsewhere is
+        listed in :attr:`skipped` with the label value that put it there."""
         self.config = config
         self.jobs = jobs
+        self.regions = frozenset(regions)
+        self.skipped: tuple[dict[str, str], ...] = ()
+        """At most ``SKIPPED_LIMIT`` endpoints left out of the last set: node, address, reason, detail."""
+        self.skipped_total = 0
         self.name = name
         self._sink = sink
         client = api_client or make_api_client(config)
@@ -228,17 +244,42 @@ class KubernetesSource:
             entries.extend(self._entry(row, nodes.get(row["node"])) for row in rows)
         source = f"kubernetes {self.config.namespace}"
         good, bad = parse_entries(entries, source=source, jobs=self.jobs, cache=self._parsed)
+        skipped: list[dict[str, str]] = []
         for message in bad:
             log.warning("kubernetes endpoint skipped: %s", message)
             self._sink.on_error(self.name, "invalid_target")
+            where = _WHERE.search(message)
+            entry = entries[int(where[1])] if where and int(where[1]) < len(entries) else {}
+            skipped.append(self._skip(entry, message))
+        if self.regions:
+            for target in good:
+                if target.region not in self.regions:
+                    skipped.append(self._skip({"node": target.node, "address": target.address,
+                                               "region": target.region}, ""))
+        skipped.sort(key=lambda row: (row["node"], row["address"]))
+        self.skipped, self.skipped_total = tuple(skipped[:SKIPPED_LIMIT]), len(skipped)
         return good
+
+    def _skip(self, entry: Mapping[str, Any], message: str) -> dict[str, str]:
+        """One row of :attr:`skipped`: which node, and what to set so it is not skipped."""
+        c = self.config
+        row = {"node": str(entry.get("node") or ""), "address": str(entry.get("address") or "")}
+        if entry and not entry.get("region"):
+            return {**row, "reason": "no_region", "detail": f"node has no label {c.region_label} and no "
+                    "default region: label the node, or set --k8s-default-region (discovery.defaultRegion)"}
+        if entry.get("region") and self.regions and entry["region"] not in self.regions:
+            return {**row, "reason": "unknown_region", "detail": f"region {entry['region']!r} (node label "
+                    f"{c.region_label}) is not in federation.regions {sorted(self.regions)}: map it with "
+                    "--k8s-region-map (discovery.regionMap)"}
+        return {**row, "reason": "invalid_target", "detail": message}
 
     def _entry(self, row: dict[str, Any], node: Mapping[str, Any] | None) -> dict[str, Any]:
         c = self.config
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
         doc: dict[str, Any] = {"address": row["address"], "port": row["port"], "job": c.job}
         doc["node"] = row["node"]
-        region = labels.get(c.region_label) or c.default_region
+        value = labels.get(c.region_label)
+        region = dict(c.region_map).get(value, value) if value else c.default_region
         if region:
             doc["region"] = region
         if labels.get(c.zone_label):

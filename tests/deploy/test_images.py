@@ -27,6 +27,7 @@ HELM_KEYS = {
     "loki": "loki",
     "grafana": "grafana",
     "promtail": "promtail",
+    "alloy": "alloy",
 }
 GPUFED_DEFAULT = f"${{GPUFED_IMAGE:-{images.ref('gpufed')}}}"
 
@@ -73,13 +74,41 @@ def test_node_file_pins_the_table() -> None:
     assert f"GPUFED_IMAGE={images.ref('gpufed')}\n" in example
 
 
+def normalised(ref: str) -> str:
+    """A reference as Docker resolves it: no host part means docker.io, and a one-part
+    Docker Hub name is under library/ (``busybox`` = ``docker.io/library/busybox``)."""
+    first, _, rest = ref.partition("/")
+    if not rest or not ("." in first or ":" in first or first == "localhost"):
+        ref = f"docker.io/{ref}"
+    host, _, path = ref.partition("/")
+    if host == "docker.io" and "/" not in path:
+        ref = f"docker.io/library/{path}"
+    return ref
+
+
+def chart_ref(image: dict[str, str]) -> str:
+    """The reference the chart's gpufed.imageRef helper builds from split values."""
+    ref = f"{image['registry']}/{image['repository']}" if image.get("registry") else image["repository"]
+    return ref + (f":{image['tag']}" if image.get("tag") else "") + (
+        f"@{image['digest']}" if image.get("digest") else "")
+
+
 def test_chart_values_pin_the_table() -> None:
     values = yaml.safe_load((ROOT / "helm" / "gpufed" / "values.yaml").read_text())
     assert set(values["images"]) == set(HELM_KEYS), "a chart image the table does not know"
-    assert {key: values["images"][key] for key in HELM_KEYS} == {
-        key: images.ref(component) for key, component in HELM_KEYS.items()
+    # split as kube-prometheus-stack does ({registry, repository, tag, digest})
+    assert all(isinstance(values["images"][key], dict) for key in HELM_KEYS)
+    assert {key: normalised(chart_ref(values["images"][key])) for key in HELM_KEYS} == {
+        key: normalised(images.ref(component)) for key, component in HELM_KEYS.items()
     }
-    assert f"{values['image']['repository']}:{values['image']['tag']}" == images.ref("gpufed")
+    assert normalised(chart_ref(values["image"])) == normalised(images.ref("gpufed"))
+
+
+def test_normalised_follows_dockers_rule() -> None:
+    assert normalised("busybox:1.36.1") == normalised("docker.io/library/busybox:1.36.1")
+    assert normalised("grafana/loki:3.5.1") == "docker.io/grafana/loki:3.5.1"
+    assert normalised("quay.io/thanos/thanos:v0.36.1") == "quay.io/thanos/thanos:v0.36.1"
+    assert normalised("busybox:1.36.1") != normalised("quay.io/busybox:1.36.1")
 
 
 def test_every_table_entry_is_used() -> None:
@@ -87,7 +116,10 @@ def test_every_table_entry_is_used() -> None:
         p.read_text() for p in [ROOT / "compose" / "node.yml", ROOT / "helm" / "gpufed" / "values.yaml",
                                 *sorted((ROOT / "federation" / "master").glob("compose*.py"))]
     )
-    unused = [name for name in images.IMAGES if f'"{name}"' not in text and images.ref(name) not in text]
+    values = yaml.safe_load((ROOT / "helm" / "gpufed" / "values.yaml").read_text())
+    chart = {normalised(chart_ref(image)) for image in [values["image"], *values["images"].values()]}
+    unused = [name for name in images.IMAGES if f'"{name}"' not in text and images.ref(name) not in text
+              and normalised(images.ref(name)) not in chart]
     assert not unused
 
 

@@ -8,8 +8,10 @@ nor Loki runs here.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -194,16 +196,48 @@ def test_chart_logs_tier_runs_what_the_controller_renders(tmp_path: Path) -> Non
     assert f"/config/{rules.rules_file(spec.logs)}".startswith(
         config.ruler_storage.local.directory + "/fake/"
     )
-    # Promtail: every ${VAR} its config expands comes from the DaemonSet's env
-    daemon = _named(objects, "DaemonSet", "gpufed-promtail")["spec"]["template"]["spec"]
-    env = {e["name"]: e for e in daemon["containers"][0]["env"]}
-    wanted = set(re.findall(r"\$\{([A-Z_]+)", bundle[promtail.CONFIG_FILE].decode()))
-    assert wanted <= set(env), sorted(wanted - set(env))
-    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    assert env["GPUFED_LOKI_URL"]["value"] == "http://gpufed-loki-write.monitoring.svc:3100"
-    assert (env["GPUFED_REGION"]["value"], env["GPUFED_RACK"]["value"]) == ("cn-beijing", "r01")
-    mounts = {m["mountPath"]: m for m in daemon["containers"][0]["volumeMounts"]}
+    # The node agent, Alloy by default: alloy-config (logs.expand_env, as compose/node.yml runs
+    # it) fills in every ${VAR} the rendered Promtail file names, from the DaemonSet's env
+    daemon = _named(objects, "DaemonSet", "gpufed-alloy")["spec"]["template"]["spec"]
+    (expand,) = [c for c in daemon["initContainers"] if c["name"] == "alloy-config"]
+    assert expand["command"] == ["python", "-m", "logs.expand_env", "/config/promtail.yml",
+                                 "/alloy/promtail.yml"]
+    (alloy,) = daemon["containers"]
+    assert alloy["args"][:2] == ["run", "--config.format=promtail"]
+    assert alloy["args"][-1] == "/alloy/promtail.yml"  # the file alloy-config wrote
+    for holder in (expand, _promtail_container(values_with_agent("promtail"))):
+        env = {e["name"]: e for e in holder["env"]}
+        wanted = set(re.findall(r"\$\{([A-Z_]+)", bundle[promtail.CONFIG_FILE].decode()))
+        assert wanted <= set(env), sorted(wanted - set(env))
+        assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+        assert env["GPUFED_LOKI_URL"]["value"] == "http://gpufed-loki-write.monitoring.svc:3100"
+        assert (env["GPUFED_REGION"]["value"], env["GPUFED_RACK"]["value"]) == ("cn-beijing", "r01")
+    mounts = {m["mountPath"]: m for m in alloy["volumeMounts"]}
     assert mounts["/var/log/journal"]["readOnly"] and mounts["/var/log/pods"]["readOnly"]
+    assert mounts["/alloy"]["readOnly"] and "/var/lib/promtail" in mounts  # the file's positions path
+    # the init container's command, run here with its env (the downward API's node name filled in)
+    source, written = tmp_path / "promtail.yml", tmp_path / "alloy" / "promtail.yml"
+    source.write_bytes(bundle[promtail.CONFIG_FILE])
+    written.parent.mkdir()
+    env = {e["name"]: e.get("value", "gpu-7") for e in expand["env"]}
+    done = subprocess.run([sys.executable, *expand["command"][1:3], str(source), str(written)],
+                          env={**os.environ, **env}, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    text = written.read_text()
+    assert "${" not in text and "gpu-7" in text and "http://gpufed-loki-write.monitoring.svc:3100" in text
+
+
+def values_with_agent(agent: str) -> dict[str, Any]:
+    given = yaml.safe_load(LOGS_VALUES.read_text())
+    given["logs"]["agent"] = agent
+    return given
+
+
+def _promtail_container(values: dict[str, Any]) -> dict[str, Any]:
+    daemon = _named(_chart_objects(values), "DaemonSet", "gpufed-promtail")["spec"]["template"]["spec"]
+    (container,) = daemon["containers"]
+    assert container["args"] == ["-config.file=/config/promtail.yml", "-config.expand-env=true"]
+    return dict(container)
 
 
 def test_chart_logs_needs_the_federation_sections() -> None:

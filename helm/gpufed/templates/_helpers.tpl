@@ -30,8 +30,38 @@ app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/*
+An image reference from {registry, repository, tag, digest}, as kube-prometheus-stack
+splits it: global.imageRegistry, when set, replaces every registry (one override for an
+air-gapped mirror). A repository whose first part is a host (has a dot or a port, or is
+localhost: Docker's rule) is whole already and gets no registry, so the old
+`image.repository=registry.example.com/infra/gpufed` keeps working. A plain string (the
+images.* form before 0.2, deprecated) is used as it is.
+call with (dict "ctx" $ "image" <string or map>)
+*/}}
+{{- define "gpufed.imageRef" -}}
+{{- $img := .image -}}
+{{- if kindIs "string" $img -}}
+{{- $img -}}
+{{- else -}}
+{{- $registry := ((.ctx.Values.global | default dict).imageRegistry | default $img.registry) | default "" -}}
+{{- $first := first (splitList "/" $img.repository) -}}
+{{- $hosted := or (contains "." $first) (contains ":" $first) (eq $first "localhost") -}}
+{{- if and $registry (not $hosted) }}{{ $registry }}/{{ end }}{{ $img.repository }}
+{{- with $img.tag }}:{{ . }}{{ end }}{{ with $img.digest }}@{{ . }}{{ end }}
+{{- end -}}
+{{- end -}}
+
+{{/* images.<name>: call with (dict "ctx" $ "name" "prometheus") */}}
+{{- define "gpufed.componentImage" -}}
+{{- include "gpufed.imageRef" (dict "ctx" .ctx "image" (index .ctx.Values.images .name)) -}}
+{{- end -}}
+
+{{/* gpufed's own image (controller, exporter, relay); tag default: the chart's appVersion */}}
 {{- define "gpufed.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- $img := deepCopy .Values.image -}}
+{{- $_ := set $img "tag" (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- include "gpufed.imageRef" (dict "ctx" . "image" $img) -}}
 {{- end -}}
 
 {{- define "gpufed.serviceAccountName" -}}
@@ -53,7 +83,7 @@ call with (dict "ctx" $ "name" "sync" "files" (list ...) "loop" true "reload" "h
 */}}
 {{- define "gpufed.configSync" -}}
 - name: {{ .name }}
-  image: {{ .ctx.Values.images.busybox }}
+  image: {{ include "gpufed.componentImage" (dict "ctx" .ctx "name" "busybox") }}
   command: ["sh", "/scripts/config-sync.sh"]
   env:
     - name: GPUFED_URL
@@ -127,6 +157,21 @@ HAMi's jobs, the Alertmanager pods). A key the user set in .Values.federation wi
 {{- end -}}
 {{- $_ := set $spec "jobs" $jobs -}}
 {{- end -}}
+{{- with .Values.extraJobs -}}
+{{- $names := list -}}
+{{- range $spec.jobs }}{{ $names = append $names .name }}{{ end -}}
+{{- $jobs := $spec.jobs -}}
+{{- range $extra := . -}}
+{{- if not (has $extra.name $names) -}}
+{{- $job := dict "name" $extra.name "scrape_interval" ($extra.interval | default "30s") -}}
+{{- with $extra.keepMetrics }}{{ $_ := set $job "keep_metrics" . }}{{ end -}}
+{{- with $extra.scheme }}{{ $_ := set $job "scheme" . }}{{ end -}}
+{{- with $extra.metricsPath }}{{ $_ := set $job "metrics_path" . }}{{ end -}}
+{{- $jobs = append $jobs $job -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $spec "jobs" $jobs -}}
+{{- end -}}
 {{- if .Values.master.enabled -}}
 {{- $byRegion := dict -}}
 {{- range $region, $count := .Values.children.perRegion -}}
@@ -181,3 +226,24 @@ changed in 3.0 follow it, as gpufed's own renderers do (sharder/kernel/prometheu
 {{- define "gpufed.agentFlag" -}}
 {{- if eq (include "gpufed.prometheusMajor" .) "2" }}--enable-feature=agent{{ else }}--agent{{ end -}}
 {{- end }}
+
+{{/* A pod's placement from a component's values: nodeSelector, tolerations, affinity,
+priorityClassName (each left out when empty). Call with the component's values; indent
+to the pod spec. */}}
+{{- define "gpufed.scheduling" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end -}}
