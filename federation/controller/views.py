@@ -33,6 +33,8 @@ class TargetsSeen(Protocol):
 
     def source_sets(self) -> dict[str, list[Target]]: ...
 
+    def source_counts(self) -> dict[str, int]: ...
+
 
 class ReadViews:
     def __init__(
@@ -211,15 +213,15 @@ class ReadViews:
         return row
 
     def discovery_rows(self, sources: Iterable[str]) -> list[dict[str, Any]]:
-        sets = self.reconciler.source_sets()
-        names = sorted(set(sources) | sets.keys())
+        counts = self.reconciler.source_counts()  # no sort, no copy: len() per source under the lock
+        names = sorted(set(sources) | counts.keys())
         rows = []
         for name in names:
             age = self.discovery.staleness(name)
             rows.append(
                 {
                     "source": name,
-                    "targets": len(sets.get(name, [])),
+                    "targets": counts.get(name, 0),
                     "last_success_age_s": None if age is None else round(age, 1),
                 }
             )

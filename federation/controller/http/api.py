@@ -28,10 +28,19 @@ from federation.controller.controller import Controller
 from federation.controller.http import routes_changes, routes_registry
 from federation.controller.http.api_deps import Forbidden
 from federation.controller.http.auth import Authenticator
+from federation.controller.http.client_address import ClientAddress
 from federation.controller.http.http_guards import BodyGuard, RelativeRedirects, problem
 from federation.controller.http.ratelimit import RateLimited, RateLimiter
-from federation.controller.http.read_guard import Reader, etag, not_modified, read_limiter
-from federation.controller.http.redact import redact_file
+from federation.controller.http.read_guard import (
+    ReadAdmission,
+    Reader,
+    etag,
+    limited_response,
+    metered,
+    not_modified,
+    read_limiter,
+)
+from federation.controller.http.redact import MaskedFiles
 from federation.controller.stores.store import StoreError
 from federation.master import meta_monitoring
 from sharder.kernel.errors import SharderError
@@ -64,8 +73,20 @@ def _cut(text: str, most: int = 200) -> str:
     return text if len(text) <= most else f"{text[:most]}... ({len(text)} characters)"
 
 
+FREE_PATHS = frozenset({"/healthz", "/readyz", "/metrics", meta_monitoring.SD_CHILDREN_PATH})
+"""Never charged to a client without a token (with ``/v1/sd/...``): HTTP SD and health."""
+
+
+def free_of_charge(path: str) -> bool:
+    return path in FREE_PATHS or path.startswith("/v1/sd/")
+
+
 def create_app(
-    controller: Controller, *, auth: Authenticator, leader: Callable[[], str | None] | None = None
+    controller: Controller,
+    *,
+    auth: Authenticator,
+    leader: Callable[[], str | None] | None = None,
+    clients: ClientAddress | None = None,
 ) -> FastAPI:
     app = FastAPI(
         title="gpufed controller",
@@ -77,6 +98,7 @@ def create_app(
     """What the read routes depend on directly: the read model, the SD snapshot, the children."""
 
     app.state.auth = auth
+    masked = MaskedFiles()
     app.state.controller = controller
     app.state.limiter = RateLimiter(
         rate=controller.options.registry_rate, burst=controller.options.registry_burst
@@ -120,9 +142,7 @@ def create_app(
 
     @app.exception_handler(RateLimited)
     async def _limited(request: Request, exc: RateLimited) -> JSONResponse:
-        response = problem(429, "Too many requests", str(exc), retry_after_s=exc.retry_after_s)
-        response.headers["Retry-After"] = str(exc.retry_after_s)
-        return response
+        return limited_response(exc)
 
     @app.exception_handler(RegistryFull)
     async def _full(request: Request, exc: RegistryFull) -> JSONResponse:
@@ -194,16 +214,19 @@ def create_app(
 
     # ---- shards and targets ------------------------------------------------------------------
     @app.get("/v1/shards", tags=["shards"])
+    @metered
     def shards(budget: Reader) -> dict[str, Any]:
         rows = views.shard_rows()
         budget.charge(len(rows))
         return {"assignment_version": controller.state.assignment_version, "shards": rows}
 
     @app.get("/v1/load", tags=["shards"], summary="Observed samples/s per shard next to the GPU load")
+    @metered
     def load(budget: Reader) -> dict[str, Any]:
         return controller.load_report()
 
     @app.get("/v1/targets", tags=["targets"], response_model=None)
+    @metered
     def targets(
         request: Request,
         budget: Reader,
@@ -227,10 +250,12 @@ def create_app(
     @app.get(
         "/v1/targets/{identity:path}", tags=["targets"], summary="Which children scrape a target, and why"
     )
+    @metered
     def target(identity: str, budget: Reader) -> dict[str, Any]:
         return views.explain(identity)
 
     @app.get("/v1/handovers", tags=["shards"])
+    @metered
     def handovers(budget: Reader) -> dict[str, Any]:
         now = time.time()
         moving = controller.state.handovers
@@ -247,7 +272,8 @@ def create_app(
         }
 
     @app.get("/v1/status", tags=["health"])
-    def status() -> dict[str, Any]:
+    @metered
+    def status(budget: Reader) -> dict[str, Any]:
         state = controller.state
         publish = controller.publisher.status if controller.publisher is not None else None
         return {
@@ -270,6 +296,7 @@ def create_app(
 
     # ---- configs --------------------------------------------------------------------------------
     @app.get("/v1/configs", tags=["configs"], summary="Published config files and the last check")
+    @metered
     def configs(budget: Reader) -> dict[str, Any]:
         if controller.publisher is None:
             return {"files": [], "status": None}
@@ -280,12 +307,13 @@ def create_app(
         }
 
     @app.get("/v1/configs/{path:path}", tags=["configs"], summary="One published file (secrets never shown)")
+    @metered
     def config_file(path: str, budget: Reader) -> Response:
         files = controller.publisher.files if controller.publisher is not None else {}
         if path not in files:
             raise errors.NotFound(f"no published file {path!r}")
         media = "application/json" if path.endswith(".json") else "application/yaml"
-        return Response(redact_file(path, files[path]), media_type=media)
+        return Response(masked.get(files, path), media_type=media)
 
     # ---- the web page -------------------------------------------------------------------------
     @app.get("/", include_in_schema=False)
@@ -310,4 +338,11 @@ def create_app(
         larger={"/v1/registry/batch": MAX_BATCH_BODY},
     )
     app.add_middleware(RelativeRedirects)  # type: ignore[arg-type]
+    app.add_middleware(
+        ReadAdmission,  # type: ignore[arg-type]
+        limiter=lambda: app.state.read_limiter,
+        auth=auth,
+        clients=clients or ClientAddress(),
+        free=free_of_charge,
+    )  # outermost: a refused client costs no body read
     return app

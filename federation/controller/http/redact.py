@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -76,3 +78,28 @@ def redact_file(path: str, content: bytes) -> bytes:
     except (ValueError, yaml.YAMLError):
         return content
     return content
+
+
+class MaskedFiles:
+    """``redact_file`` once per published version of a file: a repeat read costs a copy.
+
+    Keyed by path; a hit needs the very bytes object the publisher holds (``is``), so a
+    republished file is masked afresh and nothing is compared byte by byte. Paths the
+    publisher no longer holds are dropped, so the cache is as big as the published tree.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[bytes, bytes]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, files: Mapping[str, bytes], path: str) -> bytes:
+        raw = files[path]
+        hit = self._cache.get(path)
+        if hit is not None and hit[0] is raw:
+            return hit[1]
+        masked = redact_file(path, raw)
+        with self._lock:
+            if len(self._cache) >= len(files):
+                self._cache = {p: v for p, v in self._cache.items() if p in files}
+            self._cache[path] = (raw, masked)
+        return masked

@@ -17,7 +17,7 @@ from federation.controller.base import errors
 from federation.controller.http.api_deps import Ctl, Registrar
 from federation.controller.http.http_guards import problem
 from federation.controller.http.ratelimit import RateLimiter
-from federation.controller.http.read_guard import Reader, etag, not_modified
+from federation.controller.http.read_guard import Reader, etag, metered, not_modified
 from sharder.sources.lastknown import target_document
 from sharder.sources.registry import BatchInvalid, EndpointTaken, IdentityMismatch
 
@@ -89,6 +89,7 @@ def deregister(identity: str, caller: Registrar, controller: Ctl, limiter: Limit
 
 
 @router.get("/v1/registry/targets", tags=["registry"], response_model=None)
+@metered
 def registered(
     request: Request,
     controller: Ctl,

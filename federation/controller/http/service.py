@@ -31,7 +31,7 @@ from federation.controller.controller import Controller
 from federation.controller.ha.consul_lock import ConsulLock
 from federation.controller.ha.leader import AlwaysLeader, LeaderElector
 from federation.controller.ha.replicating import Replication
-from federation.controller.http import api
+from federation.controller.http import api, client_address
 from federation.controller.http.auth import Authenticator, load_tokens
 from federation.controller.live.probe import ChildProbe
 from federation.controller.live.publisher import Publisher
@@ -88,6 +88,8 @@ class ServeSettings:
     """Default: ``POD_NAMESPACE`` (downward API), else the service account's namespace."""
     kubeconfig: str | None = None
     """Where the Lease is: a kubeconfig file; None: the pod's service account."""
+    trusted_proxies: tuple[client_address.Network, ...] = ()
+    """``--trusted-proxies``: whose ``X-Forwarded-For`` names the client (default: none, the TCP peer)."""
 
 
 class SettingsError(ValueError):
@@ -291,7 +293,9 @@ def build_service(
         file=settings.inventory,
     )
     sources = build_sources(watch, sink=controller.reconciler, spec=settings.spec)
-    app = api.create_app(controller, auth=auth)
+    app = api.create_app(
+        controller, auth=auth, clients=client_address.ClientAddress(trusted=settings.trusted_proxies)
+    )
     return Service(
         controller=controller, app=app, auth=auth, store=store, http=http, sources=sources, elector=elector
     )

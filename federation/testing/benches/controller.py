@@ -104,7 +104,8 @@ def serve(app: Any, sock: socket.socket) -> None:
     """uvicorn on a socket bound before the app was built (its port is in the app's spec)."""
     import uvicorn
 
-    uvicorn.Server(uvicorn.Config(app, log_level="error", access_log=False)).run(sockets=[sock])
+    config = uvicorn.Config(app, log_level="error", access_log=False, proxy_headers=False)  # as `serve`
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def answering(port: int, path: str, *, timeout: float = 60.0) -> None:
