@@ -111,6 +111,14 @@ def _check_numbers(**flags: tuple[float | None, float]) -> None:
             )
 
 
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        return bind_free_port(host, port)
+    except OSError as exc:
+        reason = exc.strerror or exc
+        raise typer.BadParameter(f"cannot bind {host}:{port}: {reason}", param_hint="--listen") from None
+
+
 def _check_rates(**rates: float) -> None:
     """A rate is 0 (off) or at least ``MIN_RATE``: ``1e-300`` would answer a 300-digit Retry-After."""
     from federation.controller.http.ratelimit import MIN_RATE
@@ -311,12 +319,9 @@ def serve_command(
         host, port = split_listen(listen)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--listen") from exc
-    try:
-        bound = bind_free_port(host, port)
-    except OSError as exc:
-        reason = exc.strerror or exc
-        raise typer.BadParameter(f"cannot bind {host}:{port}: {reason}", param_hint="--listen") from None
-    port = bound.getsockname()[1]
+    bound = _bind(host, 0) if port == 0 else None  # port 0: the advertised URL needs the port
+    if bound is not None:
+        port = bound.getsockname()[1]
     with user_errors():
         loaded = load_gpufed_spec(spec)
     consul_config = None
@@ -390,6 +395,8 @@ def serve_command(
         load=load,
         trusted_proxies=proxies,
     )
+    if bound is None:  # before the state is opened or an election run: a busy port exits here
+        bound = _bind(host, port)
     try:
         built = build_service(settings)
     except (TokenError, StoreError, SettingsError) as exc:
@@ -407,6 +414,7 @@ def serve_command(
     except StoreError as exc:  # e.g. Consul unreachable: exit, the supervisor restarts us
         typer.echo(f"error: {exc}", err=True)
         built.stop()
+        bound.close()
         raise typer.Exit(2) from exc
     config = uvicorn.Config(
         built.app,
