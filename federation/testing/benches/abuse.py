@@ -66,7 +66,12 @@ def _serve(
     port = sock.getsockname()[1]
     registered = route == "lists"  # the registry listing is one of the list reads; else a plain source
     service = _build(
-        Path(directory), targets=0 if registered else targets, shards=shards, port=port, read_rate=read_rate
+        Path(directory),
+        targets=0 if registered else targets,
+        shards=shards,
+        port=port,
+        read_rate=read_rate,
+        target_discovery="file_sd" if route == "target-list" else "http_sd",  # lists are published
     )
     controller = service.controller
     listed = _targets(targets if registered else 0)
@@ -75,9 +80,9 @@ def _serve(
         controller.registry.batch(documents[start : start + BATCH], [])
     with controller._lock:
         controller.reconciler.tick()
-    controller.publication.publish_lists()  # file_sd target lists, as the config loop would
+    controller.publication.publish_configs()  # the bundle and its file_sd lists, as the config loop would
     files = controller.publisher.files if controller.publisher is not None else {}
-    lists = sorted((len(body), path) for path, body in files.items() if path.endswith(".json"))
+    lists = sorted((len(body), path) for path, body in files.items() if "/targets/" in path)
     largest = lists[-1][1] if lists else None
     placed = len(controller.state.assignment.targets) if controller.state.assignment else 0
     ready.put((port, placed, largest))
