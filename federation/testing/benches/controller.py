@@ -86,7 +86,8 @@ def _build(
     from federation.controller.http.service import ServeSettings, build_service
     from federation.spec import load_gpufed_spec
 
-    spec = load_gpufed_spec(_spec_file(directory, shards=shards, port=port, target_discovery=target_discovery))
+    spec_file = _spec_file(directory, shards=shards, port=port, target_discovery=target_discovery)
+    spec = load_gpufed_spec(spec_file)
     service = build_service(
         ServeSettings(
             spec=spec,
