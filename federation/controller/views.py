@@ -20,6 +20,7 @@ from federation.controller.load import tracking
 from federation.spec import GpufedSpec
 from sharder.engine import planning
 from sharder.engine.assignment import Assignment
+from sharder.kernel import secrets
 from sharder.model.inventory import Target
 from sharder.sources.discovery_metrics import DiscoveryMetrics
 
@@ -208,7 +209,7 @@ class ReadViews:
                     else set()
                 )
             ),
-            labels=target.target_labels(),
+            labels=secrets.mask_labels(target.target_labels(), secrets.MASK),
         )
         return row
 

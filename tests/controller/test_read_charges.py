@@ -221,3 +221,30 @@ def test_rates_and_proxies_are_checked_at_start(tmp_path: Path, args: list[str],
     assert result.exit_code == 2, result.output
     assert flag in result.output and "Traceback" not in result.output
     assert not (tmp_path / "d").exists()  # refused before the state was opened
+
+
+@pytest.mark.asyncio
+async def test_the_web_page_refresh_stays_within_the_default_budget(tmp_path: Path) -> None:
+    """One tab without a token, with the default --read-rate/--read-burst: the page's assets
+    once, then its refresh (shards, status, hand-overs, audit, a targets page) every 4 s,
+    for 100 cycles, is never refused. The limiter's clock is a fake that the cycles advance."""
+    from federation.controller.http.api import WEB_DIR
+    from federation.controller.http.read_guard import read_limiter
+
+    h = build(tmp_path, spec=write_spec(tmp_path / "spec.yaml", regions={"r1": 20}))
+    h.feed(fleet(2000, region="r1"))
+    now = [0.0]
+    options = h.controller.options
+    limiter = read_limiter(rate=options.read_rate, burst=options.read_burst)
+    limiter._clock = lambda: now[0]
+    h.service.app.state.read_limiter = limiter
+    h.service.app.state.cpu_clock = lambda: 0.0
+    refresh = ["/v1/shards", "/v1/status", "/v1/handovers", "/v1/audit?limit=12", "/v1/targets?limit=100"]
+    async with _client(h) as client:
+        for asset in ["/", *(f"/web/{p.name}" for p in sorted(WEB_DIR.glob("app.*")))]:
+            assert (await client.get(asset)).status_code == 200, asset
+        for _ in range(100):
+            for path in refresh:
+                answer = await client.get(path)
+                assert answer.status_code == 200, (path, answer.text[:200])
+            now[0] += 4.0

@@ -15,7 +15,7 @@ import yaml
 from federation.controller.http import url_scan
 from sharder.kernel import secrets
 
-MASK = "<redacted>"
+MASK = secrets.MASK
 
 
 def _walk(value: Any) -> tuple[Any, bool]:
@@ -46,8 +46,29 @@ def _walk(value: Any) -> tuple[Any, bool]:
 
 
 def redact_text(text: str) -> str:
-    """URL userinfo and secret-looking query parameters in free text (log lines, errors) masked."""
-    return url_scan.substitute(text, lambda url: secrets.mask_url(url, MASK))
+    """URL userinfo, secret-looking query parameters, webhook URLs whose path is the credential
+    and scheme-less ``user:password@host`` in free text (log lines, errors) masked."""
+    return secrets.mask_userinfo(url_scan.substitute(text, lambda url: secrets.mask_url(url, MASK)), MASK)
+
+
+def mask_labels(labels: dict[str, str]) -> dict[str, str]:
+    """Target labels as every response serves them (the registry, ``explain``, HTTP SD)."""
+    return secrets.mask_labels(labels, MASK)
+
+
+def shapes_only(errors: list[Any]) -> list[Any]:
+    """Error rows (``field``, ``value``, ``message``) with each value's shape where it holds a
+    credential, and the message masked: an error never echoes a secret."""
+    out = []
+    for row in errors:
+        if isinstance(row, dict):
+            row = dict(row)
+            if isinstance(row.get("value"), str):
+                row["value"] = str(secrets.shown(row["value"], field=str(row.get("field") or "")))
+            if isinstance(row.get("message"), str):
+                row["message"] = redact_text(row["message"])
+        out.append(row)
+    return out
 
 
 def redact_data(value: Any) -> Any:

@@ -18,6 +18,7 @@ from federation.controller.http.api_deps import Ctl, Registrar
 from federation.controller.http.http_guards import problem
 from federation.controller.http.ratelimit import RateLimiter
 from federation.controller.http.read_guard import Reader, etag, metered, not_modified
+from federation.controller.http.redact import mask_labels
 from sharder.sources.lastknown import target_document
 from sharder.sources.registry import BatchInvalid, EndpointTaken, IdentityMismatch
 
@@ -105,8 +106,13 @@ def registered(
         return unchanged
     total, page = registry.page(offset=offset, limit=limit)
     budget.charge(len(page))
-    rows = [
-        {**target_document(t), "identity": t.identity, "expires_in_s": round(left, 1)} for t, left in page
-    ]
+    rows = [_row(target_document(t), identity=t.identity, left=left) for t, left in page]
     body = {"total": total, "offset": offset, "limit": limit, "targets": rows}
     return JSONResponse(body, headers={"ETag": tag})
+
+
+def _row(document: dict[str, Any], *, identity: str, left: float) -> dict[str, Any]:
+    """A registration as listed: its labels masked as every surface masks them."""
+    if isinstance(document.get("labels"), dict):
+        document["labels"] = mask_labels(document["labels"])
+    return {**document, "identity": identity, "expires_in_s": round(left, 1)}
