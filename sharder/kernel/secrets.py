@@ -58,7 +58,7 @@ def is_secret_name(name: str) -> bool:
     if len(name) > 256:  # no credential is named by a paragraph; bounds the work per name
         name = name[-256:]
     lowered = name.strip().lower()
-    if lowered in SECRET_HEADERS:
+    if lowered in SECRET_HEADERS or lowered.replace("_", "-") in SECRET_HEADERS:
         return True
     words = [w.lower() for w in WORD.findall(name)]
     while words and words[-1].isdigit():  # X-Api-Key-2, token2: a numbered credential is one

@@ -63,8 +63,12 @@ def shapes_only(errors: list[Any]) -> list[Any]:
     for row in errors:
         if isinstance(row, dict):
             row = dict(row)
-            if isinstance(row.get("value"), str):
-                row["value"] = str(secrets.shown(row["value"], field=str(row.get("field") or "")))
+            value = row.get("value")
+            if isinstance(value, str):
+                shown = secrets.shown(value, field=str(row.get("field") or ""))
+                if shown == value and redact_text(value) != value:  # a credential inside a quote
+                    shown = secrets.Shape(secrets.shape(value))
+                row["value"] = str(shown)
             if isinstance(row.get("message"), str):
                 row["message"] = redact_text(row["message"])
         out.append(row)
