@@ -42,6 +42,7 @@ from federation.controller.http.read_guard import (
 )
 from federation.controller.http.redact import MaskedFiles
 from federation.controller.stores.store import StoreError
+from federation.controller.stores.store_watch import StoreHealth, StoreSlow, WriteGate
 from federation.master import meta_monitoring
 from sharder.kernel.errors import SharderError
 from sharder.sources.registry import RegistryFull
@@ -77,6 +78,12 @@ FREE_PATHS = frozenset({"/healthz", "/readyz", "/metrics", meta_monitoring.SD_CH
 """Never charged to a client without a token (with ``/v1/sd/...``): HTTP SD and health."""
 
 
+def _store_busy(why: str) -> JSONResponse:
+    busy = problem(503, "State store busy", why)
+    busy.headers["Retry-After"] = "5"
+    return busy
+
+
 def free_of_charge(path: str) -> bool:
     return path in FREE_PATHS or path.startswith("/v1/sd/")
 
@@ -87,6 +94,7 @@ def create_app(
     auth: Authenticator,
     leader: Callable[[], str | None] | None = None,
     clients: ClientAddress | None = None,
+    store_health: StoreHealth | None = None,
 ) -> FastAPI:
     app = FastAPI(
         title="gpufed controller",
@@ -154,6 +162,10 @@ def create_app(
 
     @app.exception_handler(StoreError)
     async def _store(request: Request, exc: StoreError) -> JSONResponse:
+        if isinstance(exc, StoreSlow):  # a read that would have waited on a sick store
+            slow = problem(503, "State store not answering", str(exc))
+            slow.headers["Retry-After"] = "5"
+            return slow
         log.error("state store write failed: %s", exc)
         return problem(503, "State store unavailable", f"the change was not stored: {exc}")
 
@@ -172,6 +184,10 @@ def create_app(
         # failure is a field here, in /v1/status and gpufed_controller_config_render_ok.
         ready = controller.ready
         body: dict[str, Any] = {"ready": ready, "assignment_version": controller.state.assignment_version}
+        if store_health is not None:  # a store that stopped answering: let the orchestrator act
+            body["store"] = store_health.report()
+            ready = ready and body["store"]["answering"]
+            body["ready"] = ready
         if controller.publisher is not None:
             published = controller.publisher.status
             body["configs_ok"] = published.ok
@@ -338,6 +354,12 @@ def create_app(
         larger={"/v1/registry/batch": MAX_BATCH_BODY},
     )
     app.add_middleware(RelativeRedirects)  # type: ignore[arg-type]
+    if store_health is not None:
+        app.add_middleware(
+            WriteGate,  # type: ignore[arg-type]
+            health=store_health,
+            refuse=_store_busy,
+        )
     app.add_middleware(
         ReadAdmission,  # type: ignore[arg-type]
         limiter=lambda: app.state.read_limiter,
