@@ -8,6 +8,7 @@ it takes no lock and changes nothing, so a slow page never holds up discovery or
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -118,16 +119,25 @@ class ReadViews:
         return rows
 
     def target_page(
-        self, *, region: str | None, shard: str | None, q: str | None, offset: int, limit: int
+        self,
+        *,
+        region: str | None,
+        shard: str | None,
+        q: str | None,
+        offset: int,
+        limit: int,
+        after: str | None = None,
     ) -> tuple[int, list[dict[str, Any]]]:
         """(how many match, the rows of one page): rows are built for the page only, over the
-        index of this assignment (``target_index``)."""
+        index of this assignment (``target_index``). ``after``: the page starts strictly after
+        this identity (a cursor, stable while the set changes) instead of at ``offset``."""
         state, targets = self.pipeline.state, self.reconciler.target_map
         selected = self.target_selection(state, targets, region=region, shard=shard, q=q)
         assignment = state.assignment
         rows = []
+        start = offset if after is None else bisect.bisect_right(selected, after)
         if assignment is not None:
-            for identity in selected[offset : offset + limit]:
+            for identity in selected[start : start + limit]:
                 target, owner = targets.get(identity), assignment.targets.get(identity)
                 if target is not None and owner is not None:
                     rows.append(self._target_row(identity, target, owner, assignment))

@@ -248,3 +248,68 @@ async def test_the_web_page_refresh_stays_within_the_default_budget(tmp_path: Pa
                 answer = await client.get(path)
                 assert answer.status_code == 200, (path, answer.text[:200])
             now[0] += 4.0
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("path", ["/v1/targets", "/v1/registry/targets"])
+async def test_a_cursor_walk_over_a_changing_set_neither_skips_nor_repeats(tmp_path: Path, path: str) -> None:
+    """Between every two pages a row is added before the cursor and one is removed ahead of it
+    (what moves an offset walk by one): every identity that stayed is seen once."""
+    h = _harness(tmp_path, rate=0)
+    async with _client(h) as client:
+
+        async def put(i: int) -> None:
+            body = {"address": f"10.8.{i // 250}.{i % 250 + 1}", "port": 9400, "job": "gpu",
+                    "node": f"w-{i:04d}", "region": "r1"}  # fmt: skip
+            where = f"/v1/registry/targets/{body['address']}:9400"
+            answer = await client.put(where, json=body, headers=h.auth())
+            assert answer.status_code in (200, 201), answer.text
+
+        for i in range(100, 200):
+            await put(i)
+        h.tick()
+        first = (await client.get(path, params={"limit": 1000})).json()
+        start = {row["identity"] for row in first["targets"]}
+        seen: list[str] = []
+        removed: set[str] = set()
+        cursor: str | None = None
+        for step in range(1000):
+            params: dict[str, Any] = {"limit": 7} | ({"cursor": cursor} if cursor else {})
+            page = (await client.get(path, params=params)).json()
+            assert "version" in page
+            seen += [row["identity"] for row in page["targets"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+            await put(step)  # sorts before the cursor (10.8.0.x < 10.8.0.10x ... early identities)
+            ahead = sorted(i for i in start - removed - set(seen) if i.startswith("10.8."))
+            if ahead:
+                gone = ahead[-1]
+                deleted = await client.delete(f"/v1/registry/targets/{gone}", headers=h.auth())
+                assert deleted.status_code == 204
+                removed.add(gone)
+            h.tick()
+        stayed = start - removed
+        assert len(seen) == len(set(seen))  # nothing repeated
+        assert stayed <= set(seen)  # nothing that stayed was skipped
+        bad = await client.get(path, params={"cursor": "%%%not-base64"})
+        assert bad.status_code == 422 and "cursor" in bad.json()["detail"]
+
+
+def test_a_busy_listen_port_exits_before_the_state_is_opened(tmp_path: Path) -> None:
+    import socket
+
+    _register()
+    spec = tmp_path / "spec.yaml"
+    write_spec(spec)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(
+            cli_app,
+            ["serve", "--spec", str(spec), "--data-dir", str(tmp_path / "d"),
+             "--listen", f"127.0.0.1:{port}"],
+            env={"GPUFED_TOKEN": TOKEN},
+        )
+    assert result.exit_code == 2, result.output
+    assert f"cannot bind 127.0.0.1:{port}" in result.output and "--listen" in result.output
+    assert not (tmp_path / "d").exists()  # no state opened, no election run

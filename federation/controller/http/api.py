@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from federation.controller.base import errors
 from federation.controller.controller import Controller
-from federation.controller.http import routes_changes, routes_registry
+from federation.controller.http import cursors, routes_changes, routes_registry
 from federation.controller.http.api_deps import Forbidden
 from federation.controller.http.auth import Authenticator
 from federation.controller.http.client_address import ClientAddress
@@ -251,16 +251,30 @@ def create_app(
         q: Annotated[str | None, Query(max_length=200)] = None,
         offset: Annotated[int, Query(ge=0, le=2**53)] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+        cursor: Annotated[str | None, Query(max_length=cursors.MAX_CURSOR)] = None,
     ) -> Response:
         """One page of targets, by identity; rows are built for the page only (an index kept
-        per assignment). ``ETag``/``If-None-Match`` answer 304 while nothing changed."""
-        tag = etag("targets", views.read_version(), region, shard, q, offset, limit)
+        per assignment). ``ETag``/``If-None-Match`` answer 304 while nothing changed.
+        ``cursor`` (``next_cursor`` of the previous page) continues after its last row, so a
+        walk over a changing set neither skips nor repeats; ``version`` names what was read."""
+        after = None if cursor is None else cursors.decode(cursor)
+        version = views.read_version()
+        tag = etag("targets", version, region, shard, q, offset, limit, after)
         unchanged = not_modified(request, tag)
         if unchanged is not None:
             return unchanged
-        total, rows = views.target_page(region=region, shard=shard, q=q, offset=offset, limit=limit)
+        total, rows = views.target_page(
+            region=region, shard=shard, q=q, offset=offset, limit=limit, after=after
+        )
         budget.charge(len(rows))
-        body = {"total": total, "offset": offset, "limit": limit, "targets": rows}
+        body = {
+            "total": total,
+            "offset": offset,
+            "limit": limit,
+            "version": controller.state.assignment_version,
+            "next_cursor": cursors.next_cursor([r["identity"] for r in rows], limit=limit),
+            "targets": rows,
+        }
         return JSONResponse(body, headers={"ETag": tag})
 
     @app.get(

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from federation.controller.base import errors
+from federation.controller.http import cursors
 from federation.controller.http.api_deps import Ctl, Registrar
 from federation.controller.http.http_guards import problem
 from federation.controller.http.ratelimit import RateLimiter
@@ -97,17 +98,27 @@ def registered(
     budget: Reader,
     offset: Annotated[int, Query(ge=0, le=2**53)] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = MAX_PAGE,
+    cursor: Annotated[str | None, Query(max_length=cursors.MAX_CURSOR)] = None,
 ) -> Response:
-    """One page of registrations by identity (sorted once per membership change, then sliced)."""
+    """One page of registrations by identity (sorted once per membership change, then sliced);
+    ``cursor`` continues after the previous page's last identity (``cursors``)."""
     registry = controller.registry
-    tag = etag("registry", id(registry), registry.revision, offset, limit)
+    after = None if cursor is None else cursors.decode(cursor)
+    tag = etag("registry", id(registry), registry.revision, offset, limit, after)
     unchanged = not_modified(request, tag)
     if unchanged is not None:
         return unchanged
-    total, page = registry.page(offset=offset, limit=limit)
+    total, page = registry.page(offset=offset, limit=limit, after=after)
     budget.charge(len(page))
     rows = [_row(target_document(t), identity=t.identity, left=left) for t, left in page]
-    body = {"total": total, "offset": offset, "limit": limit, "targets": rows}
+    body = {
+        "total": total,
+        "offset": offset,
+        "limit": limit,
+        "version": registry.revision,
+        "next_cursor": cursors.next_cursor([r["identity"] for r in rows], limit=limit),
+        "targets": rows,
+    }
     return JSONResponse(body, headers={"ETag": tag})
 
 
