@@ -49,7 +49,9 @@ def _sync(script: Path, *, url: str, into: Path, token: str | None) -> subproces
 
 
 @pytest.fixture
-def serving(tmp_path: Path) -> Any:
+def serving(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    """``gpufed serve`` with the chart's default read settings; ``indirect`` parameters add flags."""
+    flags: tuple[str, ...] = getattr(request, "param", ())
     objects = _chart()
     secret = _named(objects, "Secret", "gpufed-controller-token")["stringData"]
     deployment = _named(objects, "Deployment", "gpufed-grafana")
@@ -62,7 +64,7 @@ def serving(tmp_path: Path) -> Any:
         spec=_spec(tmp_path / "spec.yaml"),
         data_dir=tmp_path / "data",
         log=tmp_path / "serve.log",
-        extra=("--no-check", "--inventory", str(ROOT / "examples" / "inventory.yaml")),
+        extra=("--no-check", "--inventory", str(ROOT / "examples" / "inventory.yaml"), *flags),
         env={"GPUFED_READ_TOKEN": secret["GPUFED_READ_TOKEN"]},  # the Secret's keys, as envFrom gives them
     )
     with serve:
@@ -89,10 +91,16 @@ def test_a_40_team_grafana_tree_syncs_on_the_first_try(serving: Any, tmp_path: P
     assert copied == files
 
 
+@pytest.mark.parametrize("serving", [("--read-rate", "0.001")], indirect=True)
 def test_without_the_read_token_the_same_tree_is_throttled(serving: Any, tmp_path: Path) -> None:
+    """The default burst, refilled (almost) not at all so the count decides, not the clock:
+    more files than --read-burst (100) units, so one tokenless try stops part way."""
     serve, script, _token, files = serving
-    assert len(files) > 100  # more than --read-burst (100) requests, even at a unit each
+    assert len(files) > 100
     done = _sync(script, url=serve.url, into=tmp_path / "config", token=None)
     assert done.returncode == 1
+    tree = (tmp_path / "config").rglob("*")
+    copied = [p for p in tree if p.is_file() and p.suffix not in (".tmp", ".done")]
+    assert 0 < len(copied) < len(files)
     limited = httpx.get(f"{serve.url}/v1/configs", timeout=10)
     assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
