@@ -95,3 +95,20 @@ async def test_with_the_kubernetes_api_frozen_reads_answer_and_readyz_says_so(tm
                 await asyncio.sleep(0.05)
             assert (await client.get("/readyz")).json()["store"]["answering"] is True
         h.service.stop()
+
+
+def test_a_non_numeric_revision_is_one_error_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``state.revision = 'x'`` in the shared store: ``gpufed serve`` prints ``error: ...`` on one
+    line (pydantic's own message spans several)."""
+    from federation.controller.stores import kube_parts
+    from federation.controller.stores.store import StoreError
+    from tests.controller.ha_helpers import state
+
+    with FakeKubeAPI() as fake:
+        kube_store(fake).save(state(), expected_revision=None)
+        real = kube_parts.join_state
+        monkeypatch.setattr(kube_parts, "join_state", lambda parts: {**real(parts), "revision": "x"})
+        with pytest.raises(StoreError) as refused:
+            kube_store(fake).load()
+    message = str(refused.value)
+    assert "\n" not in message and "revision" in message and "does not validate" in message
