@@ -13,9 +13,11 @@ any body. The webhook formats are the services' documented ones (Feishu/Lark
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from federation.controller.base.options import ControllerOptions
 from tests.controller.harness import build
@@ -143,6 +145,19 @@ async def test_no_credential_shape_is_served_without_a_token(tmp_path: Path) -> 
             await client.post("/v1/rebalance", json={"version": pin.json()["version"]}, headers=h.auth())
         h.tick()
         h.controller.publication.publish_configs()
+        publisher = h.controller.publisher
+        assert publisher is not None
+        receivers = [  # every shape where Alertmanager and the children's configs put URLs and headers
+            {"name": f"r{i}", "webhook_configs": [{"url": value if value != m else f"https://x/?{name}={m}"}],
+             "http_config": {"http_headers": {name: {"values": [value]}} if value == m else {}}}
+            for i, (name, value, m) in enumerate(CORPUS)
+        ]  # fmt: skip
+        publisher.files = {
+            **publisher.files,
+            "alertmanager/alertmanager.yml": yaml.safe_dump({"receivers": receivers}).encode(),
+            "children/extra.json": json.dumps({"remote_write": [{"url": v} for _, v, m in CORPUS if v != m]})
+            .encode(),
+        }
         # errors: each shape where a host, a port or a label is expected, one by one and in a batch
         for name, value, m in CORPUS:
             if value == m:  # a bare value is a secret by its label's name: sent as a label below

@@ -18,23 +18,37 @@ from sharder.kernel import secrets
 MASK = secrets.MASK
 
 
+HEADER_VALUES = frozenset({"values", "secrets"})
+"""Prometheus' ``http_headers: {NAME: {values: [...], secrets: [...], files: [...]}}``: under a
+credential's header name, these lists hold the credential itself (``files`` name paths)."""
+
+
+def _masked(item: Any) -> tuple[Any, bool]:
+    if isinstance(item, str) and item and not secrets.is_reference(item):
+        return MASK, True
+    return item, False
+
+
 def _walk(value: Any) -> tuple[Any, bool]:
     changed = False
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
-            if (
-                isinstance(key, str)
-                and secrets.is_secret_name(key)
-                and isinstance(item, str)
-                and item
-                and not secrets.is_reference(item)
-                and not key.endswith("_file")  # a path names where the secret is, not the secret
-            ):
-                out[key], changed = MASK, True
+            secret = isinstance(key, str) and secrets.is_secret_name(key) and not key.endswith("_file")
+            if secret and isinstance(item, str):  # a path (``_file``) names where the secret is
+                out[key], sub = _masked(item)
+            elif secret and isinstance(item, dict) and HEADER_VALUES & item.keys():
+                header = dict(item)
+                sub = False
+                for name in HEADER_VALUES & item.keys():
+                    if isinstance(item[name], list):
+                        pairs = [_masked(v) for v in item[name]]
+                        header[name] = [v for v, _ in pairs]
+                        sub = sub or any(c for _, c in pairs)
+                out[key] = header
             else:
                 out[key], sub = _walk(item)
-                changed = changed or sub
+            changed = changed or sub
         return out, changed
     if isinstance(value, list):
         items = [_walk(v) for v in value]
