@@ -362,18 +362,18 @@ def create_app(
             raise errors.NotFound(f"no web asset {name!r}")
         return Response(path.read_bytes(), media_type=media, headers=WEB_HEADERS)
 
+    if store_health is not None:  # innermost: a slot is taken once the body has arrived
+        app.add_middleware(
+            WriteGate,  # type: ignore[arg-type]
+            health=store_health,
+            refuse=_store_busy,
+        )
     app.add_middleware(
         BodyGuard,  # type: ignore[arg-type]
         limit=MAX_BODY,
         larger={"/v1/registry/batch": MAX_BATCH_BODY},
     )
     app.add_middleware(RelativeRedirects)  # type: ignore[arg-type]
-    if store_health is not None:
-        app.add_middleware(
-            WriteGate,  # type: ignore[arg-type]
-            health=store_health,
-            refuse=_store_busy,
-        )
     app.add_middleware(
         ReadAdmission,  # type: ignore[arg-type]
         limiter=lambda: app.state.read_limiter,
