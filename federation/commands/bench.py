@@ -29,6 +29,7 @@ from rich.table import Table
 
 from federation.demo.plan import NODES_PER_CHILD, Layout
 from federation.demo.stack import ComponentFailed, DemoError
+from federation.testing.benches.abuse import ROUTES as ABUSE_ROUTES
 from federation.testing.benches.abuse import run_abuse_bench
 from federation.testing.benches.balance import run_balance_bench
 from federation.testing.benches.controller import MAX_TARGETS as MAX_SD_TARGETS
@@ -151,11 +152,16 @@ def sd(
         "prints SD p99 under each (0: the plain SD bench)")] = 0,
     read_rate: Annotated[float | None, typer.Option(
         min=0, help="with --abuse: the controller's --read-rate (0: no read budget)")] = None,
+    abuse_route: Annotated[str, typer.Option(
+        "--abuse-route", help="with --abuse: what the clients loop on: lists (every list read), status "
+        "(/v1/status), target-list (the largest file_sd list) or xff (/v1/targets, rotating "
+        "X-Forwarded-For)")] = "lists",
 ) -> Result:
     """HTTP SD latency under load, against uvicorn serving constant bytes (the floor)."""
+    _one_of(abuse_route, ABUSE_ROUTES, "--abuse-route")
     if abuse:
         return run_abuse_bench(targets=targets, shards=shards, abusers=abuse, pollers=pollers,
-                               clients=clients, duration_s=duration, read_rate=read_rate)
+                               clients=clients, duration_s=duration, read_rate=read_rate, route=abuse_route)
     return run_sd_bench(targets=targets, shards=shards, pollers=pollers, clients=clients, duration_s=duration)
 
 

@@ -20,6 +20,7 @@ import typer
 from federation.commands.render import SpecOpt, promtool_line_error, user_errors
 from federation.controller.base.options import ControllerOptions
 from federation.controller.http.auth import TokenError
+from federation.controller.http.client_address import ProxyListError, parse_trusted
 from federation.controller.http.service import ServeSettings, SettingsError, build_service
 from federation.controller.load.tracking import LoadOptions
 from federation.controller.stores.store import StoreError
@@ -43,14 +44,16 @@ def split_listen(listen: str) -> tuple[str, int]:
         raise ValueError(f"host {host[:80]!r}: {exc}") from None
 
 
-def bind_free_port(host: str) -> socket.socket:
-    """``--listen HOST:0``: bind a port the OS picks now, and say which on stderr in one line,
+def bind_free_port(host: str, port: int = 0) -> socket.socket:
+    """Bind ``--listen`` before anything else starts (a busy port exits before the state is
+    opened or an election run); for port 0 the OS picks one, said on stderr in one line,
     ``gpufed serve: listening on http://HOST:PORT``, for whoever started this process."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, 0), family=family)
-    port = sock.getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
-    print(f"gpufed serve: listening on http://{shown}:{port}", file=sys.stderr, flush=True)
+    sock = socket.create_server((host, port), family=family)
+    if port == 0:
+        port = sock.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        print(f"gpufed serve: listening on http://{shown}:{port}", file=sys.stderr, flush=True)
     return sock
 
 
@@ -130,6 +133,26 @@ def _check_numbers(**flags: tuple[float | None, float]) -> None:
         if value is not None and not (math.isfinite(value) and value <= most):
             raise typer.BadParameter(
                 f"expected a finite number of at most {most:g}, got {value!r}",
+                param_hint="--" + name.replace("_", "-"),
+            )
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        return bind_free_port(host, port)
+    except OSError as exc:
+        reason = exc.strerror or exc
+        raise typer.BadParameter(f"cannot bind {host}:{port}: {reason}", param_hint="--listen") from None
+
+
+def _check_rates(**rates: float) -> None:
+    """A rate is 0 (off) or at least ``MIN_RATE``: ``1e-300`` would answer a 300-digit Retry-After."""
+    from federation.controller.http.ratelimit import MIN_RATE
+
+    for name, value in rates.items():
+        if 0 < value < MIN_RATE:
+            raise typer.BadParameter(
+                f"expected 0 (off) or at least {MIN_RATE:g} per second, got {value!r}",
                 param_hint="--" + name.replace("_", "-"),
             )
 
@@ -310,6 +333,14 @@ def serve_command(
         int,
         typer.Option("--lock-delay", min=0, max=60, help="Consul lock-delay after a leader's session ends"),
     ] = 1,
+    trusted_proxies: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trusted-proxies",
+            help="CIDR blocks of proxies whose X-Forwarded-For names the client (repeatable or "
+            "comma-separated); default none: the client is the TCP peer",
+        ),
+    ] = None,
 ) -> None:
     """Run the controller: discovery loop, HTTP SD, REST plans and rebalances."""
     import uvicorn
@@ -328,6 +359,11 @@ def serve_command(
         load_interval=(load_interval, 86400.0),
         auto_rebalance_imbalance=(auto_rebalance_imbalance, 1000.0),
     )
+    _check_rates(registry_rate=registry_rate, read_rate=read_rate)
+    try:
+        proxies = parse_trusted(trusted_proxies or [])
+    except ProxyListError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--trusted-proxies") from None
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     for handler in logging.getLogger().handlers:  # the same list as the spec and the API's masking
         handler.addFilter(RedactingFilter())
@@ -335,11 +371,7 @@ def serve_command(
         host, port = split_listen(listen)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--listen") from exc
-    try:
-        bound = bind_free_port(host) if port == 0 else None
-    except OSError as exc:
-        reason = exc.strerror or exc
-        raise typer.BadParameter(f"cannot bind {host}:0: {reason}", param_hint="--listen") from None
+    bound = _bind(host, 0) if port == 0 else None  # port 0: the advertised URL needs the port
     if bound is not None:
         port = bound.getsockname()[1]
     with user_errors():
@@ -434,11 +466,15 @@ def serve_command(
         lease_namespace=lease_namespace,
         kubeconfig=next((str(p) for p in (lease_kubeconfig, kubeconfig) if p is not None), None),
         load=load,
+        trusted_proxies=proxies,
     )
+    if bound is None:  # before the state is opened or an election run: a busy port exits here
+        bound = _bind(host, port)
     try:
         built = build_service(settings)
     except (TokenError, StoreError, SettingsError) as exc:
         typer.echo(f"error: {exc}", err=True)
+        bound.close()
         raise typer.Exit(2) from exc
     if built.auth.dev:
         for _ in range(3):
@@ -451,6 +487,7 @@ def serve_command(
     except StoreError as exc:  # e.g. Consul unreachable: exit, the supervisor restarts us
         typer.echo(f"error: {exc}", err=True)
         built.stop()
+        bound.close()
         raise typer.Exit(2) from exc
     config = uvicorn.Config(
         built.app,
@@ -459,10 +496,11 @@ def serve_command(
         log_level=log_level,
         access_log=False,
         http=DeadlineH11Protocol,  # request heads within seconds: no slowloris
+        proxy_headers=False,  # the client is the TCP peer (client_address); uvicorn trusts loopback
     )
     server = uvicorn.Server(config)  # uvicorn.run, but able to take the socket bound above
     try:
-        server.run(sockets=None if bound is None else [bound])
+        server.run(sockets=[bound])
     except KeyboardInterrupt:
         pass
     finally:

@@ -53,6 +53,7 @@ from federation.controller.live.settling import HandoverSettler
 from federation.controller.load import tracking
 from federation.controller.load.policy import LoadPolicy
 from federation.controller.loop import Worker
+from federation.controller.stores import store_watch
 from federation.controller.stores.store import (
     FencedOut,
     StateStore,
@@ -88,6 +89,9 @@ class Controller:
     ) -> None:
         self.spec = spec
         self.store = store
+        self.audit_pages = store_watch.AuditPages(
+            lambda limit, before_id: self.store.audit_log(limit=limit, before_id=before_id)
+        )
         self.metrics = metrics
         self.options = options
         self.probe = probe
@@ -298,7 +302,9 @@ class Controller:
             return ApplyResult(applied=True, version=version, plan=plan, message="applied")
 
     def audit(self, *, limit: int, before_id: int | None) -> list[AuditEntry]:
-        return self.store.audit_log(limit=limit, before_id=before_id)
+        """A page of the audit, kept per state revision and read off the API's threads with a
+        bound (``store_watch.AuditPages``): a sick store never holds a read."""
+        return self.audit_pages.page(revision=self.state.revision, limit=limit, before_id=before_id)
 
     # ---- measured load (issue #11): weights only ever reach the assignment through a plan ----
     def observe_load(self) -> bool:

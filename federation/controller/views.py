@@ -8,6 +8,7 @@ it takes no lock and changes nothing, so a slow page never holds up discovery or
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -20,6 +21,7 @@ from federation.controller.load import tracking
 from federation.spec import GpufedSpec
 from sharder.engine import planning
 from sharder.engine.assignment import Assignment
+from sharder.kernel import secrets
 from sharder.model.inventory import Target
 from sharder.sources.discovery_metrics import DiscoveryMetrics
 
@@ -32,6 +34,8 @@ class TargetsSeen(Protocol):
     def target_map(self) -> Mapping[str, Target]: ...
 
     def source_sets(self) -> dict[str, list[Target]]: ...
+
+    def source_counts(self) -> dict[str, int]: ...
 
 
 class ReadViews:
@@ -115,16 +119,25 @@ class ReadViews:
         return rows
 
     def target_page(
-        self, *, region: str | None, shard: str | None, q: str | None, offset: int, limit: int
+        self,
+        *,
+        region: str | None,
+        shard: str | None,
+        q: str | None,
+        offset: int,
+        limit: int,
+        after: str | None = None,
     ) -> tuple[int, list[dict[str, Any]]]:
         """(how many match, the rows of one page): rows are built for the page only, over the
-        index of this assignment (``target_index``)."""
+        index of this assignment (``target_index``). ``after``: the page starts strictly after
+        this identity (a cursor, stable while the set changes) instead of at ``offset``."""
         state, targets = self.pipeline.state, self.reconciler.target_map
         selected = self.target_selection(state, targets, region=region, shard=shard, q=q)
         assignment = state.assignment
         rows = []
+        start = offset if after is None else bisect.bisect_right(selected, after)
         if assignment is not None:
-            for identity in selected[offset : offset + limit]:
+            for identity in selected[start : start + limit]:
                 target, owner = targets.get(identity), assignment.targets.get(identity)
                 if target is not None and owner is not None:
                     rows.append(self._target_row(identity, target, owner, assignment))
@@ -206,20 +219,20 @@ class ReadViews:
                     else set()
                 )
             ),
-            labels=target.target_labels(),
+            labels=secrets.mask_labels(target.target_labels(), secrets.MASK),
         )
         return row
 
     def discovery_rows(self, sources: Iterable[str]) -> list[dict[str, Any]]:
-        sets = self.reconciler.source_sets()
-        names = sorted(set(sources) | sets.keys())
+        counts = self.reconciler.source_counts()  # no sort, no copy: len() per source under the lock
+        names = sorted(set(sources) | counts.keys())
         rows = []
         for name in names:
             age = self.discovery.staleness(name)
             rows.append(
                 {
                     "source": name,
-                    "targets": len(sets.get(name, [])),
+                    "targets": counts.get(name, 0),
                     "last_success_age_s": None if age is None else round(age, 1),
                 }
             )

@@ -104,10 +104,12 @@ class DemoStack:
         self.say = say
         self.show_messages = show_messages
         self.data = options.data_dir.resolve()
-        self.http = httpx.Client(timeout=httpx.Timeout(10.0))
+        self.token = secrets.token_hex(24)
+        # the demo's own reads of the controller carry its token (the read budget is for strangers);
+        # nothing else it asks (Prometheus, Alertmanager, the relay) is sent the token
+        self.http = httpx.Client(timeout=httpx.Timeout(10.0), event_hooks={"request": [self._authorize]})
         self.supervisor = Supervisor(log_dir=self.data / "logs", pid_file=self.data / "pids.json")
         self.ports = plan.Ports.allocate(free_port)
-        self.token = secrets.token_hex(24)
         self.sink: DingTalkSink | None = None
         self.router: ChildRouter | None = None
         self.spec: GpufedSpec | None = None
@@ -132,6 +134,10 @@ class DemoStack:
     @property
     def controller_url(self) -> str:
         return plan.url(self.ports.controller)
+
+    def _authorize(self, request: httpx.Request) -> None:
+        if str(request.url).startswith(self.controller_url + "/") and "authorization" not in request.headers:
+            request.headers["Authorization"] = f"Bearer {self.token}"
 
     @property
     def master_url(self) -> str:

@@ -10,6 +10,7 @@ masks by the same names as defence in depth. Errors name the field and the value
 
 from __future__ import annotations
 
+import functools
 import re
 from urllib.parse import unquote, urlsplit
 
@@ -18,7 +19,7 @@ SECRET_WORDS = frozenset(
         "password", "passwd", "pass", "pwd", "passphrase", "secret", "secrets", "token", "tokens",
         "credential", "credentials", "auth", "authorization", "signature", "sig", "sign", "key",
         "session", "cookie", "jwt", "bearer", "otp", "apikey", "accesskey", "secretkey",
-        "privatekey", "authkey", "passkey",
+        "privatekey", "authkey", "passkey", "passcode", "hmac",
     }
 )  # fmt: skip
 """A name whose *last* word is one of these carries a credential: ``X-Api-Key``,
@@ -27,7 +28,7 @@ word is ``file``, ``path``, ``id``, ``url``, ``type``... does not (``password_fi
 where the secret is; ``token_url`` is an endpoint; ``access_key_id`` is an account name)."""
 SECRET_ENDINGS = (
     "password", "passwd", "secret", "token", "apikey", "accesskey", "secretkey", "privatekey",
-    "passphrase", "credentials", "authorization",
+    "passphrase", "credentials", "authorization", "passcode", "credential",
 )  # fmt: skip
 """Endings of one run-together lower-case word (``accesstoken``, ``xapikey``, ``clientsecret``)."""
 SECRET_HEADERS = frozenset(
@@ -45,6 +46,8 @@ REFERENCE = re.compile(r"^(\$\{[A-Za-z_][A-Za-z0-9_]*(:?[-?][^}]*)?\}|\$\([A-Za-
 """``${NAME}`` (expanded by the relay, the shell or Helm) or ``$(NAME)`` (Kubernetes)."""
 
 
+MASK = "<redacted>"
+"""What a masked value is served as (the API, logs, HTTP SD labels)."""
 LITERAL = "a literal credential"
 """Messages that start with this name no value: the spec loader leaves the input out."""
 
@@ -55,13 +58,17 @@ def is_secret_name(name: str) -> bool:
     if len(name) > 256:  # no credential is named by a paragraph; bounds the work per name
         name = name[-256:]
     lowered = name.strip().lower()
-    if lowered in SECRET_HEADERS:
+    if lowered in SECRET_HEADERS or lowered.replace("_", "-") in SECRET_HEADERS:
         return True
-    words = WORD.findall(name)
+    words = [w.lower() for w in WORD.findall(name)]
+    while words and words[-1].isdigit():  # X-Api-Key-2, token2: a numbered credential is one
+        words.pop()
     if not words:
         return False
-    last = words[-1].lower()
-    return last in SECRET_WORDS or last.endswith(SECRET_ENDINGS)
+    last = words[-1]
+    if last.endswith("s") and len(last) > 3 and last[:-1] in SECRET_WORDS:  # apiKeys, passwords
+        last = last[:-1]
+    return last in SECRET_WORDS or last.rstrip("s").endswith(SECRET_ENDINGS)
 
 
 def is_reference(value: str) -> bool:
@@ -83,8 +90,65 @@ def _pairs(component: str) -> list[tuple[str, str]]:
     return out
 
 
+QUERY_NAMES = frozenset({"code", "access_code", "sv", "se"})
+"""Query parameters that carry a credential although a label of that name would not: Azure
+Functions' and OAuth's ``?code=``; a SAS URL's signed fields sit beside its ``sig``."""
+
+
 def _secret_pair(name: str, value: str) -> bool:
-    return is_secret_name(name) and bool(value) and not is_reference(value)
+    secret = is_secret_name(name) or name.strip().lower() in QUERY_NAMES
+    return secret and bool(value) and not is_reference(value)
+
+
+WEBHOOK_PATHS = (
+    # (host suffix, path prefix): services whose webhook URL's *path* is the credential
+    ("open.feishu.cn", "/open-apis/bot/"),
+    ("open.larksuite.com", "/open-apis/bot/"),
+    ("feishu.cn", "/flow/api/trigger-webhook/"),
+    ("larksuite.com", "/flow/api/trigger-webhook/"),
+    ("hooks.slack.com", "/"),
+    ("discord.com", "/api/"),
+    ("discordapp.com", "/api/"),
+    ("api.telegram.org", "/bot"),
+    ("webhook.office.com", "/"),
+    ("outlook.office.com", "/webhook"),
+    ("outlook.office365.com", "/webhook"),
+    ("logic.azure.com", "/workflows/"),
+    ("api.powerplatform.com", "/powerautomate/"),
+    ("oapi.dingtalk.com", "/robot/"),
+    ("qyapi.weixin.qq.com", "/cgi-bin/webhook/"),
+)
+"""From each service's documented URL format: Feishu/Lark ``/open-apis/bot/v2/hook/<token>``,
+Slack ``hooks.slack.com/services/T…/B…/<secret>``, Discord ``/api/webhooks/<id>/<token>``,
+Telegram ``/bot<token>/<method>``, Teams ``<org>.webhook.office.com/webhookb2/…`` (and
+Workflows' ``logic.azure.com`` trigger URLs), DingTalk ``/robot/send?access_token=`` and WeCom
+``/cgi-bin/webhook/send?key=``. Served whole they are masked whole."""
+HOOK_SEGMENTS = frozenset({"hook", "hooks", "webhook", "webhooks", "webhookb2", "trigger-webhook"})
+
+
+def webhook_credential(url: str) -> bool:
+    """``url`` is a webhook whose path is (or holds) the credential: a known service's, or any
+    URL with a ``/hook(s)/`` or ``/webhook(s)/`` segment followed by more path."""
+    try:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+    except ValueError:
+        return False
+    if not host or parts.scheme.lower() not in ("http", "https"):
+        return False
+    for suffix, prefix in WEBHOOK_PATHS:
+        if (host == suffix or host.endswith("." + suffix)) and parts.path.startswith(prefix):
+            return True
+    segments = [s for s in parts.path.lower().split("/") if s]
+    return any(s in HOOK_SEGMENTS and i + 1 < len(segments) for i, s in enumerate(segments))
+
+
+USERINFO = re.compile(r"(?<![\w.+-])[^\s/@:'\"<>]{1,256}:[^\s/@'\"<>]{1,256}@(?=[\w\[])")
+"""``user:password@host`` without a scheme (an address given where a host was expected)."""
+
+
+def mask_userinfo(text: str, mask: str) -> str:
+    return USERINFO.sub(f"{mask}@", text) if "@" in text else text
 
 
 def url_secret(url: str) -> str | None:
@@ -118,6 +182,8 @@ def _mask_pairs(component: str, mask: str) -> str:
 def mask_url(url: str, mask: str) -> str:
     """``url`` with userinfo and key-like query, path-parameter and fragment values replaced by
     ``mask`` (references kept)."""
+    if webhook_credential(url):
+        return mask
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -146,9 +212,36 @@ def shown(value: object, *, field: str = "") -> object:
     last = re.split(r"[.\[\] ]+", field.replace(" (key)", "").strip(".[] "))[-1] if field else ""
     if last and is_secret_name(last):
         return Shape(shape(value))
-    if ("://" in value or "=" in value) and url_secret(value) is not None:
+    if ("://" in value or "=" in value) and (url_secret(value) is not None or webhook_credential(value)):
+        return Shape(shape(value))
+    if "@" in value and USERINFO.search(value):
         return Shape(shape(value))
     return value
+
+
+def mask_labels(labels: dict[str, str], mask: str) -> dict[str, str]:
+    """Target labels as served: a value under a secret name (not a reference) masked whole, a
+    URL's credentials masked; ``labels`` itself when nothing needed masking (the common case,
+    one name check and two ``in`` tests per label)."""
+    out: dict[str, str] | None = None
+    for name, value in labels.items():
+        masked = value
+        if _secret_label(name) and value and not is_reference(value):
+            masked = mask
+        elif "://" in value:
+            masked = mask_url(value, mask)
+        elif "@" in value:
+            masked = mask_userinfo(value, mask)
+        if masked is not value and masked != value:
+            if out is None:
+                out = dict(labels)
+            out[name] = masked
+    return labels if out is None else out
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_label(name: str) -> bool:
+    return is_secret_name(name) and not name.endswith("_file")
 
 
 class Shape(str):

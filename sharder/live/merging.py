@@ -277,6 +277,10 @@ class MergedSources:
     def source_sets(self) -> dict[str, list[Target]]:
         return {name: sort_targets(members.values()) for name, members in self.sets.items()}
 
+    def source_counts(self) -> dict[str, int]:
+        """Targets per source, counted without sorting (``/v1/status``)."""
+        return {name: len(members) for name, members in self.sets.items()}
+
     def whole_sets(self) -> dict[str, list[Target]]:
         return {name: list(members.values()) for name, members in self.sets.items()}
 

@@ -414,6 +414,10 @@ class Reconciler:
         with self._lock:
             return self.sources.source_sets()
 
+    def source_counts(self) -> dict[str, int]:
+        with self._lock:
+            return self.sources.source_counts()
+
     def versions(self) -> dict[str, str | None]:
         with self._lock:
             return self.sources.versions()

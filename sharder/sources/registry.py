@@ -14,6 +14,7 @@ extends its TTL and pushes nothing (the cheap refresh exporters do every ``ttl_s
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -234,16 +235,20 @@ class BuiltinRegistry:
         with self._lock:
             return [(e.target, max(0.0, e.expires_at - now)) for _, e in sorted(self._entries.items())]
 
-    def page(self, *, offset: int, limit: int) -> tuple[int, list[tuple[Target, float]]]:
+    def page(
+        self, *, offset: int, limit: int, after: str | None = None
+    ) -> tuple[int, list[tuple[Target, float]]]:
         """(entries in all, one page of (target, seconds until it expires) by identity): the
-        identities are sorted once per membership change, then sliced, so a page costs its rows."""
+        identities are sorted once per membership change, then sliced, so a page costs its rows.
+        ``after``: start strictly after this identity instead of at ``offset`` (a cursor)."""
         now = self._clock()
         with self._lock:
             members, keys = self._listing
             if members != self.members:
                 keys = sorted(self._entries)
                 self._listing = (self.members, keys)
-            page = [self._entries[i] for i in keys[offset : offset + limit]]
+            start = offset if after is None else bisect.bisect_right(keys, after)
+            page = [self._entries[i] for i in keys[start : start + limit]]
             return len(keys), [(e.target, max(0.0, e.expires_at - now)) for e in page]
 
     def targets(self) -> list[Target]:

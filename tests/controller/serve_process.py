@@ -22,8 +22,16 @@ from tests.controller.harness import TOKEN
 
 class ServeProcess:
     def __init__(
-        self, *, spec: Path, data_dir: Path, log: Path, port: int | None = None, extra: tuple[str, ...] = ()
+        self,
+        *,
+        spec: Path,
+        data_dir: Path,
+        log: Path,
+        port: int | None = None,
+        extra: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
+        self.env = dict(env or {})
         self.spec, self.data_dir, self.log_path = spec, data_dir, log
         self.port = port or 0
         self.extra = extra
@@ -51,7 +59,7 @@ class ServeProcess:
             "debug",
             *self.extra,
         ]
-        env = {**os.environ, "GPUFED_TOKEN": TOKEN}
+        env = {**os.environ, "GPUFED_TOKEN": TOKEN, **self.env}
         start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -57,7 +57,14 @@ async def test_a_page_builds_only_its_rows_over_one_index_per_assignment(
         assert last.json()["total"] == FLEET and len(last.json()["targets"]) == 1
         assert counting.rows == 1  # not FLEET
         nothing = await client.get("/v1/targets", params={"q": "nomatch", "limit": 1000}, headers=auth)
-        assert nothing.json() == {"total": 0, "offset": 0, "limit": 1000, "targets": []}
+        assert nothing.json() == {
+            "total": 0,
+            "offset": 0,
+            "limit": 1000,
+            "version": harness.controller.state.assignment_version,
+            "next_cursor": None,
+            "targets": [],
+        }
         region = await client.get("/v1/targets", params={"region": "r2", "limit": 7}, headers=auth)
         assert region.json()["total"] == FLEET // 2
         assert [r["region"] for r in region.json()["targets"]] == ["r2"] * 7

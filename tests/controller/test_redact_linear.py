@@ -52,9 +52,9 @@ def test_a_long_scheme_run_is_looked_at_once(char: str, size: int) -> None:
 @given(text=TEXT)
 def test_the_scan_finds_what_the_old_expression_found(text: str) -> None:
     assert [m.span() for m in OLD_URL.finditer(text)] == list(url_scan.UrlScanner().spans(text))
-    assert redact.redact_text(text) == OLD_URL.sub(
-        lambda m: redact.secrets.mask_url(m.group(0), redact.MASK), text
-    )
+    urls_masked = OLD_URL.sub(lambda m: redact.secrets.mask_url(m.group(0), redact.MASK), text)
+    # then scheme-less user:password@host as well (issue 38: one masking for every surface)
+    assert redact.redact_text(text) == redact.secrets.mask_userinfo(urls_masked, redact.MASK)
 
 
 def test_credentials_in_text_are_still_masked() -> None:

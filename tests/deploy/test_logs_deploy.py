@@ -189,7 +189,7 @@ def test_chart_logs_tier_runs_what_the_controller_renders(tmp_path: Path) -> Non
         assert f"-target={target}" in container["args"] and "-config.expand-env=true" in container["args"]
         assert container["envFrom"] == [{"secretRef": {"name": "gpufed-objstore-env"}}]
         init = pod["initContainers"][0]
-        assert {e["name"]: e["value"] for e in init["env"]}["PREFIX"] == "logs/"
+        assert {e["name"]: e.get("value") for e in init["env"]}["PREFIX"] == "logs/"
         assert f"-config.file=/config/{loki.SCALABLE_FILE}" in container["args"]
     # the ruler reads the rendered rule files where the tree sync puts them: <config_dir>/rules/<tenant>/
     assert config.ruler_storage is not None and config.ruler_storage.local is not None

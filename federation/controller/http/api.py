@@ -25,14 +25,24 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from federation.controller.base import errors
 from federation.controller.controller import Controller
-from federation.controller.http import routes_changes, routes_registry
+from federation.controller.http import cursors, routes_changes, routes_registry
 from federation.controller.http.api_deps import Forbidden
 from federation.controller.http.auth import Authenticator
+from federation.controller.http.client_address import ClientAddress
 from federation.controller.http.http_guards import BodyGuard, RelativeRedirects, problem
 from federation.controller.http.ratelimit import RateLimited, RateLimiter
-from federation.controller.http.read_guard import Reader, etag, not_modified, read_limiter
-from federation.controller.http.redact import redact_file
+from federation.controller.http.read_guard import (
+    ReadAdmission,
+    Reader,
+    etag,
+    limited_response,
+    metered,
+    not_modified,
+    read_limiter,
+)
+from federation.controller.http.redact import MaskedFiles
 from federation.controller.stores.store import StoreError
+from federation.controller.stores.store_watch import StoreHealth, StoreSlow, WriteGate
 from federation.master import meta_monitoring
 from sharder.kernel.errors import SharderError
 from sharder.sources.registry import RegistryFull
@@ -64,8 +74,27 @@ def _cut(text: str, most: int = 200) -> str:
     return text if len(text) <= most else f"{text[:most]}... ({len(text)} characters)"
 
 
+FREE_PATHS = frozenset({"/healthz", "/readyz", "/metrics", meta_monitoring.SD_CHILDREN_PATH})
+"""Never charged to a client without a token (with ``/v1/sd/...``): HTTP SD and health."""
+
+
+def _store_busy(why: str) -> JSONResponse:
+    busy = problem(503, "State store busy", why)
+    busy.headers["Retry-After"] = "5"
+    return busy
+
+
+def free_of_charge(path: str) -> bool:
+    return path in FREE_PATHS or path.startswith("/v1/sd/")
+
+
 def create_app(
-    controller: Controller, *, auth: Authenticator, leader: Callable[[], str | None] | None = None
+    controller: Controller,
+    *,
+    auth: Authenticator,
+    leader: Callable[[], str | None] | None = None,
+    clients: ClientAddress | None = None,
+    store_health: StoreHealth | None = None,
 ) -> FastAPI:
     app = FastAPI(
         title="gpufed controller",
@@ -77,6 +106,7 @@ def create_app(
     """What the read routes depend on directly: the read model, the SD snapshot, the children."""
 
     app.state.auth = auth
+    masked = MaskedFiles()
     app.state.controller = controller
     app.state.limiter = RateLimiter(
         rate=controller.options.registry_rate, burst=controller.options.registry_burst
@@ -120,9 +150,7 @@ def create_app(
 
     @app.exception_handler(RateLimited)
     async def _limited(request: Request, exc: RateLimited) -> JSONResponse:
-        response = problem(429, "Too many requests", str(exc), retry_after_s=exc.retry_after_s)
-        response.headers["Retry-After"] = str(exc.retry_after_s)
-        return response
+        return limited_response(exc)
 
     @app.exception_handler(RegistryFull)
     async def _full(request: Request, exc: RegistryFull) -> JSONResponse:
@@ -134,6 +162,10 @@ def create_app(
 
     @app.exception_handler(StoreError)
     async def _store(request: Request, exc: StoreError) -> JSONResponse:
+        if isinstance(exc, StoreSlow):  # a read that would have waited on a sick store
+            slow = problem(503, "State store not answering", str(exc))
+            slow.headers["Retry-After"] = "5"
+            return slow
         log.error("state store write failed: %s", exc)
         return problem(503, "State store unavailable", f"the change was not stored: {exc}")
 
@@ -152,6 +184,10 @@ def create_app(
         # failure is a field here, in /v1/status and gpufed_controller_config_render_ok.
         ready = controller.ready
         body: dict[str, Any] = {"ready": ready, "assignment_version": controller.state.assignment_version}
+        if store_health is not None:  # a store that stopped answering: let the orchestrator act
+            body["store"] = store_health.report()
+            ready = ready and body["store"]["answering"]
+            body["ready"] = ready
         if controller.publisher is not None:
             published = controller.publisher.status
             body["configs_ok"] = published.ok
@@ -194,16 +230,19 @@ def create_app(
 
     # ---- shards and targets ------------------------------------------------------------------
     @app.get("/v1/shards", tags=["shards"])
+    @metered
     def shards(budget: Reader) -> dict[str, Any]:
         rows = views.shard_rows()
         budget.charge(len(rows))
         return {"assignment_version": controller.state.assignment_version, "shards": rows}
 
     @app.get("/v1/load", tags=["shards"], summary="Observed samples/s per shard next to the GPU load")
+    @metered
     def load(budget: Reader) -> dict[str, Any]:
         return controller.load_report()
 
     @app.get("/v1/targets", tags=["targets"], response_model=None)
+    @metered
     def targets(
         request: Request,
         budget: Reader,
@@ -212,25 +251,41 @@ def create_app(
         q: Annotated[str | None, Query(max_length=200)] = None,
         offset: Annotated[int, Query(ge=0, le=2**53)] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+        cursor: Annotated[str | None, Query(max_length=cursors.MAX_CURSOR)] = None,
     ) -> Response:
         """One page of targets, by identity; rows are built for the page only (an index kept
-        per assignment). ``ETag``/``If-None-Match`` answer 304 while nothing changed."""
-        tag = etag("targets", views.read_version(), region, shard, q, offset, limit)
+        per assignment). ``ETag``/``If-None-Match`` answer 304 while nothing changed.
+        ``cursor`` (``next_cursor`` of the previous page) continues after its last row, so a
+        walk over a changing set neither skips nor repeats; ``version`` names what was read."""
+        after = None if cursor is None else cursors.decode(cursor)
+        version = views.read_version()
+        tag = etag("targets", version, region, shard, q, offset, limit, after)
         unchanged = not_modified(request, tag)
         if unchanged is not None:
             return unchanged
-        total, rows = views.target_page(region=region, shard=shard, q=q, offset=offset, limit=limit)
+        total, rows = views.target_page(
+            region=region, shard=shard, q=q, offset=offset, limit=limit, after=after
+        )
         budget.charge(len(rows))
-        body = {"total": total, "offset": offset, "limit": limit, "targets": rows}
+        body = {
+            "total": total,
+            "offset": offset,
+            "limit": limit,
+            "version": controller.state.assignment_version,
+            "next_cursor": cursors.next_cursor([r["identity"] for r in rows], limit=limit),
+            "targets": rows,
+        }
         return JSONResponse(body, headers={"ETag": tag})
 
     @app.get(
         "/v1/targets/{identity:path}", tags=["targets"], summary="Which children scrape a target, and why"
     )
+    @metered
     def target(identity: str, budget: Reader) -> dict[str, Any]:
         return views.explain(identity)
 
     @app.get("/v1/handovers", tags=["shards"])
+    @metered
     def handovers(budget: Reader) -> dict[str, Any]:
         now = time.time()
         moving = controller.state.handovers
@@ -247,7 +302,8 @@ def create_app(
         }
 
     @app.get("/v1/status", tags=["health"])
-    def status() -> dict[str, Any]:
+    @metered
+    def status(budget: Reader) -> dict[str, Any]:
         state = controller.state
         publish = controller.publisher.status if controller.publisher is not None else None
         return {
@@ -270,6 +326,7 @@ def create_app(
 
     # ---- configs --------------------------------------------------------------------------------
     @app.get("/v1/configs", tags=["configs"], summary="Published config files and the last check")
+    @metered
     def configs(budget: Reader) -> dict[str, Any]:
         if controller.publisher is None:
             return {"files": [], "status": None}
@@ -280,12 +337,13 @@ def create_app(
         }
 
     @app.get("/v1/configs/{path:path}", tags=["configs"], summary="One published file (secrets never shown)")
+    @metered
     def config_file(path: str, budget: Reader) -> Response:
         files = controller.publisher.files if controller.publisher is not None else {}
         if path not in files:
             raise errors.NotFound(f"no published file {path!r}")
         media = "application/json" if path.endswith(".json") else "application/yaml"
-        return Response(redact_file(path, files[path]), media_type=media)
+        return Response(masked.get(files, path), media_type=media)
 
     # ---- the web page -------------------------------------------------------------------------
     @app.get("/", include_in_schema=False)
@@ -304,10 +362,23 @@ def create_app(
             raise errors.NotFound(f"no web asset {name!r}")
         return Response(path.read_bytes(), media_type=media, headers=WEB_HEADERS)
 
+    if store_health is not None:  # innermost: a slot is taken once the body has arrived
+        app.add_middleware(
+            WriteGate,  # type: ignore[arg-type]
+            health=store_health,
+            refuse=_store_busy,
+        )
     app.add_middleware(
         BodyGuard,  # type: ignore[arg-type]
         limit=MAX_BODY,
         larger={"/v1/registry/batch": MAX_BATCH_BODY},
     )
     app.add_middleware(RelativeRedirects)  # type: ignore[arg-type]
+    app.add_middleware(
+        ReadAdmission,  # type: ignore[arg-type]
+        limiter=lambda: app.state.read_limiter,
+        auth=auth,
+        clients=clients or ClientAddress(),
+        free=free_of_charge,
+    )  # outermost: a refused client costs no body read
     return app

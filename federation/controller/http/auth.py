@@ -1,7 +1,8 @@
 """Bearer tokens with names and scopes, compared in constant time.
 
 Tokens come from a tokens file (YAML: ``tokens: [{name, token, scopes}]``) and, for
-simple setups, from ``GPUFED_TOKEN`` (name ``env``, scopes read/write/register). A
+simple setups, from ``GPUFED_TOKEN`` (name ``env``, scopes read/write/register) and
+``GPUFED_READ_TOKEN`` (name ``env-read``, scope read: what the chart's readers carry). A
 token shorter than 16 characters, made of one repeated character, or a known
 placeholder is refused at start: the service will not run with a guessable token
 unless ``--dev`` is given (and then says so on every start).
@@ -102,6 +103,10 @@ def load_tokens(path: Path | None, *, env: Mapping[str, str]) -> list[Token]:
     if secret:
         check_secret(secret, where="GPUFED_TOKEN")
         tokens.append(Token(name="env", secret=secret, scopes=SCOPES))
+    reader = env.get("GPUFED_READ_TOKEN")
+    if reader:  # the chart's own readers (tree-sync) carry it: their install never throttles them
+        check_secret(reader, where="GPUFED_READ_TOKEN")
+        tokens.append(Token(name="env-read", secret=reader, scopes=frozenset({"read"})))
     return tokens
 
 

@@ -27,6 +27,8 @@ import h11
 from fastapi.responses import JSONResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from federation.controller.http import redact
+
 PROBLEM = "application/problem+json"
 HEADER_TIMEOUT_S = 10.0
 BODY_TIMEOUT_S = 30.0
@@ -38,6 +40,10 @@ ASGIApp = Callable[
 
 
 def problem(status: int, title: str, detail: str, **extra: Any) -> JSONResponse:
+    """Every error body: credentials in ``detail`` masked, ``errors[].value`` as shapes only."""
+    if isinstance(extra.get("errors"), list):
+        extra["errors"] = redact.shapes_only(extra["errors"])
+    detail = redact.redact_text(detail)  # the one masking every surface uses
     body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
     return JSONResponse(_utf8(body), status_code=status, media_type=PROBLEM)
 

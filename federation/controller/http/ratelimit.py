@@ -6,16 +6,38 @@ per second. A request larger than ``burst`` (a fleet batch bigger than the bucke
 let through when the bucket is full and leaves it in debt, so it is never refused
 forever; the debt is what ``Retry-After`` counts down for the next request.
 
+The table of buckets is bounded: at most ``max_callers`` keys, each at most
+:data:`MAX_KEY` characters (a longer one is cut and suffixed with its digest), the least
+recently used evicted first; a client that rotates keys cannot grow memory without bound.
+``Retry-After`` is never more than :data:`MAX_RETRY_S`, and a rate below :data:`MIN_RATE`
+is refused at construction, so the header is a short number.
+
 Time is injected (``clock``) so tests need no sleeps.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+
+MIN_RATE = 0.001
+"""The smallest rate (per second) other than 0 (off): one unit in about 17 minutes."""
+MAX_RETRY_S = 3600
+"""``Retry-After`` is capped here: the client asks again at least once an hour."""
+MAX_KEY = 64
+MAX_CALLERS = 100_000
+
+
+def bucket_key(caller: str) -> str:
+    """``caller`` as stored: short keys as they are, long ones cut and made unique by a digest."""
+    if len(caller) <= MAX_KEY:
+        return caller
+    return caller[: MAX_KEY - 17] + "~" + hashlib.blake2b(caller.encode(), digest_size=8).hexdigest()
 
 
 class RateLimited(Exception):
@@ -43,15 +65,17 @@ class RateLimiter:
         burst: int,
         clock: Callable[[], float] = time.monotonic,
         what: Callable[[str], str] | None = None,
-        max_callers: int = 100_000,
+        max_callers: int = MAX_CALLERS,
     ) -> None:
-        if rate < 0 or burst < 1:
-            raise ValueError(f"rate must be >= 0 and burst >= 1, got rate={rate}, burst={burst}")
+        if not (rate == 0 or MIN_RATE <= rate < math.inf) or burst < 1 or max_callers < 1:
+            raise ValueError(
+                f"rate must be 0 or from {MIN_RATE:g} up, and burst >= 1, got rate={rate}, burst={burst}"
+            )
         self.rate, self.burst = rate, float(burst)
         self._clock = clock
         self._what = what
         self._max_callers = max_callers
-        self._buckets: dict[str, _Bucket] = {}
+        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
         self._lock = threading.Lock()
 
     def take(self, caller: str, cost: int = 1) -> None:
@@ -63,7 +87,7 @@ class RateLimiter:
             bucket = self._bucket(caller, now)
             need = min(float(cost), self.burst)
             if bucket.level < need:
-                wait = math.ceil((need - bucket.level) / self.rate)
+                wait = min(MAX_RETRY_S, math.ceil((need - bucket.level) / self.rate))
                 what = None if self._what is None else self._what(caller)
                 raise RateLimited(caller=caller, retry_after_s=max(1, wait), rate=self.rate, what=what)
             bucket.level -= cost  # may go below zero: the debt of a batch larger than the bucket
@@ -76,14 +100,18 @@ class RateLimiter:
         with self._lock:
             self._bucket(caller, self._clock()).level -= cost
 
+    def __len__(self) -> int:
+        return len(self._buckets)
+
     def _bucket(self, caller: str, now: float) -> _Bucket:
-        bucket = self._buckets.get(caller)
+        key = bucket_key(caller)
+        bucket = self._buckets.get(key)
         if bucket is None:
-            if len(self._buckets) >= self._max_callers:  # full buckets carry nothing: forget them
-                self._buckets = {
-                    k: b for k, b in self._buckets.items() if b.level + (now - b.at) * self.rate < self.burst
-                }
-            bucket = self._buckets[caller] = _Bucket(level=self.burst, at=now)
+            while len(self._buckets) >= self._max_callers:  # least recently used first
+                self._buckets.popitem(last=False)
+            bucket = self._buckets[key] = _Bucket(level=self.burst, at=now)
+        else:
+            self._buckets.move_to_end(key)
         bucket.level = min(self.burst, bucket.level + (now - bucket.at) * self.rate)
         bucket.at = now
         return bucket

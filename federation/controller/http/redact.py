@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -13,7 +15,18 @@ import yaml
 from federation.controller.http import url_scan
 from sharder.kernel import secrets
 
-MASK = "<redacted>"
+MASK = secrets.MASK
+
+
+HEADER_VALUES = frozenset({"values", "secrets"})
+"""Prometheus' ``http_headers: {NAME: {values: [...], secrets: [...], files: [...]}}``: under a
+credential's header name, these lists hold the credential itself (``files`` name paths)."""
+
+
+def _masked(item: Any) -> tuple[Any, bool]:
+    if isinstance(item, str) and item and not secrets.is_reference(item):
+        return MASK, True
+    return item, False
 
 
 def _walk(value: Any) -> tuple[Any, bool]:
@@ -21,18 +34,21 @@ def _walk(value: Any) -> tuple[Any, bool]:
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
-            if (
-                isinstance(key, str)
-                and secrets.is_secret_name(key)
-                and isinstance(item, str)
-                and item
-                and not secrets.is_reference(item)
-                and not key.endswith("_file")  # a path names where the secret is, not the secret
-            ):
-                out[key], changed = MASK, True
+            secret = isinstance(key, str) and secrets.is_secret_name(key) and not key.endswith("_file")
+            if secret and isinstance(item, str):  # a path (``_file``) names where the secret is
+                out[key], sub = _masked(item)
+            elif secret and isinstance(item, dict) and HEADER_VALUES & item.keys():
+                header = dict(item)
+                sub = False
+                for name in HEADER_VALUES & item.keys():
+                    if isinstance(item[name], list):
+                        pairs = [_masked(v) for v in item[name]]
+                        header[name] = [v for v, _ in pairs]
+                        sub = sub or any(c for _, c in pairs)
+                out[key] = header
             else:
                 out[key], sub = _walk(item)
-                changed = changed or sub
+            changed = changed or sub
         return out, changed
     if isinstance(value, list):
         items = [_walk(v) for v in value]
@@ -44,8 +60,33 @@ def _walk(value: Any) -> tuple[Any, bool]:
 
 
 def redact_text(text: str) -> str:
-    """URL userinfo and secret-looking query parameters in free text (log lines, errors) masked."""
-    return url_scan.substitute(text, lambda url: secrets.mask_url(url, MASK))
+    """URL userinfo, secret-looking query parameters, webhook URLs whose path is the credential
+    and scheme-less ``user:password@host`` in free text (log lines, errors) masked."""
+    return secrets.mask_userinfo(url_scan.substitute(text, lambda url: secrets.mask_url(url, MASK)), MASK)
+
+
+def mask_labels(labels: dict[str, str]) -> dict[str, str]:
+    """Target labels as every response serves them (the registry, ``explain``, HTTP SD)."""
+    return secrets.mask_labels(labels, MASK)
+
+
+def shapes_only(errors: list[Any]) -> list[Any]:
+    """Error rows (``field``, ``value``, ``message``) with each value's shape where it holds a
+    credential, and the message masked: an error never echoes a secret."""
+    out = []
+    for row in errors:
+        if isinstance(row, dict):
+            row = dict(row)
+            value = row.get("value")
+            if isinstance(value, str):
+                shown = secrets.shown(value, field=str(row.get("field") or ""))
+                if shown == value and redact_text(value) != value:  # a credential inside a quote
+                    shown = secrets.Shape(secrets.shape(value))
+                row["value"] = str(shown)
+            if isinstance(row.get("message"), str):
+                row["message"] = redact_text(row["message"])
+        out.append(row)
+    return out
 
 
 def redact_data(value: Any) -> Any:
@@ -76,3 +117,28 @@ def redact_file(path: str, content: bytes) -> bytes:
     except (ValueError, yaml.YAMLError):
         return content
     return content
+
+
+class MaskedFiles:
+    """``redact_file`` once per published version of a file: a repeat read costs a copy.
+
+    Keyed by path; a hit needs the very bytes object the publisher holds (``is``), so a
+    republished file is masked afresh and nothing is compared byte by byte. Paths the
+    publisher no longer holds are dropped, so the cache is as big as the published tree.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[bytes, bytes]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, files: Mapping[str, bytes], path: str) -> bytes:
+        raw = files[path]
+        hit = self._cache.get(path)
+        if hit is not None and hit[0] is raw:
+            return hit[1]
+        masked = redact_file(path, raw)
+        with self._lock:
+            if len(self._cache) >= len(files):
+                self._cache = {p: v for p, v in self._cache.items() if p in files}
+            self._cache[path] = (raw, masked)
+        return masked

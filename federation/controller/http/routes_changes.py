@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from federation.controller.base import plans
 from federation.controller.base.changing import MAX_ID, ChangeRequest
 from federation.controller.http.api_deps import Ctl, Writer
-from federation.controller.http.read_guard import Reader
+from federation.controller.http.read_guard import Reader, metered
 from federation.controller.http.redact import redact_data
 
 router = APIRouter()
@@ -80,6 +80,7 @@ def unpin(
 
 
 @router.get("/v1/audit", tags=["changes"])
+@metered
 def audit(
     controller: Ctl,
     budget: Reader,

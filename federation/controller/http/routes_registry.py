@@ -14,10 +14,12 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from federation.controller.base import errors
+from federation.controller.http import cursors
 from federation.controller.http.api_deps import Ctl, Registrar
 from federation.controller.http.http_guards import problem
 from federation.controller.http.ratelimit import RateLimiter
-from federation.controller.http.read_guard import Reader, etag, not_modified
+from federation.controller.http.read_guard import Reader, etag, metered, not_modified
+from federation.controller.http.redact import mask_labels
 from sharder.sources.lastknown import target_document
 from sharder.sources.registry import BatchInvalid, EndpointTaken, IdentityMismatch
 
@@ -89,23 +91,39 @@ def deregister(identity: str, caller: Registrar, controller: Ctl, limiter: Limit
 
 
 @router.get("/v1/registry/targets", tags=["registry"], response_model=None)
+@metered
 def registered(
     request: Request,
     controller: Ctl,
     budget: Reader,
     offset: Annotated[int, Query(ge=0, le=2**53)] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = MAX_PAGE,
+    cursor: Annotated[str | None, Query(max_length=cursors.MAX_CURSOR)] = None,
 ) -> Response:
-    """One page of registrations by identity (sorted once per membership change, then sliced)."""
+    """One page of registrations by identity (sorted once per membership change, then sliced);
+    ``cursor`` continues after the previous page's last identity (``cursors``)."""
     registry = controller.registry
-    tag = etag("registry", id(registry), registry.revision, offset, limit)
+    after = None if cursor is None else cursors.decode(cursor)
+    tag = etag("registry", id(registry), registry.revision, offset, limit, after)
     unchanged = not_modified(request, tag)
     if unchanged is not None:
         return unchanged
-    total, page = registry.page(offset=offset, limit=limit)
+    total, page = registry.page(offset=offset, limit=limit, after=after)
     budget.charge(len(page))
-    rows = [
-        {**target_document(t), "identity": t.identity, "expires_in_s": round(left, 1)} for t, left in page
-    ]
-    body = {"total": total, "offset": offset, "limit": limit, "targets": rows}
+    rows = [_row(target_document(t), identity=t.identity, left=left) for t, left in page]
+    body = {
+        "total": total,
+        "offset": offset,
+        "limit": limit,
+        "version": registry.revision,
+        "next_cursor": cursors.next_cursor([r["identity"] for r in rows], limit=limit),
+        "targets": rows,
+    }
     return JSONResponse(body, headers={"ETag": tag})
+
+
+def _row(document: dict[str, Any], *, identity: str, left: float) -> dict[str, Any]:
+    """A registration as listed: its labels masked as every surface masks them."""
+    if isinstance(document.get("labels"), dict):
+        document["labels"] = mask_labels(document["labels"])
+    return {**document, "identity": identity, "expires_in_s": round(left, 1)}

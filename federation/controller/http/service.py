@@ -18,7 +18,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from fastapi import FastAPI
@@ -31,13 +31,14 @@ from federation.controller.controller import Controller
 from federation.controller.ha.consul_lock import ConsulLock
 from federation.controller.ha.leader import AlwaysLeader, LeaderElector
 from federation.controller.ha.replicating import Replication
-from federation.controller.http import api
+from federation.controller.http import api, client_address
 from federation.controller.http.auth import Authenticator, load_tokens
 from federation.controller.live.probe import ChildProbe
 from federation.controller.live.publisher import Publisher
 from federation.controller.load.reader import PrometheusLoadReader
 from federation.controller.load.tracking import LoadOptions, LoadTracker
 from federation.controller.load.weighing import LoadReader
+from federation.controller.stores import store_watch
 from federation.controller.stores.consul_store import ConsulStore
 from federation.controller.stores.sqlite_store import SqliteStore
 from federation.controller.stores.store import StateStore
@@ -88,6 +89,10 @@ class ServeSettings:
     """Default: ``POD_NAMESPACE`` (downward API), else the service account's namespace."""
     kubeconfig: str | None = None
     """Where the Lease is: a kubeconfig file; None: the pod's service account."""
+    store_stall_s: float = store_watch.STALL_S
+    """``/readyz`` turns 503 once the state store has not answered this long."""
+    trusted_proxies: tuple[client_address.Network, ...] = ()
+    """``--trusted-proxies``: whose ``X-Forwarded-For`` names the client (default: none, the TCP peer)."""
 
 
 class SettingsError(ValueError):
@@ -230,6 +235,7 @@ class Service:
         if self._election is not None:
             self._election.join(timeout=10)
         self.http.close()
+        self.controller.audit_pages.close()
         self.store.close()
 
 
@@ -253,7 +259,8 @@ def build_service(
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(settings.data_dir, 0o700)
     elector = elector or build_elector(settings)
-    store = store or build_store(settings)
+    health = store_watch.StoreHealth(stall_s=settings.store_stall_s)
+    store = cast(StateStore, store_watch.WatchedStore(store or build_store(settings), health))
     options = settings.options  # every store commits a step's set changes with its state
     registry = CollectorRegistry()
     register_process(registry)  # process_cpu_seconds_total, process_resident_memory_bytes
@@ -291,7 +298,12 @@ def build_service(
         file=settings.inventory,
     )
     sources = build_sources(watch, sink=controller.reconciler, spec=settings.spec)
-    app = api.create_app(controller, auth=auth)
+    app = api.create_app(
+        controller,
+        auth=auth,
+        clients=client_address.ClientAddress(trusted=settings.trusted_proxies),
+        store_health=health,
+    )
     return Service(
         controller=controller, app=app, auth=auth, store=store, http=http, sources=sources, elector=elector
     )

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from federation.controller.base.state import Handover
 from federation.controller.live import handover
 from sharder.engine.assignment import Assignment
+from sharder.kernel import secrets
 from sharder.model.inventory import Target
 
 EMPTY = b"[]"
@@ -37,7 +38,8 @@ def _dump(groups: list[dict[str, object]]) -> bytes:
 
 def _group(target: Target) -> bytes:
     """One target's group as ``_dump(target_groups([target]))`` writes it, without the brackets."""
-    return _ENCODER.encode({"targets": [target.instance], "labels": target.target_labels()}).encode()
+    labels = secrets.mask_labels(target.target_labels(), secrets.MASK)  # HTTP SD is served open
+    return _ENCODER.encode({"targets": [target.instance], "labels": labels}).encode()
 
 
 def _joined(by_job: Mapping[str, bytes]) -> bytes:

@@ -177,7 +177,8 @@ class ConsulStore(ConsulKV):
             state = ControllerState.model_validate(document)
         except ValueError as exc:
             raise StoreError(
-                f"state in {self.where}/{self.state_key} does not validate: {str(exc)[:300]}"
+                f"state in {self.where}/{self.state_key} does not validate: "
+                f"{' '.join(str(exc).split())[:300]}"  # pydantic's message spans lines
             ) from exc
         if state.revision != head.int("revision"):
             raise StoreError(

@@ -129,7 +129,8 @@ class KubeStore:
             try:
                 state = ControllerState.model_validate(kube_parts.join_state(parts))
             except (ValueError, kube_parts.PartError) as exc:
-                raise StoreError(f"state in {self.where} does not validate: {str(exc)[:300]}") from exc
+                one_line = " ".join(str(exc).split())[:300]  # pydantic's message spans lines
+                raise StoreError(f"state in {self.where} does not validate: {one_line}") from exc
             if state.revision != head.revision:
                 raise StoreError(
                     f"state in {self.where}: parts hold revision {state.revision}, "

@@ -10,6 +10,13 @@ at the same time, N hostile clients that ignore ``Retry-After`` and loop without
   page, the last row (``offset=<end>``), a query that matches nothing, the registry
   listing (first and last page), the audit, the shards and the hand-overs.
 
+``--abuse-route`` picks another hostile load instead of ``lists`` (issue 38):
+
+* ``status``: ``/v1/status`` back to back (it counts every source's targets);
+* ``target-list``: the largest published file_sd target list (``/v1/configs/<path>``);
+* ``xff``: ``/v1/targets`` with a new ``X-Forwarded-For`` on every request (a client
+  that would get a fresh budget per request if the header were believed).
+
 The two take turns, ``rounds`` times each, so a neighbour's burst lands on both. The figure
 is the SD p99 under ``lists`` over the SD p99 under ``readyz`` (the goal: at most 2).
 """
@@ -26,24 +33,59 @@ from pathlib import Path
 from typing import Any
 
 from federation.demo.loopback import listening_socket
-from federation.testing.benches.controller import _build, _get, _summary, _targets, answering, serve
+from federation.testing.benches.controller import _build, _summary, _targets, answering, serve
 
 BATCH = 20_000
 
 
-def _serve(directory: str, targets: int, shards: int, ready: Any, read_rate: float | None) -> None:
+async def _get(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str, *, forwarded: str | None
+) -> int:
+    """One GET on a kept-alive connection; ``forwarded``: an ``X-Forwarded-For`` to claim."""
+    extra = f"X-Forwarded-For: {forwarded}\r\n" if forwarded else ""
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: bench\r\n{extra}\r\n".encode())
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    await reader.readexactly(length)
+    return status
+
+
+ROUTES = ("lists", "status", "target-list", "xff")
+
+
+def _serve(
+    directory: str, targets: int, shards: int, ready: Any, read_rate: float | None, route: str = "lists"
+) -> None:
     from sharder.sources.lastknown import target_document
 
     sock = listening_socket()
     port = sock.getsockname()[1]
-    service = _build(Path(directory), targets=0, shards=shards, port=port, read_rate=read_rate)
+    registered = route == "lists"  # the registry listing is one of the list reads; else a plain source
+    service = _build(
+        Path(directory),
+        targets=0 if registered else targets,
+        shards=shards,
+        port=port,
+        read_rate=read_rate,
+        target_discovery="file_sd" if route == "target-list" else "http_sd",  # lists are published
+    )
     controller = service.controller
-    documents = [{**target_document(t), "identity": t.identity} for t in _targets(targets)]
+    listed = _targets(targets if registered else 0)
+    documents = [{**target_document(t), "identity": t.identity} for t in listed]
     for start in range(0, len(documents), BATCH):
         controller.registry.batch(documents[start : start + BATCH], [])
     with controller._lock:
         controller.reconciler.tick()
-    ready.put((port, len(controller.state.assignment.targets) if controller.state.assignment else 0))
+    controller.publication.publish_configs()  # the bundle and its file_sd lists, as the config loop would
+    files = controller.publisher.files if controller.publisher is not None else {}
+    lists = sorted((len(body), path) for path, body in files.items() if "/targets/" in path)
+    largest = lists[-1][1] if lists else None
+    placed = len(controller.state.assignment.targets) if controller.state.assignment else 0
+    ready.put((port, placed, largest))
     serve(service.app, sock)
 
 
@@ -70,6 +112,7 @@ async def _phase(
     pollers: int,
     clients: int,
     duration_s: float,
+    rotate_xff: bool = False,
 ) -> dict[str, Any]:
     latencies: list[float] = []
     codes: dict[str, int] = {}
@@ -80,16 +123,21 @@ async def _phase(
         nonlocal errors
         rng = random.Random(index)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        sent = 0
+        forwarded: str | None = None
         try:
             while time.perf_counter() < end:
                 if paths is not None:
                     path = paths[index % len(paths)] if len(paths) == 1 else rng.choice(paths)
+                    if rotate_xff:
+                        sent += 1
+                        forwarded = f"10.{index % 256}.{sent // 256 % 256}.{sent % 256}"
                 else:
                     child = children[index % len(children)] if polling else rng.choice(children)
                     path = f"/v1/sd/{child}"
                 started = time.perf_counter()
                 try:
-                    status = await _get(reader, writer, path)
+                    status = await _get(reader, writer, path, forwarded=forwarded)
                 except (OSError, asyncio.IncompleteReadError, ValueError):
                     errors += 1
                     writer.close()
@@ -123,20 +171,31 @@ def run_abuse_bench(
     duration_s: float = 10.0,
     rounds: int = 4,
     read_rate: float | None = None,
+    route: str = "lists",
 ) -> dict[str, Any]:
     """``read_rate``: the controller's ``--read-rate`` (None: its default; 0: no budget, so
-    only the paging index stands between the abusers and HTTP SD)."""
+    only the paging index stands between the abusers and HTTP SD); ``route``: one of
+    :data:`ROUTES`, what the hostile clients loop on (the ``/readyz`` anchor runs in the
+    same rounds either way)."""
+    if route not in ROUTES:
+        raise ValueError(f"route: one of {', '.join(ROUTES)}, got {route!r}")
     ctx = multiprocessing.get_context("spawn")
     children = [f"r1-{i}" for i in range(shards)]
-    modes = {"readyz": ["/readyz"], "lists": list_paths(targets)}
+    modes: dict[str, list[str]] = {"readyz": ["/readyz"], "lists": []}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in modes}
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-abuse-") as tmp:
         ready: Any = ctx.Queue()
-        server = ctx.Process(target=_serve, args=(tmp, targets, shards, ready, read_rate), daemon=True)
+        server = ctx.Process(target=_serve, args=(tmp, targets, shards, ready, read_rate, route), daemon=True)
         server.start()
         try:
-            port, placed = ready.get(timeout=600)
+            port, placed, largest = ready.get(timeout=600)
             answering(port, "/healthz")
+            modes["lists"] = {
+                "lists": list_paths(targets),
+                "status": ["/v1/status"],
+                "target-list": [f"/v1/configs/{largest}"],
+                "xff": ["/v1/targets?limit=1000"],
+            }[route]
             for _ in range(rounds):
                 for name, paths in modes.items():
                     runs[name].append(
@@ -149,6 +208,7 @@ def run_abuse_bench(
                                 pollers=pollers,
                                 clients=clients,
                                 duration_s=duration_s / rounds,
+                                rotate_xff=route == "xff" and name == "lists",
                             )
                         )
                     )
@@ -165,6 +225,8 @@ def run_abuse_bench(
         "duration_s": duration_s,
         "rounds": rounds,
         "read_rate": read_rate,
+        "route": route,
+        "abuse_paths": modes["lists"],
         "cpus": os.cpu_count(),
         "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }

@@ -36,7 +36,7 @@ from federation.testing.harnesses.app_server import AppServer
 MAX_TARGETS = 200_000
 
 
-def _spec_file(directory: Path, *, shards: int, port: int) -> Path:
+def _spec_file(directory: Path, *, shards: int, port: int, target_discovery: str = "http_sd") -> Path:
     path = directory / "spec.yaml"
     path.write_text(
         yaml.safe_dump(
@@ -45,7 +45,7 @@ def _spec_file(directory: Path, *, shards: int, port: int) -> Path:
                 "regions": [{"name": "r1", "shards": shards}],
                 "jobs": [{"name": "gpu", "scrape_interval": "15s"}],
                 "children": {
-                    "target_discovery": "http_sd",
+                    "target_discovery": target_discovery,
                     "http_sd_url": f"http://127.0.0.1:{port}",
                     "http_sd_refresh_interval": "5s",
                 },
@@ -73,12 +73,21 @@ def _targets(count: int) -> list[Any]:
     ]
 
 
-def _build(directory: Path, *, targets: int, shards: int, port: int, read_rate: float | None = None) -> Any:
+def _build(
+    directory: Path,
+    *,
+    targets: int,
+    shards: int,
+    port: int,
+    read_rate: float | None = None,
+    target_discovery: str = "http_sd",
+) -> Any:
     from federation.controller.base.options import ControllerOptions
     from federation.controller.http.service import ServeSettings, build_service
     from federation.spec import load_gpufed_spec
 
-    spec = load_gpufed_spec(_spec_file(directory, shards=shards, port=port))
+    spec_file = _spec_file(directory, shards=shards, port=port, target_discovery=target_discovery)
+    spec = load_gpufed_spec(spec_file)
     service = build_service(
         ServeSettings(
             spec=spec,
@@ -104,7 +113,8 @@ def serve(app: Any, sock: socket.socket) -> None:
     """uvicorn on a socket bound before the app was built (its port is in the app's spec)."""
     import uvicorn
 
-    uvicorn.Server(uvicorn.Config(app, log_level="error", access_log=False)).run(sockets=[sock])
+    config = uvicorn.Config(app, log_level="error", access_log=False, proxy_headers=False)  # as `serve`
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def answering(port: int, path: str, *, timeout: float = 60.0) -> None:

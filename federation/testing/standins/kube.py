@@ -62,6 +62,8 @@ class FakeKubeAPI:
         self.requests: list[str] = []
         self.fail_next: list[int] = []
         self._bookmarks = 0
+        self._thawed = threading.Event()
+        self._thawed.set()
         self._cond = threading.Condition()
         self._server = LoopbackHTTPServer(self._handler_class(), host=host, port=port, name="kube-standin")
 
@@ -74,11 +76,19 @@ class FakeKubeAPI:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._thawed.set()
         with self._cond:
             self.revision += 1  # wake streams so they notice the shutdown
             self._closed = True
             self._cond.notify_all()
         self._server.stop()
+
+    def freeze(self) -> None:
+        """Hold every request unanswered (an API server that stopped responding) until ``thaw``."""
+        self._thawed.clear()
+
+    def thaw(self) -> None:
+        self._thawed.set()
 
     # ---- writes ------------------------------------------------------------------------
     def apply(self, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -198,12 +208,15 @@ class FakeKubeAPI:
                 return self._json(201 if create else 200, written)
 
             def do_POST(self) -> None:
+                api._thawed.wait(300)
                 self._write_object(create=True)
 
             def do_PUT(self) -> None:
+                api._thawed.wait(300)
                 self._write_object(create=False)
 
             def do_DELETE(self) -> None:
+                api._thawed.wait(300)
                 api.requests.append(f"DELETE {self.path}")
                 where = self._object()
                 if where is None or not where[2]:
@@ -215,6 +228,7 @@ class FakeKubeAPI:
                 return self._json(200, status(200, "Success", "deleted") | {"status": "Success"})
 
             def do_GET(self) -> None:
+                api._thawed.wait(300)
                 api.requests.append(self.path)
                 where = self._object()
                 if where is not None and where[2]:

@@ -94,6 +94,9 @@ call with (dict "ctx" $ "name" "sync" "files" (list ...) "loop" true "reload" "h
       value: {{ if .loop }}{{ .ctx.Values.children.syncInterval | quote }}{{ else }}"0"{{ end }}
     - name: RELOAD_URL
       value: {{ .reload | default "" | quote }}
+    - name: GPUFED_READ_TOKEN  # read scope: the controller's budget never throttles its own install
+      valueFrom:
+        secretKeyRef: {name: {{ .ctx.Values.controller.token.existingSecret | default (printf "%s-controller-token" (include "gpufed.fullname" .ctx)) }}, key: GPUFED_READ_TOKEN, optional: true}
     {{- with .env }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
