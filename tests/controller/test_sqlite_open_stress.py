@@ -2,11 +2,12 @@
 
 A writer process commits without pause (and checkpoints every 25 commits, so the WAL is
 started again with new salts over the older generation's frames); this process opens the
-same store 200 times (more under load, until it has met many revisions and a WAL restart). Each open reads the WAL while the writer may be mid-commit (its
-frames and commit frame written, the commit not yet finished) or just starting a new
-generation. Before the fix, 24 of 200 opens were refused as "damaged at frame N"
-(the in-flight commit frame, past what SQLite's index counted yet). One JSON line
-reports what the run met.
+same store 200 times (more under load, until it has met many revisions and a WAL
+restart). Each open reads the WAL while the writer may be mid-commit (its frames and
+commit frame written, the commit not yet finished) or just starting a new generation.
+Before the fix, 24 of 200 opens were refused as "damaged at frame N" (the in-flight
+commit frame, past what SQLite's index counted yet). One JSON line reports what the run
+met.
 """
 
 from __future__ import annotations
