@@ -1,10 +1,14 @@
 # The gpufed image: controller (`gpufed serve`), exporter (`gpufed-exporter`) and the
 # DingTalk relay (`gpufed-dingtalk`). NVML comes from the host driver through the NVIDIA
 # Container Toolkit at run time, so the image carries no CUDA.
+# promtool and amtool: the controller checks every config it serves with the tools of the
+# releases the deployment's images pin (federation/master/images.py; tests/deploy/test_images.py
+# keeps these two lines equal to that table). Debian's packages would be another line.
+FROM quay.io/prometheus/prometheus:v3.13.3 AS prometheus
+FROM quay.io/prometheus/alertmanager:v0.35.1 AS alertmanager
 FROM python:3.11-slim
-# promtool and amtool: the controller checks every config it serves (Debian's 2.42 / 0.25)
-RUN apt-get update && apt-get install -y --no-install-recommends prometheus prometheus-alertmanager \
-    && rm -rf /var/lib/apt/lists/*
+COPY --from=prometheus /bin/promtool /usr/local/bin/promtool
+COPY --from=alertmanager /bin/amtool /usr/local/bin/amtool
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY requirements requirements

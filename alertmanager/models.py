@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from alertmanager.errors import AlertingError
-from sharder.kernel import secrets
+from sharder.kernel import prometheus_versions, secrets
 from sharder.kernel.models import LABEL_NAME_RE, NAME_RE, StrictModel, parse_duration
 
 Severity = Literal["critical", "warning", "info"]
@@ -496,3 +496,24 @@ def check_regions(alerting: AlertingSpec, regions: Sequence[str]) -> None:
                 field=f"alerting.routes[{i}].region",
                 value=route.region,
             )
+
+
+class AlertmanagerReleaseSpec(StrictModel):
+    """The top-level ``alertmanager:`` section: the Alertmanager release the deployment runs."""
+
+    version: str = Field(
+        default=prometheus_versions.DEFAULT_ALERTMANAGER,
+        description="0.MINOR[.PATCH], the oldest release in use: 0.27 (default), 0.28, 0.33.1",
+    )
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, value: object) -> str:
+        if not isinstance(value, str):
+            # YAML reads 0.30 as the number 0.3: only a quoted version says what was meant.
+            raise ValueError(f"alertmanager.version is quoted, such as '0.28', got {value!r}")
+        prometheus_versions.parse_alertmanager(value)
+        return value
+
+    def release(self) -> prometheus_versions.Release:
+        return prometheus_versions.parse_alertmanager(self.version)

@@ -28,7 +28,7 @@ from sharder.kernel.models import LABEL_NAME_RE, StrictModel, check_url, parse_d
 from sharder.model.spec import AuthorizationSpec, BasicAuthSpec, Interval, QueueConfig
 
 #: Env var a replica's launcher sets; Prometheus expands it in external_labels when
-#: started with --enable-feature=expand-external-labels (one config for both replicas).
+#: (3.x always; 2.x with --enable-feature=expand-external-labels): one config for both replicas.
 REPLICA_ENV = "GPUFED_MASTER_REPLICA"
 
 

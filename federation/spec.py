@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
-from alertmanager.models import AlertingSpec, check_regions
+from alertmanager.models import AlertingSpec, AlertmanagerReleaseSpec, check_regions
 from federation.grafana.models import GrafanaSpec
 from federation.master_spec import MasterSpec
 from logs.models import LogsSpec
@@ -21,6 +21,7 @@ from thanos.models import ThanosSpec
 
 class GpufedSpec(FederationSpec):
     alerting: AlertingSpec | None = None
+    alertmanager: AlertmanagerReleaseSpec = Field(default_factory=AlertmanagerReleaseSpec)
     master: MasterSpec | None = None
     thanos: ThanosSpec | None = None
     logs: LogsSpec | None = None

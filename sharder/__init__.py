@@ -6,5 +6,6 @@
     engine/    pure placement: assignment, hashing, incremental moves, plans, sizing, ``Step``
     model/     the federation spec and the target inventory, and their loading
     kernel/    what every renderer may import: strict models, durations, names, bundles and
-               the atomic tree write, secrets, bounded documents, errors, the promtool client
+               the atomic tree write, secrets, bounded documents, errors, the promtool client,
+               and what differs per Prometheus/Alertmanager release (``prometheus_versions``)
 """

@@ -68,3 +68,20 @@ def test_benchmark_command_prints_json() -> None:
     figures = json.loads(done.stdout)
     assert figures["targets"] == 100_000
     assert figures["max_over_mean"] <= 1.05 + 1e-9
+
+
+def test_prometheus_versions_example_and_table_match_the_code() -> None:
+    import yaml
+
+    from federation.spec import GpufedSpec
+    from sharder.kernel.prometheus_versions import Release, prometheus_rendering
+
+    text = re.search(r"^### Prometheus versions\n(.*?)(?=^### )", README, flags=re.M | re.S)
+    assert text, "README has no '### Prometheus versions' section"
+    (example,) = re.findall(r"```yaml\n(.*?)```", text.group(1), flags=re.S)
+    doc = {**yaml.safe_load((ROOT / "examples" / "federation.yaml").read_text()), **yaml.safe_load(example)}
+    spec = GpufedSpec.model_validate(doc)
+    assert (spec.prometheus.version, spec.alertmanager.version) == ("3", "0.27")
+    row = next(line for line in text.group(1).splitlines() if line.startswith("| agent mode"))
+    two, three = prometheus_rendering(Release(2, 53)), prometheus_rendering(Release(3))
+    assert f"`{two.agent_flag}`" in row.split("|")[2] and f"`{three.agent_flag}`" in row.split("|")[3]

@@ -57,6 +57,16 @@ def demo_command(
     restart: Annotated[
         bool, typer.Option("--restart", help="start a component that exits again (counted in the JSON)")
     ] = False,
+    prometheus: Annotated[
+        str | None,
+        typer.Option("--prometheus", help="the Prometheus binary (default: prometheus on PATH); promtool is"
+                     " taken from beside it, and its release is the spec's prometheus.version"),
+    ] = None,
+    alertmanager: Annotated[
+        str | None,
+        typer.Option("--alertmanager", help="the Alertmanager binary (default: prometheus-alertmanager on"
+                     " PATH); amtool is taken from beside it"),
+    ] = None,
 ) -> None:
     """Run the federation on this machine: simulated fleet, controller, child Prometheus
     servers, master with the rule pack, Alertmanager HA pair and DingTalk relay."""
@@ -72,7 +82,9 @@ def demo_command(
         print(line, file=out, flush=True)
 
     stack = DemoStack(
-        DemoOptions(layout=layout, data_dir=data_dir, keep=keep, consul=consul, restart=restart), say=say
+        DemoOptions(layout=layout, data_dir=data_dir, keep=keep, consul=consul, restart=restart,
+                    prometheus=prometheus, alertmanager=alertmanager),
+        say=say,
     )
     atexit.register(stack.stop)
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}

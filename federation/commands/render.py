@@ -25,6 +25,7 @@ from alertmanager.errors import AmtoolError
 from federation.master import pipeline
 from sharder.engine.planning import Plan
 from sharder.kernel.errors import ConfigCheckError, SharderError
+from sharder.kernel.prometheus_versions import Release
 from sharder.kernel.promtool import Promtool
 
 SpecOpt = Annotated[Path, typer.Option("--spec", help="federation.yaml")]
@@ -90,6 +91,8 @@ def render_command(
         typer.echo("warning: promtool or amtool not on PATH; configs are not all checked", err=True)
     with user_errors():
         loaded_spec, targets = pipeline.load_inputs(spec, inventory)
+        if checker is not None:
+            _same_line(checker, loaded_spec.prometheus.release())
         result = pipeline.render(
             loaded_spec,
             targets,
@@ -107,6 +110,19 @@ def render_command(
         typer.echo(json.dumps(info, sort_keys=True, indent=2))
     else:
         print_render_summary(info)
+
+
+def _same_line(checker: Promtool, wanted: Release) -> None:
+    """A promtool of another line refuses (2.x) or cannot vouch for (3.x) what was rendered."""
+    found = checker.release()
+    if found is not None and found.major != wanted.major:
+        typer.echo(
+            f"error: promtool {checker.binary} is {found}, but the spec's prometheus.version renders for"
+            f" {wanted.major}.x: put that line's promtool first on PATH (. scripts/stack_path.sh with"
+            f" GPUFED_STACK={wanted.major}) or pass --no-check",
+            err=True,
+        )
+        raise typer.Exit(2)
 
 
 def plan_command(

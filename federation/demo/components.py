@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from federation.demo.plan import Layout, url
-from sharder.children.render import AGENT_FLAG
 
 LOOPBACK = "127.0.0.1"
 
@@ -51,6 +50,7 @@ def controller(
     child_url_template: str,
     consul: str | None,
     extra_args: Sequence[str] = (),
+    tool_path: str | None = None,
 ) -> Launch:
     args = [
         "serve",
@@ -67,7 +67,8 @@ def controller(
     return Launch(
         name="controller",
         argv=python("federation.commands.cli", *args),
-        env={"GPUFED_TOKEN": token},
+        # tool_path: the promtool/amtool of the demo's lines first, for the controller's checks.
+        env={"GPUFED_TOKEN": token, **({"PATH": tool_path} if tool_path else {})},
         ready_url=url(port, "/healthz"),
     )
 
@@ -126,12 +127,13 @@ def master(*, binary: str, config: Path, flags: Sequence[str], port: int) -> Lau
     )
 
 
-def child(*, binary: str, name: str, config: Path, wal: Path, port: int) -> Launch:
-    """One agent-mode child, as the controller's published config says, with reloads allowed."""
+def child(*, binary: str, name: str, config: Path, wal: Path, port: int, agent_flag: str) -> Launch:
+    """One agent-mode child, as the controller's published config says, with reloads allowed;
+    ``agent_flag`` as the spec's Prometheus release spells it."""
     return Launch(
         name=f"child/{name}",
         argv=(binary, f"--config.file={config}", f"--storage.agent.path={wal}",
-              f"--web.listen-address={LOOPBACK}:{port}", AGENT_FLAG, "--web.enable-lifecycle",
+              f"--web.listen-address={LOOPBACK}:{port}", agent_flag, "--web.enable-lifecycle",
               "--log.level=warn"),
         ready_url=url(port, "/-/ready"),
     )

@@ -26,6 +26,7 @@ import yaml
 
 from exporter.fleet import fleet_nodes
 from federation.spec import GpufedSpec
+from sharder.kernel.prometheus_versions import Release
 
 DEFAULT_SPEC = "default-spec.yaml"
 JOB = "gpu"
@@ -121,10 +122,20 @@ def load_default_spec() -> dict[str, Any]:
 
 
 def demo_spec(
-    base: Mapping[str, Any], *, layout: Layout, ports: Ports, master_data: str
+    base: Mapping[str, Any],
+    *,
+    layout: Layout,
+    ports: Ports,
+    master_data: str,
+    prometheus: Release | None = None,
+    alertmanager: Release | None = None,
 ) -> dict[str, Any]:
-    """``base`` (the default spec) with this run's regions, shards, ports and paths."""
+    """``base`` (the default spec) with this run's regions, shards, ports and paths, and the
+    releases of the binaries it runs where ``base`` names none."""
     spec = copy.deepcopy(dict(base))
+    for section, release in (("prometheus", prometheus), ("alertmanager", alertmanager)):
+        if release is not None:
+            spec.setdefault(section, {}).setdefault("version", f"{release.major}.{release.minor}")
     spec["regions"] = [{"name": name, "shards": n} for name, n in layout.shard_counts().items()]
     spec["sharding"]["replication_factor"] = layout.replication_factor
     spec["remote_write"][0]["url"] = url(ports.master, "/api/v1/write")

@@ -47,7 +47,7 @@ import httpx
 from alertmanager.amtool import Amtool
 from alertmanager.errors import AmtoolError
 from alertmanager.render import ALERTMANAGER_FILE, HA_FILE, RELAY_FILE
-from federation.demo import components, plan, procstat, report
+from federation.demo import binaries, components, plan, procstat, report
 from federation.demo.components import Launch
 from federation.demo.loopback import free_port
 from federation.demo.router import ChildRouter
@@ -60,6 +60,7 @@ from federation.spec import GpufedSpec
 from sharder.engine.assignment import Assignment
 from sharder.kernel.errors import SharderError
 from sharder.kernel.output import dump_yaml
+from sharder.kernel.prometheus_versions import check_binary
 from sharder.kernel.promtool import Promtool
 from sharder.model.loading import parse_model, parse_target
 
@@ -84,6 +85,10 @@ class DemoOptions:
     first_samples_timeout: float = 180.0
     restart: bool = False
     """``gpufed demo --restart``: start a component that exited again (same command line)."""
+    prometheus: str | None = None
+    """``gpufed demo --prometheus PATH``: the Prometheus binary (default: ``prometheus`` on PATH)."""
+    alertmanager: str | None = None
+    """``gpufed demo --alertmanager PATH`` (default: ``prometheus-alertmanager`` on PATH)."""
     # For the end-to-end proofs and benchmarks (tests/e2e/test_live_*.py, `gpufed bench gap`):
     controller_args: tuple[str, ...] = ()
     """Extra ``gpufed serve`` flags, e.g. ``--no-handover``."""
@@ -106,6 +111,7 @@ class DemoStack:
         self.sink: DingTalkSink | None = None
         self.router: ChildRouter | None = None
         self.spec: GpufedSpec | None = None
+        self.binaries: binaries.StackBinaries | None = None
         # The follower thread starts children while callers (the run loop, tests) read them:
         # both only under _children_lock, and readers get copies.
         self._children_lock = threading.Lock()
@@ -150,17 +156,24 @@ class DemoStack:
         self.started_at = time.monotonic()
         self._prepare_dir()
         self._log_to_file()
-        self._binaries = {name: _binary(name) for name in ("prometheus", "prometheus-alertmanager")}
+        try:
+            found = binaries.find_binaries(
+                prometheus=self.options.prometheus, alertmanager=self.options.alertmanager
+            )
+        except binaries.BinaryError as exc:
+            raise DemoError(str(exc)) from exc
+        self.binaries = found
+        self._binaries = {"prometheus": found.prometheus, "prometheus-alertmanager": found.alertmanager}
         token_file = self.data / "token"
         token_file.write_text(self.token + "\n", encoding="utf-8")
         token_file.chmod(0o600)
         credentials = {robot: (secrets.token_hex(16), "SEC" + secrets.token_hex(24)) for robot in plan.robots(
             self.layout)}
-        spec = self._write_spec()
+        spec = self._write_spec(found)
         self.spec = spec
         assert spec.alerting is not None and spec.master is not None
         entries = plan.fleet_entries(self.layout, port=self.ports.fleet)
-        rendered = self._render(spec, entries)
+        rendered = self._render(spec, entries, found)
         self.child_ports = {child: free_port() for child in _children(rendered.assignment)}
 
         self.sink = DingTalkSink(
@@ -197,6 +210,7 @@ class DemoStack:
             ),
         ]
         controller = components.controller(
+            tool_path=found.tool_path(),
             spec=self.data / "spec.yaml", data_dir=self.data / "controller", port=self.ports.controller,
             token=self.token, child_urls={c: plan.url(p) for c, p in self.child_ports.items()},
             child_url_template=self.router.template(), consul=self.options.consul,
@@ -261,18 +275,28 @@ class DemoStack:
         package.addHandler(handler)
         self._log_handler = handler
 
-    def _write_spec(self) -> GpufedSpec:
+    def _write_spec(self, found: binaries.StackBinaries) -> GpufedSpec:
         doc = plan.demo_spec(
             plan.load_default_spec(), layout=self.layout, ports=self.ports,
+            prometheus=found.prometheus_release, alertmanager=found.alertmanager_release,
             master_data=str(self.data / "master-data"),
         )
         if self.options.edit_spec is not None:
             self.options.edit_spec(doc)
         spec = parse_model(GpufedSpec, doc, source="demo spec")
+        try:
+            check_binary(component="prometheus", wanted=spec.prometheus.release(),
+                         found=found.prometheus_release, path=found.prometheus)
+            check_binary(component="alertmanager", wanted=spec.alertmanager.release(),
+                         found=found.alertmanager_release, path=found.alertmanager)
+        except ValueError as exc:
+            raise DemoError(str(exc)) from exc
         (self.data / "spec.yaml").write_bytes(dump_yaml(doc))
         return spec
 
-    def _render(self, spec: GpufedSpec, entries: list[dict[str, Any]]) -> pipeline.RenderResult:
+    def _render(
+        self, spec: GpufedSpec, entries: list[dict[str, Any]], found: binaries.StackBinaries
+    ) -> pipeline.RenderResult:
         """``gpufed render``'s own pipeline and checks into ``config/``: what compose runs.
 
         The children run the controller's published configs (as in compose and Helm); the
@@ -282,7 +306,8 @@ class DemoStack:
         targets = [parse_target(e, source="demo", jobs=jobs) for e in entries]
         try:
             return pipeline.render(
-                spec, targets, out=self.data / "config", checker=Promtool(), alert_checker=Amtool()
+                spec, targets, out=self.data / "config", checker=Promtool(found.promtool),
+                alert_checker=Amtool(found.amtool),
             )
         except (SharderError, AmtoolError) as exc:
             raise DemoError(f"a rendered config was refused: {exc}") from exc
@@ -355,7 +380,8 @@ class DemoStack:
 
         _poll(published, timeout=60, what=f"the controller to publish {child}'s config")
         launch = components.child(
-            binary=self._binaries["prometheus"], name=child, config=config, wal=directory / "wal", port=port
+            binary=self._binaries["prometheus"], name=child, config=config, wal=directory / "wal", port=port,
+            agent_flag=self.spec.prometheus.rendering().agent_flag if self.spec is not None else "--agent",
         )
         self._launch(launch)
         with self._children_lock:
@@ -512,6 +538,9 @@ class DemoStack:
             "shards": shards,
             "children": children,
             "targets_expected": self.layout.nodes,
+            # The releases the binaries named (--version), which the spec's versions were checked against.
+            "prometheus_version": str(self.binaries.prometheus_release) if self.binaries else None,
+            "alertmanager_version": str(self.binaries.alertmanager_release) if self.binaries else None,
             "targets_up_at_master": figures.targets_up if figures else 0,
             "targets_up_by_region": figures.up_by_region if figures else {},
             "up_count_by_job_at_master": figures.count_by_job if figures else {},
@@ -597,14 +626,6 @@ def _children(assignment: Assignment) -> list[str]:
 def _json(path: Path) -> dict[str, Any]:
     document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return document
-
-
-def _binary(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise DemoError(f"{name} is not on PATH: install Debian's prometheus and prometheus-alertmanager"
-                        " packages (bash scripts/bootstrap.sh does)")
-    return path
 
 
 def _http_ok(client: httpx.Client, address: str) -> Callable[[], bool]:

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from federation.master import compose_grafana, compose_logs
+from federation.master import compose_grafana, compose_logs, images
 from sharder.kernel.errors import OutputError
 from sharder.kernel.output import Bundle, dump_yaml
 
@@ -37,8 +37,8 @@ PARENT = "${GPUFED_RENDER_PARENT:-../..}"
 
 IMAGES = {
     "gpufed": "${GPUFED_IMAGE:-gpufed/gpufed:0.1.0}",
-    "prometheus": "quay.io/prometheus/prometheus:v2.53.3",
-    "alertmanager": "quay.io/prometheus/alertmanager:v0.27.0",
+    "prometheus": images.ref("prometheus"),
+    "alertmanager": images.ref("alertmanager"),
     "thanos": "quay.io/thanos/thanos:v0.36.1",
     "grafana": "grafana/grafana:11.3.0",
     "minio": "minio/minio:RELEASE.2024-10-13T13-34-11Z",
@@ -148,7 +148,8 @@ def render_compose_bundle(
 
     for child in manifest["children"]:
         name = child["child"]
-        flags = [f"--config.file={tree}/{child['config']}", "--enable-feature=agent",
+        # child["flags"] holds the agent flag as the spec's Prometheus release spells it.
+        flags = [f"--config.file={tree}/{child['config']}", *child["flags"],
                  "--storage.agent.path=/prometheus", "--web.enable-lifecycle"]
         host = CHILD_HOST.format(child=name)
         service = _service(IMAGES["prometheus"], host=host, command=flags,

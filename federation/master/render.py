@@ -35,6 +35,7 @@ from alertmanager import ha
 from federation.master import freshness, meta_monitoring
 from federation.master_spec import REPLICA_ENV, LongTermSpec, MasterSpec
 from federation.spec import GpufedSpec
+from sharder.kernel import prometheus_versions
 from sharder.kernel.output import Bundle, dump_json, dump_yaml
 from thanos.models import RECEIVE_REPLICA_LABEL, ThanosSpec
 from thanos.render import MasterInstance
@@ -204,8 +205,16 @@ def master_flags(spec: GpufedSpec) -> dict[str, Any]:
     if master.external_url is not None:
         # One URL for every replica: the alerts' source links point where users can go.
         flags.append(f"--web.external-url={master.external_url}")
+    rendering = spec.prometheus.rendering()
+    if any(write.protocol == "2.0" for write in spec.remote_write):
+        # The children send 2.0 only where the spec opts in; the master then takes both.
+        # The flag repeats (one message each), as `prometheus --help` shows it ("...").
+        flags += [f"--web.remote-write-receiver.accepted-protobuf-messages={message}"
+                  for message in (prometheus_versions.REMOTE_WRITE_V1_MESSAGE,
+                                  prometheus_versions.REMOTE_WRITE_V2_MESSAGE)]
     if master.replicas > 1:
-        flags.append("--enable-feature=expand-external-labels")
+        # replica=${GPUFED_MASTER_REPLICA} in external_labels: 2.x expands it behind a feature flag.
+        flags += rendering.external_label_env_flags
     if spec.thanos is not None and spec.thanos.mode == "sidecar":
         # The sidecar uploads only blocks Prometheus never compacts further.
         flags += ["--storage.tsdb.min-block-duration=2h", "--storage.tsdb.max-block-duration=2h"]

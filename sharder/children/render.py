@@ -15,12 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sharder.engine.assignment import Assignment
+from sharder.kernel import prometheus_versions
 from sharder.kernel.errors import AssignmentError
 from sharder.model.inventory import Target
 from sharder.model.spec import FederationSpec, JobSpec, RemoteWriteSpec
 
-AGENT_FLAG = "--enable-feature=agent"
-"""Prometheus 2.x agent mode is a feature flag, not a config key."""
+
+def agent_flag(spec: FederationSpec) -> str:
+    """Agent mode is a flag, not a config key, and its spelling follows the release
+    (``sharder.kernel.prometheus_versions``: 2.x a feature flag, 3.x ``--agent``)."""
+    return spec.prometheus.rendering().agent_flag
 
 TargetGroup = dict[str, Any]
 
@@ -109,6 +113,11 @@ def scrape_config(spec: FederationSpec, job: JobSpec, *, shard: str) -> dict[str
     }
     if job.scrape_timeout:
         config["scrape_timeout"] = job.scrape_timeout
+    fallback = spec.prometheus.rendering().fallback_scrape_protocol
+    if fallback is not None:
+        # Fleet exporters are not ours: one that sends no or a wrong Content-Type was scraped
+        # as text by 2.x, and 3.x fails the scrape unless told what to fall back to.
+        config["fallback_scrape_protocol"] = fallback
     if spec.children.target_discovery == "file_sd":
         # Prometheus resolves relative file_sd paths against the config file's directory,
         # so the rendered tree can be moved as a whole.
@@ -128,6 +137,8 @@ def scrape_config(spec: FederationSpec, job: JobSpec, *, shard: str) -> dict[str
 
 def remote_write_config(write: RemoteWriteSpec) -> dict[str, Any]:
     config: dict[str, Any] = {"name": write.name, "url": write.url}
+    if write.protocol == "2.0":
+        config["protobuf_message"] = prometheus_versions.REMOTE_WRITE_V2_MESSAGE
     if write.remote_timeout:
         config["remote_timeout"] = write.remote_timeout
     if write.headers:
@@ -166,7 +177,7 @@ def render_children(
     members = shard_members(spec, targets, assignment)
     loads = assignment.load()
     file_sd = spec.children.target_discovery == "file_sd"
-    flags = [AGENT_FLAG] if spec.children.agent_mode else []
+    flags = [agent_flag(spec)] if spec.children.agent_mode else []
     children: list[ChildConfig] = []
     for shard, info in sorted(assignment.shards.items()):
         groups = {job: target_groups(found) for job, found in members[shard].items()} if file_sd else {}
@@ -197,6 +208,7 @@ def manifest(spec: FederationSpec, assignment: Assignment, children: list[ChildC
         "replication_factor": assignment.replication_factor,
         "target_discovery": spec.children.target_discovery,
         "agent_mode": spec.children.agent_mode,
+        "prometheus_version": spec.prometheus.version,
         "children": [
             {
                 "child": c.child,

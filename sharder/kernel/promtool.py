@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from sharder.kernel.errors import ConfigCheckError
+from sharder.kernel.prometheus_versions import Release, binary_release
 
 
 class ConfigChecker(Protocol):
@@ -41,6 +42,15 @@ class Promtool:
         """The promtool on PATH, or None so callers can decide whether that is fatal."""
         path = shutil.which("promtool")
         return cls(path) if path else None
+
+    def release(self) -> Release | None:
+        """The release ``promtool --version`` names; None when it does not run or names none."""
+        try:
+            done = subprocess.run([self.binary, "--version"], capture_output=True, text=True,
+                                  timeout=self.timeout, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return binary_release(done.stdout + done.stderr)
 
     def check(self, root: Path, config: str, *, agent: bool = False) -> None:
         # Run in root with a relative path so promtool's messages name the path the user

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from sharder.kernel import secrets
+from sharder.kernel import prometheus_versions, secrets
 from sharder.kernel.errors import preview
 from sharder.kernel.models import (
     NAME_RE,
@@ -195,6 +195,11 @@ class AuthorizationSpec(StrictModel):
 class RemoteWriteSpec(StrictModel):
     name: str = Field(min_length=1)
     url: Url
+    protocol: Literal["1.0", "2.0"] = Field(
+        default="1.0",
+        description="remote-write protocol; 2.0 (experimental in Prometheus 3.x) only where the receiver"
+        " speaks it too (the master does when prometheus.version is 3.x)",
+    )
     regions: list[str] = Field(default_factory=list, description="empty: every region")
     queue_config: QueueConfig = Field(default_factory=QueueConfig)
     remote_timeout: Interval | None = None
@@ -228,6 +233,31 @@ class RemoteWriteSpec(StrictModel):
         return headers
 
 
+class PrometheusSpec(StrictModel):
+    """The Prometheus release the children and the master run: flags and fields follow it."""
+
+    version: str = Field(
+        default=prometheus_versions.DEFAULT_PROMETHEUS,
+        description="MAJOR[.MINOR[.PATCH]], the line and its oldest release in use: 3 (default), 3.13, 2.53",
+    )
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, value: object) -> str:
+        text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        if not isinstance(text, str):
+            # YAML reads 3.10 as the number 3.1: only a quoted version says what was meant.
+            raise ValueError(f"prometheus.version is quoted, such as '3' or '2.53', got {value!r}")
+        prometheus_versions.parse_prometheus(text)
+        return text
+
+    def release(self) -> prometheus_versions.Release:
+        return prometheus_versions.parse_prometheus(self.version)
+
+    def rendering(self) -> prometheus_versions.PrometheusRendering:
+        return prometheus_versions.prometheus_rendering(self.release())
+
+
 class ChildrenSpec(StrictModel):
     """How each child Prometheus is configured."""
 
@@ -247,6 +277,7 @@ class FederationSpec(StrictModel):
     remote_write: list[RemoteWriteSpec] = Field(default_factory=list)
     external_labels: dict[str, str] = Field(default_factory=dict)
     children: ChildrenSpec = Field(default_factory=ChildrenSpec)
+    prometheus: PrometheusSpec = Field(default_factory=PrometheusSpec)
 
     @field_validator("cluster")
     @classmethod
@@ -282,6 +313,11 @@ class FederationSpec(StrictModel):
             unknown = sorted(set(write.regions) - known)
             if unknown:
                 raise ValueError(f"remote_write {write.name!r} names unknown regions {unknown}")
+            if write.protocol == "2.0" and not self.prometheus.rendering().remote_write_v2:
+                raise ValueError(
+                    f"remote_write {write.name!r} protocol 2.0 needs Prometheus 3.x;"
+                    f" prometheus.version is {self.prometheus.version!r}"
+                )
         return self
 
     def region_names(self) -> list[str]:

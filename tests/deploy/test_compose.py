@@ -247,7 +247,7 @@ def test_mounted_files_exist_and_pass_the_real_tools(rendered: Path, config: dic
             amtool.check_config(rendered / rel)
             checked["alertmanager"] += 1
         else:
-            promtool.check(rendered, rel, agent="--enable-feature=agent" in service["command"])
+            promtool.check(rendered, rel, agent="--agent" in service["command"])
             checked["prometheus"] += 1
     # the relay's own check, with the environment compose gives it (secrets from the env file)
     relay = config["services"]["gpufed-dingtalk"]

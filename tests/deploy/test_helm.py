@@ -366,3 +366,26 @@ def test_children_must_be_whole_shards(chart: helm.Chart) -> None:
     whole = r"must be a multiple of federation\.sharding\.replication_factor"
     with pytest.raises(helm.HelmError, match=whole):
         render(chart, {**base, "federation": federation, "children": {"perRegion": {"cn-beijing": 3}}})
+
+
+@pytest.mark.parametrize(
+    ("version", "agent", "expand"),
+    [(None, "--agent", False), ("3.13", "--agent", False), ("2.53", "--enable-feature=agent", True)],
+)
+def test_prometheus_flags_follow_the_specs_line(
+    chart: helm.Chart, version: str | None, agent: str, expand: bool
+) -> None:
+    """Prometheus 3.x exits on --enable-feature=agent: the chart spells flags as the spec's line does."""
+    vals = values(CHART / "ci" / "ha-values.yaml")
+    if version is not None:
+        vals.setdefault("federation", {})["prometheus"] = {"version": version}
+    objects = render(chart, vals)
+    children = [o for o in objects if o["kind"] == "StatefulSet" and "-child-" in o["metadata"]["name"]]
+    assert children
+    for child in children:
+        args = child["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert agent in args and ("--agent" in args) != ("--enable-feature=agent" in args)
+    masters = [o for o in objects if o["kind"] == "StatefulSet" and o["metadata"]["name"].endswith("-master")]
+    assert masters
+    master_args = masters[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert ("--enable-feature=expand-external-labels" in master_args) == expand

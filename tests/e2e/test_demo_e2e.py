@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, require_tool, wait_for
+from conftest import ROOT, require_tool, stack_tool, wait_for
 
 from federation.demo import procstat
 from federation.demo.plan import Layout
@@ -45,11 +45,22 @@ def assert_gone(processes: dict[str, dict[str, float]]) -> None:
     assert alive == {}
 
 
-def test_demo_json_summary_after_the_duration(tmp_path: Path) -> None:
+# Line 3 (first on PATH, the suite's default) and the one shared live run that keeps the
+# 2.x line honest: 2.53.3 and Alertmanager 0.28.1 given with --prometheus/--alertmanager.
+@pytest.mark.parametrize("line", [3, 2])
+def test_demo_json_summary_after_the_duration(line: int, tmp_path: Path) -> None:
     require_tool("prometheus")
     require_tool("prometheus-alertmanager")
-    code, summary, stderr = run_demo(tmp_path / "demo", "--duration=20", "--nodes=12")
+    binaries = [] if line == 3 else [f"--prometheus={stack_tool(2, 'prometheus')}",
+                                     f"--alertmanager={stack_tool(2, 'prometheus-alertmanager')}"]
+    code, summary, stderr = run_demo(tmp_path / "demo", "--duration=20", "--nodes=12", *binaries)
     assert code == 0, stderr
+    # The demo read the binaries' releases and wrote them into its spec.
+    prometheus, alertmanager = {3: ("3.", "0.33."), 2: ("2.53.", "0.28.")}[line]
+    assert summary["prometheus_version"].startswith(prometheus), summary["prometheus_version"]
+    assert summary["alertmanager_version"].startswith(alertmanager), summary["alertmanager_version"]
+    written = (tmp_path / "demo" / "spec.yaml").read_text()
+    assert f"version: '{summary['prometheus_version'].rsplit('.', 1)[0]}'" in written
     assert (summary["nodes"], summary["gpus"], summary["targets_expected"]) == (12, 96, 12)
     assert summary["shards"] == summary["children"] == 3
     # Every simulated node's series reached the master, per region as the fleet deals them.
@@ -127,7 +138,11 @@ def test_a_component_failing_at_start_stops_everything_started_before(tmp_path: 
     require_tool("prometheus-alertmanager")
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "prometheus").write_text("#!/bin/sh\necho 'prometheus: this one refuses to start' >&2\nexit 1\n")
+    # It names its release (the demo reads it first), then refuses to start.
+    (fake / "prometheus").write_text(
+        "#!/bin/sh\n[ \"$1\" = --version ] && echo 'prometheus, version 3.5.3' && exit 0\n"
+        "echo 'prometheus: this one refuses to start' >&2\nexit 1\n"
+    )
     (fake / "prometheus").chmod(0o755)
     env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
     code, summary, _ = run_demo(tmp_path / "demo", "--duration=5", "--nodes=3", env=env)

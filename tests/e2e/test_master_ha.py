@@ -1,9 +1,10 @@
 """One rendered config for an HA pair of masters: a real Prometheus expands the replica label.
 
 The example spec has ``master.replicas: 2``, so ``master/prometheus.yml`` carries
-``replica: ${GPUFED_MASTER_REPLICA}`` and ``flags.json`` adds
-``--enable-feature=expand-external-labels``. Here a real Prometheus 2.42 runs that config
-with the rendered flags and the environment ``flags.json`` gives replica ``master-1``.
+``replica: ${GPUFED_MASTER_REPLICA}``; Prometheus 3.x expands it by default, 2.x only with
+``--enable-feature=expand-external-labels``, which ``flags.json`` adds for a 2.x spec. Here
+each line's real Prometheus (3.5.3, 2.53.3) runs the config rendered for it with the rendered
+flags and the environment ``flags.json`` gives replica ``master-1``.
 Its Alertmanagers and Thanos Receive are unreachable names, which Prometheus only logs.
 """
 
@@ -15,20 +16,23 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import require_tool
+from conftest import stack_tool
 from prom_process import PrometheusProcess
 
 from federation.master.render import FLAGS_FILE, MASTER_FILE, load_rule_pack, render_master_bundle
 from federation.spec import load_gpufed_spec
+from sharder.model.spec import PrometheusSpec
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.parametrize("line", [3, 2])
 def test_replica_label_comes_from_the_rendered_environment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    line: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    spec = load_gpufed_spec(ROOT / "examples" / "federation.yaml")
+    example = load_gpufed_spec(ROOT / "examples" / "federation.yaml")
+    spec = example.model_copy(update={"prometheus": PrometheusSpec(version="2.53" if line == 2 else "3")})
     bundle = render_master_bundle(spec, rule_pack=load_rule_pack())
     for rel, data in bundle.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -40,7 +44,7 @@ def test_replica_label_comes_from_the_rendered_environment(
     with (
         httpx.Client(timeout=2.0) as client,
         PrometheusProcess(
-            require_tool("prometheus"),
+            stack_tool(line, "prometheus"),
             config=tmp_path / MASTER_FILE,
             data=tmp_path / "data",
             log=tmp_path / "master.log",

@@ -15,6 +15,7 @@ from federation.master import pipeline
 from sharder.kernel import output
 from sharder.kernel.errors import AssignmentError
 from sharder.kernel.promtool import Promtool
+from tests.conftest import stack_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "examples" / "federation.yaml"
@@ -209,3 +210,22 @@ def test_pipeline_render_refuses_an_algorithm_switch(tmp_path: Path, promtool: s
         pipeline.render(spec, targets, out=out, checker=None)
     again = pipeline.render(spec, targets, out=out, checker=Promtool(promtool), allow_algorithm_change=True)
     assert again.assignment.algorithm == "bounded-ring"
+
+
+@pytest.mark.parametrize(
+    ("version", "path_line", "code"), [("2.53", 3, 2), ("3", 2, 2), ("2.53", 2, 0), ("3", 3, 0)]
+)
+def test_render_checks_with_the_promtool_of_the_specs_line(
+    app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str, path_line: int, code: int
+) -> None:
+    spec = SMALL_SPEC + f"prometheus: {{version: '{version}'}}\n"
+    spec_path, inventory_path = write_inputs(tmp_path, spec=spec)
+    tools = Path(stack_tool(path_line, "promtool")).parent
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    out = tmp_path / "out"
+    result = invoke(app, "render", "--spec", spec_path, "--inventory", inventory_path, "--out", out)
+    assert result.exit_code == code, result.output
+    if code:
+        said = " ".join(result.output.split())
+        assert f"but the spec's prometheus.version renders for {version[0]}.x" in said
+        assert not out.exists()

@@ -19,10 +19,11 @@ import yaml
 from sharder.children import render, tree
 from sharder.engine.assignment import Assignment, ShardInfo
 from sharder.kernel import output
-from sharder.kernel.errors import AssignmentError
+from sharder.kernel.errors import AssignmentError, ConfigCheckError
 from sharder.kernel.promtool import Promtool, check_all
 from sharder.model.inventory import Target
-from sharder.model.spec import FederationSpec
+from sharder.model.spec import FederationSpec, PrometheusSpec
+from tests.conftest import stack_tool
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 REGEN = os.environ.get("GPUFED_REGEN_GOLDEN") == "1"
@@ -151,10 +152,18 @@ def case_agent_region_rw() -> Case:
     return spec, targets, assign_round_robin(targets, shards)
 
 
+def case_agent_prometheus2() -> Case:
+    """agent_region_rw rendered for Prometheus 2.53: the 2.x agent flag, no 3.x-only fields."""
+    spec, targets, assignment = case_agent_region_rw()
+    spec = spec.model_copy(update={"prometheus": PrometheusSpec(version="2.53")})
+    return spec, targets, assignment
+
+
 CASES: dict[str, Callable[[], Case]] = {
     "file_sd_basic": case_file_sd_basic,
     "http_sd_rf2": case_http_sd_rf2,
     "agent_region_rw": case_agent_region_rw,
+    "agent_region_rw_prometheus2": case_agent_prometheus2,
 }
 
 
@@ -163,7 +172,7 @@ def read_tree(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_golden_tree(name: str, promtool: str) -> None:
+def test_golden_tree(name: str) -> None:
     spec, targets, assignment = CASES[name]()
     bundle = tree.build_bundle(spec, targets, assignment)
     golden = GOLDEN / name
@@ -175,8 +184,43 @@ def test_golden_tree(name: str, promtool: str) -> None:
     assert sorted(bundle) == sorted(expected)
     for path, content in bundle.items():
         assert content == expected[path], f"{name}/{path} differs from golden"
+    # The promtool of the line the tree was rendered for.
+    promtool = stack_tool(spec.prometheus.release().major, "promtool")
     checked = promtool_check(golden, bundle, agent=spec.children.agent_mode, binary=promtool)
     assert checked == len(tree.prometheus_configs(bundle)) > 0
+
+
+def test_each_line_gets_its_own_flags_and_fields() -> None:
+    spec3, targets, assignment = case_agent_region_rw()
+    spec2 = case_agent_prometheus2()[0]
+    three = render.render_children(spec3, targets, assignment)[0]
+    two = render.render_children(spec2, targets, assignment)[0]
+    assert three.flags == ["--agent"] and two.flags == ["--enable-feature=agent"]
+    assert {job.get("fallback_scrape_protocol") for job in three.prometheus["scrape_configs"]} == {
+        "PrometheusText0.0.4"
+    }
+    assert all("fallback_scrape_protocol" not in job for job in two.prometheus["scrape_configs"])
+
+
+def test_a_config_for_line_3_is_refused_by_promtool_2(tmp_path: Path) -> None:
+    """Why the check must use the line's promtool: 2.53 does not know 3.x's scrape fields."""
+    spec, targets, assignment = case_agent_region_rw()
+    bundle = tree.build_bundle(spec, targets, assignment)
+    output.write_tree(tmp_path / "out", bundle)
+    with pytest.raises(ConfigCheckError, match="fallback_scrape_protocol"):
+        promtool_check(tmp_path / "out", bundle, agent=True, binary=stack_tool(2, "promtool"))
+
+
+def test_remote_write_2_is_opt_in_and_needs_line_3() -> None:
+    spec, targets, assignment = case_agent_region_rw()
+    doc = spec.model_dump()
+    doc["remote_write"][0]["protocol"] = "2.0"
+    opted = FederationSpec.model_validate(doc)
+    writes = render.render_children(opted, targets, assignment)[0].prometheus["remote_write"]
+    assert [w.get("protobuf_message") for w in writes] == ["io.prometheus.write.v2.Request", None]
+    doc["prometheus"] = {"version": "2.53"}
+    with pytest.raises(ValueError, match=r"protocol 2\.0 needs Prometheus 3\.x"):
+        FederationSpec.model_validate(doc)
 
 
 def promtool_check(root: Path, bundle: output.Bundle, *, agent: bool, binary: str) -> int:
@@ -235,7 +279,7 @@ def test_agent_mode_has_no_rule_evaluation_and_gets_the_flag() -> None:
     spec, targets, assignment = case_agent_region_rw()
     children = {c.child: c for c in render.render_children(spec, targets, assignment)}
     hz = children["cn-hangzhou-0"]
-    assert hz.flags == [render.AGENT_FLAG]
+    assert hz.flags == ["--agent"]  # 3.x, the default prometheus.version
     assert set(hz.prometheus) == {"global", "scrape_configs", "remote_write"}
     assert "evaluation_interval" not in hz.prometheus["global"]
     assert [w["name"] for w in hz.prometheus["remote_write"]] == ["global"]

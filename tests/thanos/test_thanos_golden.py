@@ -17,6 +17,7 @@ import pytest
 from federation.master.render import MASTER_FILE, load_rule_pack, master_instances, render_master_bundle
 from federation.spec import GpufedSpec, load_gpufed_spec
 from sharder.kernel.output import Bundle
+from tests.conftest import stack_tool
 from tests.golden_tree import GOLDEN, check_golden_tree
 from thanos import formats
 from thanos.render import HASHRINGS_FILE, OBJSTORE_FILE, SECRETS_FILE, render_thanos_bundle
@@ -130,8 +131,11 @@ def test_compactor_retention_flags() -> None:
 
 
 # thanos-oss-sidecar names a rule file on the target host, so promtool cannot check it here.
+# The master's prometheus.yml is the same for both lines (only its flags differ): both promtools.
+@pytest.mark.parametrize("line", [2, 3])
 @pytest.mark.parametrize("name", ["thanos-example", "thanos-s3-single"])
-def test_master_config_passes_promtool(name: str, promtool: str, tmp_path: Path) -> None:
+def test_master_config_passes_promtool(name: str, line: int, tmp_path: Path) -> None:
+    promtool = stack_tool(line, "promtool")
     spec = spec_for(name)
     bundle = render_master_bundle(spec, rule_pack=load_rule_pack())
     for rel, data in bundle.items():

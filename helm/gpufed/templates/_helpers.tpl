@@ -171,3 +171,13 @@ HAMi's jobs, the Alertmanager pods). A key the user set in .Values.federation wi
 {{- define "gpufed.statePrefix" -}}
 {{- .Values.controller.store.configMapPrefix | default (printf "%s-state" (include "gpufed.fullname" .)) -}}
 {{- end }}
+
+{{/* The Prometheus line the spec names (federation.prometheus.version, default 3): flags that
+changed in 3.0 follow it, as gpufed's own renderers do (sharder/kernel/prometheus_versions.py). */}}
+{{- define "gpufed.prometheusMajor" -}}
+{{- (((.Values.federation.prometheus | default dict).version | default "3") | toString | trimPrefix "v" | splitList ".") | first -}}
+{{- end }}
+
+{{- define "gpufed.agentFlag" -}}
+{{- if eq (include "gpufed.prometheusMajor" .) "2" }}--enable-feature=agent{{ else }}--agent{{ end -}}
+{{- end }}
