@@ -7,6 +7,9 @@ second episode that never reached DingTalk.
 
 from __future__ import annotations
 
+from alertmanager.dingtalk.config import parse_config
+from alertmanager.dingtalk.payload import WebhookMessage
+from alertmanager.dingtalk.render import Part, PartInfo, Renderer, merge
 from federation.demo.sink import Message
 from federation.testing.benches.blackouts import (
     Timeline,
@@ -17,11 +20,26 @@ from federation.testing.benches.blackouts import (
 )
 
 STARTS = [100.0, 300.0]  # two freezes
+RENDERER = Renderer(parse_config({"robots": {"sre": {"url": "https://dingtalk.example/robot/send?access_token=t"}}},
+                                 env={}))
+
+
+def part(status: str, region: str, alertname: str = "FederationScrapeBlackout") -> Part:
+    """One notification for the (alertname, cluster, region) group, as the relay renders it."""
+    labels = {"alertname": alertname, "cluster": "gpufed-demo", "region": region}
+    alert = {"status": status.lower(), "labels": {**labels, "severity": "critical"},
+             "startsAt": "2026-11-27T10:00:00Z", "fingerprint": "0" * 16,
+             "endsAt": "2026-11-27T10:02:00Z" if status == "RESOLVED" else "0001-01-01T00:00:00Z"}
+    message = WebhookMessage.model_validate({
+        "version": "4", "groupKey": f"{{}}:{labels}", "status": status.lower(), "receiver": "sre",
+        "groupLabels": labels, "commonLabels": labels, "commonAnnotations": {},
+        "externalURL": "http://127.0.0.1:9093", "alerts": [alert]})
+    return RENDERER.render("sre", message, message.alerts, PartInfo(1, 1, 0))
 
 
 def message(at: float, status: str, region: str = "region-0", robot: str = "sre") -> Message:
-    return Message(robot=robot, at=at, title=f"[{status}:1] FederationScrapeBlackout gpufed-demo {region}",
-                   text="")
+    rendered = part(status, region)
+    return Message(robot=robot, at=at, title=rendered.title, text=rendered.text)
 
 
 def test_one_rise_and_one_fall_per_episode_is_clean() -> None:
@@ -48,20 +66,27 @@ def test_the_timeline_records_changes_only_and_the_most_series_seen() -> None:
 
 
 def test_a_second_episode_lost_at_dingtalk_or_sent_twice_is_not_ok() -> None:
-    right = [message(150, "FIRING"), message(230, "RESOLVED"),
-             message(350, "FIRING"), message(430, "RESOLVED")]
-    assert delivered(right, STARTS) == {"episodes": [["FIRING", "RESOLVED"]] * 2, "ok": True}
+    right = [(150.0, "FIRING"), (230.0, "RESOLVED"), (350.0, "FIRING"), (430.0, "RESOLVED")]
+    assert delivered(right, STARTS) == {"episodes": [["FIRING", "RESOLVED"]] * 2, "ok": True,
+                                        "after_freeze_s": [[50.0, 130.0]] * 2}
     lost = right[:2]  # the relay answered "duplicate" to the second episode
     assert delivered(lost, STARTS)["episodes"] == [["FIRING", "RESOLVED"], []]
     assert not delivered(lost, STARTS)["ok"]
-    assert not delivered([*right, message(440, "RESOLVED")], STARTS)["ok"]
+    assert not delivered([*right, (440.0, "RESOLVED")], STARTS)["ok"]
 
 
-def test_messages_are_grouped_by_robot_and_region_and_other_alerts_left_out() -> None:
-    messages = [message(150, "FIRING", "region-1", "region-1-oncall"), message(149, "FIRING", "region-1"),
-                Message(robot="sre", at=151, title="[FIRING:1] GPUXidError gpufed-demo region-1", text="")]
-    groups = messages_by_group(messages, ["region-0", "region-1"])
-    assert sorted(groups) == [("region-1-oncall", "region-1"), ("sre", "region-1")]
+def test_notifications_are_read_per_robot_and_region_from_each_part_of_a_merged_message() -> None:
+    # The relay merges parts queued for one robot: the title names only the first region.
+    merged = merge([part("FIRING", "region-0"), part("FIRING", "region-1"),
+                    part("FIRING", "region-2", "GPUXidError")])
+    assert "region-1" not in merged.title
+    messages = [Message(robot="sre", at=150.0, title=merged.title, text=merged.text),
+                message(149.0, "FIRING", "region-1", "region-1-oncall"),
+                message(230.0, "RESOLVED", "region-1")]
+    groups = messages_by_group(messages, ["region-0", "region-1", "region-2"])
+    assert groups == {("sre", "region-0"): [(150.0, "FIRING")],
+                      ("sre", "region-1"): [(150.0, "FIRING"), (230.0, "RESOLVED")],
+                      ("region-1-oncall", "region-1"): [(149.0, "FIRING")]}
 
 
 def test_relay_counters_are_read_per_robot() -> None:

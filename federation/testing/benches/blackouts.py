@@ -44,7 +44,8 @@ from federation.demo.stack import DemoOptions, DemoStack
 
 Say = Callable[[str], None]
 ALERT = "FederationScrapeBlackout"
-STATUS = re.compile(r"^\[(FIRING|RESOLVED):\d+\]")
+HEADING = re.compile(r"^### \[(?P<status>FIRING|RESOLVED):\d+\] (?P<names>.+?)(?: \((?P<part>\d+)/\d+\))?$",
+                     re.M)
 Changes = list[tuple[float, bool]]
 
 
@@ -97,27 +98,44 @@ def edges(changes: Changes, starts: Sequence[float]) -> dict[str, Any]:
             "rises": rises, "falls": falls, "fired": fired, "resolved": resolved}
 
 
+def notifications(message: Message) -> list[tuple[str, list[str]]]:
+    """The notifications one DingTalk message carries, as (status, group label values).
+
+    The relay merges parts queued for one robot into one message (title "... (+N more)"),
+    so the title names only the first: each part's heading (``### [FIRING:1] names``, with
+    `` (i/n)`` when one notification was split) names its own. A split notification counts once.
+    """
+    found = []
+    for match in HEADING.finditer(message.text):
+        if match.group("part") in (None, "1"):
+            found.append((match.group("status"), match.group("names").split()))
+    return found
+
+
 def messages_by_group(messages: Iterable[Message],
-                      regions: Iterable[str]) -> dict[tuple[str, str], list[Message]]:
-    """The blackout's DingTalk messages per (robot, region), in the order they arrived."""
+                      regions: Iterable[str]) -> dict[tuple[str, str], list[tuple[float, str]]]:
+    """The blackout's notifications per (robot, region) as (arrival, status), in arrival order."""
     wanted = set(regions)
-    groups: dict[tuple[str, str], list[Message]] = {}
+    groups: dict[tuple[str, str], list[tuple[float, str]]] = {}
     for message in sorted(messages, key=lambda m: m.at):
-        if ALERT not in message.title or not STATUS.match(message.title):
-            continue
-        for region in wanted & set(message.title.split()):
-            groups.setdefault((message.robot, region), []).append(message)
+        for status, names in notifications(message):
+            if ALERT not in names:
+                continue
+            for region in sorted(wanted & set(names)):
+                groups.setdefault((message.robot, region), []).append((message.at, status))
     return groups
 
 
-def delivered(messages: Sequence[Message], starts: Sequence[float]) -> dict[str, Any]:
+def delivered(received: Sequence[tuple[float, str]], starts: Sequence[float]) -> dict[str, Any]:
     """Per episode the states one group got, in order; right = exactly FIRING then RESOLVED."""
     per: list[list[str]] = [[] for _ in starts]
-    for message in messages:
-        match = STATUS.match(message.title)
-        assert match is not None
-        per[window_of(message.at, starts)].append(match.group(1))
-    return {"episodes": per, "ok": all(states == ["FIRING", "RESOLVED"] for states in per)}
+    after: list[list[float]] = [[] for _ in starts]
+    for at, status in received:
+        episode = window_of(at, starts)
+        per[episode].append(status)
+        after[episode].append(round(at - starts[episode], 1))
+    return {"episodes": per, "after_freeze_s": after,
+            "ok": all(states == ["FIRING", "RESOLVED"] for states in per)}
 
 
 def metric_by_robot(text: str, name: str) -> dict[str, float]:
@@ -221,10 +239,9 @@ def _settled(stack: DemoStack, poller: Poller, run: Run, regions: Sequence[str])
         return False
     assert stack.sink is not None
     groups = messages_by_group(stack.sink.snapshot().messages, regions)
-    last = [m for messages in groups.values() for m in messages if m.at >= run.frozen[-1]]
-    owed = {key for key, messages in groups.items() if any(m.at >= run.frozen[-1] for m in messages)}
-    done = {(m.robot, region) for m in last if m.title.startswith("[RESOLVED")
-            for region in regions if region in m.title.split()}
+    owed = {key for key, received in groups.items() if any(at >= run.frozen[-1] for at, _ in received)}
+    done = {key for key, received in groups.items()
+            if any(at >= run.frozen[-1] and status == "RESOLVED" for at, status in received)}
     return bool(owed) and owed <= done
 
 
@@ -285,9 +302,11 @@ def _judge(poller: Poller, run: Run, messages: Sequence[Message], metrics: str,
                 failures.append(f"{source} {region}: rises {seen['rises']}, falls {seen['falls']}")
     groups = messages_by_group(messages, regions)
     dingtalk: dict[str, dict[str, Any]] = {}
+    dingtalk_at: dict[str, dict[str, Any]] = {}
     for (robot, region), group in sorted(groups.items()):
         got = delivered(group, starts)
         dingtalk.setdefault(robot, {})[region] = got["episodes"]
+        dingtalk_at.setdefault(robot, {})[region] = got["after_freeze_s"]
         if not got["ok"]:
             failures.append(f"DingTalk {robot} {region}: {got['episodes']}")
     for region in regions:
@@ -302,6 +321,7 @@ def _judge(poller: Poller, run: Run, messages: Sequence[Message], metrics: str,
         "flips": flips,
         "flaps": flaps,
         "dingtalk": dingtalk,
+        "dingtalk_after_freeze_s": dingtalk_at,
         "dingtalk_dedup_dropped_total": metric_by_robot(metrics, "gpufed_dingtalk_dedup_dropped_total"),
         "dingtalk_stale_dropped_total": metric_by_robot(metrics, "gpufed_dingtalk_stale_dropped_total"),
         "dingtalk_stale_alerts_dropped_total": metric_by_robot(
