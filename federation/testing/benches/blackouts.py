@@ -3,7 +3,8 @@
 Issue 36's live check. A ``DemoStack`` runs the rule pack exactly as the master bundle
 renders it (``FederationScrapeBlackout``'s shipped ``for: 30s`` is short enough: nothing
 is shortened). The fleet process is frozen (SIGSTOP) twice, each time long enough for
-the alert to fire, with ``gap`` seconds between the first thaw and the second freeze.
+the alert to fire (``--frozen children``: every child instead, so the master's own
+scrape of them fails as well), with ``gap`` seconds between the first thaw and the second freeze.
 Meanwhile one thread polls, every ``poll`` seconds, the master's ``ALERTS`` and each
 Alertmanager's ``/api/v2/alerts`` (which lists an alert while it is firing and drops it
 once resolved), recording every change per region.
@@ -222,14 +223,26 @@ class Run:
     thawed: list[float] = field(default_factory=list)
 
 
-def _freeze(stack: DemoStack, run: Run, *, freeze_s: float, say: Say) -> None:
-    say(f"freezing the fleet for {freeze_s:.0f} s (episode {len(run.frozen) + 1})")
+FROZEN = ("fleet", "children")
+
+
+def _frozen_names(stack: DemoStack, frozen: str) -> list[str]:
+    """``fleet``: the simulated nodes' process; ``children``: every child (their remote_write
+    stops and the master's own gpufed-child scrape of them fails too, as when a region's
+    children hang)."""
+    return ["fleet"] if frozen == "fleet" else [f"child/{child}" for child in stack.running_children()]
+
+
+def _freeze(stack: DemoStack, run: Run, *, names: Sequence[str], freeze_s: float, say: Say) -> None:
+    say(f"freezing {', '.join(names)} for {freeze_s:.0f} s (episode {len(run.frozen) + 1})")
     run.frozen.append(time.time())
-    stack.supervisor.kill("fleet", signal.SIGSTOP)
+    for name in names:
+        stack.supervisor.kill(name, signal.SIGSTOP)
     try:
         time.sleep(freeze_s)
     finally:
-        stack.supervisor.kill("fleet", signal.SIGCONT)
+        for name in names:
+            stack.supervisor.kill(name, signal.SIGCONT)
         run.thawed.append(time.time())
 
 
@@ -245,12 +258,16 @@ def _settled(stack: DemoStack, poller: Poller, run: Run, regions: Sequence[str])
     return bool(owed) and owed <= done
 
 
-def run_blackouts_bench(*, layout: plan.Layout, freeze_s: float, gap_s: float, episodes: int, poll_s: float,
-                        after_s: float, settle_s: float, data_dir: Path, say: Say) -> dict[str, Any]:
+def run_blackouts_bench(*, layout: plan.Layout, frozen: str, freeze_s: float, gap_s: float, episodes: int,
+                        poll_s: float, after_s: float, settle_s: float, data_dir: Path,
+                        say: Say) -> dict[str, Any]:
     regions = layout.region_names()
     options = DemoOptions(layout=layout, data_dir=data_dir, controller_args=("--registry-ttl=600",))
     stack = DemoStack(options, say=say, show_messages=False)
+    if frozen not in FROZEN:
+        raise ValueError(f"frozen: expected one of {', '.join(FROZEN)}, got {frozen!r}")
     result: dict[str, Any] = {"nodes": layout.nodes, "regions": regions, "episodes_asked": episodes,
+                              "frozen": frozen,
                               "freeze_s": freeze_s, "gap_s": gap_s, "poll_s": poll_s,
                               "load_at_start": [round(x, 2) for x in os.getloadavg()], "ok": False}
     run = Run()
@@ -264,7 +281,7 @@ def run_blackouts_bench(*, layout: plan.Layout, freeze_s: float, gap_s: float, e
                 if episode:
                     say(f"thawed; the next freeze in {gap_s:.0f} s")
                     time.sleep(gap_s)
-                _freeze(stack, run, freeze_s=freeze_s, say=say)
+                _freeze(stack, run, names=_frozen_names(stack, frozen), freeze_s=freeze_s, say=say)
             say("thawed; waiting for the resolves and their RESOLVED messages")
             deadline = time.time() + after_s
             while time.time() < deadline and not _settled(stack, poller, run, regions):
