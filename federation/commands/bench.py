@@ -237,7 +237,8 @@ def first_sample(
 def blackouts(
     nodes: Annotated[int, typer.Option(min=2, max=10_000, help="simulated GPU nodes")] = 9,
     regions: Annotated[int, typer.Option(min=1, max=50)] = 3,
-    frozen: Annotated[str, typer.Option(help="what freezes: fleet (the nodes) or children (every child)")]
+    frozen: Annotated[str, typer.Option(
+        help="what freezes: fleet (the nodes) or children (every child); a comma list takes turns")]
     = "fleet",
     freeze: Annotated[float, typer.Option(
         min=30, max=3600, help="seconds each freeze lasts (the alert fires about 45-50 s in)")] = 90.0,
@@ -254,9 +255,12 @@ def blackouts(
 ) -> Result:
     """Freeze the fleet twice: each blackout's FIRING and RESOLVED at DingTalk once, no flaps in the
     Alertmanagers (exit 1 otherwise)."""
-    from federation.testing.benches.blackouts import FROZEN, run_blackouts_bench
+    from federation.testing.benches.blackouts import frozen_kinds, run_blackouts_bench
 
-    _one_of(frozen, FROZEN, "--frozen")
+    try:
+        frozen_kinds(frozen)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--frozen") from exc
     layout = _layout(nodes=nodes, regions=regions)
     return _in_demo_dir(data_dir, lambda where: run_blackouts_bench(
         layout=layout, frozen=frozen, freeze_s=freeze, gap_s=gap, episodes=episodes, poll_s=poll,

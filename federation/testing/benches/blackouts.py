@@ -4,7 +4,9 @@ Issue 36's live check. A ``DemoStack`` runs the rule pack exactly as the master 
 renders it (``FederationScrapeBlackout``'s shipped ``for: 30s`` is short enough: nothing
 is shortened). The fleet process is frozen (SIGSTOP) twice, each time long enough for
 the alert to fire (``--frozen children``: every child instead, so the master's own
-scrape of them fails as well), with ``gap`` seconds between the first thaw and the second freeze.
+scrape of them fails as well; ``children,fleet``: one, then the other, issue 36's shape,
+where a dead child's episode left a resolved twin that Prometheus kept re-sending while
+the next blackout fired), with ``gap`` seconds between the first thaw and the second freeze.
 Meanwhile one thread polls, every ``poll`` seconds, the master's ``ALERTS`` and each
 Alertmanager's ``/api/v2/alerts`` (which lists an alert while it is firing and drops it
 once resolved), recording every change per region.
@@ -226,6 +228,16 @@ class Run:
 FROZEN = ("fleet", "children")
 
 
+def frozen_kinds(frozen: str) -> list[str]:
+    """``--frozen``: what each episode freezes, in turn (``children,fleet``: the first
+    episode the children, the second the fleet)."""
+    kinds = [kind.strip() for kind in frozen.split(",")]
+    for kind in kinds:
+        if kind not in FROZEN:
+            raise ValueError(f"frozen: expected one of {', '.join(FROZEN)} (comma-separated), got {kind!r}")
+    return kinds
+
+
 def _frozen_names(stack: DemoStack, frozen: str) -> list[str]:
     """``fleet``: the simulated nodes' process; ``children``: every child (their remote_write
     stops and the master's own gpufed-child scrape of them fails too, as when a region's
@@ -264,8 +276,7 @@ def run_blackouts_bench(*, layout: plan.Layout, frozen: str, freeze_s: float, ga
     regions = layout.region_names()
     options = DemoOptions(layout=layout, data_dir=data_dir, controller_args=("--registry-ttl=600",))
     stack = DemoStack(options, say=say, show_messages=False)
-    if frozen not in FROZEN:
-        raise ValueError(f"frozen: expected one of {', '.join(FROZEN)}, got {frozen!r}")
+    kinds = frozen_kinds(frozen)
     result: dict[str, Any] = {"nodes": layout.nodes, "regions": regions, "episodes_asked": episodes,
                               "frozen": frozen,
                               "freeze_s": freeze_s, "gap_s": gap_s, "poll_s": poll_s,
@@ -281,7 +292,8 @@ def run_blackouts_bench(*, layout: plan.Layout, frozen: str, freeze_s: float, ga
                 if episode:
                     say(f"thawed; the next freeze in {gap_s:.0f} s")
                     time.sleep(gap_s)
-                _freeze(stack, run, names=_frozen_names(stack, frozen), freeze_s=freeze_s, say=say)
+                names = _frozen_names(stack, kinds[episode % len(kinds)])
+                _freeze(stack, run, names=names, freeze_s=freeze_s, say=say)
             say("thawed; waiting for the resolves and their RESOLVED messages")
             deadline = time.time() + after_s
             while time.time() < deadline and not _settled(stack, poller, run, regions):
