@@ -7,6 +7,8 @@ second episode that never reached DingTalk.
 
 from __future__ import annotations
 
+import pytest
+
 from alertmanager.dingtalk.config import parse_config
 from alertmanager.dingtalk.payload import WebhookMessage
 from alertmanager.dingtalk.render import Part, PartInfo, Renderer, merge
@@ -15,6 +17,7 @@ from federation.testing.benches.blackouts import (
     Timeline,
     delivered,
     edges,
+    frozen_kinds,
     messages_by_group,
     metric_by_robot,
 )
@@ -93,3 +96,9 @@ def test_relay_counters_are_read_per_robot() -> None:
     text = ('# HELP x\ngpufed_dingtalk_dedup_dropped_total{robot="sre"} 4.0\n'
             'gpufed_dingtalk_dedup_dropped_created{robot="sre"} 1.7e9\n')
     assert metric_by_robot(text, "gpufed_dingtalk_dedup_dropped_total") == {"sre": 4.0}
+
+
+def test_what_freezes_takes_turns_and_a_wrong_kind_is_named() -> None:
+    assert frozen_kinds("children, fleet") == ["children", "fleet"]
+    with pytest.raises(ValueError, match="got 'nodes'"):
+        frozen_kinds("fleet,nodes")
