@@ -239,7 +239,7 @@ def blackouts(
     regions: Annotated[int, typer.Option(min=1, max=50)] = 3,
     frozen: Annotated[str, typer.Option(
         help="what freezes: fleet (the nodes) or children (every child); a comma list takes turns")]
-    = "fleet",
+    = "children,fleet",
     freeze: Annotated[float, typer.Option(
         min=30, max=3600, help="seconds each freeze lasts (the alert fires about 45-50 s in)")] = 90.0,
     gap: Annotated[float, typer.Option(min=0, max=3600, help="seconds from a thaw to the next freeze")]
@@ -253,8 +253,8 @@ def blackouts(
     = 15.0,
     data_dir: DataDir = None,
 ) -> Result:
-    """Freeze the fleet twice: each blackout's FIRING and RESOLVED at DingTalk once, no flaps in the
-    Alertmanagers (exit 1 otherwise)."""
+    """Two blackouts (the children, then the fleet): each one's FIRING and RESOLVED at DingTalk once,
+    no flaps in the Alertmanagers (exit 1 otherwise)."""
     from federation.testing.benches.blackouts import frozen_kinds, run_blackouts_bench
 
     try:
