@@ -1,12 +1,14 @@
-"""``gpufed bench blackouts``: two fleet blackouts a couple of minutes apart, end to end.
+"""``gpufed bench blackouts``: two blackouts a couple of minutes apart, end to end.
 
 Issue 36's live check. A ``DemoStack`` runs the rule pack exactly as the master bundle
 renders it (``FederationScrapeBlackout``'s shipped ``for: 30s`` is short enough: nothing
-is shortened). The fleet process is frozen (SIGSTOP) twice, each time long enough for
-the alert to fire (``--frozen children``: every child instead, so the master's own
-scrape of them fails as well; ``children,fleet``: one, then the other, issue 36's shape,
-where a dead child's episode left a resolved twin that Prometheus kept re-sending while
-the next blackout fired), with ``gap`` seconds between the first thaw and the second freeze.
+is shortened). Two blackouts, each frozen (SIGSTOP) long enough for the alert to fire,
+with ``gap`` seconds between the first thaw and the second freeze. What freezes takes
+turns (``--frozen``, default ``children,fleet``): first every child (their remote_write
+stops and the master's own gpufed-child scrape of them fails too, as with a dead child),
+then the fleet of simulated nodes. That is issue 36's shape: the first episode left a
+resolved cluster-less twin that Prometheus kept re-sending while the second fired, and
+the Alertmanagers flipped between the two; freezing the fleet twice passes on either rule.
 Meanwhile one thread polls, every ``poll`` seconds, the master's ``ALERTS`` and each
 Alertmanager's ``/api/v2/alerts`` (which lists an alert while it is firing and drops it
 once resolved), recording every change per region.
