@@ -7,7 +7,8 @@ signature of a function that returns the result), and how a person reads the res
 table of figures, the raw dict, or one ``key value`` line per figure). ``--json`` is added
 to every command here. A bench that cannot run raises ``BenchFailed``: ``error: ...`` on
 stderr, exit 1; one that leaves processes behind (``leftover_processes``) exits 1 after
-printing.
+printing, and so does one whose result says ``"ok": false`` (a bench that checks what
+it measures, like ``blackouts``).
 """
 
 import inspect
@@ -240,6 +241,39 @@ def first_sample(
         layout=layout, late=late, spacing_s=spacing, data_dir=where, say=_say))
 
 
+def blackouts(
+    nodes: Annotated[int, typer.Option(min=2, max=10_000, help="simulated GPU nodes")] = 9,
+    regions: Annotated[int, typer.Option(min=1, max=50)] = 3,
+    frozen: Annotated[str, typer.Option(
+        help="what freezes: fleet (the nodes) or children (every child); a comma list takes turns")]
+    = "children,fleet",
+    freeze: Annotated[float, typer.Option(
+        min=30, max=3600, help="seconds each freeze lasts (the alert fires about 45-50 s in)")] = 90.0,
+    gap: Annotated[float, typer.Option(min=0, max=3600, help="seconds from a thaw to the next freeze")]
+    = 120.0,
+    episodes: Annotated[int, typer.Option(min=1, max=10, help="freezes")] = 2,
+    poll: Annotated[float, typer.Option(min=0.2, max=5, help="seconds between two polls of each source")]
+    = 1.0,
+    after: Annotated[float, typer.Option(
+        min=10, max=3600, help="at most this long after the last thaw for the resolves to arrive")] = 180.0,
+    settle: Annotated[float, typer.Option(min=0, max=600, help="then watch this long for late copies")]
+    = 15.0,
+    data_dir: DataDir = None,
+) -> Result:
+    """Two blackouts (the children, then the fleet): each one's FIRING and RESOLVED at DingTalk once,
+    no flaps in the Alertmanagers (exit 1 otherwise)."""
+    from federation.testing.benches.blackouts import frozen_kinds, run_blackouts_bench
+
+    try:
+        frozen_kinds(frozen)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--frozen") from exc
+    layout = _layout(nodes=nodes, regions=regions)
+    return _in_demo_dir(data_dir, lambda where: run_blackouts_bench(
+        layout=layout, frozen=frozen, freeze_s=freeze, gap_s=gap, episodes=episodes, poll_s=poll,
+        after_s=after, settle_s=settle, data_dir=where, say=_say))
+
+
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -396,6 +430,7 @@ BENCHES = (
     Bench("balance", balance, table(lambda r, o: f"balance: {o['targets']} targets on {o['shards']} shards")),
     Bench("gap", gap, lines),
     Bench("first-sample", first_sample, lines),
+    Bench("blackouts", blackouts, raw),
     Bench("live", live, raw),
     Bench("dingtalk", dingtalk, raw),
     Bench("freshness", freshness, raw),
@@ -418,7 +453,8 @@ def command(bench: Bench) -> Callable[..., None]:
             typer.echo(json.dumps(result, sort_keys=True))
         else:
             bench.show(result, options)
-        if result.get("leftover_processes"):
+        # A bench that checks as it measures says ``"ok": false`` when the check failed.
+        if result.get("leftover_processes") or result.get("ok") is False:
             raise typer.Exit(1)
 
     signature = inspect.signature(bench.run, eval_str=True)

@@ -11,6 +11,7 @@ controller treats as "cannot tell" (a hand-over then ends by its window).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import threading
 
@@ -18,7 +19,9 @@ from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
 
 
 class ChildRouter:
-    def __init__(self, *, port: int = 0) -> None:
+    def __init__(self, *, port: int = 0, timeout: float = 5.0) -> None:
+        self.timeout = timeout
+        """Seconds a child may take to answer before the router says 502."""
         self._ports: dict[str, int] = {}
         self._lock = threading.Lock()
         self._server = LoopbackHTTPServer(_handler(self), port=port, name="router")
@@ -65,7 +68,7 @@ def _handler(router: ChildRouter) -> type[LoopbackHandler]:
                 self._fail(f"no child {child!r} runs here")
                 return
             body = self.body()
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=router.timeout)
             try:
                 conn.request(method, "/" + rest, body=body or None)
                 answer = conn.getresponse()
@@ -75,9 +78,15 @@ def _handler(router: ChildRouter) -> type[LoopbackHandler]:
                 return
             finally:
                 conn.close()
-            self.reply(answer.status, payload, content_type=answer.getheader("Content-Type"))
+            self._answer(answer.status, payload, answer.getheader("Content-Type"))
 
         def _fail(self, why: str) -> None:
-            self.reply(502, why, content_type="text/plain")
+            self._answer(502, why, "text/plain")
+
+        def _answer(self, status: int, body: bytes | str, content_type: str | None) -> None:
+            # A hung child outlasts the scraper's timeout: the scraper has hung up by the time
+            # the answer (often the 502) is ready, and nobody is left to read it.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.reply(status, body, content_type=content_type)
 
     return Handler

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -90,8 +91,8 @@ def test_bench_table_gives_every_command_json_and_one_error_shape() -> None:
     bench.register(app)
     names = {b.name for b in bench.BENCHES}
     assert names == {"sharding", "render", "thanos", "inventory", "discovery", "sd", "rebalance", "failover",
-                     "balance", "gap", "first-sample", "live", "dingtalk", "freshness", "state-store",
-                     "compose"}
+                     "balance", "gap", "first-sample", "blackouts", "live", "dingtalk", "freshness",
+                     "state-store", "compose"}
     for name in names:
         shown = CliRunner().invoke(app, [name, "--help"], terminal_width=200)
         assert shown.exit_code == 0 and "--json" in shown.output, (name, shown.output)
@@ -104,6 +105,17 @@ def test_bench_table_gives_every_command_json_and_one_error_shape() -> None:
     failing.command("noop", hidden=True)(lambda: None)
     result = CliRunner().invoke(failing, ["broken", "--json"])
     assert result.exit_code == 1 and "error: the stack did not start" in result.output
+
+    # A bench that checks what it measures (blackouts) prints its result, then exits 1 when not ok.
+    def answering(ok: bool) -> Callable[[], bench.Result]:
+        return lambda: {"ok": ok}
+
+    for ok, code in ((False, 1), (True, 0)):
+        checked = typer.Typer()
+        checked.command("checked")(bench.command(bench.Bench("checked", answering(ok), bench.raw)))
+        checked.command("noop", hidden=True)(lambda: None)
+        result = CliRunner().invoke(checked, ["checked", "--json"])
+        assert result.exit_code == code and f'"ok": {str(ok).lower()}' in result.output, result.output
 
 
 @settings(max_examples=300, deadline=None)
