@@ -90,7 +90,11 @@ def leader(run: HelmRun) -> str:
 
 
 def run_helm_bench(
-    *, nodes: int, timeout: float = 110.0, say: Callable[[str], None] = lambda line: None, keep: Path | None = None
+    *,
+    nodes: int,
+    timeout: float = 110.0,
+    say: Callable[[str], None] = lambda line: None,
+    keep: Path | None = None,
 ) -> dict[str, Any]:
     where = Path(tempfile.mkdtemp(prefix="gpufed-helm-")) if keep is None else keep
     started = time.monotonic()
@@ -108,10 +112,14 @@ def run_helm_bench(
         with run:
             summary = run.summary()
             up_s = round(time.monotonic() - started, 1)
-            holder = wait(lambda: leader(run), timeout=timeout, what="a controller holds the Lease", interval=1.0)
+            holder = wait(
+                lambda: leader(run), timeout=timeout, what="a controller holds the Lease", interval=1.0
+            )
             leader_s = round(time.monotonic() - started, 1)
             targets = wait(
-                lambda: (lambda t: t if not t["missing"] and not t["wrong_region"] else None)(targets_up(run, region)),
+                lambda: (lambda t: t if not t["missing"] and not t["wrong_region"] else None)(
+                    targets_up(run, region)
+                ),
                 timeout=timeout,
                 what="every Node's targets up at the master",
             )
@@ -134,6 +142,7 @@ def run_helm_bench(
                 "leader_s": leader_s,
                 "targets_up_s": round(time.monotonic() - started, 1),
             }
+        result["down_s"] = round(time.monotonic() - started - result["targets_up_s"], 1)
         result["leftover_namespaces"] = run.network.existing()
         result["total_s"] = round(time.monotonic() - started, 1)
         result["load_after"] = [round(x, 2) for x in os.getloadavg()]

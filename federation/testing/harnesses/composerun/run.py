@@ -398,7 +398,9 @@ def sandboxed_process(
     root, layers = workdir / "root" / slug, workdir / "layers" / slug
     root.mkdir(parents=True, exist_ok=True)
     layers.mkdir(parents=True, exist_ok=True)
-    script = sandbox.wrapper_script(root=root, layers=layers, binds=binds, hosts=workdir / "hosts" / netns.name)
+    script = sandbox.wrapper_script(
+        root=root, layers=layers, binds=binds, hosts=workdir / "hosts" / netns.name
+    )
     (workdir / "logs").mkdir(parents=True, exist_ok=True)
     return ServiceProcess(
         name=planned.display,

@@ -44,8 +44,10 @@ def pod_object(pod: Pod, address: str, namespace: str) -> dict[str, Any]:
             "nodeName": pod.node,
             "hostNetwork": pod.host_network,
             "containers": [
-                {"name": c.name.split("/", 1)[1], "ports": [{"name": n, "containerPort": p}
-                                                            for n, p in sorted(pod.ports.items())]}
+                {
+                    "name": c.name.split("/", 1)[1],
+                    "ports": [{"name": n, "containerPort": p} for n, p in sorted(pod.ports.items())],
+                }
                 for c in pod.containers
             ],
         },
@@ -61,12 +63,17 @@ def endpoint_slice(
     for port in service["spec"].get("ports") or []:
         number = next((n for n in (_target_port(port, p) for p in pods) if n is not None), None)
         if number is not None:
-            ports.append({"name": port.get("name", ""), "port": number, "protocol": port.get("protocol", "TCP")})
+            ports.append(
+                {"name": port.get("name", ""), "port": number, "protocol": port.get("protocol", "TCP")}
+            )
     return {
         "metadata": {
             "name": f"{name}-run",
             "namespace": namespace,
-            "labels": {"kubernetes.io/service-name": name, "endpointslice.kubernetes.io/managed-by": "gpufed-run"},
+            "labels": {
+                "kubernetes.io/service-name": name,
+                "endpointslice.kubernetes.io/managed-by": "gpufed-run",
+            },
         },
         "addressType": "IPv4",
         "ports": ports,
@@ -119,6 +126,11 @@ def service_names(
         if not selected:
             continue
         name = service["metadata"]["name"]
-        for full in (name, f"{name}.{namespace}", f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local"):
+        for full in (
+            name,
+            f"{name}.{namespace}",
+            f"{name}.{namespace}.svc",
+            f"{name}.{namespace}.svc.cluster.local",
+        ):
             names[full] = addresses[selected[0].name]
     return names

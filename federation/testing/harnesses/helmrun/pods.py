@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from federation.testing.harnesses.composerun import images
-from federation.testing.harnesses.composerun.model import Healthcheck, Service, Volume
+from federation.testing.harnesses.composerun.model import Healthcheck, Service
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -121,7 +121,9 @@ def container_env(
         if "fieldRef" in source:
             env[name] = _field_ref(source["fieldRef"]["fieldPath"], pod, f"{where}.env.{name}")
         elif "secretKeyRef" in source or "configMapKeyRef" in source:
-            key, kind = ("secretKeyRef", "Secret") if "secretKeyRef" in source else ("configMapKeyRef", "ConfigMap")
+            key, kind = (
+                ("secretKeyRef", "Secret") if "secretKeyRef" in source else ("configMapKeyRef", "ConfigMap")
+            )
             ref = source[key]
             data = object_data(refs[kind][ref["name"]]) if ref["name"] in refs[kind] else None
             if data is None or ref["key"] not in data:
@@ -142,8 +144,15 @@ def _probe(container: dict[str, Any], ports: dict[str, int]) -> Healthcheck | No
     get = probe["httpGet"]
     port = get["port"] if isinstance(get["port"], int) else ports[get["port"]]
     return Healthcheck(
-        test=("wget", "-q", "-T", str(probe.get("timeoutSeconds", 1)), "-O", "/dev/null",
-              f"http://127.0.0.1:{port}{get.get('path', '/')}"),
+        test=(
+            "wget",
+            "-q",
+            "-T",
+            str(probe.get("timeoutSeconds", 1)),
+            "-O",
+            "/dev/null",
+            f"http://127.0.0.1:{port}{get.get('path', '/')}",
+        ),
         interval=float(probe.get("periodSeconds", 10)),
         timeout=float(probe.get("timeoutSeconds", 1)) + 1.0,
         retries=int(probe.get("failureThreshold", 3)),
@@ -188,7 +197,9 @@ def _service(
 _NOT_APPLIED = frozenset({"resources", "securityContext", "livenessProbe", "startupProbe", "imagePullPolicy"})
 
 
-def _volumes(spec: dict[str, Any], refs: dict[str, dict[str, dict[str, Any]]], where: str) -> dict[str, VolumeFiles]:
+def _volumes(
+    spec: dict[str, Any], refs: dict[str, dict[str, dict[str, Any]]], where: str
+) -> dict[str, VolumeFiles]:
     out: dict[str, VolumeFiles] = {}
     for volume in spec.get("volumes") or []:
         name = volume["name"]
@@ -276,10 +287,13 @@ def make_pod(
 
 
 _POD_NOT_APPLIED = frozenset(
-    {"securityContext", "affinity", "nodeSelector", "tolerations", "priorityClassName", "hostPID", "dnsPolicy"}
+    {
+        "securityContext",
+        "affinity",
+        "nodeSelector",
+        "tolerations",
+        "priorityClassName",
+        "hostPID",
+        "dnsPolicy",
+    }
 )
-
-
-def volume_mounts(pod: Pod, service: Service) -> list[Volume]:
-    """The container's mounts as the compose model's volumes (sources filled by the runner)."""
-    return [Volume("bind", volume, target, read_only) for volume, target, read_only in pod.mounts[service.name]]

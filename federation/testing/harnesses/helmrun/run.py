@@ -40,7 +40,12 @@ from federation.testing.harnesses.helmrun.pods import TOKEN_DIR, WORKLOAD_KINDS,
 from federation.testing.standins.kube import FakeKubeAPI
 
 KUBE_MEMBER = "kube-apiserver"
-KUBE_NAMES = ("kubernetes.default.svc", "kubernetes", "kubernetes.default", "kubernetes.default.svc.cluster.local")
+KUBE_NAMES = (
+    "kubernetes.default.svc",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc.cluster.local",
+)
 INIT_TIMEOUT_S = 400.0
 
 #: The only changes to what the chart rendered, each with its reason (printed by ``describe``).
@@ -119,12 +124,14 @@ class HelmRun:
             out += [(workload, f"{name}-{i}", self.node_names[i % len(self.node_names)]) for i in range(run)]
             if run < replicas:
                 for c in containers:
-                    self.left_out[f"{workload['kind']}/{name}/{c['name']} (replicas {run}..{replicas - 1})"] = (
-                        "fewer replicas run than rendered (max_replicas)"
-                    )
+                    self.left_out[
+                        f"{workload['kind']}/{name}/{c['name']} (replicas {run}..{replicas - 1})"
+                    ] = "fewer replicas run than rendered (max_replicas)"
         for other in (o for o in self.objects if o.get("kind") == "Pod"):
             for c in other["spec"]["containers"]:
-                self.left_out[f"Pod/{other['metadata']['name']}/{c['name']}"] = "a helm test hook, not a workload"
+                self.left_out[f"Pod/{other['metadata']['name']}/{c['name']}"] = (
+                    "a helm test hook, not a workload"
+                )
         return out
 
     def _plan(self) -> None:
@@ -147,8 +154,12 @@ class HelmRun:
             )
             self.pods[name] = pod
             for service in [*pod.init, *pod.containers]:
-                planned = plan_service(service, service.name, member, tools=self.tools, fill={}, overrides=OVERRIDES)
-                planned.env.update({"KUBERNETES_SERVICE_HOST": KUBE_NAMES[0], "KUBERNETES_SERVICE_PORT": "443"})
+                planned = plan_service(
+                    service, service.name, member, tools=self.tools, fill={}, overrides=OVERRIDES
+                )
+                planned.env.update(
+                    {"KUBERNETES_SERVICE_HOST": KUBE_NAMES[0], "KUBERNETES_SERVICE_PORT": "443"}
+                )
                 self.planned[service.name] = planned
 
     # --- up --------------------------------------------------------------------------------------
@@ -202,7 +213,9 @@ class HelmRun:
         self.kube = kube
         addresses = {pod: self.pod_address(pod) for pod in self.pods}
         nodes = {n: self.network.members[f"node-{n}"].address for n in self.node_names}
-        for plural, obj in cluster.api_objects(self.objects, self.pods, addresses, nodes, namespace=self.namespace):
+        for plural, obj in cluster.api_objects(
+            self.objects, self.pods, addresses, nodes, namespace=self.namespace
+        ):
             kube.apply(plural, obj)
 
     def _binds(self, pod: Pod, container: str) -> list[sandbox.Bind]:
@@ -300,8 +313,11 @@ class HelmRun:
     def describe(self) -> list[str]:
         s = self.summary()
         lines = [f"helm run {self.run_id}: {len(self.pods)} pods on {len(self.node_names)} Nodes"]
-        for key, title in (("services_real", "real"), ("services_standin", "stand-in"),
-                           ("services_left_out", "left out")):
+        for key, title in (
+            ("services_real", "real"),
+            ("services_standin", "stand-in"),
+            ("services_left_out", "left out"),
+        ):
             lines.append(f"  {title}: {', '.join(s[key]) or '-'}")
         lines += [f"    {name}: {note}" for name, note in s["notes"].items()]
         lines.append("  overrides (the only changes to what the chart rendered):")
@@ -342,7 +358,7 @@ class HelmRun:
 
 
 def wait(check: Callable[[], Any], *, timeout: float, what: str, interval: float = 2.0) -> Any:
-    """``check()``'s first truthy answer; HelmRunError naming ``what`` and the last answer after ``timeout``."""
+    """``check()``'s first truthy answer; after ``timeout``, HelmRunError naming ``what`` and the last."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
