@@ -55,6 +55,7 @@ class Pod:
     mounts: dict[str, list[tuple[str, str, bool]]]  # container -> (volume, mountPath, read_only)
     ports: dict[str, int]  # port name -> containerPort, over every container
     ignored: tuple[str, ...] = ()
+    grace_s: float = 30.0  # terminationGracePeriodSeconds (SIGKILL after it, as the kubelet does)
 
 
 def expand_vars(text: str, env: dict[str, str]) -> str:
@@ -189,7 +190,7 @@ def _service(
         hostname=pod.hostname,
         aliases=(),
         ignored=tuple(sorted(k for k in container if k in _NOT_APPLIED)),
-        stop_grace_period=30.0,  # terminationGracePeriodSeconds' default
+        stop_grace_period=pod.grace_s,
     )
 
 
@@ -257,6 +258,7 @@ def make_pod(
             if p.get("name")
         },
         ignored=tuple(sorted(k for k in spec if k in _POD_NOT_APPLIED)),
+        grace_s=float(spec.get("terminationGracePeriodSeconds", 30)),
     )
     for claim in workload["spec"].get("volumeClaimTemplates") or [] if is_sts else []:
         # a PersistentVolumeClaim per pod: a directory of the run's stands in
