@@ -135,7 +135,6 @@ def run_helm_bench(
                 "services_left_out": summary["services_left_out"],
                 "notes": summary["notes"],
                 "overrides": summary["overrides"],
-                "provided": summary["provided"],
                 "versions": summary["versions"],
                 "failures": run.failures(),
                 "up_s": up_s,

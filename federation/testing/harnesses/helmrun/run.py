@@ -48,7 +48,11 @@ KUBE_NAMES = (
 )
 INIT_TIMEOUT_S = 400.0
 
-#: The only changes to what the chart rendered, each with its reason (printed by ``describe``).
+EVERY = "*"  # an override row for every container
+
+#: The only changes to what the chart rendered, and what the run provides in the kubelet's and
+#: the cluster's place; one table, printed by ``describe`` before anything starts. Environment
+#: rows are applied from here (``EVERY``: to every container).
 OVERRIDES: tuple[images.Override, ...] = (
     images.Override(
         "gpufed/gpufed",
@@ -56,18 +60,31 @@ OVERRIDES: tuple[images.Override, ...] = (
         {"GPUFED_EXPORTER_BACKEND": "simulated"},
         "no GPUs here: the exporter's simulated backend (the DaemonSet's NVIDIA_* variables stay, unused)",
     ),
+    images.Override(
+        EVERY,
+        EVERY,
+        {"KUBERNETES_SERVICE_HOST": KUBE_NAMES[0], "KUBERNETES_SERVICE_PORT": "443"},
+        "the kubelet's variables, pointing at the Kubernetes API stand-in (that name is its address in "
+        "every hosts file; TLS with the run's certificate, as in-cluster clients require)",
+    ),
 )
-#: What the kubelet and the cluster would provide, and how the run provides it.
-PROVIDED = (
-    "every container: KUBERNETES_SERVICE_HOST=kubernetes.default.svc, KUBERNETES_SERVICE_PORT=443 "
-    "(the kubelet's; that name is the Kubernetes API stand-in's address, on TLS with the run's certificate)",
-    f"pods without automountServiceAccountToken: false: {TOKEN_DIR}/{{token,ca.crt,namespace}} "
-    "(a random token the stand-in does not check; ca.crt the run's certificate)",
-    "Service DNS: <svc>, <svc>.<ns>, <svc>.<ns>.svc[.cluster.local] in every hosts file -> the first "
-    "running pod the selector matches (no kube-proxy); StatefulSet pods also as "
-    "<pod>.<serviceName>.<ns>.svc",
-    "not applied: securityContext (processes run as root), resources, liveness probes, "
-    "scheduling constraints (every DaemonSet pod runs on every Node), enableServiceLinks variables",
+#: Files and names the cluster would provide, and how the run provides them.
+PROVIDED: tuple[tuple[str, str], ...] = (
+    (
+        f"{TOKEN_DIR}/{{token,ca.crt,namespace}}",
+        "pods without automountServiceAccountToken: false: a random token (the stand-in checks none) "
+        "and the run's certificate as ca.crt",
+    ),
+    (
+        "Service DNS",
+        "<svc>, <svc>.<ns>, <svc>.<ns>.svc[.cluster.local] in every hosts file -> the first running pod "
+        "its selector matches (no kube-proxy); StatefulSet pods also as <pod>.<serviceName>.<ns>.svc",
+    ),
+    (
+        "not applied",
+        "securityContext (processes run as root), resources, liveness probes, scheduling (every "
+        "DaemonSet pod runs on every Node), enableServiceLinks variables",
+    ),
 )
 
 
@@ -122,11 +139,11 @@ class HelmRun:
             run = min(replicas, self.max_replicas.get(name, replicas))
             # a Deployment's pods as <name>-<i> (no ReplicaSet hash), scheduled round-robin
             out += [(workload, f"{name}-{i}", self.node_names[i % len(self.node_names)]) for i in range(run)]
-            if run < replicas:
-                for c in containers:
-                    self.left_out[
-                        f"{workload['kind']}/{name}/{c['name']} (replicas {run}..{replicas - 1})"
-                    ] = "fewer replicas run than rendered (max_replicas)"
+            for i in range(run, replicas):
+                for c in [*workload["spec"]["template"]["spec"].get("initContainers", []), *containers]:
+                    self.left_out[f"{name}-{i}/{c['name']}"] = (
+                        f"{workload['kind']} replica {i} of {replicas}: not run here (max_replicas)"
+                    )
         for other in (o for o in self.objects if o.get("kind") == "Pod"):
             for c in other["spec"]["containers"]:
                 self.left_out[f"Pod/{other['metadata']['name']}/{c['name']}"] = (
@@ -157,9 +174,9 @@ class HelmRun:
                 planned = plan_service(
                     service, service.name, member, tools=self.tools, fill={}, overrides=OVERRIDES
                 )
-                planned.env.update(
-                    {"KUBERNETES_SERVICE_HOST": KUBE_NAMES[0], "KUBERNETES_SERVICE_PORT": "443"}
-                )
+                for row in (o for o in OVERRIDES if o.image == EVERY):
+                    planned.env.update(row.environment)
+                    planned.overrides += [f"{k}={v}" for k, v in row.environment.items()]
                 self.planned[service.name] = planned
 
     # --- up --------------------------------------------------------------------------------------
@@ -244,21 +261,22 @@ class HelmRun:
 
     def _start_pod(self, pod: Pod) -> None:
         netns = self.network.path(self._member(pod.name))
-        for service in [*pod.init, *pod.containers]:
+        runs = [s for s in [*pod.init, *pod.containers] if self.planned[s.name].kind != "left_out"]
+        for service in runs:
             planned = self.planned[service.name]
             planned.process = sandboxed_process(
                 planned, binds=self._binds(pod, service.name), netns=netns, workdir=self.workdir, say=self.say
             )
 
         def start() -> None:
-            for service in pod.init:  # one after the other, each until it exits 0
+            for service in (s for s in pod.init if s in runs):  # one after another, each until it exits 0
                 process = self.planned[service.name].process
                 assert process is not None
                 process.start()
                 if not process.wait_for(lambda s: s.done and s.exits[-1].code == 0, INIT_TIMEOUT_S):
                     self._failures.append(f"{service.name}: init container did not complete")
                     return
-            for service in pod.containers:
+            for service in (s for s in pod.containers if s in runs):
                 process = self.planned[service.name].process
                 assert process is not None
                 process.start()
@@ -305,8 +323,8 @@ class HelmRun:
             "overrides": [
                 {"image": o.image, "command": o.command, "environment": o.environment, "why": o.why}
                 for o in OVERRIDES
-            ],
-            "provided": list(PROVIDED),
+            ]
+            + [{"provided": what, "why": why} for what, why in PROVIDED],
             "versions": self.versions,
         }
 
@@ -320,10 +338,13 @@ class HelmRun:
         ):
             lines.append(f"  {title}: {', '.join(s[key]) or '-'}")
         lines += [f"    {name}: {note}" for name, note in s["notes"].items()]
-        lines.append("  overrides (the only changes to what the chart rendered):")
-        lines += [f"    {o['image']} {o['command']}: {o['environment']}: {o['why']}" for o in s["overrides"]]
-        lines.append("  provided as the kubelet and cluster would:")
-        lines += [f"    {line}" for line in s["provided"]]
+        lines.append("  overrides (the only changes to what the chart rendered; * = every container):")
+        lines += [
+            f"    {o['image']} {o['command']}: {o['environment']}: {o['why']}"
+            if "image" in o
+            else f"    {o['provided']}: {o['why']}"
+            for o in s["overrides"]
+        ]
         lines.append("  versions (pinned image -> run here):")
         lines += [f"    {repo}: {v['pinned']} -> {v['run']}" for repo, v in sorted(s["versions"].items())]
         return lines
