@@ -89,6 +89,14 @@ def test_the_rendered_workloads_discover_unlabelled_nodes_and_the_master_has_eve
         holder = wait(lambda: bench.leader(run), timeout=STEP_TIMEOUT_S, what="a controller holds the Lease")
         assert holder in {"gpufed-controller-0", "gpufed-controller-1"}
 
+        # discovery went through the stand-in: the exporters' EndpointSlices and the Nodes
+        asked = list(run.kube.requests)
+        assert [r for r in asked if r.startswith("/api/v1/nodes")]
+        slices = "/apis/discovery.k8s.io/v1/namespaces/monitoring/endpointslices"
+        assert [r for r in asked if r.startswith(slices) and "service-name%3Dgpufed-exporter" in r], asked[
+            :20
+        ]
+
         expected = bench.expected_targets(run)
         assert len(expected) == 2 * NODES
 
