@@ -222,12 +222,9 @@ class HelmRun:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(self.ca_file, key)
         with sandbox.in_netns(self.network.path(KUBE_MEMBER)):  # the listening socket lives there
-            kube = FakeKubeAPI(host="0.0.0.0", port=443)
-        server = kube._server.httpd
-        # the handshake happens on the handler's thread (the first read), not in accept()
-        server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
-        kube.__enter__()
-        self.kube = kube
+            self.kube = FakeKubeAPI(host="0.0.0.0", port=443, tls=context)
+        self.kube.__enter__()
+        kube = self.kube
         addresses = {pod: self.pod_address(pod) for pod in self.pods}
         nodes = {n: self.network.members[f"node-{n}"].address for n in self.node_names}
         for plural, obj in cluster.api_objects(
