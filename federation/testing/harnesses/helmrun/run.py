@@ -83,7 +83,8 @@ PROVIDED: tuple[tuple[str, str], ...] = (
     (
         "not applied",
         "securityContext (processes run as root), resources, liveness probes, scheduling (every "
-        "DaemonSet pod runs on every Node), enableServiceLinks variables",
+        "DaemonSet pod runs on every Node), enableServiceLinks variables; a Deployment's pods are "
+        "<name>-<i> (no ReplicaSet hash), a StatefulSet's volumeClaimTemplates a run directory per pod",
     ),
 )
 
