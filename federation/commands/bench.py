@@ -404,6 +404,25 @@ def compose(
         raise BenchFailed(str(exc)) from exc
 
 
+def helm(
+    nodes: Annotated[int, typer.Option(min=1, max=50, help="Nodes, no region label")]
+    = 2,
+    timeout: Annotated[float, typer.Option(min=10, max=1800, help="seconds each step may take")] = 110.0,
+) -> Result:
+    """The chart rendered with only a token and discovery.defaultRegion, its workloads run as pods (root)."""
+    from federation.testing.benches.helm import run_helm_bench
+    from federation.testing.harnesses.helmrun.pods import PodError
+    from federation.testing.harnesses.helmrun.run import HelmRunError
+
+    if os.geteuid() != 0:
+        raise BenchFailed("the Helm runner needs root (ip netns, unshare --mount)")
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # a CI timeout unwinds: namespaces and processes go
+    try:
+        return run_helm_bench(nodes=nodes, timeout=timeout, say=_say)
+    except (HelmRunError, PodError, OSError) as exc:
+        raise BenchFailed(str(exc)) from exc
+
+
 def _one_of(value: str, allowed: tuple[str, ...], flag: str) -> None:
     if value not in allowed:
         raise typer.BadParameter(f"expected one of {', '.join(allowed)}, got {value!r}", param_hint=flag)
@@ -436,6 +455,7 @@ BENCHES = (
     Bench("freshness", freshness, raw),
     Bench("state-store", state_store, raw),
     Bench("compose", compose, raw),
+    Bench("helm", helm, raw),
 )
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import ssl
 import threading
 import time
 from typing import Any
@@ -54,7 +55,8 @@ KINDS = {
 
 
 class FakeKubeAPI:
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None) -> None:
+        """``tls``: serve HTTPS with this server context (in-cluster clients accept nothing else)."""
         self.revision = 100
         self.compacted = 0
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, ns, name) -> obj
@@ -66,10 +68,14 @@ class FakeKubeAPI:
         self._thawed.set()
         self._cond = threading.Condition()
         self._server = LoopbackHTTPServer(self._handler_class(), host=host, port=port, name="kube-standin")
+        self.scheme = "https" if tls is not None else "http"
+        if tls is not None:  # the handshake on the handler's thread (its first read), not in accept()
+            httpd = self._server.httpd
+            httpd.socket = tls.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.port}"
+        return f"{self.scheme}://127.0.0.1:{self._server.port}"
 
     def __enter__(self) -> FakeKubeAPI:
         self._server.start()

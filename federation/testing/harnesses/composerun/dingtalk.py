@@ -20,8 +20,9 @@ NAME = "oapi.dingtalk.com"
 PORT = 443
 
 
-def make_certificate(*, cert: Path, key: Path) -> None:
-    """A self-signed certificate for ``oapi.dingtalk.com`` (the relay trusts it via SSL_CERT_FILE)."""
+def make_certificate(*, cert: Path, key: Path, names: tuple[str, ...] = (NAME,)) -> None:
+    """A self-signed certificate for ``names`` (``oapi.dingtalk.com``: the relay trusts it via
+    SSL_CERT_FILE; the Helm run's Kubernetes API stand-in uses it too)."""
     subprocess.run(
         [
             "openssl",
@@ -39,9 +40,9 @@ def make_certificate(*, cert: Path, key: Path) -> None:
             "-days",
             "1",
             "-subj",
-            f"/CN={NAME}",
+            f"/CN={names[0]}",
             "-addext",
-            f"subjectAltName=DNS:{NAME}",
+            "subjectAltName=" + ",".join(f"DNS:{n}" for n in names),
         ],
         capture_output=True,
         check=True,

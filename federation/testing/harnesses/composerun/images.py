@@ -55,6 +55,12 @@ IMAGES: tuple[ImageRule, ...] = (
         note="federation.testing.standins.loki (the push API on 3100, labels checked as Loki does; no query)",
         health=("wget", "-qO-", "http://127.0.0.1:3100/ready"),
     ),
+    ImageRule(
+        "library/busybox",
+        "real",
+        (),
+        note="the host's sh, wget and cmp (the chart's init and sync scripts use nothing else)",
+    ),
     ImageRule("thanos/thanos", "left_out", (), note="no Thanos binary here"),
     ImageRule("grafana/grafana", "left_out", (), note="no Grafana binary here"),
     ImageRule("grafana/alloy", "left_out", (), note="no Alloy binary here"),
@@ -136,6 +142,9 @@ OVERRIDES: tuple[Override, ...] = (
 EXTERNAL = {"oapi.dingtalk.com": "dingtalk"}
 
 
-def overrides_for(image: str, command: tuple[str, ...] | None) -> list[Override]:
+def overrides_for(
+    image: str, command: tuple[str, ...] | None, table: tuple[Override, ...] = OVERRIDES
+) -> list[Override]:
+    """The overrides of ``table`` (the compose run's by default) for this image and first word."""
     repo, first = repository(image), (command or ("",))[0]
-    return [o for o in OVERRIDES if (repo == o.image or repo.endswith("/" + o.image)) and first == o.command]
+    return [o for o in table if (repo == o.image or repo.endswith("/" + o.image)) and first == o.command]

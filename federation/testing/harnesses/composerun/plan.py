@@ -108,7 +108,13 @@ class Planned:
 
 
 def plan_service(
-    service: Service, display: str, member: str, *, tools: Tools, fill: dict[str, str]
+    service: Service,
+    display: str,
+    member: str,
+    *,
+    tools: Tools,
+    fill: dict[str, str],
+    overrides: tuple[images.Override, ...] = images.OVERRIDES,
 ) -> Planned:
     """What ``service`` execs and with which environment: Compose's, the image rule's entrypoint,
     and the declared overrides (``fill`` puts the run's values into their placeholders)."""
@@ -138,7 +144,7 @@ def plan_service(
             if v is not None or k in os.environ
         }
     )
-    for override in images.overrides_for(service.image, service.command):
+    for override in images.overrides_for(service.image, service.command, overrides):
         for key, value in override.environment.items():
             for placeholder, real in fill.items():
                 value = value.replace(placeholder, real)

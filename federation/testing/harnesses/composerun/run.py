@@ -226,22 +226,11 @@ class ComposeRun:
         return binds
 
     def _process(self, planned: Planned) -> ServiceProcess:
-        slug = planned.display.replace("/", "_")
-        root, layers = self.workdir / "root" / slug, self.workdir / "layers" / slug
-        root.mkdir(parents=True, exist_ok=True)
-        layers.mkdir(parents=True, exist_ok=True)
-        netns = self.network.path(planned.member)
-        script = sandbox.wrapper_script(
-            root=root, layers=layers, binds=self._binds(planned), hosts=self.workdir / "hosts" / netns.name
-        )
-        self._logs()
-        return ServiceProcess(
-            name=planned.display,
-            argv=sandbox.wrapped(netns, script, planned.argv),
-            env=planned.env,
-            log=self.workdir / "logs" / f"{slug}.log",
-            restart=planned.service.restart,
-            healthcheck=planned.healthcheck,
+        return sandboxed_process(
+            planned,
+            binds=self._binds(planned),
+            netns=self.network.path(planned.member),
+            workdir=self.workdir,
             say=self.say,
         )
 
@@ -393,6 +382,35 @@ class ComposeRun:
 
     def __exit__(self, *exc: object) -> None:
         self.down()
+
+
+def sandboxed_process(
+    planned: Planned,
+    *,
+    binds: list[sandbox.Bind],
+    netns: Path,
+    workdir: Path,
+    say: Callable[[str], None],
+) -> ServiceProcess:
+    """``planned``'s process in ``netns`` and its own mount namespace with ``binds`` at their
+    container paths (root, overlay layers and log under ``workdir``); not started yet."""
+    slug = planned.display.replace("/", "_")
+    root, layers = workdir / "root" / slug, workdir / "layers" / slug
+    root.mkdir(parents=True, exist_ok=True)
+    layers.mkdir(parents=True, exist_ok=True)
+    script = sandbox.wrapper_script(
+        root=root, layers=layers, binds=binds, hosts=workdir / "hosts" / netns.name
+    )
+    (workdir / "logs").mkdir(parents=True, exist_ok=True)
+    return ServiceProcess(
+        name=planned.display,
+        argv=sandbox.wrapped(netns, script, planned.argv),
+        env=planned.env,
+        log=workdir / "logs" / f"{slug}.log",
+        restart=planned.service.restart,
+        healthcheck=planned.healthcheck,
+        say=say,
+    )
 
 
 def _longest_grace(wave: list[Planned]) -> float:

@@ -1,0 +1,151 @@
+"""``gpufed bench helm``: the chart rendered with only a token and ``discovery.defaultRegion``,
+its workloads run as pods by ``federation.testing.harnesses.helmrun`` against the Kubernetes
+API stand-in with N Nodes that carry no region label, read at the master.
+
+The steps are separate functions so the suite's test reads the same run the same way:
+``render`` (the Helm v4 SDK, offline), ``targets_up`` (every Node's ``gpu`` and ``node``
+target ``up == 1`` at the master, with the default region), ``leader`` (the Lease's holder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import yaml
+
+from federation.testing.harnesses.helmrun.run import HelmRun, HelmRunError, wait
+
+ROOT = Path(__file__).resolve().parents[3]
+CHART = ROOT / "helm" / "gpufed"
+RELEASE, NAMESPACE = "gpufed", "monitoring"
+#: StatefulSet replicas left out (CPU): one master runs; every child runs (each owns a shard).
+MAX_REPLICAS = {f"{RELEASE}-master": 1}
+
+
+def default_region() -> str:
+    """The first of the chart's default ``federation.regions`` (a default region must be one)."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    return str(values["federation"]["regions"][0]["name"])
+
+
+def render(*, token: str, region: str) -> list[dict[str, Any]]:
+    """``helm template gpufed helm/gpufed -n monitoring`` with only a token and the default region."""
+    import helm_python as helm
+
+    values = {"controller": {"token": {"value": token}}, "discovery": {"defaultRegion": region}}
+    out = helm.Chart.load(CHART).render(values, name=RELEASE, namespace=NAMESPACE)
+    return [
+        doc
+        for path, text in sorted(out.items())
+        if not path.endswith("NOTES.txt")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+
+
+def query(run: HelmRun, expr: str, master: str = f"{RELEASE}-master-0") -> list[dict[str, Any]]:
+    status, body = run.http_get(master, 9090, f"/api/v1/query?query={quote(expr)}")
+    if status != 200:
+        raise HelmRunError(f"{master} answered {status} to {expr}: {body[:200]!r}")
+    return list(json.loads(body)["data"]["result"])
+
+
+def expected_targets(run: HelmRun) -> dict[str, str]:
+    """instance -> job: each exporter pod's :9400 (gpu) and each Node's node-exporter :9100 (node)."""
+    out = {}
+    for pod in run.pods.values():
+        if pod.workload == f"DaemonSet/{RELEASE}-exporter":
+            out[f"{run.pod_address(pod.name)}:9400"] = "gpu"
+        elif pod.workload == f"DaemonSet/{RELEASE}-node-exporter":
+            out[f"{run.pod_address(pod.name)}:9100"] = "node"
+    return out
+
+
+def targets_up(run: HelmRun, region: str) -> dict[str, Any]:
+    expected = expected_targets(run)
+    series = query(run, 'up{job=~"gpu|node"} == 1')
+    up = {(s["metric"].get("instance"), s["metric"].get("job")) for s in series}
+    regions = {s["metric"].get("instance"): s["metric"].get("region") for s in series}
+    missing = sorted(f"{job} {i}" for i, job in expected.items() if (i, job) not in up)
+    wrong_region = sorted(i for i in expected if i in regions and regions[i] != region)
+    return {
+        "targets_expected": len(expected),
+        "targets_up_at_master": len(expected) - len(missing),
+        "missing": missing,
+        "wrong_region": wrong_region,
+    }
+
+
+def leader(run: HelmRun) -> str:
+    return run.lease_holder(f"{RELEASE}-controller")
+
+
+def run_helm_bench(
+    *,
+    nodes: int,
+    timeout: float = 110.0,
+    say: Callable[[str], None] = lambda line: None,
+    keep: Path | None = None,
+) -> dict[str, Any]:
+    where = Path(tempfile.mkdtemp(prefix="gpufed-helm-")) if keep is None else keep
+    started = time.monotonic()
+    region = default_region()
+    try:
+        objects = render(token=secrets.token_hex(16), region=region)
+        run = HelmRun(
+            objects=objects,
+            namespace=NAMESPACE,
+            nodes=[f"gpu-node-{i:03d}" for i in range(nodes)],
+            workdir=where / "run",
+            max_replicas=MAX_REPLICAS,
+            say=say,
+        )
+        with run:
+            summary = run.summary()
+            up_s = round(time.monotonic() - started, 1)
+            holder = wait(
+                lambda: leader(run), timeout=timeout, what="a controller holds the Lease", interval=1.0
+            )
+            leader_s = round(time.monotonic() - started, 1)
+            targets = wait(
+                lambda: (lambda t: t if not t["missing"] and not t["wrong_region"] else None)(
+                    targets_up(run, region)
+                ),
+                timeout=timeout,
+                what="every Node's targets up at the master",
+            )
+            result = {
+                **{k: v for k, v in targets.items() if k not in ("missing", "wrong_region")},
+                "alerts_delivered": 0,  # a token-only install renders no Alertmanager or relay
+                "default_region": region,
+                "leader": holder,
+                "nodes": nodes,
+                "pods": len(run.pods),
+                "services_real": summary["services_real"],
+                "services_standin": summary["services_standin"],
+                "services_left_out": summary["services_left_out"],
+                "notes": summary["notes"],
+                "overrides": summary["overrides"],
+                "versions": summary["versions"],
+                "failures": run.failures(),
+                "up_s": up_s,
+                "leader_s": leader_s,
+                "targets_up_s": round(time.monotonic() - started, 1),
+            }
+        result["down_s"] = round(time.monotonic() - started - result["targets_up_s"], 1)
+        result["leftover_namespaces"] = run.network.existing()
+        result["total_s"] = round(time.monotonic() - started, 1)
+        result["load_after"] = [round(x, 2) for x in os.getloadavg()]
+        return result
+    finally:
+        if keep is None:
+            shutil.rmtree(where, ignore_errors=True)
