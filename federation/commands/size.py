@@ -123,6 +123,8 @@ def size_command(
     )
     if sizing.not_modelled:
         console.print(f"not modelled (their series are not counted): jobs {', '.join(sizing.not_modelled)}")
+    for warning in sizing.warnings:
+        console.print(f"warning: {warning}")
     if compare:
         console.print(_compare(path, fleet))
 

@@ -83,6 +83,7 @@ class Sizing:
     thanos_receive_needed: bool
     max_shards_per_region: int
     not_modelled: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def document(self) -> dict[str, Any]:
         out = asdict(self)
@@ -258,7 +259,15 @@ def size(spec: GpufedSpec, fleet: Fleet, costs: dict[str, LineCosts]) -> Sizing:
         )
     sized = [n for r, n in by_region.items() if any(x.name == r and x.shards is None for x in spec.regions)]
     cap = math.ceil(max(sized, default=0) / spec.sharding.targets_per_shard * SHARD_CAP_HEADROOM)
+    warnings = [
+        f"region {r!r}: a fixed {shards[r]} shards hold {math.ceil(n / shards[r])} nodes each"
+        f" (targets_per_shard is {spec.sharding.targets_per_shard}); drop its `shards:` to size it"
+        for r, n in by_region.items()
+        if any(x.name == r and x.shards is not None for x in spec.regions)
+        and n / shards[r] > 2 * spec.sharding.targets_per_shard
+    ]
     return Sizing(
+        warnings=warnings,
         fleet=fleet,
         prometheus_line=cost.version,
         series_per_node=per_node,

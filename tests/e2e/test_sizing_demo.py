@@ -9,6 +9,7 @@ the rule pack's outputs, which the model does not count; the test shows how much
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -65,6 +66,7 @@ def test_demo_rss_is_within_the_model(tmp_path: Path) -> None:
     children = {n: v for n, v in measured.items() if n.startswith("child/")}
     assert children and "master" in measured, measured
     report = {"predicted": predicted, "measured": measured}
+    print(json.dumps(report, sort_keys=True))  # the figures, for `pytest -s` and the docs
     for name, rss in children.items():
         assert predicted["child"] / TOLERANCE <= rss <= predicted["child"] * TOLERANCE, (name, report)
     assert predicted["master"] / TOLERANCE <= measured["master"] <= predicted["master"] * TOLERANCE, report
