@@ -90,3 +90,35 @@ def test_bad_input_is_an_error_not_a_traceback(args: list[str]) -> None:
     result = CliRunner().invoke(app, ["size", *args])
     assert result.exit_code == 2, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_the_bench_fit_recovers_known_coefficients() -> None:
+    """Runs made from known lines give those lines back (the fit, not the processes)."""
+    from federation.testing.benches.costs import fit_costs
+
+    def run(nodes: int, interval: int, per_series: float) -> dict[str, float]:
+        series = nodes * 266.0
+        sps = series / interval
+        return {
+            "nodes": nodes,
+            "interval_s": interval,
+            "child_series": series,
+            "master_series": series,
+            "master_samples_per_s": sps,
+            "child_rss_mib": 80 + 3.0 * series / 1000 + 1.5 * sps / 1000,
+            "master_rss_mib": 90 + 2.5 * series / 1000 + 0.5 * sps / 1000,
+            "child_cpu_cores": 0.01 * sps / 1000,
+            "master_cpu_cores": 0.02 * sps / 1000,
+            "block_samples_per_series": per_series,
+            "chunk_bytes_per_sample": (20 + 1.5 * per_series) / per_series,
+            "index_bytes_per_series": 140.0,
+        }
+
+    fitted = fit_costs([run(60, 10, 6.0), run(240, 10, 6.0), run(240, 5, 12.0)])
+    child, server = fitted["coefficients"]["child_agent"], fitted["coefficients"]["server"]
+    assert child["mib_per_1k_series"] == pytest.approx(3.0, abs=0.01)
+    assert child["mib_per_1k_samples_per_s"] == pytest.approx(1.5, abs=0.01)
+    assert server["mib_per_1k_series"] == pytest.approx(2.5, abs=0.01)
+    assert server["chunk_bytes_per_sample"] == pytest.approx(1.5, abs=0.01)
+    assert server["chunk_bytes_per_series_chunk"] == pytest.approx(20, abs=0.1)
+    assert fitted["cpu_cores_per_1k_samples_per_s"]["server"] == pytest.approx(0.02, abs=1e-4)

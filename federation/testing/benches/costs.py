@@ -269,6 +269,9 @@ def fit_costs(all_runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if extra > 0:
             child_per_ksps = (quick["child_rss_mib"] - slow["child_rss_mib"]) / extra
             master_per_ksps = (quick["master_rss_mib"] - slow["master_rss_mib"]) / extra
+    # The slope at one interval holds that interval's samples/s too: keep only the series' share.
+    child_per -= max(0.0, child_per_ksps) / slowest
+    master_per -= max(0.0, master_per_ksps) / slowest
     blocks = [r for r in all_runs if r.get("chunk_bytes_per_sample") and r.get("block_samples_per_series")]
     per_chunk, per_sample = (
         _fit(
