@@ -16,9 +16,11 @@ from rich.console import Console
 from rich.table import Table
 
 from federation.sizing.costs import load_costs
+from federation.sizing.helm_values import helm_values as chart_values
 from federation.sizing.model import Fleet, Sizing, size
 from federation.spec import load_gpufed_spec
 from sharder.kernel.errors import SpecError
+from sharder.kernel.output import dump_yaml
 
 EXAMPLE_SPEC = Path("examples/federation.yaml")
 SEED_SIZES = (50, 200, 500, 1000, 5000)
@@ -94,6 +96,12 @@ def size_command(
     compare: Annotated[
         bool, typer.Option("--compare", help="also the seed's fleet sizes, side by side")
     ] = False,
+    helm_values: Annotated[
+        Path | None,
+        typer.Option(
+            "--helm-values", help="also write a values file for helm/gpufed (its value names)", dir_okay=False
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Per component: count, CPU and memory requests and limits, disk, series and samples/s."""
@@ -105,7 +113,9 @@ def size_command(
         loaded = load_gpufed_spec(path)
         fleet = Fleet(nodes=nodes, gpus=gpus, pods_per_gpu=pods_per_gpu, hami=hami)
         sizing = size(loaded, fleet, load_costs())
-    except (SpecError, ValueError) as exc:
+        if helm_values is not None:
+            helm_values.write_bytes(dump_yaml(chart_values(sizing)))
+    except (SpecError, ValueError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     if as_json:

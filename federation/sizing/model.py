@@ -78,6 +78,7 @@ class Sizing:
     prometheus_line: str
     series_per_node: int
     children_per_region: dict[str, int]
+    shards_per_region: dict[str, int]
     components: list[Component]
     single_master_max_series: int
     thanos_receive_needed: bool
@@ -272,6 +273,7 @@ def size(spec: GpufedSpec, fleet: Fleet, costs: dict[str, LineCosts]) -> Sizing:
         prometheus_line=cost.version,
         series_per_node=per_node,
         children_per_region={r: n * rf for r, n in shards.items()},
+        shards_per_region=dict(shards),
         components=components,
         single_master_max_series=single_max,
         thanos_receive_needed=thanos,

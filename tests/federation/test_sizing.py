@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
+import jsonschema
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from federation.commands.cli import _register, app
@@ -122,3 +125,31 @@ def test_the_bench_fit_recovers_known_coefficients() -> None:
     assert server["chunk_bytes_per_sample"] == pytest.approx(1.5, abs=0.01)
     assert server["chunk_bytes_per_series_chunk"] == pytest.approx(20, abs=0.1)
     assert fitted["cpu_cores_per_1k_samples_per_s"]["server"] == pytest.approx(0.02, abs=1e-4)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = (
+            _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
+    return out
+
+
+@pytest.mark.parametrize("nodes", [50, 5000, 100_000])
+def test_helm_values_use_the_charts_own_names(tmp_path: Path, nodes: int) -> None:
+    """--helm-values over the chart's defaults still validates against values.schema.json."""
+    _register()
+    out = tmp_path / "values.yaml"
+    result = CliRunner().invoke(app, ["size", "--nodes", str(nodes), "--helm-values", str(out), "--json"])
+    if nodes == 100_000:  # 33,334 nodes a region need more shards than the chart takes
+        assert result.exit_code == 2 and "children.perRegion" in result.output
+        return
+    assert result.exit_code == 0, result.output
+    chart = Path("helm/gpufed")
+    merged = _merge(yaml.safe_load((chart / "values.yaml").read_text()), yaml.safe_load(out.read_text()))
+    merged["controller"]["token"]["value"] = "sizing-test-token-0123456789"  # the chart refuses none
+    jsonschema.validate(merged, json.loads((chart / "values.schema.json").read_text()))
+    sizing = json.loads(result.output)
+    child = next(c for c in sizing["components"] if c["name"] == "child-prometheus")
+    assert merged["children"]["resources"]["requests"]["memory"] == f"{child['memory_request_mib']}Mi"
