@@ -13,11 +13,12 @@ import json
 import time
 from pathlib import Path
 
+from conftest import require_tool, wait_for
+
 from federation.demo.plan import Layout
 from federation.demo.stack import DemoOptions, DemoStack
 from federation.sizing.costs import load_costs
 from federation.sizing.model import Fleet, size
-from conftest import require_tool, wait_for
 
 NODES = 60
 TOLERANCE = 1.5
