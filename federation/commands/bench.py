@@ -423,6 +423,38 @@ def helm(
         raise BenchFailed(str(exc)) from exc
 
 
+def costs(
+    stack: Annotated[int, typer.Option(min=2, max=3, help="Prometheus line: 3 (3.5.3) or 2 (2.53.3)")] = 3,
+    sizes: Annotated[str, typer.Option(help="fleet sizes in nodes, comma-separated (at least two)")]
+    = "60,240",
+    gpus: Annotated[int, typer.Option(min=1, max=64, help="simulated GPUs per node")] = 8,
+    interval: Annotated[int, typer.Option(min=2, max=60, help="scrape interval in seconds")] = 10,
+    settle: Annotated[float, typer.Option(min=5, max=600, help="seconds measured per size")] = 45.0,
+) -> Result:
+    """Real Prometheus child (agent) and master on the simulated fleet: MiB per series and per sample/s."""
+    from federation.testing.benches.costs import CostsFailed, run_costs_bench
+
+    binary = os.environ.get(f"GPUFED_STACK{stack}_BIN")
+    if not binary:
+        raise BenchFailed(f"GPUFED_STACK{stack}_BIN is not set: run `. scripts/stack_path.sh` first")
+    found = shutil.which("prometheus", path=binary) if Path(binary).is_dir() else binary
+    if not found:
+        raise BenchFailed(f"no prometheus under GPUFED_STACK{stack}_BIN={binary}")
+    try:
+        counts = [int(x) for x in sizes.split(",") if x.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter(f"expected numbers such as 60,240, got {sizes!r}",
+                                 param_hint="--sizes") from exc
+    if len(set(counts)) < 2 or min(counts) < 1 or max(counts) > 2000:
+        raise typer.BadParameter(f"two or more different sizes from 1 to 2000, got {sizes!r}",
+                                 param_hint="--sizes")
+    try:
+        return run_costs_bench(binary=found, sizes=counts, gpus=gpus, interval_s=interval,
+                               settle_s=settle)
+    except (CostsFailed, OSError) as exc:
+        raise BenchFailed(str(exc)) from exc
+
+
 def _one_of(value: str, allowed: tuple[str, ...], flag: str) -> None:
     if value not in allowed:
         raise typer.BadParameter(f"expected one of {', '.join(allowed)}, got {value!r}", param_hint=flag)
@@ -456,6 +488,7 @@ BENCHES = (
     Bench("state-store", state_store, raw),
     Bench("compose", compose, raw),
     Bench("helm", helm, raw),
+    Bench("costs", costs, raw),
 )
 
 

@@ -23,13 +23,14 @@ app.add_typer(bench_app, name="bench")
 
 def _register() -> None:
     # Imported here so that importing federation.commands.cli stays cheap and side-effect free.
-    from federation.commands import bench, demo, render, serve, watch
+    from federation.commands import bench, demo, render, serve, size, watch
 
     render.register(app)
     bench.register(bench_app)
     watch.register(app)
     serve.register(app)
     demo.register(app)
+    size.register(app)
 
 
 def version() -> str:

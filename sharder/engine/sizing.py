@@ -118,5 +118,6 @@ def region_refusal(
     return (
         f"region {region!r} is at its cap of {rules.max_shards} shards of "
         f"{spec.sharding.targets_per_shard} nodes (--max-shards-per-region): {len(known)} nodes "
-        f"placed, {len(fresh)} more refused"
+        f"placed, {len(fresh)} more refused; --max-shards-per-region="
+        f"{math.ceil((len(known) + len(fresh)) / spec.sharding.targets_per_shard)} would fit them"
     )

@@ -130,10 +130,13 @@ def test_a_sized_region_stops_at_its_shard_cap(tmp_path: Path) -> None:
             )
             assert more.status_code == 429, more.text
             assert "cap of 3 shards" in more.json()["detail"] and more.headers["retry-after"]
+            # It names the setting and the value that would fit: 7 nodes of 2 per shard.
+            assert "--max-shards-per-region=4 would fit" in more.json()["detail"]
             big = await client.post(
                 "/v1/registry/batch", json={"put": [entry(i) for i in range(6, 20)]}, headers=h.auth()
             )
             assert big.status_code == 429
+            assert "--max-shards-per-region=10 would fit" in big.json()["detail"]
 
     asyncio.run(run())
     h.feed(fleet(40, region="r1", start=500), source="file")

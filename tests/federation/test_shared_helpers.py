@@ -92,7 +92,7 @@ def test_bench_table_gives_every_command_json_and_one_error_shape() -> None:
     names = {b.name for b in bench.BENCHES}
     assert names == {"sharding", "render", "thanos", "inventory", "discovery", "sd", "rebalance", "failover",
                      "balance", "gap", "first-sample", "blackouts", "live", "dingtalk", "freshness",
-                     "state-store", "compose", "helm"}
+                     "state-store", "compose", "helm", "costs"}
     for name in names:
         shown = CliRunner().invoke(app, [name, "--help"], terminal_width=200)
         assert shown.exit_code == 0 and "--json" in shown.output, (name, shown.output)

@@ -1,0 +1,282 @@
+"""What a spec and a fleet need, per component: count, requests, limits, disk, series. Pure.
+
+Series come from the exporter itself (``federation.sizing.series``), the costs from
+measurements (``federation.sizing.costs``). A child holds the nodes of its shard at the
+spec's ``load_factor`` bound; the master holds every child's series once per replica of a
+shard (the ``replica`` external label keeps HA copies apart) and each master replica gets
+all of them (one ``remote_write`` per replica). Requests are the predicted RSS; limits add
+half again for WAL replay after a restart and compaction. Past ``MASTER_CEILING_MIB`` a
+single master is not enough and Thanos Receive takes the series (``thanos-receive``).
+
+Components gpufed does not measure (Alertmanager, the relay, the controller, Grafana) get
+fixed small figures and ``basis: fixed``; only the gpu job (the series the exporter serves)
+is modelled, other jobs of the spec are listed in ``not_modelled``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from federation.sizing.costs import LineCosts
+from federation.sizing.series import node_series
+from federation.spec import GpufedSpec
+from sharder.kernel.models import parse_duration
+
+GPU_JOB = "gpu"
+#: Limits over requests: WAL replay after a restart and head compaction peak above steady RSS.
+LIMIT_FACTOR = 1.5
+#: A single master's memory ceiling: half of the largest machine (64C128G) the seed's table
+#: names, the other half left to the page cache that queries over the retention need.
+MASTER_CEILING_MIB = 64 * 1024
+#: One Thanos Receive ingestor is sized like a master at half that ceiling; replication 3.
+RECEIVE_CEILING_MIB = 32 * 1024
+RECEIVE_REPLICATION = 3
+#: A region's shard cap with room to grow before the registry refuses nodes (429).
+SHARD_CAP_HEADROOM = 1.5
+SECONDS_PER_DAY = 86_400
+#: Blocks an index is written for per day of retention (2 h blocks before compaction: an upper bound).
+BLOCKS_PER_DAY = 12
+#: Samples Prometheus' TSDB puts in one chunk before it cuts the next.
+SAMPLES_PER_CHUNK = 120
+
+
+@dataclass(frozen=True)
+class Fleet:
+    nodes: int
+    gpus: int = 8
+    pods_per_gpu: int = 0
+    hami: bool = True
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise ValueError(f"--nodes must be at least 1, got {self.nodes}")
+        if not 0 <= self.gpus <= 64:
+            raise ValueError(f"--gpus must be from 0 to 64, got {self.gpus}")
+        if not 0 <= self.pods_per_gpu <= 64:
+            raise ValueError(f"--pods-per-gpu must be from 0 to 64, got {self.pods_per_gpu}")
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    count: int
+    cpu_request: float
+    cpu_limit: float
+    memory_request_mib: int
+    memory_limit_mib: int
+    disk_gib: float
+    series: int = 0
+    samples_per_s: float = 0.0
+    basis: str = "measured"
+
+
+@dataclass(frozen=True)
+class Sizing:
+    fleet: Fleet
+    prometheus_line: str
+    series_per_node: int
+    children_per_region: dict[str, int]
+    shards_per_region: dict[str, int]
+    components: list[Component]
+    single_master_max_series: int
+    thanos_receive_needed: bool
+    max_shards_per_region: int
+    not_modelled: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def document(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["fleet"] = asdict(self.fleet)
+        return out
+
+
+def _mib(value: float) -> int:
+    """Round up to 64 MiB, as a person would write a request."""
+    return max(64, math.ceil(value / 64) * 64)
+
+
+def _cores(value: float) -> float:
+    return max(0.1, math.ceil(value * 10) / 10)
+
+
+def _nodes_per_region(spec: GpufedSpec, nodes: int) -> dict[str, int]:
+    """Round-robin over the regions, as the simulated fleet places them."""
+    names = spec.region_names()
+    return {name: nodes // len(names) + (1 if i < nodes % len(names) else 0) for i, name in enumerate(names)}
+
+
+def _retention_days(spec: GpufedSpec) -> float:
+    return parse_duration(spec.master.retention) / SECONDS_PER_DAY if spec.master is not None else 15.0
+
+
+def size(spec: GpufedSpec, fleet: Fleet, costs: dict[str, LineCosts]) -> Sizing:
+    line = str(spec.prometheus.release().major)
+    if line not in costs:
+        raise ValueError(
+            f"prometheus.version {spec.prometheus.version!r}: no measured costs for line {line}"
+            f" (measured: {sorted(costs)}); run `gpufed bench costs --stack {line}`"
+        )
+    cost = costs[line]
+    job = spec.job(GPU_JOB)
+    if job is None:
+        raise ValueError(f"jobs: the spec has no {GPU_JOB!r} job, the one the GPU exporter serves")
+    per_node = node_series(
+        gpus=fleet.gpus,
+        pods_per_gpu=fleet.pods_per_gpu,
+        hami=fleet.hami,
+        keep=tuple(job.keep_metrics),
+        drop=tuple(job.drop_metrics),
+    ).kept
+    interval = parse_duration(job.scrape_interval)
+    rf = spec.sharding.replication_factor
+    by_region = _nodes_per_region(spec, fleet.nodes)
+    shards = {region: spec.shard_count(region, nodes=n) for region, n in by_region.items()}
+    biggest = max(math.ceil(n / shards[r] * spec.sharding.load_factor) for r, n in by_region.items() if n)
+    child_series = min(biggest, max(by_region.values())) * per_node
+    child_sps = child_series / interval
+    agent = spec.children.agent_mode
+    child_cost = cost.child_agent if agent else cost.server
+    fan_out = max(1, len(spec.remote_write))
+    child_rss = child_cost.rss_mib(series=child_series, samples_per_s=child_sps * fan_out)
+    child_cpu = child_cost.cpu_cores(samples_per_s=child_sps)
+    samples_per_day = SECONDS_PER_DAY / interval
+    bytes_per_series_day = (
+        samples_per_day * cost.chunk_bytes_per_sample
+        + math.ceil(samples_per_day / SAMPLES_PER_CHUNK) * cost.chunk_bytes_per_series_chunk
+        + BLOCKS_PER_DAY * cost.index_bytes_per_series_per_block
+    )
+    child_disk = 0.0 if agent else child_series * bytes_per_series_day * 1.0 / 2**30  # children keep ~1 day
+    count = sum(shards.values()) * rf
+    components = [
+        Component(
+            name="child-prometheus",
+            count=count,
+            cpu_request=_cores(child_cpu),
+            cpu_limit=max(0.5, _cores(child_cpu * 4)),
+            memory_request_mib=_mib(child_rss),
+            memory_limit_mib=_mib(child_rss * LIMIT_FACTOR),
+            disk_gib=round(max(child_disk, 1.0), 1),
+            series=child_series,
+            samples_per_s=round(child_sps, 1),
+        )
+    ]
+    total = fleet.nodes * per_node * rf
+    total_sps = total / interval
+    master_rss = cost.server.rss_mib(series=total, samples_per_s=total_sps)
+    per_mib = cost.server.mib_per_1k_series / 1000 + cost.server.mib_per_1k_samples_per_s / 1000 / interval
+    single_max = int((MASTER_CEILING_MIB - cost.server.base_mib) / per_mib)
+    thanos = total > single_max
+    days = _retention_days(spec)
+    master_count = spec.master.replicas if spec.master is not None else 1
+    master_cpu = cost.server.cpu_cores(samples_per_s=total_sps)
+    # Past the ceiling the master keeps a short window and Receive holds the rest.
+    master_series = min(total, single_max)
+    master_rss = cost.server.rss_mib(series=master_series, samples_per_s=master_series / interval)
+    master_disk = master_series * bytes_per_series_day * (1.0 if thanos else days) / 2**30
+    components.append(
+        Component(
+            name="master-prometheus",
+            count=master_count,
+            cpu_request=_cores(master_cpu),
+            cpu_limit=max(1.0, _cores(master_cpu * 4)),
+            memory_request_mib=_mib(master_rss),
+            memory_limit_mib=_mib(master_rss * LIMIT_FACTOR),
+            disk_gib=round(max(master_disk * 1.2, 1.0), 1),
+            series=total,
+            samples_per_s=round(total_sps, 1),
+        )
+    )
+    if thanos:
+        per_receiver = int((RECEIVE_CEILING_MIB - cost.server.base_mib) / per_mib)
+        receivers = max(RECEIVE_REPLICATION, math.ceil(total * RECEIVE_REPLICATION / per_receiver))
+        held = total * RECEIVE_REPLICATION / receivers
+        rss = cost.server.rss_mib(series=held, samples_per_s=held / interval)
+        components.append(
+            Component(
+                name="thanos-receive",
+                count=receivers,
+                cpu_request=_cores(cost.server.cpu_cores(samples_per_s=held / interval)),
+                cpu_limit=_cores(4 * cost.server.cpu_cores(samples_per_s=held / interval)),
+                memory_request_mib=_mib(rss),
+                memory_limit_mib=_mib(rss * LIMIT_FACTOR),
+                disk_gib=round(
+                    max(held * bytes_per_series_day * 1.0 * 1.2 / 2**30, 1.0), 1
+                ),  # ~1 day before upload
+                series=int(held),
+                samples_per_s=round(held / interval, 1),
+            )
+        )
+    if spec.alerting is not None:
+        components.append(
+            Component(
+                name="alertmanager",
+                count=len(spec.alerting.replicas),
+                cpu_request=0.1,
+                cpu_limit=0.5,
+                memory_request_mib=128,
+                memory_limit_mib=256,
+                disk_gib=1.0,
+                basis="fixed",
+            )
+        )
+        components.append(
+            Component(
+                name="dingtalk-relay",
+                count=1,
+                cpu_request=0.1,
+                cpu_limit=0.5,
+                memory_request_mib=128,
+                memory_limit_mib=256,
+                disk_gib=0.0,
+                basis="fixed",
+            )
+        )
+    components.append(
+        Component(
+            name="controller",
+            count=1,
+            cpu_request=0.2,
+            cpu_limit=1.0,
+            memory_request_mib=256,
+            memory_limit_mib=512,
+            disk_gib=1.0,
+            basis="fixed",
+        )
+    )
+    if spec.grafana is not None:
+        components.append(
+            Component(
+                name="grafana",
+                count=2,
+                cpu_request=0.2,
+                cpu_limit=1.0,
+                memory_request_mib=256,
+                memory_limit_mib=512,
+                disk_gib=1.0,
+                basis="fixed",
+            )
+        )
+    sized = [n for r, n in by_region.items() if any(x.name == r and x.shards is None for x in spec.regions)]
+    cap = math.ceil(max(sized, default=0) / spec.sharding.targets_per_shard * SHARD_CAP_HEADROOM)
+    warnings = [
+        f"region {r!r}: a fixed {shards[r]} shards hold {math.ceil(n / shards[r])} nodes each"
+        f" (targets_per_shard is {spec.sharding.targets_per_shard}); drop its `shards:` to size it"
+        for r, n in by_region.items()
+        if any(x.name == r and x.shards is not None for x in spec.regions)
+        and n / shards[r] > 2 * spec.sharding.targets_per_shard
+    ]
+    return Sizing(
+        warnings=warnings,
+        fleet=fleet,
+        prometheus_line=cost.version,
+        series_per_node=per_node,
+        children_per_region={r: n * rf for r, n in shards.items()},
+        shards_per_region=dict(shards),
+        components=components,
+        single_master_max_series=single_max,
+        thanos_receive_needed=thanos,
+        max_shards_per_region=max(cap, 1),
+        not_modelled=sorted(j.name for j in spec.jobs if j.name != GPU_JOB),
+    )
