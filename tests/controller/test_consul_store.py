@@ -252,7 +252,8 @@ def test_a_change_lists_no_folder_and_writes_only_what_it_touched(agent: FakeCon
     blocks = {p.rsplit("/", 1)[0] for p in written if "/state-blocks/" in p}
     rest = {p for p in written if "/state-blocks/" not in p}
     chunks = {p for p in written if "/state-chunks/" in p}
-    assert len(blocks) == 2 and rest == chunks | {"/v1/kv/gpufed/state"}
+    # the head, then the revision marker after it (store_guard)
+    assert len(blocks) == 2 and rest == chunks | {"/v1/kv/gpufed/state", "/v1/kv/gpufed/revision"}
     assert store(agent).load() == again
 
 

@@ -211,3 +211,99 @@ def test_consul_a_first_commit_landing_between_the_head_read_and_the_listing_is_
     reader._call = call_after_a_commit  # type: ignore[method-assign]
     loaded = reader.load()
     assert loaded is not None and loaded.revision == 1 and loaded.assignment is not None
+
+
+# ---- after a restart: an older head than the marker, a lone sets head (issue 38 item 5) --------------
+def restored_older_head_kube(fake: FakeKubeAPI) -> None:
+    """Three commits; the head of revision 2 put back (its pieces are still there)."""
+    opened = kube_store(fake)
+    committed(opened, revisions=2)
+    backup = copy.deepcopy(fake.objects[("configmaps", NS, "gpufed-state")])
+    assert opened.save(state(40, assignment_version=9), expected_revision=2).revision == 3
+    fake.apply(
+        "configmaps",
+        {**backup, "metadata": {k: v for k, v in backup["metadata"].items() if k != "resourceVersion"}},
+    )
+
+
+def test_kube_an_older_head_put_back_before_a_restart_is_refused(fake: FakeKubeAPI) -> None:
+    restored_older_head_kube(fake)
+    with pytest.raises(StoreError) as refused:
+        kube_store(fake).load()  # a new process: it saw nothing yet
+    message = str(refused.value)
+    assert "gpufed-state is at revision 2" in message and "records revision 3" in message, message
+    assert "expected revision 3 or newer" in message and "--init" in message
+    with pytest.raises(StoreError, match="records revision 3"):  # a save is refused too
+        kube_store(fake).save(state(40), expected_revision=2)
+    accepted = kube_store(fake, init=True).load()
+    assert accepted is not None and accepted.revision == 2
+    again = kube_store(fake).load()  # --init reset the marker: the next start is plain
+    assert again is not None and again.revision == 2
+
+
+def test_kube_a_lone_sets_head_is_a_deleted_state(fake: FakeKubeAPI) -> None:
+    opened = kube_store(fake)
+    committed(opened)
+    opened.save_sets({"file": fleet(3)})
+    sets = opened.maps.head("gpufed-state-sets")
+    assert sets is not None
+    keep = {"gpufed-state-sets"} | sets.objects()
+    for name in configmaps(fake):
+        if name.startswith("gpufed-state") and name not in keep:
+            fake.delete("configmaps", name, NS)
+    assert set(configmaps(fake)) == keep
+    lone = r"head gpufed-state is missing, but 1 of .*-sets \(written at state revision 3\).*--init"
+    with pytest.raises(StoreError, match=lone):
+        kube_store(fake).load()
+    fresh = kube_store(fake, init=True)
+    assert fresh.load() is None and fresh.load_sets() == {}
+    assert [n for n in configmaps(fake) if n.startswith("gpufed-state")] == []
+    assert fresh.save(state(5), expected_revision=None).revision == 1
+
+
+def test_kube_each_commit_writes_its_revision_to_the_marker(fake: FakeKubeAPI) -> None:
+    opened = kube_store(fake)
+    committed(opened, revisions=3)
+    marker = fake.objects[("configmaps", NS, "gpufed-state-revision")]
+    assert marker["data"] == {"marker": '{"revision": 3}'}
+
+
+# ---- Consul ---------------------------------------------------------------------------------------
+def test_consul_an_older_head_put_back_before_a_restart_is_refused(agent: FakeConsulAgent) -> None:
+    opened = store(agent)
+    committed(opened, revisions=2)
+    _, head = client(agent).kv.get("gpufed/state")
+    opened.save(state(40, assignment_version=9), expected_revision=2)
+    client(agent).kv.put("gpufed/state", head["Value"])
+    with pytest.raises(StoreError) as refused:
+        store(agent).load()
+    message = str(refused.value)
+    assert "gpufed/state is at revision 2" in message and "records revision 3" in message, message
+    assert "expected revision 3 or newer" in message and "--init" in message
+    with pytest.raises(StoreError, match="records revision 3"):
+        store(agent).save(state(40), expected_revision=2)
+    accepted = store(agent, init=True).load()
+    assert accepted is not None and accepted.revision == 2
+    again = store(agent).load()
+    assert again is not None and again.revision == 2
+
+
+def test_consul_a_lone_sets_head_is_a_deleted_state(agent: FakeConsulAgent) -> None:
+    opened = store(agent)
+    committed(opened)
+    opened.save_sets({"file": fleet(3)})
+    kv = client(agent).kv
+    for area in ("state-chunks/", "state-blocks/", "audit/"):
+        kv.delete(f"gpufed/{area}", recurse=True)
+    kv.delete("gpufed/state")
+    kv.delete("gpufed/revision")
+    _, left = kv.get("gpufed/", keys=True)
+    assert "gpufed/sets" in left and all(k == "gpufed/sets" or k.startswith("gpufed/sets-") for k in left)
+    lone = r"head gpufed/state is missing, but 1 of .*gpufed/sets \(written at state revision 3\).*--init"
+    with pytest.raises(StoreError, match=lone):
+        store(agent).load()
+    fresh = store(agent, init=True)
+    assert fresh.load() is None and fresh.load_sets() == {}
+    _, left = kv.get("gpufed/", keys=True)
+    assert not left
+    assert fresh.save(state(5), expected_revision=None).revision == 1

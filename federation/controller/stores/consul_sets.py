@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from federation.controller.stores import kvblob, kvblocks, setbuckets
@@ -29,8 +29,19 @@ FORMAT = 2
 
 
 class ConsulSets:
-    def __init__(self, kv: ConsulKV, *, key: str, state_key: str, lock: threading.RLock) -> None:
+    def __init__(
+        self,
+        kv: ConsulKV,
+        *,
+        key: str,
+        state_key: str,
+        lock: threading.RLock,
+        state_seen: Callable[[], int] = lambda: 0,
+    ) -> None:
         self.kv, self.key, self.state_key, self._lock = kv, key, state_key, lock
+        self.state_seen = state_seen
+        """The newest state revision this replica saw, recorded in the head as ``state``: a
+        sets head left alone after a state was committed is a leftover (``store_guard``)."""
         self.where = kv.where
         self._sets: tuple[str, dict[str, list[Target]]] | None = None  # (digest, parsed sets)
         self._mirror: setbuckets.SetBuckets | None = None
@@ -93,7 +104,7 @@ class ConsulSets:
         recorded = head.doc.get("fence") if head is not None else None
         newest = max(x for x in (fence, recorded, -1) if isinstance(x, int))
         doc = {"format": FORMAT, "generation": generation, "buckets": named,
-               "fence": None if newest < 0 else newest}  # fmt: skip
+               "fence": None if newest < 0 else newest, "state": self.state_seen()}  # fmt: skip
         cas = head.modify_index if head is not None else 0
         if not self.kv._put(self.key, json.dumps(doc, sort_keys=True), cas=cas):
             self._mirror = None

@@ -21,6 +21,8 @@ Layout under the prefix ``P`` (``--store consul://host:8500/P``, default ``gpufe
                                      descriptor per bucket (``setbuckets``: by identity)
     P/sets-blocks/<gen>-<digest16>/<i>   one bucket of the sets; a commit writes the buckets
                                           it touched only (``store.apply``, fenced)
+    P/revision                       the revision last committed (``store_guard``: a head
+                                     put back older than it is refused after a restart)
     P/leader                         the election lock (``consul_lock``), not written here
     P/fetched/<replica>              when each replica last served each shard's SD: children
                                      poll any replica, the leader's hand-overs need them all
@@ -108,13 +110,25 @@ class ConsulStore(ConsulKV):
         self._blocks_of: Any = None
         self._block_cache: dict[str, kvblocks.Members] = {}  # digest -> members, for reads
         self._loaded: tuple[str, ControllerState] | None = None  # (state-chunks digest, state)
-        self.sets = ConsulSets(self, key=f"{prefix}/sets", state_key=f"{prefix}/state", lock=self._lock)
+        self._marker_checked = False
+        """Whether this process compared the head with the revision marker (its first read)."""
+        self.sets = ConsulSets(
+            self,
+            key=f"{prefix}/sets",
+            state_key=f"{prefix}/state",
+            lock=self._lock,
+            state_seen=lambda: self._watch.highest,
+        )
         """The discovery sources' last known sets (``consul_sets``)."""
 
     # ---- keys -------------------------------------------------------------------------------
     @property
     def state_key(self) -> str:
         return f"{self.prefix}/state"
+
+    @property
+    def marker_key(self) -> str:
+        return f"{self.prefix}/revision"
 
     def _audit_key(self, audit_id: int) -> str:
         return f"{self.prefix}/audit/{audit_id:012d}"
@@ -123,11 +137,13 @@ class ConsulStore(ConsulKV):
     def load(self) -> ControllerState | None:
         with self._lock:
             for _ in range(READ_ATTEMPTS):
+                recorded = None if self._marker_checked else self._read_marker()  # before the head
                 head, document = self._load_blob(self.state_key, "state-chunks")
                 if head is None and self._without_head():  # a first commit landed meanwhile
                     continue
                 if head is None:
                     return None
+                self._check_marker(head, recorded)
                 self._watch.saw(head.int("revision"), where=self.where)
                 if head.doc.get("format") == 1:
                     return self._validated(document, head)
@@ -161,6 +177,13 @@ class ConsulStore(ConsulKV):
                 generation = str(key).removeprefix(f"{self.prefix}/{area}/").partition("-")[0]
                 if area == "audit" or (generation.isdigit() and int(generation) > 1):
                     leftovers.append(str(key))
+        if self._read_marker() is not None:
+            leftovers.append(self.marker_key)
+        sets = self._head(self.sets.key)
+        seen = sets.doc.get("state") if sets is not None else None
+        lone = seen if type(seen) is int and seen > 0 else 0  # the state revision it was written at
+        if lone:  # the sets were written after a state was: that state is gone
+            leftovers.append(store_guard.lone_sets(self.sets.key, lone))
         if not leftovers:
             return False
         if self._head(self.state_key) is not None:
@@ -170,7 +193,40 @@ class ConsulStore(ConsulKV):
         log.warning("state store %s: --init removes %d keys of a lost state", self.where, len(leftovers))
         for area in ("audit", "state-chunks", "state-blocks"):
             self._call(f"delete {area}", self.client.kv.delete, f"{self.prefix}/{area}/", recurse=True)
+        self._call("delete the revision marker", self.client.kv.delete, self.marker_key)
+        if lone:
+            self._call("delete the sets", self.client.kv.delete, self.sets.key)
+            for area in ("sets-blocks", "sets-chunks"):
+                self._call(f"delete {area}", self.client.kv.delete, f"{self.prefix}/{area}/", recurse=True)
         return False
+
+    def _read_marker(self) -> int | None:
+        _, entry = self._call("read the revision marker", self.client.kv.get, self.marker_key)
+        text = entry["Value"] if entry is not None else None
+        return store_guard.marker_revision(text, where=self.where, name=self.marker_key)
+
+    def _write_marker(self, revision: int) -> None:
+        """Record a commit's revision (one PUT). A failure is logged: a marker behind the
+        head is harmless, the next commit moves it on."""
+        try:
+            self._put(self.marker_key, store_guard.marker_text(revision))
+        except StoreError as exc:
+            log.warning("state store %s: recording revision %d failed: %s", self.where, revision, exc)
+
+    def _check_marker(self, head: Head, recorded: int | None) -> None:
+        """A new process's first head against the marker (read before it): older is refused."""
+        if self._marker_checked:
+            return
+        found = head.int("revision")
+        if recorded is not None and found < recorded:
+            if not self.init:
+                raise store_guard.rolled_back(self.where, self.state_key, found, self.marker_key, recorded)
+            log.warning(
+                "state store %s: --init accepts %s at revision %d below the marker's %d",
+                self.where, self.state_key, found, recorded,
+            )  # fmt: skip
+            self._write_marker(found)
+        self._marker_checked = True
 
     def _validated(self, document: Any, head: Head) -> ControllerState:
         try:
@@ -226,7 +282,10 @@ class ConsulStore(ConsulKV):
         changed: Changed | None = None,
     ) -> ControllerState:
         with self._lock:
+            marked = None if self._marker_checked else self._read_marker()  # before the head
             head = self._head(self.state_key)
+            if head is not None:
+                self._check_marker(head, marked)
             found = head.int("revision") if head is not None else None
             recorded = head.doc.get("fence") if head is not None else None
             check_head(fence, recorded, expected=expected_revision, found=found)
@@ -257,6 +316,7 @@ class ConsulStore(ConsulKV):
             self._block_cache = {str(d[1]): blocks[shard] for shard, d in named.items()}
             self._loaded = (str(described["digest"]), stored)
             self._watch.saw(revision, where=self.where)
+            self._write_marker(revision)
             self._collect("state-chunks", current=revision, digest=str(described["digest"]))
             self._collect_blocks(named, current=revision)
             if audit is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from kubernetes.client.exceptions import ApiException
 
@@ -24,8 +24,19 @@ log = logging.getLogger(__name__)
 
 
 class KubeSets:
-    def __init__(self, maps: ConfigMaps, *, name: str, state: str, lock: threading.RLock) -> None:
+    def __init__(
+        self,
+        maps: ConfigMaps,
+        *,
+        name: str,
+        state: str,
+        lock: threading.RLock,
+        state_seen: Callable[[], int] = lambda: 0,
+    ) -> None:
         self.maps, self.name, self.state, self._lock = maps, name, state, lock
+        self.state_seen = state_seen
+        """The newest state revision this replica saw, recorded in the head as ``state``: a
+        sets head left alone after a state was committed is a leftover (``store_guard``)."""
         self.where = maps.where
         self._sets: tuple[str, dict[str, list[Target]]] | None = None
         self._mirror: setbuckets.SetBuckets | None = None
@@ -94,6 +105,7 @@ class KubeSets:
             "buckets": mirror.count,
             "parts": parts,
             "previous": sorted(head.objects()) if head is not None else [],
+            "state": self.state_seen(),
         }
         try:
             self.maps.commit(self.name, doc, head=head, role="head")
@@ -129,4 +141,3 @@ class KubeSets:
         with self._lock:
             self._sets = (version, out)
         return {name: list(targets) for name, targets in out.items()}
-

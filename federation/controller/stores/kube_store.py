@@ -14,6 +14,8 @@ Layout in the namespace, for the prefix ``P`` (``--store-prefix``, default ``gpu
     P-sets                 head of the discovery sources' last known sets (same shape)
     P-audit-<page>         16 audit entries per ConfigMap (data: "<id:012d>" -> JSON)
     P-fetched-<replica>    when each replica last served each shard's SD
+    P-revision             the revision last committed (``store_guard``: a head put back
+                           older than it is refused after a restart)
 
 All carry the labels ``app.kubernetes.io/managed-by: gpufed`` and ``gpufed.io/store: P``.
 
@@ -100,26 +102,36 @@ class KubeStore:
         self.init = init
         self._watch = store_guard.RevisionWatch()
         self._collected = False
+        self.marker = f"{prefix}-revision"
+        self._marker_checked = False
+        """Whether this process compared the head with the revision marker (its first read)."""
         self.prefix, self.audit_keep, self.where = prefix, audit_keep, self.maps.where
         self._lock = threading.RLock()
         self._loaded: tuple[str, ControllerState] | None = None  # (head resourceVersion, state)
         self._written: Written | None = None
         self._cores = kube_parts.CoreParts()
-        self.sets = KubeSets(self.maps, name=f"{prefix}-sets", state=prefix, lock=self._lock)
+        self.sets = KubeSets(
+            self.maps, name=f"{prefix}-sets", state=prefix, lock=self._lock, state_seen=self._seen
+        )
         """The discovery sources' last known sets (``kube_sets``)."""
 
     @property
     def sets_name(self) -> str:
         return self.sets.name
 
+    def _seen(self) -> int:
+        return self._watch.highest
+
     # ---- StateStore --------------------------------------------------------------------------------
     def load(self) -> ControllerState | None:
         with self._lock:
+            recorded = None if self._marker_checked else self._read_marker()  # before the head
             head, parts = self.maps.load_parts(self.prefix)
             if head is None and self._without_head():  # a first commit landed meanwhile
                 head, parts = self.maps.load_parts(self.prefix)
             if head is None:
                 return None
+            self._check_marker(head, recorded)
             self._watch.saw(head.revision, where=self.where)
             if not self._collected:
                 self._collected = True
@@ -152,7 +164,10 @@ class KubeStore:
         changed: Changed | None = None,
     ) -> ControllerState:
         with self._lock:
+            marked = None if self._marker_checked else self._read_marker()  # before the head
             head = self.maps.head(self.prefix)
+            if head is not None:
+                self._check_marker(head, marked)
             found = head.revision if head is not None else None
             recorded = head.doc.get("fence") if head is not None else None
             check_head(fence, recorded, expected=expected_revision, found=found)
@@ -201,6 +216,7 @@ class KubeStore:
             # write may have landed, and its pieces are then the state)
             self.maps.collect(head, doc)
             self._watch.saw(revision, where=self.where)
+            self._write_marker(revision)
             if stored.assignment is not None:
                 self._written = Written(revision, buckets, stored.assignment.targets, members)
             if audit is not None:
@@ -242,6 +258,37 @@ class KubeStore:
         return raw, written.members
 
     # ---- strictness on read (``store_guard``) -------------------------------------------------
+    def _read_marker(self) -> int | None:
+        found = self.maps.get(self.marker)
+        text = (found.data or {}).get("marker") if found is not None else None
+        return store_guard.marker_revision(text, where=self.where, name=self.marker)
+
+    def _write_marker(self, revision: int) -> None:
+        """Record a commit's revision (one replace; a create the first time). A failure is
+        logged: a marker behind the head is harmless, the next commit moves it on."""
+        body = self.maps.body(self.marker, "marker", data={"marker": store_guard.marker_text(revision)})
+        try:
+            try:
+                self.maps.write(body, create=False)
+            except StoreError:  # 404: the first commit
+                self.maps.write(body, create=True)
+        except (StoreError, ApiException) as exc:
+            log.warning("state store %s: recording revision %d failed: %s", self.where, revision, exc)
+
+    def _check_marker(self, head: Head, recorded: int | None) -> None:
+        """A new process's first head against the marker (read before it): older is refused."""
+        if self._marker_checked:
+            return
+        if recorded is not None and head.revision < recorded:
+            if not self.init:
+                raise store_guard.rolled_back(self.where, self.prefix, head.revision, self.marker, recorded)
+            log.warning(
+                "state store %s: --init accepts %s at revision %d below the marker's %d",
+                self.where, self.prefix, head.revision, recorded,
+            )  # fmt: skip
+            self._write_marker(head.revision)
+        self._marker_checked = True
+
     def _without_head(self) -> bool:
         """No head: a first start, or a deleted state (refused unless ``--init``). Leftovers
         are audit pages and pieces the sets' head does not reference, of a generation past
@@ -254,13 +301,21 @@ class KubeStore:
         leftovers = self.maps.list_names("audit") + [
             n for n in unreferenced if (_generation(self.prefix, n) or 0) > 1
         ]
+        if self.maps.get(self.marker) is not None:
+            leftovers.append(self.marker)
+        seen = sets.doc.get("state") if sets is not None else None
+        lone = seen if type(seen) is int and seen > 0 else 0  # the state revision it was written at
+        if lone:  # the sets were written after a state was: that state is gone
+            leftovers.append(store_guard.lone_sets(self.sets_name, lone))
         if not leftovers:
             return False
         if self.maps.head(self.prefix) is not None:
             return True
         if not self.init:
             raise store_guard.missing_head(self.where, self.prefix, leftovers)
-        gone = sorted(set(leftovers) | set(unreferenced))
+        gone = sorted((set(leftovers) | set(unreferenced)) - {n for n in leftovers if " " in n})
+        if lone and sets is not None:
+            gone = sorted(set(gone) | set(self.maps.list_names("piece")) | {self.sets_name})
         log.warning("state store %s: --init removes %d objects of a lost state", self.where, len(gone))
         for name in gone:
             self.maps.delete(name)
