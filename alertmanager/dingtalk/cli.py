@@ -66,14 +66,14 @@ def run(
     except ConfigError as exc:
         typer.echo(f"gpufed-dingtalk: {exc.detail}", err=True)
         raise typer.Exit(2) from exc
-    if check:
-        typer.echo(f"config OK: robots {', '.join(sorted(relay_config.robots))}")
-        return
     try:
         served = webconfig.serving.load_web_config(web_config_file)
     except webconfig.model.WebConfigError as exc:
         typer.echo(f"gpufed-dingtalk: --web.config.file: {exc.detail}", err=True)
         raise typer.Exit(2) from exc
+    if check:
+        typer.echo(f"config OK: robots {', '.join(sorted(relay_config.robots))}")
+        return
     host, port = parse_listen(listen or relay_config.listen)
     app = create_app(relay_config, data_dir=data_dir)
     uv_config = uvicorn.Config(served.wrap(app), host=host, port=port, log_level=log_level.lower())
