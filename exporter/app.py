@@ -149,6 +149,10 @@ class ExporterApp:
             self._attribution.close()
             self.backend.close()
             raise
+        if self.http.ssl_context is not None and (settings.consul or settings.register_url):
+            # Until #41 item 2: registrations carry no scheme and Consul's check is plain HTTP.
+            log.warning("serving TLS (--web.config.file) while registering: the registry entry and "
+                        "Consul's HTTP check do not say https yet; scrape configs need scheme: https")
         self.registrar: Registrar[ServiceDefinition] | Registrar[TargetEntry] | None = None
         self._close_registry: Callable[[], None] = lambda: None
         if (settings.consul or settings.register_url) and settings.kubernetes:
