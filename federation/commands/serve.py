@@ -381,6 +381,11 @@ def serve_command(
     except webconfig.model.WebConfigError as exc:
         typer.echo(f"error: --web.config.file: {exc.detail}", err=True)
         raise typer.Exit(2) from exc
+    if served.config.basic_auth_users:  # one Authorization header cannot carry both
+        typer.echo("error: --web.config.file: basic_auth_users: gpufed serve authenticates changes with "
+                   "bearer tokens in the Authorization header; authenticate clients with certificates "
+                   "(tls_server_config.client_auth_type) instead", err=True)
+        raise typer.Exit(2)
     bound = _bind(host, 0) if port == 0 else None  # port 0: the advertised URL needs the port
     if bound is not None:
         port = bound.getsockname()[1]

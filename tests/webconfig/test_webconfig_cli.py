@@ -61,3 +61,20 @@ def test_gpufed_serve(tmp_path: Path) -> None:
                                       str(_bad(tmp_path))])
     assert result.exit_code == 2 and FIELD in result.output, result.output
     assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
+
+
+def test_gpufed_serve_refuses_basic_auth_users(tmp_path: Path) -> None:
+    """Its Authorization header carries the bearer token; basic auth there would lock out writes."""
+    import typer
+
+    from federation.commands import serve
+
+    app = typer.Typer()
+    serve.register(app)
+    app.command("noop")(lambda: None)
+    web = tmp_path / "web.yml"
+    hashed = "$2y$10$mDwo.lAisC94iLAyP81MCesa29IzH37oigHC/42V2pdJlUprsJPze"  # upstream's alice
+    web.write_text(f"basic_auth_users:\n  alice: {hashed}\n")
+    result = CliRunner().invoke(app, ["serve", "--spec", "examples/federation.yaml", "--data-dir",
+                                      str(tmp_path / "data"), "--dev", "--web.config.file", str(web)])
+    assert result.exit_code == 2 and "basic_auth_users: gpufed serve authenticates" in result.output
