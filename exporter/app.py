@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
+import webconfig.model
+import webconfig.serving
 from exporter.attribution import node_name, placement_labels, pod_attribution
 from exporter.backend import GpuBackend
 from exporter.catalogue import select_families
@@ -45,9 +47,14 @@ def split_listen(listen: str) -> tuple[str, int]:
 def http_server(settings: ExporterSettings, handler: Handler) -> HttpServer:
     """The HTTP edge with the settings' limits; binds now, so a bad address fails first."""
     host, port = split_listen(settings.listen)
+    try:
+        served = webconfig.serving.load_web_config(settings.web_config_file)
+    except webconfig.model.WebConfigError as exc:
+        raise ConfigError(f"--web.config.file: {exc.detail}") from exc
     return HttpServer(handler, host=host, port=port, backlog=settings.listen_backlog,
                       idle_timeout=settings.idle_timeout, request_timeout=settings.request_timeout,
-                      max_body=settings.max_request_body)
+                      max_body=settings.max_request_body, ssl_context=served.ssl_context,
+                      guard=served.guard if served.guard.active else None)
 
 
 def advertised_address(settings: ExporterSettings, listen_host: str) -> str:
@@ -142,6 +149,10 @@ class ExporterApp:
             self._attribution.close()
             self.backend.close()
             raise
+        if self.http.ssl_context is not None and (settings.consul or settings.register_url):
+            # Until #41 item 2: registrations carry no scheme and Consul's check is plain HTTP.
+            log.warning("serving TLS (--web.config.file) while registering: the registry entry and "
+                        "Consul's HTTP check do not say https yet; scrape configs need scheme: https")
         self.registrar: Registrar[ServiceDefinition] | Registrar[TargetEntry] | None = None
         self._close_registry: Callable[[], None] = lambda: None
         if (settings.consul or settings.register_url) and settings.kubernetes:

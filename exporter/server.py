@@ -26,6 +26,7 @@ import errno
 import gzip
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
@@ -35,6 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
 from exporter import textformat
 from exporter.errors import ConfigError
+from webconfig.guard import Guard
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +224,15 @@ class _Connection(asyncio.Protocol):
         head_only = request.method == b"HEAD"
         extra: list[tuple[str, str]] = []
         body: bytes | Body
-        if request.method not in (b"GET", b"HEAD"):
+        guard = self._server.guard
+        refusal = guard.check(_header(request, b"authorization")) if guard is not None else None
+        if guard is not None:
+            extra.extend(guard.headers)
+        if refusal is not None:
+            status, refusal_headers, body = refusal
+            content_type = dict(refusal_headers).get("Content-Type", TEXT)
+            extra.extend(h for h in refusal_headers if h[0] != "Content-Type")
+        elif request.method not in (b"GET", b"HEAD"):
             status, content_type, body = 405, TEXT, b"method not allowed; use GET or HEAD\n"
             extra.append(("Allow", "GET, HEAD"))
         else:
@@ -291,6 +301,13 @@ class _Connection(asyncio.Protocol):
             self._transport.close()
 
 
+def _header(request: h11.Request, name: bytes) -> str | None:
+    for key, value in request.headers:
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
 def _content_length(request: h11.Request) -> int | None:
     for name, value in request.headers:
         if name == b"content-length":
@@ -334,8 +351,12 @@ class HttpServer:
     """
 
     def __init__(self, handler: Handler, *, host: str = "127.0.0.1", port: int = 0, backlog: int = 4096,
-                 idle_timeout: float = 120.0, request_timeout: float = 10.0, max_body: int = 65536) -> None:
+                 idle_timeout: float = 120.0, request_timeout: float = 10.0, max_body: int = 65536,
+                 ssl_context: ssl.SSLContext | None = None, guard: Guard | None = None) -> None:
+        """`ssl_context` and `guard` come from `--web.config.file` (`webconfig.serving`)."""
         self.handler = handler
+        self.ssl_context = ssl_context
+        self.guard = guard
         self.idle_timeout = idle_timeout
         self.request_timeout = request_timeout
         self.max_body = max_body
@@ -359,7 +380,7 @@ class HttpServer:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._server = self._loop.run_until_complete(self._loop.create_server(
-            lambda: _Connection(self), sock=self._sock, backlog=self.backlog))
+            lambda: _Connection(self), sock=self._sock, backlog=self.backlog, ssl=self.ssl_context))
         self._started.set()
         try:
             self._loop.run_forever()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
@@ -77,6 +78,8 @@ class ExporterSettings(BaseSettings):
     first_xid: bool = Field(default=True, description="fleet: one seeded XID 5-20 s after start on one node, "
                             "so a demo shows an alert within a minute (exporter.simulated.first_xid)")
     listen: str = "0.0.0.0:9400"
+    web_config_file: Path | None = Field(default=None, description="exporter-toolkit web config: TLS, "
+                                         "basic auth, headers (--web.config.file)")
     listen_backlog: int = Field(default=4096, ge=16, le=65535,
                                 description="pending connections; the kernel caps it at somaxconn")
     idle_timeout: float = Field(default=120.0, gt=0, description="seconds a keep-alive connection may idle")

@@ -27,7 +27,7 @@ if [ -n "${GPUFED_UNLOCKED:-}" ]; then
 fi
 ruff check .
 lint-imports --config .importlinter
-mypy sharder federation alertmanager exporter thanos logs
+mypy sharder federation alertmanager exporter thanos logs webconfig
 # Two workers, a whole file each (module-scoped stacks stay in one worker): the e2e tests
 # mostly wait on real Prometheus/Alertmanager processes, so this halves the wall time on 2 cores.
 pytest -q -n 2 --dist loadfile "$@"

@@ -16,6 +16,8 @@ from typing import Annotated
 import typer
 import uvicorn
 
+import webconfig.model
+import webconfig.serving
 from alertmanager.dingtalk.app import create_app, reload_config
 from alertmanager.dingtalk.client import redact
 from alertmanager.dingtalk.config import load_config
@@ -47,6 +49,9 @@ def run(
     listen: Annotated[str | None, typer.Option(help="HOST:PORT; default: `listen` in the config.")] = None,
     check: Annotated[bool, typer.Option("--check", help="Validate the config and exit.")] = False,
     log_level: Annotated[str, typer.Option(help="Python/uvicorn log level.")] = "info",
+    web_config_file: Annotated[Path | None, typer.Option(
+        "--web.config.file", help="exporter-toolkit web config: TLS (reloaded on change), basic auth, "
+        "headers")] = None,
     data_dir: Annotated[Path | None, typer.Option(
         "--data-dir", file_okay=False,
         help="Keep the ordering and dedup memory in DIR/relay-memory.json, so a restart remembers"
@@ -61,12 +66,19 @@ def run(
     except ConfigError as exc:
         typer.echo(f"gpufed-dingtalk: {exc.detail}", err=True)
         raise typer.Exit(2) from exc
+    try:
+        served = webconfig.serving.load_web_config(web_config_file)
+    except webconfig.model.WebConfigError as exc:
+        typer.echo(f"gpufed-dingtalk: --web.config.file: {exc.detail}", err=True)
+        raise typer.Exit(2) from exc
     if check:
         typer.echo(f"config OK: robots {', '.join(sorted(relay_config.robots))}")
         return
     host, port = parse_listen(listen or relay_config.listen)
     app = create_app(relay_config, data_dir=data_dir)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level.lower()))
+    uv_config = uvicorn.Config(served.wrap(app), host=host, port=port, log_level=log_level.lower())
+    webconfig.serving.for_uvicorn(uv_config, served)
+    server = uvicorn.Server(uv_config)
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()

@@ -15,6 +15,7 @@ import json
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Annotated, Any, NoReturn, Protocol
 
 import typer
@@ -143,6 +144,9 @@ def serve(
     node_exporter_port: Annotated[int | None, typer.Option(
         help="also register this node's node-exporter (job node) with the controller")] = None,
     advertise_address: Advertise = None,
+    web_config_file: Annotated[Path | None, typer.Option(
+        "--web.config.file", help="exporter-toolkit web config (TLS, basic auth, headers); "
+        "env GPUFED_EXPORTER_WEB_CONFIG_FILE")] = None,
 ) -> None:
     """Serve one node's GPUs on /metrics (default command)."""
     settings = build_settings(
@@ -155,6 +159,7 @@ def serve(
         node_name=node_name, region=region, rack=rack, team=team, cluster=cluster, kubernetes=kubernetes,
         register_url=register_url, register_token=register_token, register_job=register_job,
         node_exporter_port=node_exporter_port, advertise_address=advertise_address,
+        web_config_file=web_config_file,
     )
     logs.configure(level=settings.log_level, fmt=settings.log_format)
     from exporter.app import ExporterApp

@@ -17,6 +17,8 @@ from typing import Annotated
 
 import typer
 
+import webconfig.model
+import webconfig.serving
 from federation.commands.render import SpecOpt, promtool_line_error, user_errors
 from federation.controller.base.options import ControllerOptions
 from federation.controller.http.auth import TokenError
@@ -341,6 +343,9 @@ def serve_command(
             "comma-separated); default none: the client is the TCP peer",
         ),
     ] = None,
+    web_config_file: Annotated[Path | None, typer.Option(
+        "--web.config.file", help="exporter-toolkit web config: TLS (reloaded on change), basic auth, "
+        "headers")] = None,
 ) -> None:
     """Run the controller: discovery loop, HTTP SD, REST plans and rebalances."""
     import uvicorn
@@ -371,6 +376,16 @@ def serve_command(
         host, port = split_listen(listen)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--listen") from exc
+    try:
+        served = webconfig.serving.load_web_config(web_config_file)
+    except webconfig.model.WebConfigError as exc:
+        typer.echo(f"error: --web.config.file: {exc.detail}", err=True)
+        raise typer.Exit(2) from exc
+    if served.config.basic_auth_users:  # one Authorization header cannot carry both
+        typer.echo("error: --web.config.file: basic_auth_users: gpufed serve authenticates changes with "
+                   "bearer tokens in the Authorization header; authenticate clients with certificates "
+                   "(tls_server_config.client_auth_type) instead", err=True)
+        raise typer.Exit(2)
     bound = _bind(host, 0) if port == 0 else None  # port 0: the advertised URL needs the port
     if bound is not None:
         port = bound.getsockname()[1]
@@ -490,7 +505,7 @@ def serve_command(
         bound.close()
         raise typer.Exit(2) from exc
     config = uvicorn.Config(
-        built.app,
+        served.wrap(built.app),
         host=host,
         port=port,
         log_level=log_level,
@@ -498,6 +513,7 @@ def serve_command(
         http=DeadlineH11Protocol,  # request heads within seconds: no slowloris
         proxy_headers=False,  # the client is the TCP peer (client_address); uvicorn trusts loopback
     )
+    webconfig.serving.for_uvicorn(config, served)
     server = uvicorn.Server(config)  # uvicorn.run, but able to take the socket bound above
     try:
         server.run(sockets=[bound])

@@ -1,0 +1,55 @@
+"""``gpufed-dingtalk --web.config.file`` as a real process: TLS with client certificates and
+basic auth (what Alertmanager's webhook_configs http_config sends)."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+
+import bcrypt
+import httpx
+import pytest
+import yaml
+from conftest import stop_process, wait_for
+
+from federation.demo.loopback import free_port
+from tests.webconfig.pki import Pki
+
+
+def test_relay_over_mutual_tls_with_basic_auth(tmp_path: Path) -> None:
+    pki = Pki(tmp_path)
+    server = pki.server()
+    client_leaf = pki.client()
+    web = tmp_path / "web.yml"
+    web.write_text(yaml.safe_dump({
+        "tls_server_config": {"cert_file": str(server.cert), "key_file": str(server.key),
+                              "client_auth_type": "RequireAndVerifyClientCert",
+                              "client_ca_file": str(pki.ca_file)},
+        "basic_auth_users": {"alertmanager": bcrypt.hashpw(b"am-pass", bcrypt.gensalt(4)).decode()}}))
+    relay = tmp_path / "relay.yml"
+    relay.write_text("robots:\n  cn-bj:\n    url: https://oapi.dingtalk.com/robot/send?access_token=t\n")
+    port = free_port()
+    log = tmp_path / "relay.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "alertmanager.dingtalk", "--config", str(relay),
+                                 "--listen", f"127.0.0.1:{port}", "--web.config.file", str(web)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    ctx = ssl.create_default_context(cafile=str(pki.ca_file))
+    ctx.load_cert_chain(str(client_leaf.cert), str(client_leaf.key))
+    url = f"https://localhost:{port}/healthz"
+    try:
+        with httpx.Client(verify=ctx, timeout=10) as client:
+            def up() -> httpx.Response:
+                assert proc.poll() is None, log.read_text()
+                return client.get(url, auth=("alertmanager", "am-pass"))
+
+            assert wait_for(up, timeout=60, what="relay over TLS").status_code == 200
+            assert client.get(url, auth=("alertmanager", "wrong")).status_code == 401
+            assert client.get(url).status_code == 401
+        bare = ssl.create_default_context(cafile=str(pki.ca_file))
+        with httpx.Client(verify=bare, timeout=10) as client, pytest.raises(httpx.TransportError):
+            client.get(url, auth=("alertmanager", "am-pass"))
+    finally:
+        stop_process(proc)

@@ -1,0 +1,119 @@
+"""Real Prometheus (2.x and 3.x, Go's TLS client) scrapes the exporter served with
+``--web.config.file``: client certificate required, basic auth, certificate rotated mid-run.
+
+Three jobs scrape one exporter: ``gpu`` with the client certificate and the password (up),
+``nocert`` without a certificate and ``wrongpw`` with a wrong password (both down, each with
+its own error). After the server certificate is replaced, ``gpu`` keeps being scraped and a
+new connection is served the new certificate.
+"""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import bcrypt
+import httpx
+import pytest
+import yaml
+from conftest import stack_tool, wait_for
+from cryptography import x509
+
+from exporter.app import ExporterApp
+from exporter.settings import ExporterSettings
+from tests.e2e.prom_process import PrometheusProcess
+from tests.webconfig.pki import Leaf, Pki
+
+pytestmark = pytest.mark.e2e
+PASSWORD = "scrape-password-1"
+
+
+def _scrape_job(name: str, port: int, pki: Pki, *, client: Leaf | None,
+                password_file: Path) -> dict[str, Any]:
+    tls: dict[str, Any] = {"ca_file": str(pki.ca_file), "server_name": "localhost"}
+    if client is not None:
+        tls |= {"cert_file": str(client.cert), "key_file": str(client.key)}
+    return {"job_name": name, "scheme": "https", "scrape_interval": "1s", "scrape_timeout": "1s",
+            "tls_config": tls, "basic_auth": {"username": "prometheus", "password_file": str(password_file)},
+            "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
+
+
+@pytest.fixture()
+def exporter(tmp_path: Path) -> Iterator[tuple[ExporterApp, Pki, Leaf]]:
+    pki = Pki(tmp_path)
+    server = pki.server()
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()
+    web = tmp_path / "web.yml"
+    web.write_text(yaml.safe_dump({
+        "tls_server_config": {"cert_file": server.cert.name, "key_file": server.key.name,
+                              "client_auth_type": "RequireAndVerifyClientCert",
+                              "client_ca_file": pki.ca_file.name},
+        "basic_auth_users": {"prometheus": hashed}}))
+    app = ExporterApp(ExporterSettings(backend="simulated", gpus=2, listen="127.0.0.1:0",
+                                       collect_interval=0.5, web_config_file=web))
+    app.start()
+    try:
+        yield app, pki, server
+    finally:
+        app.stop()
+
+
+def _targets(prom: PrometheusProcess) -> dict[str, dict[str, Any]]:
+    return {t["labels"]["job"]: t for t in prom.active_targets()}
+
+
+def _served_serial(port: int, pki: Pki, client: Leaf) -> int:
+    ctx = ssl.create_default_context(cafile=str(pki.ca_file))
+    ctx.load_cert_chain(str(client.cert), str(client.key))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return int(x509.load_der_x509_certificate(der).serial_number)
+
+
+@pytest.mark.parametrize("line", [2, 3])
+def test_prometheus_scrapes_the_exporter_over_mutual_tls(
+        line: int, exporter: tuple[ExporterApp, Pki, Leaf], tmp_path: Path) -> None:
+    app, pki, first = exporter
+    port = app.http.port
+    client = pki.client()
+    good, bad = tmp_path / "password", tmp_path / "wrong-password"
+    good.write_text(PASSWORD)
+    bad.write_text("not-the-password")
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({"scrape_configs": [
+        _scrape_job("gpu", port, pki, client=client, password_file=good),
+        _scrape_job("nocert", port, pki, client=None, password_file=good),
+        _scrape_job("wrongpw", port, pki, client=client, password_file=bad),
+    ]}))
+    with httpx.Client(timeout=10) as http, PrometheusProcess(
+            stack_tool(line, "prometheus"), config=config, data=tmp_path / "data", log=tmp_path / "prom.log",
+            client=http) as prom:
+        prom.wait_ready()
+
+        def all_scraped() -> dict[str, dict[str, Any]] | None:
+            targets = _targets(prom)
+            done = len(targets) == 3 and all(t["health"] != "unknown" for t in targets.values())
+            return targets if done else None
+
+        targets = wait_for(all_scraped, timeout=30, interval=0.2, what="three targets scraped")
+        assert targets["gpu"]["health"] == "up", targets["gpu"]["lastError"]
+        assert targets["nocert"]["health"] == "down"
+        assert targets["wrongpw"]["health"] == "down" and "401" in targets["wrongpw"]["lastError"]
+        assert prom.query('DCGM_FI_DEV_GPU_TEMP{job="gpu"}'), "no GPU series scraped over TLS"
+
+        rotated_at = datetime.datetime.now(datetime.UTC)
+        second = pki.server()
+        assert _served_serial(port, pki, client) == second.serial != first.serial
+
+        def scraped_after_rotation() -> bool:
+            target = _targets(prom)["gpu"]
+            last = datetime.datetime.fromisoformat(target["lastScrape"].replace("Z", "+00:00"))
+            return last > rotated_at and target["health"] == "up"
+
+        wait_for(scraped_after_rotation, timeout=30, interval=0.2, what="a scrape after the rotation")
