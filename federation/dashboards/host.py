@@ -26,7 +26,8 @@ REAL_FS = 'fstype!~"tmpfs|ramfs|squashfs|overlay|nsfs|fuse.*"'
 #: Loopback and virtual interfaces carry no traffic off the machine.
 REAL_NIC = 'device!~"lo|veth.*|docker.*|cali.*|flannel.*|cni.*|ifb.*"'
 IDLE, BUSY = 'mode="idle"', 'mode!="idle"'
-SOURCE = "Source: node-exporter (job `node`, metric {name}); no data while the node's exporter is not scraped."
+SOURCE = ("Source: node-exporter (job `node`, metric {name}); no data while the node's exporter is "
+          "not scraped.")
 
 
 def per_host(metric: str, extra: str = "", by: str = "") -> str:
@@ -42,6 +43,11 @@ def rate_per_host(metric: str, extra: str = "", by: str = "") -> str:
     labels = ", ".join(s for s in (HOST, by) if s)
     return (f"max by ({labels}) (rate({metric}{{{selector}}}[$__rate_interval]) "
             f"{NOT_SILENT})")
+
+
+def nic_rate(metric: str) -> str:
+    """Per-second rate summed over the node's real interfaces."""
+    return f"sum by ({HOST}) ({rate_per_host(metric, REAL_NIC, 'device')})"
 
 
 def _ts(title: str, queries: tuple[Query, ...], description: str, **kw: Any) -> Panel:
@@ -68,7 +74,8 @@ def host_dashboard() -> Dashboard:
               "dropping caches. " + SOURCE.format(name="node_memory_MemAvailable_bytes, _MemTotal_bytes"),
               unit="percentunit", min=0, max=1, thresholds=(("green", None), ("orange", 0.85), ("red", 0.95)),
               width=8, height=6),
-        Panel("Fullest filesystem", "bargauge", (Query(f"max by ({HOST}) ({fs_used})", "{{node}}", instant=True),),
+        Panel("Fullest filesystem", "bargauge",
+              (Query(f"max by ({HOST}) ({fs_used})", "{{node}}", instant=True),),
               "The fullest disk-backed filesystem of each node (tmpfs, overlay and other in-memory "
               "filesystems left out). " + SOURCE.format(name="node_filesystem_avail_bytes, _size_bytes"),
               unit="percentunit", min=0, max=1, thresholds=(("green", None), ("orange", 0.8), ("red", 0.95)),
@@ -104,15 +111,19 @@ def host_dashboard() -> Dashboard:
     ))
     disk = Row("Disks and filesystems", (
         _ts("Disk throughput", (
-            Query(f"sum by ({HOST}) ({rate_per_host('node_disk_read_bytes_total', by='device')})", "{{node}} read"),
+            Query(f"sum by ({HOST}) ({rate_per_host('node_disk_read_bytes_total', by='device')})",
+                  "{{node}} read"),
             Query(f"sum by ({HOST}) ({rate_per_host('node_disk_written_bytes_total', by='device')})",
                   "{{node}} written"),
         ), "Bytes read and written per second over all block devices. "
-           + SOURCE.format(name="node_disk_read_bytes_total, _written_bytes_total"), unit="Bps", min=0, width=8),
+           + SOURCE.format(name="node_disk_read_bytes_total, _written_bytes_total"),
+            unit="Bps", min=0, width=8),
         _ts("Busiest disk", (Query(
-            f"max by ({HOST}) ({rate_per_host('node_disk_io_time_seconds_total', by='device')})", "{{node}}"),),
+            f"max by ({HOST}) ({rate_per_host('node_disk_io_time_seconds_total', by='device')})",
+            "{{node}}"),),
             "Share of time the node's busiest block device had I/O in flight; near 100% it is saturated. "
-            + SOURCE.format(name="node_disk_io_time_seconds_total"), unit="percentunit", min=0, max=1, width=8),
+            + SOURCE.format(name="node_disk_io_time_seconds_total"),
+            unit="percentunit", min=0, max=1, width=8),
         _ts("Filesystem fill", (Query(fs_used, "{{node}} {{mountpoint}}"),),
             "Used share of each disk-backed filesystem. The rule pack's HostFilesystemFillingUp fires "
             "when one is under 20% free and its 6-hour trend reaches zero within a day. "
@@ -129,26 +140,23 @@ def host_dashboard() -> Dashboard:
     ))
     network = Row("Network", (
         _ts("Network traffic", (
-            Query(f"sum by ({HOST}) ({rate_per_host('node_network_receive_bytes_total', REAL_NIC, 'device')})",
-                  "{{node}} in"),
-            Query(f"sum by ({HOST}) ({rate_per_host('node_network_transmit_bytes_total', REAL_NIC, 'device')})",
-                  "{{node}} out"),
+            Query(nic_rate("node_network_receive_bytes_total"), "{{node}} in"),
+            Query(nic_rate("node_network_transmit_bytes_total"), "{{node}} out"),
         ), "Bytes per second over the node's physical and bond interfaces (loopback and container "
-           "veths left out). " + SOURCE.format(name="node_network_receive_bytes_total, _transmit_bytes_total"),
+           "veths left out). "
+           + SOURCE.format(name="node_network_receive_bytes_total, _transmit_bytes_total"),
             unit="Bps", min=0, width=12),
         _ts("Network errors and drops", (
-            Query(f"sum by ({HOST}) ({rate_per_host('node_network_receive_errs_total', REAL_NIC, 'device')})"
-                  f" + on ({HOST}) sum by ({HOST}) "
-                  f"({rate_per_host('node_network_transmit_errs_total', REAL_NIC, 'device')})", "{{node}} errors"),
-            Query(f"sum by ({HOST}) ({rate_per_host('node_network_receive_drop_total', REAL_NIC, 'device')})"
-                  f" + on ({HOST}) sum by ({HOST}) "
-                  f"({rate_per_host('node_network_transmit_drop_total', REAL_NIC, 'device')})", "{{node}} drops"),
+            Query(nic_rate("node_network_receive_errs_total") + f" + on ({HOST}) "
+                  + nic_rate("node_network_transmit_errs_total"), "{{node}} errors"),
+            Query(nic_rate("node_network_receive_drop_total") + f" + on ({HOST}) "
+                  + nic_rate("node_network_transmit_drop_total"), "{{node}} drops"),
         ), "Packets per second that failed or were dropped, received and sent together; anything "
            "above zero for long is a cable, NIC or ring-buffer problem. "
            + SOURCE.format(name="node_network_{receive,transmit}_{errs,drop}_total"), min=0, width=12),
     ))
-    rows = tuple(Row(row.title, tuple(
-        p if p.kind == "table" else _with_logs(p) for p in row.panels)) for row in (overview, cpu, disk, network))
+    rows = tuple(Row(row.title, tuple(p if p.kind == "table" else _with_logs(p) for p in row.panels))
+                 for row in (overview, cpu, disk, network))
     return Dashboard(
         uid="gpufed-host", title="gpufed / Host resources",
         description="CPU, memory, load, disks, filesystem fill and network of each node (node-exporter).",

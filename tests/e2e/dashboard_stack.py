@@ -3,8 +3,8 @@
 ``running_stack`` starts, and always stops, a simulated fleet, one pod-attributed node
 with injected XIDs, a target that is down, the real node-exporter (the pinned
 ``prometheus-node-exporter``) as the attributed node's job ``node`` target, scraped with the
-node job of ``examples/federation.yaml`` (its keep list included), rendered child Prometheus HA pairs writing to
-a master Prometheus that loads the rule pack, an Alertmanager and the DingTalk relay in
+node job of ``examples/federation.yaml`` (its keep list included), rendered child Prometheus
+HA pairs writing to a master Prometheus that loads the rule pack, an Alertmanager and the DingTalk relay in
 front of the DingTalk stand-in. The master runs the config ``gpufed render`` writes
 (its meta-monitoring jobs included); it finds the children through ``/v1/sd-children``,
 answered here from the product's own ``meta_monitoring.children_groups``. Only processes
@@ -276,7 +276,8 @@ def running_stack(root: Path) -> Iterator[Stack]:
         document = spec(master_port=master.port, sd_port=sd.port, router=router,
                         am=(am_port, am_cluster_port), relay_port=relay.port)
         (root / "federation.yaml").write_text(yaml.safe_dump(document))
-        (root / "inventory.yaml").write_text(yaml.safe_dump(inventory(fleet, special.http.port, node_exporter_port)))
+        (root / "inventory.yaml").write_text(
+            yaml.safe_dump(inventory(fleet, special.http.port, node_exporter_port)))
         loaded, targets = pipeline.load_inputs(root / "federation.yaml", root / "inventory.yaml")
         # gpufed render's own pipeline and promtool check, master config included
         result = pipeline.render(loaded, targets, out=root / "out", checker=Promtool(promtool))
