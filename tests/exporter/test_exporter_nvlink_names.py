@@ -102,7 +102,8 @@ def test_naming_table_is_consistent() -> None:
     assert exposed("DCGM_FI_DEV_FB_USED", "h", "4")[0].name == "DCGM_FI_DEV_FB_USED"
     assert exposed("DCGM_FI_DEV_FB_USED", "h", "4-draft")[0].name == "DCGM_FI_DEV_FB_USED_BYTES"
     assert exposed("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "h", "4")[0].name == "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
-    assert exposed("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "h", "4") == ()  # deprecated in 4.6.0: PROF_PCIE
+    # fields 200/201 (DCGM_FI_DEV_PCIE_{TX,RX}_THROUGHPUT): DCGM never fills them (issue 42)
+    assert not {200, 201} & {row.rename.field_id for row in naming.table()}
     assert len({r.name for r in DCGM4.values()}) == len(DCGM4)  # no two 3.x fields share a 4.x name
     assert [r.name for r in exposed("DCGM_FI_DEV_GPU_TEMP", "h", "both")] == [
         "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP_CELSIUS"]
