@@ -300,6 +300,18 @@ def test_a_slow_kubelet_within_the_timeout_still_refreshes(kubelet: FakeKubelet,
     attribution.close()
 
 
+def test_default_timeout_leaves_a_5_s_list_room_and_a_cycle_within_max_age() -> None:
+    """Issue 42: a List that takes 5 s always hit the former 5 s default and never landed.
+
+    dcgm-exporter allows 10 s; a refresh cycle (List and GetAllocatableResources, each up to
+    the timeout, then the interval) must still end before the labels' max age drops them.
+    """
+    settings = ExporterSettings()
+    assert settings.pod_resources_timeout > 5.0
+    cycle = 2 * settings.pod_resources_timeout + settings.pod_resources_interval
+    assert cycle < settings.pod_resources_max_age
+
+
 def test_get_one_pod(kubelet: FakeKubelet, socket_path: str) -> None:
     client = PodResourcesClient(socket_path)
     try:
