@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
-from exporter import naming
+from exporter import naming, xid_messages
 from exporter.catalogue import metrics_for
 from exporter.collection import Collection
 from exporter.models import GpuDevice, Snapshot
@@ -219,8 +219,8 @@ class SnapshotCollector:
             last = _family(out.name, out.help, "gauge")
             for index in labels:
                 code = snap.last_xid.get(index, 0)
-                last.samples.extend(Sample(last.name, {**lab, "err_code": str(code)}, float(code))
-                                    for lab in labels[index])
+                xid = {"err_code": str(code), "err_msg": xid_messages.message(code)}  # as dcgm-exporter
+                last.samples.extend(Sample(last.name, {**lab, **xid}, float(code)) for lab in labels[index])
             yield last
         total = _family("gpufed_gpu_xid_errors", "XID errors reported by the driver, by code.", "counter")
         seen = _family("gpufed_gpu_xid_last_seen_timestamp_seconds",

@@ -51,7 +51,7 @@ def test_dcgm4_names_and_units_exact() -> None:
     power = lines(text, "DCGM_FI_DEV_BOARD_POWER_WATTS")
     assert power == [f"DCGM_FI_DEV_BOARD_POWER_WATTS{{{LABELS}}} 450.0"]
     assert lines(text, "DCGM_FI_DEV_PCIE_REPLAY") == [f"DCGM_FI_DEV_PCIE_REPLAY_TOTAL{{{LABELS}}} 3.0"]
-    xid_labels = LABELS.replace('gpu="0"', 'err_code="0",gpu="0"')
+    xid_labels = LABELS.replace('gpu="0"', 'err_code="0",err_msg="No Error",gpu="0"')
     assert lines(text, "DCGM_FI_DEV_XID_ERROR") == [f"DCGM_FI_DEV_XID_ERROR{{{xid_labels}}} 0.0"]
     for old in DCGM4:
         assert not lines(text, old + "{"), f"{old} must not appear with --dcgm-names 4"
