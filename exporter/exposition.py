@@ -38,6 +38,10 @@ NVLINK_COUNTERS = (
 )
 
 
+#: The host label of dcgm-exporter's NVLink entity series (`--nvlink-series dcgm`).
+LINK_HOST_LABEL = "hostname"
+
+
 @dataclass(frozen=True, slots=True)
 class LabelPolicy:
     """Labels shared by every GPU series: ONE host label plus the placement labels."""
@@ -67,7 +71,11 @@ class LabelPolicy:
 
     def link_labels(self, device: GpuDevice, link: int, *, driver: str = "") -> dict[str, str]:
         """dcgm-exporter's labels for a GPU's NVLink entity (its `linkMetricsFormat`):
-        `nvlink`, `gpu`, `gpu_uuid`, `pci_bus_id`, `device`, `model_name`, the host label."""
+        `nvlink`, `gpu`, `gpu_uuid`, `pci_bus_id`, `device`, `model_name`, `hostname`.
+
+        Always lower-case `hostname`: dcgm-exporter's link template writes it so (tag
+        4.5.3-4.8.2, `internal/pkg/rendermetrics/render_metrics.go`), while its GPU template
+        wrote `Hostname` until main renamed it; `hostname_label` picks the GPU series' spelling."""
         labels = {
             "nvlink": str(link),
             "gpu": str(device.index),
@@ -75,7 +83,7 @@ class LabelPolicy:
             "pci_bus_id": device.pci_bus_id,
             "device": device.device,
             "model_name": device.model,
-            self.hostname_label: self.node,
+            LINK_HOST_LABEL: self.node,
             **self.placement,
         }
         if driver:

@@ -358,7 +358,8 @@ def test_nvlink_per_link_dcgm_series_with_dcgm_exporter_link_labels() -> None:
                                 timer=lambda: 0.0)
         assert collection.collect_once()
         registry = CollectorRegistry(auto_describe=False)
-        policy = LabelPolicy("node-a", "hostname")
+        # the GPU series' default `Hostname`: dcgm-exporter's link template writes `hostname`
+        policy = LabelPolicy("node-a")
         registry.register(SnapshotCollector(collection, policy, nvlink_series="dcgm"))
         text = textformat.fallback(registry).decode()
     finally:
