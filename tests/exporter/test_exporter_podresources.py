@@ -250,6 +250,19 @@ def test_index_device_ids_resolve_through_nvml_index() -> None:
     pod.devices.add(resource_name="nvidia.com/gpu", device_ids=["4", "2::1", "9"])  # 9: no such GPU
     found = podmap.gpu_labels(resp.pod_resources, gpus=gpus)
     assert set(found) == {GPU[4], GPU[2]}
+    # a time-sliced replica carries dcgm-exporter's `vgpu` label (issue 42); a whole GPU none
+    assert [labels.get("vgpu") for labels in found[GPU[2]]] == ["1"]
+    assert [labels.get("vgpu") for labels in found[GPU[4]]] == [None]
+
+
+def test_time_sliced_replicas_of_one_gpu_are_told_apart_by_vgpu() -> None:
+    gpus = podmap.node_gpus(NvmlBackend(nvml(), event_timeout_ms=20).devices())
+    resp = message("ListPodResourcesResponse")()
+    for replica, name in ((0, "a"), (3, "b")):
+        pod = resp.pod_resources.add(name=name, namespace="n").containers.add(name="c")
+        pod.devices.add(resource_name="nvidia.com/gpu.shared", device_ids=[f"{GPU[2]}::{replica}"])
+    found = podmap.gpu_labels(resp.pod_resources, gpus=gpus)
+    assert [(labels["pod"], labels["vgpu"]) for labels in found[GPU[2]]] == [("a", "0"), ("b", "3")]
 
 
 def test_labels_go_after_max_age_and_come_back(kubelet: FakeKubelet, socket_path: str) -> None:
