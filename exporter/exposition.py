@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
-from exporter import naming
+from exporter import naming, xid_messages
 from exporter.catalogue import metrics_for
 from exporter.collection import Collection
 from exporter.models import GpuDevice, Snapshot
@@ -36,6 +36,10 @@ NVLINK_COUNTERS = (
     ("replay_errors", "gpufed_nvlink_replay_errors", "NVLink data-link replays (retransmissions)."),
     ("recovery_errors", "gpufed_nvlink_recovery_errors", "NVLink link recoveries (retraining)."),
 )
+
+
+#: The host label of dcgm-exporter's NVLink entity series (`--nvlink-series dcgm`).
+LINK_HOST_LABEL = "hostname"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +71,11 @@ class LabelPolicy:
 
     def link_labels(self, device: GpuDevice, link: int, *, driver: str = "") -> dict[str, str]:
         """dcgm-exporter's labels for a GPU's NVLink entity (its `linkMetricsFormat`):
-        `nvlink`, `gpu`, `gpu_uuid`, `pci_bus_id`, `device`, `model_name`, the host label."""
+        `nvlink`, `gpu`, `gpu_uuid`, `pci_bus_id`, `device`, `model_name`, `hostname`.
+
+        Always lower-case `hostname`: dcgm-exporter's link template writes it so (tag
+        4.5.3-4.8.2, `internal/pkg/rendermetrics/render_metrics.go`), while its GPU template
+        wrote `Hostname` until main renamed it; `hostname_label` picks the GPU series' spelling."""
         labels = {
             "nvlink": str(link),
             "gpu": str(device.index),
@@ -75,7 +83,7 @@ class LabelPolicy:
             "pci_bus_id": device.pci_bus_id,
             "device": device.device,
             "model_name": device.model,
-            self.hostname_label: self.node,
+            LINK_HOST_LABEL: self.node,
             **self.placement,
         }
         if driver:
@@ -219,8 +227,8 @@ class SnapshotCollector:
             last = _family(out.name, out.help, "gauge")
             for index in labels:
                 code = snap.last_xid.get(index, 0)
-                last.samples.extend(Sample(last.name, {**lab, "err_code": str(code)}, float(code))
-                                    for lab in labels[index])
+                xid = {"err_code": str(code), "err_msg": xid_messages.message(code)}  # as dcgm-exporter
+                last.samples.extend(Sample(last.name, {**lab, **xid}, float(code)) for lab in labels[index])
             yield last
         total = _family("gpufed_gpu_xid_errors", "XID errors reported by the driver, by code.", "counter")
         seen = _family("gpufed_gpu_xid_last_seen_timestamp_seconds",

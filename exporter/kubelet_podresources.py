@@ -7,7 +7,11 @@ answer into GPU UUID -> label sets; scrapes read the last map and never wait on 
 
 Staleness, said out loud instead of lying:
 - start-up never waits on kubelet: the first `List` runs on the thread;
-- each call has its own timeout (`--pod-resources-timeout`), and the channel's reconnect
+- each call has its own timeout (`--pod-resources-timeout`, 10 s as dcgm-exporter allows: a
+  List that takes 5 s on a busy kubelet always hit the former 5 s and never landed); the
+  next refresh waits `interval` after the last one ends, so slow calls never overlap and a
+  cycle (List + GetAllocatableResources, 2 x 10 s, + 10 s) stays within `max_age` (60 s);
+  the channel's reconnect
   backoff is capped (`backoff_cap`, default 5 s; gRPC's default grows to 120 s), so a
   restarted kubelet is read again within about one interval plus the cap;
 - a failed refresh keeps the last map and counts the error by gRPC status code; once the
@@ -56,7 +60,7 @@ class PodResourcesError(BackendError):
 class PodResourcesClient:
     """Kubelet's PodResourcesLister over a unix socket: `list`, `get` and `allocatable`."""
 
-    def __init__(self, socket_path: str = DEFAULT_SOCKET, *, timeout: float = 5.0, backoff_cap: float = 5.0,
+    def __init__(self, socket_path: str = DEFAULT_SOCKET, *, timeout: float = 10.0, backoff_cap: float = 5.0,
                  max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
         cap_ms = max(100, int(backoff_cap * 1000))
         self._channel = grpc.insecure_channel(f"unix://{socket_path}", options=[

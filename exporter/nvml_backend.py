@@ -85,8 +85,6 @@ class NvmlBackend:
         self._events_lock = threading.Lock()
         self._gpm_prev: dict[int, Any] = {}
         self._nvlink = NvLinkReader(nvml, clock=clock, unsupported=self._unsupported)
-        self._pcie_total: dict[tuple[int, str], float] = {}
-        self._pcie_at: float | None = None
         self._stop = threading.Event()
         self._event_timeout_ms = event_timeout_ms
         self._thread = threading.Thread(target=self._watch_xids, name="nvml-xid-events", daemon=True)
@@ -153,13 +151,10 @@ class NvmlBackend:
 
     def read(self, families: Iterable[str]) -> dict[int, Reading]:
         wanted = set(families)
-        now = self._clock()
-        elapsed = 0.0 if self._pcie_at is None else max(0.0, now - self._pcie_at)
-        self._pcie_at = now
         readings = {}
         for index, handle in enumerate(self._handles):
             try:
-                readings[index] = self._read_one(index, handle, wanted, elapsed)
+                readings[index] = self._read_one(index, handle, wanted)
             except self._nvml.NVMLError as exc:
                 log.warning("nvml read failed gpu=%d error=%r", index, str(exc))
                 readings[index] = Reading(index, {}, ok=False)
@@ -167,7 +162,7 @@ class NvmlBackend:
             raise BackendError("NVML read failed on every GPU")
         return readings
 
-    def _read_one(self, index: int, handle: Any, wanted: set[str], elapsed: float) -> Reading:
+    def _read_one(self, index: int, handle: Any, wanted: set[str]) -> Reading:
         nvml, opt = self._nvml, self._optional
         values: dict[str, float] = {}
         fields = {k: v for fam in ("core", "ecc") if fam in wanted for k, v in FIELDS[fam].items()}
@@ -180,17 +175,15 @@ class NvmlBackend:
         if "core" in wanted or "hami" in wanted:
             self._read_core(handle, values)
         if "pcie" in wanted:
-            for direction, metric in (("TX", "DCGM_FI_DEV_PCIE_TX_THROUGHPUT"),
-                                      ("RX", "DCGM_FI_DEV_PCIE_RX_THROUGHPUT")):
+            for direction in ("TX", "RX"):
                 counter = getattr(nvml, f"NVML_PCIE_UTIL_{direction}_BYTES")
                 kb_per_s = opt(partial(nvml.nvmlDeviceGetPcieThroughput, handle, counter))
                 if kb_per_s is not None:
                     # NVML gives a 20 ms rate in KB/s (1024 bytes, as nvml.h counts KB):
-                    # dcgm-exporter's DCGM_FI_PROF_PCIE_*_BYTES is that rate in B/s; the
-                    # deprecated DCGM 3.x KB counter (`--dcgm-names 3`) is its integral.
-                    key = (index, direction)
-                    self._pcie_total[key] = self._pcie_total.get(key, 0.0) + kb_per_s * elapsed
-                    values[metric] = float(int(self._pcie_total[key]))
+                    # dcgm-exporter's DCGM_FI_PROF_PCIE_*_BYTES is that rate in B/s. DCGM's
+                    # fields 200/201 (DCGM_FI_DEV_PCIE_{TX,RX}_THROUGHPUT) are not written:
+                    # DCGM's cache manager answers NOT_SUPPORTED for them (2.1.4 to 4.6.0),
+                    # so no DCGM user has ever seen a value there (issue 42).
                     values[f"DCGM_FI_PROF_PCIE_{direction}_BYTES"] = float(kb_per_s) * KIB
         if "gpm" in wanted:
             values.update(self._read_gpm(index, handle))

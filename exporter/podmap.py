@@ -9,7 +9,7 @@ a shared ResourceClaim) yields one series per pod, as dcgm-exporter does.
 
 How a container's device is found, following kubelet and NVIDIA's drivers:
 - device plugin (`devices[]` of `nvidia.com/gpu`, `nvidia.com/gpu.shared` or
-  `nvidia.com/mig-*`): a GPU UUID, `UUID::N` under time-slicing, a MIG UUID (mapped to
+  `nvidia.com/mig-*`): a GPU UUID, `UUID::N` under time-slicing (`vgpu="N"` added), a MIG UUID (mapped to
   its parent GPU with `GPU_I_PROFILE`/`GPU_I_ID`, dcgm-exporter's MIG labels), or an NVML
   index (`--device-id-strategy=index`), resolved through NVML's index;
 - DRA (`dynamic_resources[].claim_resources[]` of driver `gpu.nvidia.com`): the
@@ -37,9 +37,9 @@ DRA_GPU_DRIVER = "gpu.nvidia.com"
 GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 _UUID = r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
-_GPU_UUID = re.compile(rf"^(GPU-{_UUID})(?:::\d+)?$")
-_MIG_UUID = re.compile(rf"^(MIG-{_UUID})(?:::\d+)?$")
-_INDEX = re.compile(r"^(\d+)(?:::\d+)?$")
+_GPU_UUID = re.compile(rf"^(GPU-{_UUID})(?:::(\d+))?$")
+_MIG_UUID = re.compile(rf"^(MIG-{_UUID})(?:::(\d+))?$")
+_INDEX = re.compile(r"^(\d+)(?:::(\d+))?$")
 _DRA_GPU = re.compile(r"^gpu-(\d+)$")
 _DRA_MIG = re.compile(r"^gpu-(\d+)-mig-")
 
@@ -104,17 +104,25 @@ def slice_devices(slices: Iterable[Mapping[str, Any]]) -> dict[SliceKey, DraDevi
 
 
 def _plugin_device(device_id: str, gpus: NodeGpus) -> tuple[str, Labels] | None:
-    """GPU UUID and MIG labels of one device-plugin id; None when it names no GPU here."""
+    """GPU UUID and MIG labels of one device-plugin id; None when it names no GPU here.
+
+    A time-sliced replica (`UUID::N`) adds `vgpu="N"`, the label dcgm-exporter's sharing
+    mapper (`--kubernetes-virtual-gpus`, tag 4.5.3-4.8.2) puts on each pod's copy."""
     if found := _GPU_UUID.match(device_id):
-        return found.group(1), {}
+        return found.group(1), _vgpu(found)
     if found := _MIG_UUID.match(device_id):
         mig = gpus.migs.get(found.group(1))
         if mig is None:
             return None
-        return mig.parent_uuid, {"GPU_I_PROFILE": mig.profile, "GPU_I_ID": str(mig.gpu_instance_id)}
+        return mig.parent_uuid, {"GPU_I_PROFILE": mig.profile, "GPU_I_ID": str(mig.gpu_instance_id),
+                                 **_vgpu(found)}
     if (found := _INDEX.match(device_id)) and int(found.group(1)) in gpus.by_index:
-        return gpus.by_index[int(found.group(1))], {}
+        return gpus.by_index[int(found.group(1))], _vgpu(found)
     return None
+
+
+def _vgpu(found: re.Match[str]) -> Labels:
+    return {"vgpu": found.group(2)} if found.group(2) is not None else {}
 
 
 def _dra_device(key: SliceKey, gpus: NodeGpus, slices: Mapping[SliceKey, DraDevice]) -> DraDevice | None:

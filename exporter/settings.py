@@ -113,7 +113,8 @@ class ExporterSettings(BaseSettings):
     pod_resources_socket: str = Field(default="/var/lib/kubelet/pod-resources/kubelet.sock",
                                       min_length=1, description="kubelet pod-resources unix socket")
     pod_resources_interval: float = Field(default=10.0, gt=0, description="seconds between List calls")
-    pod_resources_timeout: float = Field(default=5.0, gt=0, description="seconds one kubelet call may take")
+    pod_resources_timeout: float = Field(default=10.0, gt=0, description="seconds one kubelet call may take "
+                                         "(10, as dcgm-exporter allows)")
     pod_resources_max_age: float = Field(default=60.0, gt=0, description="seconds after kubelet's last good "
                                          "answer before pod labels are dropped")
     pod_resources_backoff_cap: float = Field(default=5.0, gt=0, description="cap of the gRPC reconnect "

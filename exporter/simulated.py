@@ -194,8 +194,6 @@ class SimulatedBackend:
                 }
             )
         if "pcie" in wanted:
-            values["DCGM_FI_DEV_PCIE_TX_THROUGHPUT"] = float(int(up * 2_000_000 * p["base"] / 100))
-            values["DCGM_FI_DEV_PCIE_RX_THROUGHPUT"] = float(int(up * 3_000_000 * p["base"] / 100))
             values["DCGM_FI_PROF_PCIE_TX_BYTES"] = 2_000_000 * 1024 * util / 100
             values["DCGM_FI_PROF_PCIE_RX_BYTES"] = 3_000_000 * 1024 * util / 100
         if "gpm" in wanted and spec.gpm:

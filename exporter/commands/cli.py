@@ -129,7 +129,7 @@ def serve(
     pod_resources_interval: Annotated[float | None, typer.Option(
         help="seconds between kubelet List calls (default 10)")] = None,
     pod_resources_timeout: Annotated[float | None, typer.Option(
-        help="seconds one kubelet call may take (default 5)")] = None,
+        help="seconds one kubelet call may take (default 10)")] = None,
     pod_resources_max_age: Annotated[float | None, typer.Option(
         help="drop pod labels when kubelet's last answer is older (seconds, default 60)")] = None,
     dra_resource_slices: Annotated[bool | None, typer.Option(

@@ -19,12 +19,14 @@ from federation.dashboards.distributed import distributed_dashboard
 from federation.dashboards.gpu import cluster_dashboard, node_dashboard
 from federation.dashboards.grafana import Dashboard, render_dashboard
 from federation.dashboards.health import federation_dashboard
+from federation.dashboards.host import host_dashboard
 from federation.dashboards.training import training_dashboard
 from federation.dashboards.workloads import pod_dashboard, quota_dashboard
 
 DEFINITIONS: tuple[Callable[[], Dashboard], ...] = (
     cluster_dashboard,
     node_dashboard,
+    host_dashboard,
     pod_dashboard,
     quota_dashboard,
     federation_dashboard,

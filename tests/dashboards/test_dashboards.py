@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILTINS = {"__rate_interval", "__range", "__interval", "__all"}
 VARIABLE_REF = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
 EXPECTED = {"gpufed-cluster", "gpufed-node", "gpufed-workloads", "gpufed-quota", "gpufed-federation",
-            "gpufed-training", "gpufed-distributed"}
+            "gpufed-training", "gpufed-distributed", "gpufed-host"}
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -308,7 +308,7 @@ def test_grafana_provisions_the_source_dashboards(rendered: Path, config: dict[s
     copied = rendered / "compose" / "grafana" / "dashboards"
     for source in dashboard_files():
         assert (copied / source.name).read_bytes() == source.read_bytes()
-    assert len(list(copied.glob("*.json"))) == len(dashboard_files()) == 7
+    assert len(list(copied.glob("*.json"))) == len(dashboard_files()) == 8
 
 
 def test_compose_target_needs_children_pointed_at_the_controller_service(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """A real federation on loopback for the dashboard queries (see test_dashboards_e2e.py).
 
 ``running_stack`` starts, and always stops, a simulated fleet, one pod-attributed node
-with injected XIDs, a target that is down, rendered child Prometheus HA pairs writing to
-a master Prometheus that loads the rule pack, an Alertmanager and the DingTalk relay in
+with injected XIDs, a target that is down, the real node-exporter (the pinned
+``prometheus-node-exporter``) as the attributed node's job ``node`` target, scraped with the
+node job of ``examples/federation.yaml`` (its keep list included), rendered child Prometheus
+HA pairs writing to a master Prometheus that loads the rule pack, an Alertmanager and the DingTalk relay in
 front of the DingTalk stand-in. The master runs the config ``gpufed render`` writes
 (its meta-monitoring jobs included); it finds the children through ``/v1/sd-children``,
 answered here from the product's own ``meta_monitoring.children_groups``. Only processes
@@ -52,6 +54,7 @@ PODS = {0: ("training", "llm-pretrain-0"), 1: ("training", "llm-pretrain-0"),
         2: ("training", "llm-pretrain-0"), 3: ("training", "llm-pretrain-0"),
         4: ("inference", "chat-api-0"), 5: ("inference", "chat-api-0")}
 GPUS_TOTAL = 4 * 2 + 8  # fleet nodes x GPUs + the attributed node
+EXAMPLE_SPEC = Path(__file__).resolve().parents[2] / "examples" / "federation.yaml"
 
 
 class XidOnStart:
@@ -146,7 +149,14 @@ class Stack:
         return sorted(body["data"])
 
 
-def inventory(fleet: FleetApp, special_port: int) -> dict[str, Any]:
+def example_node_job() -> dict[str, Any]:
+    """The shipped example's node job (keep and drop lists as shipped), scraped every second."""
+    jobs = yaml.safe_load(EXAMPLE_SPEC.read_text(encoding="utf-8"))["jobs"]
+    job: dict[str, Any] = next(j for j in jobs if j["name"] == "node")
+    return {**job, "scrape_interval": "1s"}
+
+
+def inventory(fleet: FleetApp, special_port: int, node_exporter_port: int) -> dict[str, Any]:
     targets = [{"address": "127.0.0.1", "port": fleet.http.port, "job": "gpu", "node": node.name,
                 "region": node.region, "rack": node.rack, "team": node.team, "gpus": 2,
                 "metrics_path": f"/nodes/{node.name}/metrics", "identity": f"gpu/{node.name}"}
@@ -155,6 +165,8 @@ def inventory(fleet: FleetApp, special_port: int) -> dict[str, Any]:
                     "region": REGIONS[0], "gpus": 8, "identity": f"gpu/{SPECIAL}"})
     targets.append({"address": "127.0.0.1", "port": free_port(), "job": "gpu", "node": DOWN,
                     "region": REGIONS[0], "gpus": 8, "identity": f"gpu/{DOWN}"})
+    targets.append({"address": "127.0.0.1", "port": node_exporter_port, "job": "node", "node": SPECIAL,
+                    "region": REGIONS[0], "identity": f"node/{SPECIAL}"})
     return {"targets": targets}
 
 
@@ -165,7 +177,7 @@ def spec(*, master_port: int, sd_port: int, router: ChildRouter, am: tuple[int, 
         "cluster": "e2e",
         "regions": [{"name": name, "shards": 1} for name in REGIONS],
         "sharding": {"replication_factor": 2},
-        "jobs": [{"name": "gpu", "scrape_interval": "1s"}],
+        "jobs": [{"name": "gpu", "scrape_interval": "1s"}, example_node_job()],
         "remote_write": [{"name": "master", "url": f"http://127.0.0.1:{master_port}/api/v1/write",
                           "queue_config": {"batch_send_deadline": "1s", "min_backoff": "100ms",
                                            "max_backoff": "1s"}}],
@@ -221,6 +233,7 @@ def alertmanager_config(relay_port: int) -> dict[str, Any]:
 def running_stack(root: Path) -> Iterator[Stack]:
     prometheus, promtool = require_tool("prometheus"), require_tool("promtool")
     alertmanager = require_tool("prometheus-alertmanager")
+    node_exporter = require_tool("prometheus-node-exporter")
     with ExitStack() as stack, httpx.Client(timeout=5.0) as client:
         dingtalk = stack.enter_context(FakeDingTalk())
         relay_config = parse_config({"robots": {
@@ -247,6 +260,12 @@ def running_stack(root: Path) -> Iterator[Stack]:
         stack.callback(fleet.stop)
         special = AttributedNode.start()
         stack.callback(special.stop)
+        node_exporter_port = free_port()
+        with (root / "node-exporter.log").open("wb") as log:
+            node_proc = subprocess.Popen(
+                [node_exporter, f"--web.listen-address=127.0.0.1:{node_exporter_port}", "--log.level=warn"],
+                stdout=log, stderr=subprocess.STDOUT)
+        stack.callback(stop_process, node_proc)
 
         router = stack.enter_context(ChildRouter(port=0))
         sd = ChildrenSd(b"[]")
@@ -257,7 +276,8 @@ def running_stack(root: Path) -> Iterator[Stack]:
         document = spec(master_port=master.port, sd_port=sd.port, router=router,
                         am=(am_port, am_cluster_port), relay_port=relay.port)
         (root / "federation.yaml").write_text(yaml.safe_dump(document))
-        (root / "inventory.yaml").write_text(yaml.safe_dump(inventory(fleet, special.http.port)))
+        (root / "inventory.yaml").write_text(
+            yaml.safe_dump(inventory(fleet, special.http.port, node_exporter_port)))
         loaded, targets = pipeline.load_inputs(root / "federation.yaml", root / "inventory.yaml")
         # gpufed render's own pipeline and promtool check, master config included
         result = pipeline.render(loaded, targets, out=root / "out", checker=Promtool(promtool))

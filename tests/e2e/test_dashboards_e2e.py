@@ -242,7 +242,9 @@ def test_fleet_stats_count_each_gpu_once_across_ha_replicas(stack: Stack) -> Non
     assert value("Unhealthy GPU nodes") >= 2  # the node that is down and the attributed node
     per_child = {(s["metric"]["shard"], s["metric"]["replica"]): s["value"][1] for s in
                  stack.query(panel_expr("gpufed-federation", "Targets scraped per child", values))}
-    assert per_child == {("region-0-0", "0"): "4", ("region-0-0", "1"): "4",
+    # region-0: 2 fleet nodes, the attributed node, the node that is down, and the attributed
+    # node's node-exporter (job node)
+    assert per_child == {("region-0-0", "0"): "5", ("region-0-0", "1"): "5",
                          ("region-1-0", "0"): "2", ("region-1-0", "1"): "2"}
 
 

@@ -51,7 +51,7 @@ def test_dcgm4_names_and_units_exact() -> None:
     power = lines(text, "DCGM_FI_DEV_BOARD_POWER_WATTS")
     assert power == [f"DCGM_FI_DEV_BOARD_POWER_WATTS{{{LABELS}}} 450.0"]
     assert lines(text, "DCGM_FI_DEV_PCIE_REPLAY") == [f"DCGM_FI_DEV_PCIE_REPLAY_TOTAL{{{LABELS}}} 3.0"]
-    xid_labels = LABELS.replace('gpu="0"', 'err_code="0",gpu="0"')
+    xid_labels = LABELS.replace('gpu="0"', 'err_code="0",err_msg="No Error",gpu="0"')
     assert lines(text, "DCGM_FI_DEV_XID_ERROR") == [f"DCGM_FI_DEV_XID_ERROR{{{xid_labels}}} 0.0"]
     for old in DCGM4:
         assert not lines(text, old + "{"), f"{old} must not appear with --dcgm-names 4"
@@ -102,7 +102,8 @@ def test_naming_table_is_consistent() -> None:
     assert exposed("DCGM_FI_DEV_FB_USED", "h", "4")[0].name == "DCGM_FI_DEV_FB_USED"
     assert exposed("DCGM_FI_DEV_FB_USED", "h", "4-draft")[0].name == "DCGM_FI_DEV_FB_USED_BYTES"
     assert exposed("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "h", "4")[0].name == "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
-    assert exposed("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "h", "4") == ()  # deprecated in 4.6.0: PROF_PCIE
+    # fields 200/201 (DCGM_FI_DEV_PCIE_{TX,RX}_THROUGHPUT): DCGM never fills them (issue 42)
+    assert not {200, 201} & {row.rename.field_id for row in naming.table()}
     assert len({r.name for r in DCGM4.values()}) == len(DCGM4)  # no two 3.x fields share a 4.x name
     assert [r.name for r in exposed("DCGM_FI_DEV_GPU_TEMP", "h", "both")] == [
         "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP_CELSIUS"]
@@ -357,7 +358,8 @@ def test_nvlink_per_link_dcgm_series_with_dcgm_exporter_link_labels() -> None:
                                 timer=lambda: 0.0)
         assert collection.collect_once()
         registry = CollectorRegistry(auto_describe=False)
-        policy = LabelPolicy("node-a", "hostname")
+        # the GPU series' default `Hostname`: dcgm-exporter's link template writes `hostname`
+        policy = LabelPolicy("node-a")
         registry.register(SnapshotCollector(collection, policy, nvlink_series="dcgm"))
         text = textformat.fallback(registry).decode()
     finally:

@@ -250,6 +250,19 @@ def test_index_device_ids_resolve_through_nvml_index() -> None:
     pod.devices.add(resource_name="nvidia.com/gpu", device_ids=["4", "2::1", "9"])  # 9: no such GPU
     found = podmap.gpu_labels(resp.pod_resources, gpus=gpus)
     assert set(found) == {GPU[4], GPU[2]}
+    # a time-sliced replica carries dcgm-exporter's `vgpu` label (issue 42); a whole GPU none
+    assert [labels.get("vgpu") for labels in found[GPU[2]]] == ["1"]
+    assert [labels.get("vgpu") for labels in found[GPU[4]]] == [None]
+
+
+def test_time_sliced_replicas_of_one_gpu_are_told_apart_by_vgpu() -> None:
+    gpus = podmap.node_gpus(NvmlBackend(nvml(), event_timeout_ms=20).devices())
+    resp = message("ListPodResourcesResponse")()
+    for replica, name in ((0, "a"), (3, "b")):
+        pod = resp.pod_resources.add(name=name, namespace="n").containers.add(name="c")
+        pod.devices.add(resource_name="nvidia.com/gpu.shared", device_ids=[f"{GPU[2]}::{replica}"])
+    found = podmap.gpu_labels(resp.pod_resources, gpus=gpus)
+    assert [(labels["pod"], labels["vgpu"]) for labels in found[GPU[2]]] == [("a", "0"), ("b", "3")]
 
 
 def test_labels_go_after_max_age_and_come_back(kubelet: FakeKubelet, socket_path: str) -> None:
@@ -298,6 +311,18 @@ def test_a_slow_kubelet_within_the_timeout_still_refreshes(kubelet: FakeKubelet,
     assert not attribution.refresh()
     assert attribution.status().errors == {"DEADLINE_EXCEEDED": 1}
     attribution.close()
+
+
+def test_default_timeout_leaves_a_5_s_list_room_and_a_cycle_within_max_age() -> None:
+    """Issue 42: a List that takes 5 s always hit the former 5 s default and never landed.
+
+    dcgm-exporter allows 10 s; a refresh cycle (List and GetAllocatableResources, each up to
+    the timeout, then the interval) must still end before the labels' max age drops them.
+    """
+    settings = ExporterSettings()
+    assert settings.pod_resources_timeout > 5.0
+    cycle = 2 * settings.pod_resources_timeout + settings.pod_resources_interval
+    assert cycle < settings.pod_resources_max_age
 
 
 def test_get_one_pod(kubelet: FakeKubelet, socket_path: str) -> None:

@@ -50,6 +50,11 @@ REQUIRED_ALERTS = {
     "FederationShardMissing",
     "PrometheusRemoteWriteBehind",
     "PrometheusRemoteWriteFailedSamples",
+    "HostFilesystemFillingUp",
+    "PrometheusStorageNearRetentionLimit",
+    "LokiIngestionErrors",
+    "LokiDiscardingLogs",
+    "ObjectStoreUnreachable",
     "Watchdog",
 }
 #: Alerts about no series: their cluster/region are the evaluating Prometheus' external

@@ -193,7 +193,7 @@ def test_bench_prints_json() -> None:
     from federation.testing.benches import logs as bench_logs
 
     result = bench_logs.measure(targets=300, teams=3, repeat=1)
-    # 7 shared dashboards, 4 provisioning/API/HA files, 4 pinned per team: the 3 synthetic
+    # 8 shared dashboards, 4 provisioning/API/HA files, 4 pinned per team: the 3 synthetic
     # teams and the example spec's own 2 (llm, vision; they have no synthetic nodes)
-    assert result["grafana_part_synthetic"]["files"] == 7 + 4 + 4 * (3 + 2)
+    assert result["grafana_part_synthetic"]["files"] == 8 + 4 + 4 * (3 + 2)
     assert result["logs_part_example"]["files"] == 4
