@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from federation.testing.benches import helm as bench
-from federation.testing.harnesses.helmrun.run import HelmRun, wait
+from federation.testing.harnesses.helmrun.run import HelmRun, HelmRunError, wait
 
 NODES = 2
 STEP_TIMEOUT_S = 100.0
@@ -86,7 +86,11 @@ def test_the_rendered_workloads_discover_unlabelled_nodes_and_the_master_has_eve
         assert not [n for n in nodes if "topology.kubernetes.io/region" in n["metadata"]["labels"]]
 
         # the controller pair elects on the stand-in's Lease; the identity is the downward API's pod name
-        holder = wait(lambda: bench.leader(run), timeout=STEP_TIMEOUT_S, what="a controller holds the Lease")
+        try:
+            holder = wait(lambda: bench.leader(run), timeout=STEP_TIMEOUT_S, what="the Lease held")
+        except HelmRunError as exc:
+            tails = run.log_tails("gpufed-controller")
+            raise AssertionError(f"{exc}\nfailures: {run.failures()}\n{tails}") from exc
         assert holder in {"gpufed-controller-0", "gpufed-controller-1"}
 
         # discovery went through the stand-in: the exporters' EndpointSlices and the Nodes

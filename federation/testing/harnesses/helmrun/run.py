@@ -307,6 +307,18 @@ class HelmRun:
     def failures(self) -> list[str]:
         return list(self._failures)
 
+    def log_tails(self, pod_prefix: str, *, lines: int = 15) -> str:
+        """The last ``lines`` of each started container's log in pods named ``pod_prefix*``:
+        what a failed wait shows, so a run that did not come up says why."""
+        parts = []
+        for name, planned in sorted(self.planned.items()):
+            process = planned.process
+            if not name.startswith(pod_prefix) or process is None or not process.log.exists():
+                continue
+            tail = process.log.read_text(errors="replace").splitlines()[-lines:]
+            parts.append(f"--- {name} (exits {[e.code for e in process.state.exits]})\n" + "\n".join(tail))
+        return "\n".join(parts)
+
     def summary(self) -> dict[str, Any]:
         lists: dict[str, list[str]] = {"real": [], "standin": [], "left_out": []}
         for p in self.planned.values():
