@@ -18,12 +18,11 @@ Records (``copy`` = one child's series of a target: ``shard``/``replica`` tell c
 
 * ``gpufed:up_copy:last_seen_seconds``: the timestamp of a copy's newest ``up`` sample.
   While ``up`` is in the 5-minute lookback it is ``timestamp(up)``; after that the record
-  carries the copy's previous ``silent_last_seen_seconds`` (an instant selector, no range
-  scan), for at most an hour after its last sample. A target removed on purpose gets a
-  staleness marker from its child while it is still fresh, and is dropped.
-* ``gpufed:up_copy:silent_last_seen_seconds``: ``last_seen_seconds`` of the silent copies
-  only (older than their job's bound: the child died, its remote_write stopped).
-* ``gpufed:up_copy:silent``: 1 for a silent copy, 0 for a fresh one.
+  carries its own previous value (an instant selector, no range scan) for a copy that was
+  already silent, for at most an hour after its last sample. A target removed on purpose
+  gets a staleness marker from its child while it is still fresh, and is dropped.
+* ``gpufed:up_copy:silent``: 1 for a copy whose newest sample is older than its job's
+  bound (its child died, its remote_write stopped), 0 when fresh.
 * ``gpufed:target_unknown:bool``: 1 for a target none of whose copies is fresh.
 * ``gpufed:target_up:fresh``: a target's ``up`` over its fresh copies, 0 when unknown.
 * ``gpufed:shard_silent:bool``: a shard whose newest sample of any target is older than
@@ -51,12 +50,9 @@ changes nothing. The bounds themselves (3 missed scrapes + the send deadline) co
 not samples in a window.
 
 Cost: instant selectors and ``timestamp(up)`` only, a few operations per ``up`` series
-and evaluation; nothing scans a range. The bounds are filters, so the joins that need them
-(the carry, ``target_up:fresh``) match against the few silent copies, not a 0/1 series per
-copy, and the region ratio reads ``target_up:fresh`` once (``avg`` of "down"), not three
-times: issue #40 halved the group's time this way (``gpufed bench freshness``).
-A master down for more than the 5-minute lookback forgets the silent copies (they
-come back as unknown only while their ``up`` is in the lookback).
+and evaluation; nothing scans a range. A master down for more than the 5-minute lookback
+forgets the silent copies (they come back as unknown only while their ``up`` is in the
+lookback).
 
 Pure: a typed spec in, bytes out. ``federation/rules/freshness.yml`` is this rendering of
 ``examples/federation.yaml`` (the static pack the Helm chart's PrometheusRule ships); the
@@ -81,7 +77,6 @@ DEFAULT_SEND_DEADLINE_S = 5.0
 #: How long a silent copy stays visible after its last sample.
 MEMORY_S = 3600.0
 LAST_SEEN = "gpufed:up_copy:last_seen_seconds"
-SILENT_LAST_SEEN = "gpufed:up_copy:silent_last_seen_seconds"
 HEADER = (
     b"# Rendered by federation/master/freshness.py from the spec; do not edit. The copy in\n"
     b"# federation/rules/ (and helm/gpufed/rules/) is the rendering of examples/federation.yaml.\n"
@@ -141,11 +136,11 @@ def scraped_jobs(spec: GpufedSpec) -> str:
     return "|".join(sorted(job.name for job in spec.jobs))
 
 
-def _silent_last_seen(per_job: dict[str, str], other: str) -> str:
-    """The newest sample's timestamp of each copy older than its job's bound: silent copies only."""
+def _silent(per_job: dict[str, str], other: str) -> str:
+    """1 for a copy whose newest sample is older than its job's bound, else 0."""
     names = "|".join(per_job)
-    parts = [f'{LAST_SEEN}{{job="{name}"}} < time() - {_plain(b)}' for name, b in per_job.items()]
-    parts.append(f'{LAST_SEEN}{{job!~"{names}"}} < time() - {_plain(other)}')
+    parts = [f'{LAST_SEEN}{{job="{name}"}} < bool time() - {_plain(b)}' for name, b in per_job.items()]
+    parts.append(f'{LAST_SEEN}{{job!~"{names}"}} < bool time() - {_plain(other)}')
     return "\n  or ".join(parts) + "\n"
 
 
@@ -160,20 +155,17 @@ def render_rules(spec: GpufedSpec) -> dict[str, Any]:
     shard_targets = f'shard!="", job=~"{jobs}"'
     scraped = f'gpufed:target_up:fresh{{job=~"{jobs}"}}'
     rules = [
-        # Silent copies carry their own last value (an instant selector: the previous
-        # evaluation) past the lookback; a copy that was fresh at the previous evaluation and
-        # has no `up` now got a staleness marker (removed on purpose) and is dropped.
+        # Its own last value (an instant selector: the previous evaluation) carries a
+        # silent copy past the lookback; a copy that was fresh at the previous evaluation
+        # and has no `up` now got a staleness marker (removed on purpose) and is dropped.
         {
             "record": LAST_SEEN,
-            "expr": f"timestamp(up)\n  or {SILENT_LAST_SEEN} > time() - {memory}\n",
+            "expr": (
+                "timestamp(up)\n"
+                f"  or ({LAST_SEEN} > time() - {memory} and gpufed:up_copy:silent == 1)\n"
+            ),
         },
-        # Filters, not `< bool`: only the silent copies (a few) come out, so what reads them
-        # below joins against a small vector instead of one series per copy.
-        {"record": SILENT_LAST_SEEN, "expr": _silent_last_seen(per_job, other)},
-        {
-            "record": "gpufed:up_copy:silent",
-            "expr": f"{SILENT_LAST_SEEN} * 0 + 1\n  or {LAST_SEEN} * 0\n",
-        },
+        {"record": "gpufed:up_copy:silent", "expr": _silent(per_job, other)},
         {
             "record": "gpufed:target_unknown:bool",
             "expr": "min without (shard, replica) (gpufed:up_copy:silent) == 1\n",
@@ -190,16 +182,21 @@ def render_rules(spec: GpufedSpec) -> dict[str, Any]:
         {
             "record": "gpufed:target_up:fresh",
             "expr": (
-                f"max without (shard, replica) (up unless {SILENT_LAST_SEEN})\n"
+                "max without (shard, replica) (up and gpufed:up_copy:silent == 0)\n"
                 "  or gpufed:target_unknown:bool * 0\n"
             ),
         },
         # After target_up:fresh: a rule reads the rules above it at the same evaluation.
-        # One read of the targets: the mean of "down" is the share down, 0 (not absent) in
-        # a region with none down, so dashboards can plot it.
+        # A region with none down reads 0 (not absent), so dashboards can plot it.
         {
             "record": "gpufed:region_targets_down:ratio",
-            "expr": f"avg by (cluster, region) ({scraped} == bool 0)\n",
+            "expr": (
+                "(\n"
+                f"  count by (cluster, region) ({scraped} == 0)\n"
+                f"    or count by (cluster, region) ({scraped}) * 0\n"
+                ")\n"
+                f"  / count by (cluster, region) ({scraped})\n"
+            ),
         },
     ]
     return {"groups": [{"name": "gpufed-freshness", "rules": rules}]}

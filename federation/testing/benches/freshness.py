@@ -13,7 +13,7 @@ against an anchor group of one plain ``max without (shard, replica) (up)`` (the 
 the pack made before) in the same Prometheus.
 
 Before and after in one run: the baseline rule file (default: ``freshness_baseline.yml``
-next to this module, the freshness group as it was before issue #40 cut its cost) is
+next to this module, the freshness group as main shipped it at 43395dc) is
 loaded into the same Prometheus with its records renamed (``gpufed:`` -> ``baseline:``,
 group ``baseline-...``), so both versions evaluate the same series at the same interval
 under the same load; ``speedup`` is the baseline's time over the rule file's.
