@@ -350,11 +350,14 @@ def freshness(
     minutes: Annotated[float, typer.Option(min=0.25, max=60, help="minutes of history per series")] = 3.0,
     rules: Annotated[Path | None, typer.Option(
         help="rule file to time (default: the shipped federation/rules/freshness.yml)")] = None,
+    baseline: Annotated[Path | None, typer.Option(
+        help="rule file timed beside it in the same Prometheus (default: the pre-#40 group)")] = None,
 ) -> Result:
     """The rule pack's freshness records in a real Prometheus: evaluation time against one raw `up` read."""
-    from federation.testing.benches.freshness import RULES, run_freshness_bench
+    from federation.testing.benches.freshness import BASELINE, RULES, run_freshness_bench
 
-    return run_freshness_bench(targets=targets, minutes=minutes, rules=rules or RULES)
+    return run_freshness_bench(targets=targets, minutes=minutes, rules=rules or RULES,
+                               baseline=baseline or BASELINE)
 
 
 def state_store(

@@ -23,6 +23,9 @@ from rich.table import Table
 from alertmanager.amtool import Amtool
 from alertmanager.errors import AmtoolError
 from federation.master import pipeline
+from federation.sizing.compose_resources import compose_resources
+from federation.sizing.costs import load_costs
+from federation.sizing.model import Fleet, size
 from sharder.engine.planning import Plan
 from sharder.kernel.errors import ConfigCheckError, SharderError
 from sharder.kernel.prometheus_versions import Release
@@ -93,6 +96,9 @@ def render_command(
     ] = "prometheus",
     allow_mass_removal: AllowRemovalOpt = False,
     lock_timeout: LockTimeoutOpt = 30.0,
+    fleet_nodes: Annotated[int | None, typer.Option(
+        "--fleet-nodes", min=1, max=1_000_000,
+        help="--target compose: set each service's resources from `gpufed size` for this many nodes")] = None,
 ) -> None:
     """Assign targets to shards and write every child Prometheus config into OUT."""
     checker = None if no_check else Promtool.find()
@@ -105,7 +111,15 @@ def render_command(
                 f"--inventory is required with --target {target} (only compose nodes register themselves)",
                 param_hint="--inventory",
             )
+        if fleet_nodes is not None and target != "compose":
+            raise typer.BadParameter(
+                f"--fleet-nodes {fleet_nodes} sizes compose: needs --target compose; --target is {target}",
+                param_hint="--fleet-nodes",
+            )
         loaded_spec, targets = pipeline.load_inputs(spec, inventory)
+        resources = None
+        if fleet_nodes is not None:
+            resources = compose_resources(size(loaded_spec, Fleet(nodes=fleet_nodes), load_costs()))
         if checker is not None:
             _same_line(checker, loaded_spec.prometheus.release())
         result = pipeline.render(
@@ -115,7 +129,7 @@ def render_command(
             checker=checker,
             alert_checker=alert_checker,
             allow_algorithm_change=allow_algorithm_change,
-            parts=pipeline.target_parts(target, out=out),
+            parts=pipeline.target_parts(target, out=out, resources=resources),
             allow_mass_removal=allow_mass_removal,
             lock_timeout=lock_timeout,
             warn=warn,

@@ -110,10 +110,13 @@ def render_compose_bundle(
     router_hosts: Mapping[str, str] | None = None,
     http_sd_url: str = CONTROLLER_URL,
     consul: bool = True,
+    resources: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Bundle:
     """``files``: the other parts' bundle (children, master, alerting, Thanos).
 
     ``router_hosts``: Thanos router instance -> the host the master's remote_write names.
+    ``resources``: kind of service (child, master, alertmanager, relay, controller, grafana)
+    -> its ``deploy.resources`` (``federation.sizing.compose_resources``, from ``--fleet-nodes``).
     """
     manifest = json.loads(files["manifest.json"])
     if manifest["target_discovery"] != "http_sd" or not manifest["agent_mode"]:
@@ -128,6 +131,9 @@ def render_compose_bundle(
         )
     tree = f"{MOUNT}/{out_name}"
     services: dict[str, dict[str, Any]] = {}
+    # Service -> its kind, for `resources` (--fleet-nodes).
+    kinds: dict[str, str] = {"gpufed-controller": "controller", "gpufed-dingtalk": "relay",
+                             "grafana": "grafana"}
     volumes: dict[str, dict[str, Any]] = {}
 
     services["gpufed-controller"] = {
@@ -161,6 +167,7 @@ def render_compose_bundle(
         service["depends_on"] = {"gpufed-controller": {"condition": "service_started"}}
         services[host] = service
         volumes[host] = {}
+        kinds[host] = "child"
 
     if "master/flags.json" in files:
         master = json.loads(files["master/flags.json"])
@@ -175,6 +182,7 @@ def render_compose_bundle(
             service["ports"] = [f"${{GPUFED_MASTER_PORT_{i}:-{19090 + i}}}:9090"]
             services[replica["host"]] = service
             volumes[name] = {}
+            kinds[replica["host"]] = "master"
 
     env_vars: dict[str, str] = {}
     if "alertmanager/ha.json" in files:
@@ -189,6 +197,7 @@ def render_compose_bundle(
             service["ports"] = [f"${{GPUFED_ALERTMANAGER_PORT_{i}:-{19093 + i}}}:9093"]
             services[host] = service
             volumes[name] = {}
+            kinds[host] = "alertmanager"
         relay = files["alertmanager/dingtalk.yml"].decode()
         for var in sorted(set(ENV_NAME.findall(relay))):
             env_vars[var] = f"${{{var}:?set {var}: a DingTalk robot secret the relay expands}}"
@@ -223,6 +232,10 @@ def render_compose_bundle(
                             "test": ["CMD", "consul", "members"]},
         }
         volumes["consul-data"] = {}
+
+    for host, kind in kinds.items():
+        if resources and kind in resources and host in services:
+            services[host]["deploy"] = {"resources": dict(resources[kind])}
 
     document = {"name": "gpufed-monitoring", "services": services, "volumes": volumes}
     env_example = _env_example(document, out_name=out_name)

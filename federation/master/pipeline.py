@@ -117,7 +117,7 @@ BUNDLE_PARTS: tuple[BundlePart, ...] = (
 TARGETS = ("prometheus", "compose")
 
 
-def compose_part(*, out_name: str) -> BundlePart:
+def compose_part(*, out_name: str, resources: dict[str, dict[str, Any]] | None = None) -> BundlePart:
     """``compose/`` for ``--target compose``: services over what the other parts render.
 
     It renders those parts once more (pure and cheap) rather than reading the bundle being
@@ -135,18 +135,24 @@ def compose_part(*, out_name: str) -> BundlePart:
             dashboards=dashboards,
             router_hosts=routers,
             http_sd_url=spec.children.http_sd_url,
+            resources=resources,
         )
 
     return part
 
 
-def target_parts(target: str, *, out: str | Path) -> tuple[BundlePart, ...]:
-    """The parts one ``--target`` renders: ``prometheus`` (the configs) or ``compose`` (plus services)."""
+def target_parts(
+    target: str, *, out: str | Path, resources: dict[str, dict[str, Any]] | None = None
+) -> tuple[BundlePart, ...]:
+    """The parts one ``--target`` renders: ``prometheus`` (the configs) or ``compose`` (plus services).
+
+    ``resources``: compose services' ``deploy.resources`` by kind (``--fleet-nodes``).
+    """
     if target not in TARGETS:
         raise OutputError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
     if target == "compose":
         render_root.check_render_root(out)
-        return (*BUNDLE_PARTS, compose_part(out_name=Path(out).resolve().name))
+        return (*BUNDLE_PARTS, compose_part(out_name=Path(out).resolve().name, resources=resources))
     return BUNDLE_PARTS
 
 

@@ -382,3 +382,29 @@ def test_env_example_names_every_variable(rendered: Path, compose_file: str, env
     named = set(re.findall(r"^([A-Z_][A-Z0-9_]*)=", (base / env_file).read_text(), flags=re.M))
     assert used <= named, sorted(used - named)
     assert len(used) >= 8
+
+
+def test_fleet_nodes_sets_resources_from_the_model(config: dict[str, Any]) -> None:
+    """``--fleet-nodes`` (the README's line) gives services the model's figures, as Compose reads them."""
+    from federation.sizing.compose_resources import compose_resources
+    from federation.sizing.costs import load_costs
+    from federation.sizing.model import Fleet, size
+    from federation.spec import load_gpufed_spec
+
+    args = readme_render_args()
+    nodes = int(args[args.index("--fleet-nodes") + 1])
+    wanted = compose_resources(size(load_gpufed_spec(SPEC), Fleet(nodes=nodes), load_costs()))
+    kinds = {"gpufed-controller": "controller", "gpufed-dingtalk": "relay", "grafana": "grafana"}
+    kinds |= {name: "child" for name in config["services"] if name.startswith("child-")}
+    assert any(kind == "child" for kind in kinds.values())
+    for name, kind in kinds.items():
+        got = config["services"][name]["deploy"]["resources"]
+        for side in ("limits", "reservations"):
+            want = wanted[kind][side]
+            assert float(got[side]["cpus"]) == float(want["cpus"]), (name, side)
+            assert int(got[side]["memory"]) == int(want["memory"].removesuffix("M")) * 2**20, (name, side)
+    masters = [s for s in config["services"].values()
+               if "--storage.tsdb.path=/prometheus" in (s.get("command") or [])]
+    master_mib = int(wanted["master"]["limits"]["memory"].removesuffix("M"))
+    assert masters and all(int(s["deploy"]["resources"]["limits"]["memory"]) == master_mib * 2**20
+                           for s in masters)

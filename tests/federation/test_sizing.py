@@ -153,3 +153,42 @@ def test_helm_values_use_the_charts_own_names(tmp_path: Path, nodes: int) -> Non
     sizing = json.loads(result.output)
     child = next(c for c in sizing["components"] if c["name"] == "child-prometheus")
     assert merged["children"]["resources"]["requests"]["memory"] == f"{child['memory_request_mib']}Mi"
+
+
+#: The fleet the chart's default resources are sized for (the comment in values.yaml says so).
+CHART_FLEET_NODES = 100
+
+
+def test_chart_defaults_come_from_the_model_for_their_stated_fleet() -> None:
+    """values.yaml's children and controller resources are the model's, for the fleet its comment names."""
+    from federation.sizing.helm_values import helm_values
+    from federation.spec import GpufedSpec
+
+    text = Path("helm/gpufed/values.yaml").read_text()
+    assert f"Sized for a {CHART_FLEET_NODES}-node fleet" in text
+    values = yaml.safe_load(text)
+    spec = GpufedSpec.model_validate(values["federation"])
+    wanted = helm_values(size(spec, Fleet(nodes=CHART_FLEET_NODES), load_costs()))
+    assert values["children"]["perRegion"] == wanted["children"]["perRegion"]
+    assert values["children"]["resources"] == wanted["children"]["resources"]
+    assert values["controller"]["resources"] == wanted["controller"]["resources"]
+
+
+def test_chart_readme_table_is_the_models() -> None:
+    """The chart README's sizing rows: the model for the chart's spec without fixed shards."""
+    from federation.spec import GpufedSpec
+
+    raw = yaml.safe_load(Path("helm/gpufed/values.yaml").read_text())["federation"]
+    for region in raw["regions"]:
+        region.pop("shards", None)
+    spec = GpufedSpec.model_validate(raw)
+    rows = re.findall(r"^\| ([\d,]+) \| (\d+) \| (\d+)m, (\d+)Mi / (\d+)Mi \| (\d+)m, (\d+)Mi / (\d+)Mi \|",
+                      Path("helm/gpufed/README.md").read_text(), flags=re.M)
+    assert len(rows) == 5
+    for row in rows:
+        s = size(spec, Fleet(nodes=int(row[0].replace(",", ""))), load_costs())
+        child, master = s.components[0], s.components[1]
+        assert [int(x) for x in row[1:]] == [
+            child.count, round(child.cpu_request * 1000), child.memory_request_mib, child.memory_limit_mib,
+            round(master.cpu_request * 1000), master.memory_request_mib, master.memory_limit_mib,
+        ], row
