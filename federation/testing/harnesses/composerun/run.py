@@ -399,7 +399,8 @@ def sandboxed_process(
     root.mkdir(parents=True, exist_ok=True)
     layers.mkdir(parents=True, exist_ok=True)
     script = sandbox.wrapper_script(
-        root=root, layers=layers, binds=binds, hosts=workdir / "hosts" / netns.name
+        root=root, layers=layers, binds=binds, hosts=workdir / "hosts" / netns.name,
+        keep=sandbox.kept_host_paths(),
     )
     (workdir / "logs").mkdir(parents=True, exist_ok=True)
     return ServiceProcess(

@@ -22,7 +22,8 @@ import os
 import shlex
 import socket
 import subprocess
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,11 +197,24 @@ def _nearest_existing(target: str) -> Path:
     return path
 
 
-def wrapper_script(*, root: Path, layers: Path, binds: list[Bind], hosts: Path) -> str:
+def kept_host_paths() -> list[Path]:
+    """What the real binaries are run from: the virtualenv, the checkout its editable install
+    points at, and the pinned stack (``GPUFED_TOOLS``). A volume mounted over a parent of one of
+    them (a pod's emptyDir at /tmp, with the venv of a CI run under /tmp) must not hide it."""
+    paths = [Path(sys.prefix), Path(__file__).resolve().parents[4]]
+    if os.environ.get("GPUFED_TOOLS"):
+        paths.append(Path(os.environ["GPUFED_TOOLS"]))
+    return sorted({p.resolve() for p in paths if p.is_dir()})
+
+
+def wrapper_script(
+    *, root: Path, layers: Path, binds: list[Bind], hosts: Path, keep: Sequence[Path] = ()
+) -> str:
     """The ``sh -c`` script that builds the service's root and execs ``chroot ROOT "$@"``.
 
     Pure apart from reading which host paths exist; ``root`` and ``layers`` are the run's
-    (empty) directories for this service.
+    (empty) directories for this service. ``keep``: host directories bound again, read-only,
+    where a volume was mounted over a parent of theirs (``kept_host_paths``).
     """
     q = shlex.quote
     lines = ["set -e"]
@@ -261,6 +275,12 @@ def wrapper_script(*, root: Path, layers: Path, binds: list[Bind], hosts: Path) 
     # 4. the other volumes, outer paths first
     for b in sorted(later, key=lambda b: b.target.count("/")):
         lines += bind(b)
+    # 4b. what the binaries run from, where a volume hid it
+    for path in keep:
+        if any(Path(b.target) == path or Path(b.target) in path.parents for b in binds):
+            dest = f"{root}{path}"
+            lines += [f"mkdir -p {q(dest)}", f"mount --rbind {q(str(path))} {q(dest)}",
+                      f"mount -o remount,bind,ro {q(dest)}"]
     # 5. names resolve as the run says
     lines.append(f"mount --bind {q(str(hosts))} {q(str(root))}/etc/hosts")
     lines.append(f'exec chroot {q(str(root))} "$@"')
