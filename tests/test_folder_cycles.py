@@ -1,4 +1,4 @@
-"""No cycle between package folders: the picture in the README's "Architecture" holds.
+"""No cycle between package folders: the picture in docs/architecture.md holds.
 
 import-linter pins the layers inside each package; this check looks one level up. Each
 product module belongs to the folder (package) that holds it; every import of another

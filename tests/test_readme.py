@@ -1,4 +1,4 @@
-"""The README's commands are the product's front door: run them as written."""
+"""The README's commands are the product's front door, and the docs' examples run as written."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def page(name: str) -> str:
+    return (ROOT / "docs" / name).read_text(encoding="utf-8")
 GPUFED = [sys.executable, "-m", "federation.commands.cli"]
 
 
@@ -37,8 +41,8 @@ def test_demo_script_runs_the_live_demo_with_its_arguments() -> None:
 
 
 def readme_render_args() -> list[str]:
-    """The ``gpufed render`` example of "Shards and child configs", as the README writes it."""
-    line = next(line for line in README.splitlines() if line.startswith("gpufed render "))
+    """The ``gpufed render`` example of "Shards and child configs", as docs/sharding.md writes it."""
+    line = next(line for line in page("sharding.md").splitlines() if line.startswith("gpufed render "))
     return shlex.split(line)[1:]
 
 
@@ -57,7 +61,7 @@ def test_render_example_renders_the_bundled_example(tmp_path: Path, promtool: st
 
 
 def test_benchmark_command_prints_json() -> None:
-    (command,) = sh_blocks(section("Benchmarks"))[:1]
+    (command,) = sh_blocks(page("benchmarks.md"))[:1]
     args = shlex.split(command)
     assert args[0].endswith("gpufed")
     # Same command, fewer movement trials so the suite stays fast.
@@ -76,12 +80,11 @@ def test_prometheus_versions_example_and_table_match_the_code() -> None:
     from federation.spec import GpufedSpec
     from sharder.kernel.prometheus_versions import Release, prometheus_rendering
 
-    text = re.search(r"^### Prometheus versions\n(.*?)(?=^### )", README, flags=re.M | re.S)
-    assert text, "README has no '### Prometheus versions' section"
-    (example,) = re.findall(r"```yaml\n(.*?)```", text.group(1), flags=re.S)
+    text = page("prometheus-versions.md")
+    (example,) = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
     doc = {**yaml.safe_load((ROOT / "examples" / "federation.yaml").read_text()), **yaml.safe_load(example)}
     spec = GpufedSpec.model_validate(doc)
     assert (spec.prometheus.version, spec.alertmanager.version) == ("3", "0.27")
-    row = next(line for line in text.group(1).splitlines() if line.startswith("| agent mode"))
+    row = next(line for line in text.splitlines() if line.startswith("| agent mode"))
     two, three = prometheus_rendering(Release(2, 53)), prometheus_rendering(Release(3))
     assert f"`{two.agent_flag}`" in row.split("|")[2] and f"`{three.agent_flag}`" in row.split("|")[3]

@@ -23,7 +23,8 @@ from alertmanager.dingtalk.client import redact
 from alertmanager.dingtalk.config import load_config
 from alertmanager.dingtalk.errors import ConfigError
 
-cli = typer.Typer(add_completion=False, help="Relay Alertmanager webhooks to DingTalk custom robots.")
+cli = typer.Typer(add_completion=False, help="Relay Alertmanager webhooks to DingTalk custom robots.",
+                  rich_markup_mode=None)
 
 
 class RedactFilter(logging.Filter):

@@ -27,8 +27,9 @@ from exporter.errors import ExporterError
 from exporter.settings import ExporterSettings
 
 cli = typer.Typer(add_completion=False, help="GPU metrics exporter with DCGM-compatible names.",
-                  pretty_exceptions_enable=False)
-bench_cli = typer.Typer(help="Measure scrape latency, CPU per scrape, RSS and fleet capacity.")
+                  pretty_exceptions_enable=False, rich_markup_mode=None)
+bench_cli = typer.Typer(help="Measure scrape latency, CPU per scrape, RSS and fleet capacity.",
+                        rich_markup_mode=None)
 COMMANDS = ("serve", "fleet", "bench")
 #: Settings fields whose flag is not simply `--<field-with-dashes>`.
 FLAGS = {"families_include": "--families", "families_exclude": "--exclude"}

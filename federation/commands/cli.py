@@ -16,8 +16,11 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: option names never cut at an 80-column terminal
 )
-bench_app = typer.Typer(help="Benchmarks that print figures (JSON with --json).", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Benchmarks that print figures (JSON with --json).", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(bench_app, name="bench")
 
 

@@ -180,8 +180,8 @@ def test_victoriametrics_write_paths(url: str) -> None:
     assert render_master_config(spec)["remote_write"][0]["url"] == url
 
 
-def test_readme_example_is_a_valid_master_section() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_docs_example_is_a_valid_master_section() -> None:
+    text = (ROOT / "docs" / "master.md").read_text(encoding="utf-8")
     start = text.index("```yaml\nmaster:\n  long_term:")
     block = text[start + len("```yaml\n") : text.index("```", start + 3)]
     master = yaml.safe_load(block)["master"]
