@@ -53,11 +53,22 @@ class GpmReader:
         self._prev: dict[Key, Any] = {}
 
     def supported(self, index: int, handle: Any) -> bool:
-        """Whether the GPU has GPM; asked once (a GPU does not gain or lose it)."""
+        """Whether the GPU has GPM; asked once (a GPU does not gain or lose it).
+
+        The family is default, so a driver older than GPM (pynvml raises FunctionNotFound
+        for the missing symbol) must cost the GPU only these series: any error counts as
+        "no GPM", remembered unless it may pass (a lost GPU fails its other calls anyway)."""
         found = self._supported.get(index)
         if found is None:
             nvml = self._nvml
-            support = self._optional(lambda: nvml.nvmlGpmQueryDeviceSupport(handle))
+            try:
+                support = self._optional(lambda: nvml.nvmlGpmQueryDeviceSupport(handle))
+            except nvml.NVMLError as exc:
+                if getattr(exc, "value", None) != getattr(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13):
+                    log.debug("gpm support query failed gpu=%d error=%r", index, str(exc))
+                    return False
+                log.info("gpm not in this driver gpu=%d", index)
+                support = None
             found = self._supported[index] = bool(support is not None and support.isSupportedDevice)
         return found
 

@@ -141,6 +141,21 @@ def test_a_gpu_without_gpm_lacks_exactly_the_rows_the_doc_lists(families: list[s
     assert not absent & set(typed), "absent means no family at all, not a zero"
 
 
+def test_a_driver_without_gpm_costs_only_the_gpm_series() -> None:
+    # pynvml raises FunctionNotFound (13) for a symbol an older libnvidia-ml lacks
+    nvml = FakeNvml([FakeGpu(uuid=UUID, failing={"nvmlGpmQueryDeviceSupport": 13})])
+    backend = NvmlBackend(nvml, event_timeout_ms=20)
+    try:
+        readings = [backend.read(select_families())[0] for _ in range(3)]
+    finally:
+        backend.close()
+    assert all(r.ok for r in readings)
+    assert "DCGM_FI_DEV_GPU_TEMP" in readings[-1].values
+    assert not {"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES"} & readings[-1].values.keys()
+    assert nvml.calls["nvmlGpmQueryDeviceSupport"] == 1  # asked once
+    assert nvml.calls["nvmlGpmSampleAlloc"] == 0
+
+
 # -- MIG ----------------------------------------------------------------------------------
 
 
