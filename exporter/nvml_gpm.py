@@ -73,15 +73,19 @@ class GpmReader:
         return found
 
     def gpu(self, index: int, handle: Any) -> dict[str, float]:
-        """The whole GPU's values since the previous call; empty on the first call, and when
-        the sample answers "not supported" (not verified on a MIG-enabled parent GPU); any
-        other NVML error fails the GPU's reading, as the other calls do."""
+        """The whole GPU's values since the previous call; empty on the first call and after
+        an NVML error. GPM is default, so its failure (not verified on a MIG-enabled parent
+        GPU) leaves only its series out; a lost GPU still fails its reading through the
+        other calls."""
         if not self.supported(index, handle):
             return {}
         nvml = self._nvml
-        found = self._optional(lambda: self._read(
-            (index, None), GPU_METRICS, lambda sample: nvml.nvmlGpmSampleGet(handle, sample)))
-        return found or {}
+        try:
+            return self._read((index, None), GPU_METRICS,
+                              lambda sample: nvml.nvmlGpmSampleGet(handle, sample))
+        except nvml.NVMLError as exc:
+            log.debug("gpm sample failed gpu=%d error=%r", index, str(exc))
+            return {}
 
     def instance(self, index: int, handle: Any, gpu_instance_id: int) -> dict[str, float]:
         """One GPU instance's values (`handle` is the parent GPU's, as NVML asks). An NVML

@@ -156,6 +156,18 @@ def test_a_driver_without_gpm_costs_only_the_gpm_series() -> None:
     assert nvml.calls["nvmlGpmSampleAlloc"] == 0
 
 
+def test_a_failing_gpm_sample_leaves_only_the_gpm_series_out() -> None:
+    nvml = FakeNvml([FakeGpu(uuid=UUID, failing={"nvmlGpmSampleGet": 999})])
+    backend = NvmlBackend(nvml, event_timeout_ms=20)
+    try:
+        readings = [backend.read(select_families())[0] for _ in range(2)]
+    finally:
+        backend.close()
+    assert all(r.ok and "DCGM_FI_DEV_FB_USED" in r.values for r in readings)
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" not in readings[-1].values
+    assert nvml.live_samples == 0  # the failed samples were freed
+
+
 # -- MIG ----------------------------------------------------------------------------------
 
 
