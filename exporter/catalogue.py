@@ -25,9 +25,11 @@ FAMILIES: dict[str, tuple[bool, str]] = {
     "xid": (True, "XID errors: DCGM's last-XID gauge and gpufed's counter + last-seen time"),
     "health": (True, "gpufed_gpu_health: 0 after a critical XID or a failed read"),
     "hami": (True, "HAMi host metric names derived from the core readings"),
-    "pcie": (False, "PCIe TX/RX bytes per second; NVML samples each direction for 20 ms"),
+    "pcie": (False, "PCIe TX/RX bytes per second from NVML's blocking call (20 ms per direction); "
+                    "only for a GPU without GPM, where the gpm family fills them"),
     "nvlink_gpu": (True, "per-GPU NVLink totals: bandwidth counter, TX/RX bytes per second, error totals"),
-    "gpm": (False, "GPM profiling metrics (Hopper+), two samples per collection"),
+    "gpm": (True, "GPM (Hopper+): profiling ratios and PCIe bytes per second between two samples, "
+                  "per MIG instance where NVML has them; no series on a GPU without GPM"),
     "process": (False, "per-process GPU memory; one NVML call per GPU, many series"),
     "nvlink": (False, "per-link NVLink state, throughput and error counters; ~3 NVML calls per link"),
 }
@@ -41,6 +43,7 @@ class MetricSpec:
     kind: Kind
     family: str
     help: str
+    families: frozenset[str] = frozenset()  # every family that emits it (the table's column)
 
 
 # Readings that are not a plain per-GPU series of their own: the XID family renders the
@@ -55,7 +58,8 @@ def _from_table() -> tuple[MetricSpec, ...]:
         if row.reading in out or row.reading in _NOT_SERIES or row.reading.startswith(naming.LINK_PREFIX):
             continue
         kind: Kind = "counter" if row.rename.kind == "counter" else "gauge"
-        out[row.reading] = MetricSpec(row.reading, kind, row.family, row.rename.help)
+        families = frozenset(row.family.split())
+        out[row.reading] = MetricSpec(row.reading, kind, row.family.split()[0], row.rename.help, families)
     return tuple(out.values())
 
 
@@ -80,4 +84,4 @@ def select_families(*, include: Iterable[str] = (), exclude: Iterable[str] = ())
 def metrics_for(families: Iterable[str]) -> tuple[MetricSpec, ...]:
     """Per-GPU metric specs of the chosen families, in catalogue order."""
     wanted = set(families)
-    return tuple(spec for spec in METRICS if spec.family in wanted)
+    return tuple(spec for spec in METRICS if spec.families & wanted)

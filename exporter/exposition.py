@@ -11,6 +11,11 @@ DCGM names are 3.x or 4.x (`exporter.naming`, `--dcgm-names`); the snapshot alwa
 DCGM counters are typed `counter` under their own names, as dcgm-exporter writes them
 (`textformat.ExactCounter`: no `_total` is added). The driver version rides on every GPU
 series as the `DCGM_FI_DRIVER_VERSION` label, as dcgm-exporter's `label` rows do.
+
+MIG: a GPU instance's own values (`Reading.instances`) are written with the GPU's labels
+plus dcgm-exporter's `GPU_I_PROFILE` and `GPU_I_ID`, and carry the pods that hold that
+instance. The whole GPU's series carry no MIG label and no MIG pod, so a MIG pod's series
+are its instance's values, never the whole GPU's.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from prometheus_client.samples import Sample
 from exporter import naming, xid_messages
 from exporter.catalogue import metrics_for
 from exporter.collection import Collection
-from exporter.models import GpuDevice, Snapshot
+from exporter.models import GpuDevice, InstanceReading, Snapshot
 from exporter.naming import DcgmNames, exposed
 from exporter.textformat import ExactCounter
 
@@ -40,6 +45,8 @@ NVLINK_COUNTERS = (
 
 #: The host label of dcgm-exporter's NVLink entity series (`--nvlink-series dcgm`).
 LINK_HOST_LABEL = "hostname"
+#: dcgm-exporter's MIG labels (its GPU template, tag 4.5.3-4.8.2): profile name, NVML GPU instance id.
+MIG_PROFILE_LABEL, MIG_ID_LABEL = "GPU_I_PROFILE", "GPU_I_ID"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,16 +60,18 @@ class LabelPolicy:
     driver_label: str = "DCGM_FI_DRIVER_VERSION"
 
     def gpu_labels(self, device: GpuDevice, pod: Mapping[str, str] | None = None, *,
-                   driver: str = "") -> dict[str, str]:
+                   driver: str = "", instance: InstanceReading | None = None) -> dict[str, str]:
         labels = {
             "gpu": str(device.index),
             "UUID": device.uuid,
             "device": device.device,
             "modelName": device.model,
             "pci_bus_id": device.pci_bus_id,
-            self.hostname_label: self.node,
-            **self.placement,
         }
+        if instance is not None:
+            labels[MIG_PROFILE_LABEL] = instance.profile
+            labels[MIG_ID_LABEL] = str(instance.gpu_instance_id)
+        labels |= {self.hostname_label: self.node, **self.placement}
         if driver:
             labels[self.driver_label] = driver
         if pod:
@@ -89,6 +98,11 @@ class LabelPolicy:
         if driver:
             labels[self.driver_label] = driver
         return labels
+
+
+def _whole_gpu(pods: tuple[Mapping[str, str], ...]) -> tuple[Mapping[str, str], ...]:
+    """The pods that hold the whole GPU (not one of its MIG instances)."""
+    return tuple(pod for pod in pods if MIG_ID_LABEL not in pod)
 
 
 def _family(name: str, doc: str, kind: str) -> Metric:
@@ -121,12 +135,14 @@ class SnapshotCollector:
     def _gpu_families(self, snap: Snapshot) -> Iterator[Metric]:
         fams = self._collection.families
         # One label set per pod holding the GPU (a shared GPU is written once per pod, as
-        # dcgm-exporter does); a GPU no pod holds has one set without pod labels.
+        # dcgm-exporter does); a GPU no pod holds has one set without pod labels. Pods on a
+        # MIG instance are on that instance's series only.
         labels = {
             d.index: [self._policy.gpu_labels(d, pod, driver=snap.driver_version)
-                      for pod in snap.pod_labels.get(d.uuid) or (None,)]
+                      for pod in _whole_gpu(snap.pod_labels.get(d.uuid, ())) or (None,)]
             for d in snap.devices
         }
+        instances = self._instance_labels(snap)
         for spec in self._specs:
             for out in exposed(spec.name, spec.help, self._names):
                 metric = _dcgm_family(out.name, out.help, spec.kind)
@@ -135,6 +151,11 @@ class SnapshotCollector:
                     if value is not None:
                         converted = out.convert(value)
                         metric.samples.extend(Sample(out.name, lab, converted) for lab in labels[index])
+                for instance, sets in instances:
+                    value = instance.values.get(spec.name)
+                    if value is not None:
+                        converted = out.convert(value)
+                        metric.samples.extend(Sample(out.name, lab, converted) for lab in sets)
                 if metric.samples:
                     yield metric
         if any(spec.name == "DCGM_FI_DEV_FB_USED" for spec in self._specs):
@@ -162,6 +183,22 @@ class SnapshotCollector:
                         procs.name, {**lab, "pid": str(proc.pid)}, proc.used_memory_mib * MIB
                     ) for lab in labels[index])
             yield procs
+
+    def _instance_labels(self, snap: Snapshot) -> list[tuple[InstanceReading, list[dict[str, str]]]]:
+        """Each MIG instance with its label sets: one per pod holding it, else one without pods."""
+        devices = {d.index: d for d in snap.devices}
+        out = []
+        for index, reading in snap.readings.items():
+            if index not in devices or not reading.instances:
+                continue
+            device = devices[index]
+            pods = snap.pod_labels.get(device.uuid, ())
+            for instance in reading.instances:
+                held = [pod for pod in pods if pod.get(MIG_ID_LABEL) == str(instance.gpu_instance_id)]
+                sets = [self._policy.gpu_labels(device, pod, driver=snap.driver_version, instance=instance)
+                        for pod in held or (None,)]
+                out.append((instance, sets))
+        return out
 
     def _nvlink_families(self, snap: Snapshot, labels: dict[int, list[dict[str, str]]]) -> Iterator[Metric]:
         """Per-link series: the GPU's labels plus `link`; a value the GPU does not give is left out."""

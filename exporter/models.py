@@ -69,6 +69,21 @@ class NvLinkReading:
 
 
 @dataclass(frozen=True, slots=True)
+class InstanceReading:
+    """Values of one MIG GPU instance of a GPU, for the readings NVML answers per instance.
+
+    Only what NVML measures for the instance itself is here (memory through the MIG device
+    handle, GPM through nvmlGpmMigSampleGet); the whole GPU's readings stay on the GPU's
+    `Reading`, whose series carry no MIG labels. `profile` and `gpu_instance_id` become
+    dcgm-exporter's `GPU_I_PROFILE` and `GPU_I_ID` labels."""
+
+    gpu_instance_id: int
+    profile: str
+    values: Mapping[str, float]
+    uuid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Reading:
     """Values read for one GPU in one collection.
 
@@ -82,6 +97,7 @@ class Reading:
     processes: tuple[ProcessUsage, ...] = ()
     ok: bool = True
     links: tuple[NvLinkReading, ...] = ()
+    instances: tuple[InstanceReading, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

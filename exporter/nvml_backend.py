@@ -6,7 +6,9 @@ one `nvmlDeviceGetFieldValues` call per GPU, and XIDs arrive on an event thread
 (`nvmlEventSetWait`) instead of being polled into a sticky gauge. An answer of "not
 supported" leaves that series out; any other NVML error marks that GPU's reading failed
 (health 0) without failing the others, except in the opt-in `nvlink` family, where an
-error leaves only that link's series out (`exporter.nvml_nvlink`). The nvml module is a constructor argument
+error leaves only that link's series out (`exporter.nvml_nvlink`). GPM values (and, on a GPU
+with GPM, the PCIe rates) come from `exporter.nvml_gpm`; MIG instances from
+`exporter.nvml_mig`, each with its own values. The nvml module is a constructor argument
 (default `import pynvml`), so tests hand in `tests/exporter/fake_nvml.py`. Measured on an
 H100 in exporter/MEASURED-H100.md.
 """
@@ -20,6 +22,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
+from exporter import nvml_gpm, nvml_mig
 from exporter.errors import BackendError
 from exporter.models import GpuDevice, MigSlice, ProcessUsage, Reading, XidEvent
 from exporter.nvml_nvlink import VALUE_MEMBERS, NvLinkReader
@@ -42,12 +45,6 @@ FIELDS: dict[str, dict[str, tuple[str, float]]] = {
         "NVML_FI_DEV_ECC_SBE_AGG_TOTAL": ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", 1.0),
         "NVML_FI_DEV_ECC_DBE_AGG_TOTAL": ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", 1.0),
     },
-}
-GPM_METRICS = {
-    "NVML_GPM_METRIC_GRAPHICS_UTIL": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-    "NVML_GPM_METRIC_SM_UTIL": "DCGM_FI_PROF_SM_ACTIVE",
-    "NVML_GPM_METRIC_ANY_TENSOR_UTIL": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-    "NVML_GPM_METRIC_DRAM_BW_UTIL": "DCGM_FI_PROF_DRAM_ACTIVE",
 }
 KIB = 1024.0
 
@@ -83,7 +80,12 @@ class NvmlBackend:
             ) from exc
         self._events: list[XidEvent] = []
         self._events_lock = threading.Lock()
-        self._gpm_prev: dict[int, Any] = {}
+        self._gpm = nvml_gpm.GpmReader(nvml, optional=self._optional)
+        try:
+            self._migs = nvml_mig.find(nvml, self._devices, self._handles, optional=self._optional)
+        except nvml.NVMLError as exc:  # MIG series are lost, the GPUs' own are not
+            log.warning("nvml mig devices not read error=%r", str(exc))
+            self._migs = ()
         self._nvlink = NvLinkReader(nvml, clock=clock, unsupported=self._unsupported)
         self._stop = threading.Event()
         self._event_timeout_ms = event_timeout_ms
@@ -109,26 +111,8 @@ class NvmlBackend:
         return -1 if minor is None else int(minor)
 
     def mig_slices(self) -> tuple[MigSlice, ...]:
-        """The MIG devices of every MIG-enabled GPU, read now (pod attribution calls it once).
-
-        The profile is the part of the MIG device's NVML name after "MIG " ("1g.10gb")."""
-        nvml, out = self._nvml, []
-        if not hasattr(nvml, "nvmlDeviceGetMigMode"):
-            return ()
-        for device, handle in zip(self._devices, self._handles, strict=True):
-            mode = self._optional(partial(nvml.nvmlDeviceGetMigMode, handle))
-            if not mode or mode[0] != getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
-                continue
-            for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
-                try:
-                    mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
-                except nvml.NVMLError:
-                    continue  # an empty slot answers NotFound
-                name = _text(nvml.nvmlDeviceGetName(mig))
-                out.append(MigSlice(uuid=_text(nvml.nvmlDeviceGetUUID(mig)), parent_uuid=device.uuid,
-                                    gpu_instance_id=int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
-                                    profile=name.split("MIG ", 1)[-1]))
-        return tuple(out)
+        """The MIG devices of every MIG-enabled GPU, found at start (`exporter.nvml_mig`)."""
+        return tuple(mig.slice for mig in self._migs)
 
     def devices(self) -> tuple[GpuDevice, ...]:
         return self._devices
@@ -174,7 +158,10 @@ class NvmlBackend:
                     values[metric] = float(getattr(fv.value, VALUE_MEMBERS[fv.valueType])) * scale
         if "core" in wanted or "hami" in wanted:
             self._read_core(handle, values)
-        if "pcie" in wanted:
+        if "gpm" in wanted:
+            values.update(self._gpm.gpu(index, handle))
+        if "pcie" in wanted and not ("gpm" in wanted and self._gpm.supported(index, handle)):
+            # NVML's blocking call only where GPM does not fill them (a GPU without GPM)
             for direction in ("TX", "RX"):
                 counter = getattr(nvml, f"NVML_PCIE_UTIL_{direction}_BYTES")
                 kb_per_s = opt(partial(nvml.nvmlDeviceGetPcieThroughput, handle, counter))
@@ -185,8 +172,6 @@ class NvmlBackend:
                     # DCGM's cache manager answers NOT_SUPPORTED for them (2.1.4 to 4.6.0),
                     # so no DCGM user has ever seen a value there (issue 42).
                     values[f"DCGM_FI_PROF_PCIE_{direction}_BYTES"] = float(kb_per_s) * KIB
-        if "gpm" in wanted:
-            values.update(self._read_gpm(index, handle))
         if "ecc" in wanted:
             values.update(self._read_row_remap(handle))
         if "nvlink_gpu" in wanted:
@@ -198,7 +183,12 @@ class NvmlBackend:
             processes = tuple(
                 ProcessUsage(int(p.pid), (p.usedGpuMemory or 0) / MIB) for p in procs
             )
-        return Reading(index, values, processes, links=links)
+        instances = tuple(
+            nvml_mig.read(nvml, mig, handle, gpm=self._gpm if "gpm" in wanted else None,
+                          memory=self._memory if "core" in wanted else None, optional=opt)
+            for mig in self._migs if mig.gpu == index
+        ) if "core" in wanted or "gpm" in wanted else ()
+        return Reading(index, values, processes, links=links, instances=instances)
 
     def _read_row_remap(self, handle: Any) -> dict[str, float]:
         """Row remapping (Ampere+): nvmlDeviceGetRemappedRows -> (correctable rows,
@@ -272,33 +262,6 @@ class NvmlBackend:
             return nvml.nvmlDeviceGetMemoryInfo(handle)
         return nvml.nvmlDeviceGetMemoryInfo(handle, version=version)
 
-    def _read_gpm(self, index: int, handle: Any) -> dict[str, float]:
-        """GPM metrics between the previous collection's sample and this one."""
-        nvml = self._nvml
-        support = self._optional(lambda: nvml.nvmlGpmQueryDeviceSupport(handle))
-        if support is None or not support.isSupportedDevice:
-            return {}
-        sample = nvml.nvmlGpmSampleAlloc()
-        nvml.nvmlGpmSampleGet(handle, sample)
-        prev, self._gpm_prev[index] = self._gpm_prev.get(index), sample
-        if prev is None:
-            return {}
-        request = nvml.c_nvmlGpmMetricsGet_t()
-        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(GPM_METRICS)
-        request.sample1, request.sample2 = prev, sample
-        for slot, name in enumerate(GPM_METRICS):
-            request.metrics[slot].metricId = getattr(nvml, name)
-        try:
-            nvml.nvmlGpmMetricsGet(request)
-        finally:
-            nvml.nvmlGpmSampleFree(prev)
-        return {
-            GPM_METRICS[name]: round(request.metrics[slot].value / 100.0, 6)
-            for slot, name in enumerate(GPM_METRICS)
-            if request.metrics[slot].nvmlReturn == nvml.NVML_SUCCESS
-        }
-
     def _watch_xids(self) -> None:
         """Event thread: XID critical events into a list the loop drains."""
         nvml = self._nvml
@@ -344,9 +307,7 @@ class NvmlBackend:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=self._event_timeout_ms / 1000 + 1)
-        for sample in self._gpm_prev.values():
-            self._nvml.nvmlGpmSampleFree(sample)
-        self._gpm_prev.clear()
+        self._gpm.close()
         try:
             self._nvml.nvmlShutdown()
         except self._nvml.NVMLError as exc:

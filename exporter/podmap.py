@@ -10,7 +10,8 @@ a shared ResourceClaim) yields one series per pod, as dcgm-exporter does.
 How a container's device is found, following kubelet and NVIDIA's drivers:
 - device plugin (`devices[]` of `nvidia.com/gpu`, `nvidia.com/gpu.shared` or
   `nvidia.com/mig-*`): a GPU UUID, `UUID::N` under time-slicing (`vgpu="N"` added), a MIG UUID (mapped to
-  its parent GPU with `GPU_I_PROFILE`/`GPU_I_ID`, dcgm-exporter's MIG labels), or an NVML
+  its parent GPU with `GPU_I_PROFILE`/`GPU_I_ID`, dcgm-exporter's MIG labels, which route
+  the pod to that instance's series only), or an NVML
   index (`--device-id-strategy=index`), resolved through NVML's index;
 - DRA (`dynamic_resources[].claim_resources[]` of driver `gpu.nvidia.com`): the
   (driver_name, pool_name, device_name) triplet, which kubelet's proto says identifies the
@@ -121,6 +122,14 @@ def _plugin_device(device_id: str, gpus: NodeGpus) -> tuple[str, Labels] | None:
     return None
 
 
+def _instance(mig: MigSlice | None, parent: str) -> Labels:
+    """dcgm-exporter's MIG labels of a DRA MIG device NVML knows: the exporter writes the
+    pod on that instance's series only (not on the whole GPU's)."""
+    if mig is None or mig.parent_uuid != parent:
+        return {}
+    return {"GPU_I_PROFILE": mig.profile, "GPU_I_ID": str(mig.gpu_instance_id)}
+
+
 def _vgpu(found: re.Match[str]) -> Labels:
     return {"vgpu": found.group(2)} if found.group(2) is not None else {}
 
@@ -167,6 +176,7 @@ def gpu_labels(pods: Iterable[Any], *, gpus: NodeGpus,
                               "dra_driver_name": key[0], "dra_pool_name": key[1], "dra_device_name": key[2]}
                     if device.mig_uuid or device.profile:
                         labels |= {"dra_mig_profile": device.profile, "dra_mig_device_uuid": device.mig_uuid}
+                        labels |= _instance(gpus.migs.get(device.mig_uuid), device.gpu_uuid)
                     add(device.gpu_uuid, labels)
     return {uuid: tuple(sets[k] for k in sorted(sets)) for uuid, sets in sorted(found.items())}
 

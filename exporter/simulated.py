@@ -193,9 +193,11 @@ class SimulatedBackend:
                     "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0.0,
                 }
             )
-        if "pcie" in wanted:
-            values["DCGM_FI_PROF_PCIE_TX_BYTES"] = 2_000_000 * 1024 * util / 100
-            values["DCGM_FI_PROF_PCIE_RX_BYTES"] = 3_000_000 * 1024 * util / 100
+        if "pcie" in wanted or ("gpm" in wanted and spec.gpm):
+            # GPM fills them on a GPM GPU (whole bytes per second, as DCGM stores them);
+            # elsewhere only the opt-in pcie family's blocking NVML call does
+            values["DCGM_FI_PROF_PCIE_TX_BYTES"] = float(int(2_000_000 * 1024 * util / 100))
+            values["DCGM_FI_PROF_PCIE_RX_BYTES"] = float(int(3_000_000 * 1024 * util / 100))
         if "gpm" in wanted and spec.gpm:
             values.update(
                 {

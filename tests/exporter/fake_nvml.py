@@ -8,17 +8,21 @@ once, handles are cached and field values are batched. A GPU can mark any call o
 
 from __future__ import annotations
 
+import ctypes
 import queue
 from collections import Counter
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+import pynvml  # the real binding's GPM structures; importing it loads no library
+
 NVML_SUCCESS = 0
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_FUNCTION_NOT_FOUND = 13  # pynvml: a symbol the driver's libnvidia-ml lacks
 NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
@@ -55,11 +59,15 @@ NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION = 83
 NVML_FI_DEV_PCIE_REPLAY_COUNTER = 94
 NVML_FI_DEV_POWER_INSTANT = 186
 nvmlEventTypeXidCriticalError = 0x8
-NVML_GPM_METRIC_GRAPHICS_UTIL = 1
-NVML_GPM_METRIC_SM_UTIL = 2
-NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
-NVML_GPM_METRIC_DRAM_BW_UTIL = 10
-NVML_GPM_METRICS_GET_VERSION = 1
+NVML_GPM_METRIC_GRAPHICS_UTIL = pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL
+NVML_GPM_METRIC_SM_UTIL = pynvml.NVML_GPM_METRIC_SM_UTIL
+NVML_GPM_METRIC_ANY_TENSOR_UTIL = pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL
+NVML_GPM_METRIC_DRAM_BW_UTIL = pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL
+NVML_GPM_METRIC_PCIE_TX_PER_SEC = pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC
+NVML_GPM_METRIC_PCIE_RX_PER_SEC = pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC
+NVML_GPM_METRICS_GET_VERSION = pynvml.NVML_GPM_METRICS_GET_VERSION
+NVML_GPM_SUPPORT_VERSION = pynvml.NVML_GPM_SUPPORT_VERSION
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
 MIB = 1024 * 1024
 
 
@@ -108,7 +116,8 @@ class FakeGpu:
     sm_clock: int = 1980
     mem_clock: int = 2619
     pcie_kb_s: int = 1000
-    gpm: bool = True
+    gpm: bool = True  # nvmlGpmQueryDeviceSupport's isSupportedDevice (Hopper and later)
+    gpm_pcie_mib_s: tuple[float, float] = (1500.5, 2500.25)  # GPM's PCIe TX, RX in MiB/s
     nvlinks: int = 0  # links that answer nvmlDeviceGetNvLinkState; 0: every link NotSupported
     nvlinks_down: set[int] = field(default_factory=set)
     nvlink_tx_kib: int = 5_000_000
@@ -121,25 +130,33 @@ class FakeGpu:
 
 @dataclass
 class FakeMig:
-    """A MIG device handle: NVML answers its UUID, name and GPU instance id."""
+    """A MIG device handle: NVML answers its UUID, name, GPU instance id and its own memory;
+    GPM answers for its GPU instance (nvmlGpmMigSampleGet on the parent with the id)."""
 
     uuid: str
     gpu_instance_id: int
     profile: str = "1g.10gb"
     parent: str = "NVIDIA H100 80GB HBM3"
+    memory_total: int = 9856 * MIB
+    memory_used: int = 1234 * MIB
+    memory_reserved: int = 0
+    util: int = 12  # GPM graphics activity of the instance, percent
+    lost: bool = False
+    unsupported: set[str] = field(default_factory=set)
+    failing: dict[str, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return f"{self.parent} MIG {self.profile}"
 
 
-class c_nvmlGpmMetricsGet_t:
-    def __init__(self) -> None:
-        self.version = 0
-        self.numMetrics = 0
-        self.sample1: Any = None
-        self.sample2: Any = None
-        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=NVML_SUCCESS, value=0.0) for _ in range(16)]
+@dataclass
+class _GpmSample:
+    """What NVML copied into one sample: the device (and GPU instance) it was taken on."""
+
+    uuid: str = ""
+    gpu_instance_id: int | None = None
+    taken: int = 0  # order of sampling, so a metric between two samples needs sample1 first
 
 
 # What an H100 (driver 580.159.04) answered per field (exporter/measured-h100/probe-run2.json):
@@ -170,7 +187,8 @@ class FakeNvml:
     NVMLError = NVMLError
     NVMLError_NotSupported = NVMLError_NotSupported
     NVMLError_Timeout = NVMLError_Timeout
-    c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t
+    # pynvml's own ctypes structures, so the backend fills them as it must fill the real ones
+    c_nvmlGpmMetricsGet_t = pynvml.c_nvmlGpmMetricsGet_t
     nvmlMemory_v2 = nvmlMemory_v2
 
     def __init__(self, gpus: list[FakeGpu], *, driver: str = "550.54.15", init_error: bool = False) -> None:
@@ -181,10 +199,12 @@ class FakeNvml:
         self.events: queue.Queue[Any] = queue.Queue()
         self.registered: list[tuple[str, int]] = []
         self.freed_samples = 0
+        self._samples: dict[int, tuple[Any, _GpmSample]] = {}  # address -> (buffer, what it holds)
+        self._sampled = 0
         globals_ = {k: v for k, v in globals().items() if k.startswith(("NVML_", "nvmlEventType"))}
         self.__dict__.update(globals_)
 
-    def _gpu(self, handle: FakeGpu, call: str) -> FakeGpu:
+    def _gpu(self, handle: Any, call: str) -> Any:
         self.calls[call] += 1
         if handle.lost:
             raise NVMLError_GpuIsLost()
@@ -317,7 +337,8 @@ class FakeNvml:
         self._gpu(handle, "nvmlDeviceGetDecoderUtilization")
         return [5, 167000]
 
-    def nvmlDeviceGetMemoryInfo(self, handle: FakeGpu, version: int | None = None) -> SimpleNamespace:
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeGpu | FakeMig,
+                                version: int | None = None) -> SimpleNamespace:
         gpu = self._gpu(handle, "nvmlDeviceGetMemoryInfo")
         if version == nvmlMemory_v2:  # v2 adds `reserved` (and `used` leaves it out)
             return SimpleNamespace(total=gpu.memory_total, used=gpu.memory_used, reserved=gpu.memory_reserved,
@@ -351,26 +372,89 @@ class FakeNvml:
         return [SimpleNamespace(pid=4242, usedGpuMemory=2048 * MIB),
                 SimpleNamespace(pid=4243, usedGpuMemory=None)]
 
-    # GPM
-    def nvmlGpmQueryDeviceSupport(self, handle: FakeGpu) -> SimpleNamespace:
+    # GPM, as pynvml exposes it (nvidia-ml-py 13.615.71): a support structure, samples that are
+    # ctypes pointers to an opaque buffer, nvmlGpmSampleGet / nvmlGpmMigSampleGet returning the
+    # sample, and nvmlGpmMetricsGet filling the caller's c_nvmlGpmMetricsGet_t in place
+    def nvmlGpmQueryDeviceSupport(self, handle: FakeGpu) -> Any:
         gpu = self._gpu(handle, "nvmlGpmQueryDeviceSupport")
-        return SimpleNamespace(isSupportedDevice=int(gpu.gpm))
+        support = pynvml.c_nvmlGpmSupport_t()
+        support.version = NVML_GPM_SUPPORT_VERSION
+        support.isSupportedDevice = int(gpu.gpm)
+        return support
 
-    def nvmlGpmSampleAlloc(self) -> SimpleNamespace:
-        return SimpleNamespace(gpu=None)
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self.calls["nvmlGpmSampleAlloc"] += 1
+        buffer = pynvml.struct_c_nvmlGpmSample_t()
+        sample = pynvml.c_nvmlGpmSample_t(buffer)
+        self._samples[ctypes.addressof(buffer)] = (buffer, _GpmSample())
+        return sample
 
-    def nvmlGpmSampleGet(self, handle: FakeGpu, sample: SimpleNamespace) -> None:
-        sample.gpu = self._gpu(handle, "nvmlGpmSampleGet")
+    def _sample(self, sample: Any) -> _GpmSample:
+        if not isinstance(sample, pynvml.c_nvmlGpmSample_t) or not sample:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        found = self._samples.get(ctypes.addressof(sample.contents))
+        if found is None:  # freed, or never allocated here
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return found[1]
 
-    def nvmlGpmSampleFree(self, sample: SimpleNamespace) -> None:
+    def _take(self, sample: Any, uuid: str, gpu_instance_id: int | None) -> Any:
+        held = self._sample(sample)
+        self._sampled += 1
+        held.uuid, held.gpu_instance_id, held.taken = uuid, gpu_instance_id, self._sampled
+        return sample
+
+    def nvmlGpmSampleGet(self, handle: FakeGpu, sample: Any) -> Any:
+        gpu = self._gpu(handle, "nvmlGpmSampleGet")
+        if not gpu.gpm:
+            raise NVMLError_NotSupported()
+        return self._take(sample, gpu.uuid, None)
+
+    def nvmlGpmMigSampleGet(self, handle: FakeGpu, gpuInstanceId: int, sample: Any) -> Any:
+        gpu = self._gpu(handle, "nvmlGpmMigSampleGet")
+        if not gpu.gpm:
+            raise NVMLError_NotSupported()
+        if not any(mig.gpu_instance_id == gpuInstanceId for mig in gpu.migs):
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return self._take(sample, gpu.uuid, gpuInstanceId)
+
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        self._sample(sample)
+        del self._samples[ctypes.addressof(sample.contents)]
         self.freed_samples += 1
 
-    def nvmlGpmMetricsGet(self, request: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
-        gpu = request.sample2.gpu
-        answers = {NVML_GPM_METRIC_GRAPHICS_UTIL: float(gpu.util), NVML_GPM_METRIC_SM_UTIL: 63.0,
-                   NVML_GPM_METRIC_ANY_TENSOR_UTIL: 40.0, NVML_GPM_METRIC_DRAM_BW_UTIL: 30.0}
-        for metric in request.metrics[: request.numMetrics]:
-            metric.value = answers[metric.metricId]
+    @property
+    def live_samples(self) -> int:
+        """Samples allocated and not freed (the backend keeps one per GPU and instance)."""
+        return len(self._samples)
+
+    def _gpm_answers(self, held: _GpmSample) -> dict[int, float]:
+        gpu = next(g for g in self.gpus if g.uuid == held.uuid)
+        if held.gpu_instance_id is None:
+            return {NVML_GPM_METRIC_GRAPHICS_UTIL: float(gpu.util), NVML_GPM_METRIC_SM_UTIL: 63.0,
+                    NVML_GPM_METRIC_ANY_TENSOR_UTIL: 40.0, NVML_GPM_METRIC_DRAM_BW_UTIL: 30.0,
+                    NVML_GPM_METRIC_PCIE_TX_PER_SEC: gpu.gpm_pcie_mib_s[0],
+                    NVML_GPM_METRIC_PCIE_RX_PER_SEC: gpu.gpm_pcie_mib_s[1]}
+        mig = next(m for m in gpu.migs if m.gpu_instance_id == held.gpu_instance_id)
+        return {NVML_GPM_METRIC_GRAPHICS_UTIL: float(mig.util), NVML_GPM_METRIC_SM_UTIL: mig.util * 0.75,
+                NVML_GPM_METRIC_ANY_TENSOR_UTIL: mig.util * 0.5,
+                NVML_GPM_METRIC_DRAM_BW_UTIL: mig.util * 0.25}
+
+    def nvmlGpmMetricsGet(self, request: Any) -> Any:
+        self.calls["nvmlGpmMetricsGet"] += 1
+        if not isinstance(request, pynvml.c_nvmlGpmMetricsGet_t):
+            raise TypeError("nvmlGpmMetricsGet takes a c_nvmlGpmMetricsGet_t")
+        if request.version != NVML_GPM_METRICS_GET_VERSION:
+            raise NVMLError(NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        first, second = self._sample(request.sample1), self._sample(request.sample2)
+        same = (first.uuid, first.gpu_instance_id) == (second.uuid, second.gpu_instance_id)
+        if not same or not 0 < first.taken < second.taken or request.numMetrics > len(request.metrics):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        answers = self._gpm_answers(second)
+        for slot in range(request.numMetrics):
+            metric = request.metrics[slot]
+            found = answers.get(metric.metricId)
+            metric.nvmlReturn = NVML_SUCCESS if found is not None else NVML_ERROR_NOT_SUPPORTED
+            metric.value = found if found is not None else 0.0
         return request
 
     # events

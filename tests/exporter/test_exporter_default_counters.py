@@ -3,9 +3,8 @@
 `exporter/upstream/dcgm-exporter-default-counters.csv` is dcgm-exporter's
 `etc/default-counters.csv` at its newest tag (4.5.3-4.8.2), unchanged. Every active row
 (not a comment) must be on a default `gpufed-exporter serve`'s /metrics (NVML backend,
-`--dcgm-names 3`) with the same Prometheus type (`label` rows: a label on every DCGM
-series), or be listed in exporter/README.md's table of rows not emitted by default, with
-the `--families` value that emits it, which this test then proves.
+`--dcgm-names 3`, an H100 with GPM) with the same Prometheus type (`label` rows: a label on
+every DCGM series). A GPU without GPM is covered by test_exporter_gpm_mig.py.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import re
 import urllib.request
 from pathlib import Path
 
-import pytest
 from conftest import wait_for
 from fake_nvml import FakeGpu, FakeNvml
 
@@ -25,9 +23,7 @@ from exporter.settings import ExporterSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 CSV = ROOT / "exporter" / "upstream" / "dcgm-exporter-default-counters.csv"
-README = ROOT / "exporter" / "README.md"
 UUID = "GPU-6f1a5c2e-8b3d-4e7f-9a10-2c4b6d8e0f12"
-_LISTED = re.compile(r"^\| `(DCGM_FI_\w+)` \| `--families (\w+)` \| (.+) \|$")
 
 
 def active_rows() -> list[tuple[str, str]]:
@@ -38,15 +34,6 @@ def active_rows() -> list[tuple[str, str]]:
             field, kind, _ = (part.strip() for part in line.split(",", 2))
             rows.append((field, kind))
     return rows
-
-
-def readme_not_default() -> dict[str, tuple[str, str]]:
-    """Field -> (family that emits it, reason) from exporter/README.md."""
-    out = {}
-    for line in README.read_text(encoding="utf-8").splitlines():
-        if found := _LISTED.match(line):
-            out[found.group(1)] = (found.group(2), found.group(3))
-    return out
 
 
 def metrics(families: list[str] | None = None) -> str:
@@ -76,10 +63,9 @@ def test_the_csv_is_the_default_set_we_compare_with() -> None:
     assert rows["DCGM_FI_DRIVER_VERSION"] == "label"
 
 
-def test_every_active_row_is_on_metrics_with_its_type_or_listed() -> None:
+def test_every_active_row_is_on_metrics_with_its_type() -> None:
     text = metrics()
     typed = types(text)
-    listed = readme_not_default()
     missing = []
     for field, kind in active_rows():
         if kind == "label":
@@ -88,16 +74,6 @@ def test_every_active_row_is_on_metrics_with_its_type_or_listed() -> None:
         elif field in typed:
             assert typed[field] == kind, f"{field}: {typed[field]} here, {kind} in dcgm-exporter"
             assert re.search(rf"^{field}\{{", text, re.M), f"{field} has no sample"
-        elif field not in listed:
+        else:
             missing.append(field)
-    assert not missing, f"neither on /metrics nor listed in exporter/README.md: {missing}"
-
-
-@pytest.mark.parametrize("family", sorted({family for family, _ in readme_not_default().values()}))
-def test_each_listed_row_comes_with_its_family(family: str) -> None:
-    rows = dict(active_rows())
-    typed = types(metrics([family]))
-    for field, (needs, reason) in readme_not_default().items():
-        assert reason.strip(), field
-        if needs == family:
-            assert typed.get(field) == rows[field], f"--families {family} must emit {field} as {rows[field]}"
+    assert not missing, f"not on a default /metrics: {missing}"

@@ -125,10 +125,12 @@ def test_hami_legacy_names_behind_flag() -> None:
 
 
 def test_family_keep_and_deny_lists() -> None:
-    body = render(gpus=1, steps=(0.0,), families=select_families(exclude=["ecc", "hami"]))
+    assert "gpm" in select_families()  # default since issue 42: GPM costs nothing per scrape
+    body = render(gpus=1, steps=(0.0,), families=select_families(exclude=["ecc", "hami", "gpm"]))
     assert b"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL" not in body
     assert b"hami_host" not in body
-    assert b"DCGM_FI_PROF_GR_ENGINE" not in body  # gpm is opt-in
+    assert b"DCGM_FI_PROF_GR_ENGINE" not in body
+    assert b"DCGM_FI_PROF_PCIE" not in body  # GPM's; the blocking pcie family stays opt-in
     assert b"DCGM_FI_DEV_GPU_UTIL" in body
     with pytest.raises(ConfigError, match="unknown metric families"):
         select_families(include=["infiniband"])

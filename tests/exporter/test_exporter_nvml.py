@@ -200,7 +200,10 @@ def test_gpm_needs_two_samples_and_pcie_integrates(nvml: FakeNvml) -> None:
         second = backend.read(ALL)[0]
         assert second.values["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"] == 0.4
         assert second.values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == 0.7
-        assert second.values["DCGM_FI_PROF_PCIE_TX_BYTES"] == 1000.0 * 1024  # 1000 KB/s in B/s
+        # a GPM GPU: PCIe from GPM (MiB/s x 2^20, truncated, as DCGM), never the blocking call
+        assert "DCGM_FI_PROF_PCIE_TX_BYTES" not in first.values
+        assert second.values["DCGM_FI_PROF_PCIE_TX_BYTES"] == int(1500.5 * 1024 * 1024)
+        assert nvml.calls["nvmlDeviceGetPcieThroughput"] == 0
         # fields 200/201: DCGM never fills them, so neither does the exporter (issue 42)
         assert not {"DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "DCGM_FI_DEV_PCIE_RX_THROUGHPUT"} & second.values.keys()
         assert [p.pid for p in second.processes] == [4242, 4243]

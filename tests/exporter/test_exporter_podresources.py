@@ -212,13 +212,18 @@ def test_every_kind_of_gpu_carries_exactly_its_pods(kubelet: FakeKubelet, kube: 
             GPU[0]: [BASE["train"]],
             GPU[1]: [BASE["infer"]],
             GPU[2]: [BASE["job-a"], BASE["job-b"]],  # one series per pod on a shared GPU
-            GPU[3]: [BASE["small"], BASE["nb"]],  # MIG slices on their parent, with MIG labels
+            GPU[3]: [{}],  # MIG: the whole GPU's series carry no MIG pod (issue 42)
             GPU[4]: [{}],  # idle: one series, no pod labels
         }
+        # each MIG pod is on its own instance's series, with dcgm-exporter's MIG labels
+        on_instances = {**expected, GPU[3]: sorted(
+            [{}, BASE["small"], {**BASE["nb"], "GPU_I_PROFILE": "1g.10gb", "GPU_I_ID": "7"}],
+            key=lambda p: sorted(p.items()))}
         # (until the ResourceSlices are listed, the MIG device resolves by NVML minor alone)
-        wait_for(lambda: pods_by_gpu(scrape(app)) == expected)
+        wait_for(lambda: pods_by_gpu(scrape(app), "DCGM_FI_DEV_FB_USED") == on_instances)
         families = scrape(app)
         assert pods_by_gpu(families) == expected
+        assert pods_by_gpu(families, "DCGM_FI_DEV_FB_USED") == on_instances
         temps = families["DCGM_FI_DEV_GPU_TEMP"].samples
         assert all(s.labels["DCGM_FI_DRIVER_VERSION"] == "580.95.05" for s in temps)
         alloc = {s.labels["resource"]: s.value for s in families["gpufed_kubelet_allocatable_gpus"].samples}

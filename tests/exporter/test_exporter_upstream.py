@@ -95,7 +95,7 @@ def _registry(collection: Collection, mode: naming.DcgmNames, links: str):  # ty
 
 
 def test_default_families_include_the_per_gpu_nvlink_totals() -> None:
-    assert select_families() == {"core", "ecc", "xid", "health", "hami", "nvlink_gpu"}
+    assert select_families() == {"core", "ecc", "xid", "health", "hami", "nvlink_gpu", "gpm"}
 
 
 def _defines(path: str) -> dict[str, str]:
