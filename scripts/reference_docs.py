@@ -22,6 +22,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's packages, whatever the virtualenv installed
 OUT = ROOT / "docs" / "reference"
 RULES = ROOT / "federation" / "rules"
 
