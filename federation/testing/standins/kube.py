@@ -1,6 +1,6 @@
 """A small Kubernetes API stand-in for list + watch, where kmock cannot serve a case.
 
-kmock (the first choice, used in tests/discovery/test_kubernetes_kmock.py) lists and
+kmock (the first choice, used in tests/sharder/sources/test_kubernetes_kmock.py) lists and
 watches objects, but answers every list with resourceVersion "...", ignores label
 selectors, never closes a watch (no timeoutSeconds), sends no bookmarks and never
 answers 410 Gone. This fake does exactly those, the way the API server documents them:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from discovery.helpers import RecordingSink
 from sharder.sources.file import FileSource
+from tests.sharder.sources.helpers import RecordingSink
 
 GOOD = """
 defaults: {exporters: {gpu: 9400}}

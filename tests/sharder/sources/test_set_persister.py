@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from discovery.helpers import target
 from sharder.live.persisting import SetPersister
 from sharder.model.inventory import Target
+from tests.sharder.sources.helpers import target
 
 
 class DeltaStore:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from discovery.helpers import fleet, make_spec
 from sharder.engine import planning
 from sharder.engine.assigning import assign
 from sharder.engine.incremental import IncrementalAssigner
+from tests.sharder.sources.helpers import fleet, make_spec
 
 
 @settings(max_examples=40, deadline=None)

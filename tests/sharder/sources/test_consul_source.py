@@ -10,7 +10,6 @@ import pytest
 from conftest import wait_for
 from prometheus_client import CollectorRegistry
 
-from discovery.helpers import FakeClock, RecordingSink, make_spec
 from exporter.consul_registry import ConsulAgentRegistry
 from exporter.registration import service_definition
 from federation.testing.standins.consul.agent import FakeConsulAgent
@@ -26,6 +25,7 @@ from sharder.sources.consul import (
     target_document,
 )
 from sharder.sources.discovery_metrics import DiscoveryMetrics
+from tests.sharder.sources.helpers import FakeClock, RecordingSink, make_spec
 
 
 @pytest.fixture

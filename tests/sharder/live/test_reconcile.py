@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from discovery.helpers import FakeClock, fleet, make_spec, target
 from sharder.engine.assigning import assign
 from sharder.engine.assignment import Assignment
 from sharder.engine.planning import Plan
@@ -14,6 +13,7 @@ from sharder.engine.targetsets import placement_delta
 from sharder.live.reconcile import Reconciler
 from sharder.sources.discovery_metrics import DiscoveryMetrics
 from sharder.sources.lastknown import LastKnownFile
+from tests.sharder.sources.helpers import FakeClock, fleet, make_spec, target
 
 
 def make(clock: FakeClock, **kw: object) -> tuple[Reconciler, list[tuple[Assignment, Plan]]]:

@@ -22,7 +22,7 @@ from sharder.model.inventory import Target
 from sharder.model.loading import parse_inventory, parse_model
 from sharder.model.spec import FederationSpec, shard_id
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 REGIONS = ["r-a", "r-b", "r-c"]
 ALGORITHMS = sorted(STRATEGIES)
 FAST = settings(max_examples=40, deadline=None)

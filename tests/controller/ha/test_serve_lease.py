@@ -23,8 +23,8 @@ from federation.controller.ha.lease import ADDRESS_ANNOTATION, LeaseElector
 from federation.controller.http.service import ServeSettings, SettingsError, build_elector
 from federation.spec import load_gpufed_spec
 from federation.testing.harnesses.replicas import ReplicaSet, Standin, write_fleet
+from tests.controller.ha.test_lease import LEASES, LeaseStore
 from tests.controller.harness import TOKEN, write_spec
-from tests.controller.test_lease import LEASES, LeaseStore
 
 STORE = "consul://127.0.0.1:1/gpufed"
 

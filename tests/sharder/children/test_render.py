@@ -1,6 +1,6 @@
 """Child config rendering: golden trees checked by the real promtool, plus unit checks.
 
-Regenerate the golden trees with ``GPUFED_REGEN_GOLDEN=1 pytest tests/sharder/test_render.py``
+Regenerate the golden trees with ``GPUFED_REGEN_GOLDEN=1 pytest tests/sharder/children/test_render.py``
 and review the diff; without the flag a mismatch fails and nothing is written.
 """
 
@@ -25,7 +25,7 @@ from sharder.model.inventory import Target
 from sharder.model.spec import FederationSpec, PrometheusSpec
 from tests.conftest import stack_tool
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 REGEN = os.environ.get("GPUFED_REGEN_GOLDEN") == "1"
 
 Case = tuple[FederationSpec, list[Target], Assignment]

@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from discovery.helpers import FakeClock, make_spec, target
 from sharder.live.reconcile import Reconciler
+from tests.sharder.sources.helpers import FakeClock, make_spec, target
 
 SOURCES = ("file", "consul", "registry")
 """Two whole-set sources and one delta source, so precedence and grace both matter."""

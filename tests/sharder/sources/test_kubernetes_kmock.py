@@ -16,10 +16,10 @@ import kmock as kmock_lib
 import kubernetes
 import pytest
 
-from discovery.helpers import FakeClock, RecordingSink, make_spec
-from discovery.k8s_objects import endpoint, endpoint_slice, node
 from sharder.live.reconcile import Reconciler
 from sharder.sources.kubernetes import KubernetesConfig, KubernetesSource
+from tests.sharder.sources.helpers import FakeClock, RecordingSink, make_spec
+from tests.sharder.sources.k8s_objects import endpoint, endpoint_slice, node
 
 SLICES = kmock_lib.resource("discovery.k8s.io", "v1", "endpointslices")
 NODES = kmock_lib.resource("", "v1", "nodes")

@@ -18,7 +18,7 @@ from federation.testing.harnesses.polling import serve_port
 from tests.controller.harness import TOKEN
 from tests.webconfig.pki import Pki
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _client(pki: Pki, *, with_cert: bool) -> httpx.Client:

@@ -13,13 +13,13 @@ import pytest
 import typer
 import yaml
 
-from discovery.helpers import RecordingSink
-from discovery.k8s_objects import endpoint, endpoint_slice, node
 from federation.commands import serve
 from federation.spec import load_gpufed_spec
 from federation.testing.standins.kube import FakeKubeAPI
 from sharder.live.merging import MergedSources
 from sharder.sources.kubernetes import SKIPPED_LIMIT, KubernetesConfig, KubernetesSource
+from tests.sharder.sources.helpers import RecordingSink
+from tests.sharder.sources.k8s_objects import endpoint, endpoint_slice, node
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ kmock serves GET, POST (409 on an existing name), DELETE and LIST of ConfigMaps 
 official client. What it lacks is scripted here the way ``test_lease`` scripts it for
 Leases: a resourceVersion stamped on every write and PUT answering 409 ``Conflict`` when
 the body's resourceVersion is not the stored one. The same store then passes the core of
-the contract (tests/controller/test_store_contract.py runs all of it on
+the contract (tests/controller/stores/test_store_contract.py runs all of it on
 federation/testing/standins/kube.py).
 """
 

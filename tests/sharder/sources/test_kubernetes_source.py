@@ -13,12 +13,12 @@ import kubernetes
 import pytest
 from conftest import wait_for
 
-from discovery.helpers import FakeClock, RecordingSink, make_spec
-from discovery.k8s_objects import endpoint, endpoint_slice, node, pod
 from federation.testing.standins.kube import FakeKubeAPI
 from sharder.live.reconcile import Reconciler
 from sharder.sources.base import Backoff
 from sharder.sources.kubernetes import KubernetesConfig, KubernetesSource
+from tests.sharder.sources.helpers import FakeClock, RecordingSink, make_spec
+from tests.sharder.sources.k8s_objects import endpoint, endpoint_slice, node, pod
 
 
 @pytest.fixture

@@ -10,13 +10,13 @@ import pytest
 import typer
 
 from alertmanager.models import DEFAULT_INHIBIT_RULES
-from discovery.helpers import RecordingSink
-from discovery.k8s_objects import endpoint, endpoint_slice, node
-from discovery.test_kubernetes_kmock import NODES, SLICES
 from federation.commands import serve
 from federation.spec import GpufedSpec
 from sharder.model.loading import parse_model
 from sharder.sources.kubernetes import KubernetesConfig, KubernetesSource
+from tests.sharder.sources.helpers import RecordingSink
+from tests.sharder.sources.k8s_objects import endpoint, endpoint_slice, node
+from tests.sharder.sources.test_kubernetes_kmock import NODES, SLICES
 
 SPEC = parse_model(GpufedSpec, {
     "cluster": "c", "regions": [{"name": "r1"}],
