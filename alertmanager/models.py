@@ -13,12 +13,19 @@ region names) live in ``check_regions`` so this package never imports ``federati
       routes: [{region: cn-beijing, robot: bj-oncall, critical: [sre]}]
       unrouted_critical: all-regions      # or a receiver name
       watchdog: {receiver: deadman}       # a webhook receiver, never a robot
+      severity_routes: {critical: [wecom-oncall, sms], warning: [ops-mail]}   # beside the robots
+      info_digest: {period: 7d}           # the relay batches info alerts: one message a week
+
+Channels (docs/alerting.md): a receiver may hold DingTalk robots (through the relay),
+webhooks (an SMS gateway adapter is one), e-mail and WeCom (Alertmanager's
+``wechat_configs``; its secret only as a file, so Alertmanager 0.31 or later).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -212,13 +219,88 @@ class EmailSpec(StrictModel):
         return None if value is None else _no_env_ref(value, "email settings")
 
 
+WECOM_API_URL = "https://qyapi.weixin.qq.com/cgi-bin/"
+#: Alertmanager reads ``api_secret_file`` from 0.31.0 on (CHANGELOG 0.31.0, #4734); 0.28.1's
+#: amtool refuses the field ("field api_secret_file not found").
+WECOM_SECRET_FILE_SINCE = prometheus_versions.Release(0, 31)
+
+
+class WeComSpec(StrictModel):
+    """A WeCom (WeChat Work) application message: Alertmanager's ``wechat_configs``.
+
+    Alertmanager fetches a token (``GET <api_url>gettoken?corpid=&corpsecret=``) and posts
+    to ``<api_url>message/send``. The application secret is only ever a file Alertmanager
+    reads (``api_secret_file``), never a value in the rendered config.
+    """
+
+    corp_id: str = Field(min_length=1)
+    agent_id: str = Field(description="the application's AgentId, digits")
+    api_secret_file: str = Field(description="absolute path of a file holding the application secret")
+    to_user: str | None = Field(default=None, description="user ids joined by '|', or @all")
+    to_party: str | None = Field(default=None, description="department ids joined by '|'")
+    to_tag: str | None = Field(default=None, description="tag ids joined by '|'")
+    api_url: str = WECOM_API_URL
+    message_type: Literal["text", "markdown"] = "text"
+    send_resolved: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_inline_secret(cls, data: object) -> object:
+        if isinstance(data, dict) and ("api_secret" in data or "secret" in data):
+            key = "api_secret" if "api_secret" in data else "secret"
+            raise ValueError(
+                f"{key}: WeCom secrets are files only; write api_secret_file: /path/to/secret"
+                " (mounted into every Alertmanager replica)"
+            )
+        return data
+
+    @field_validator("agent_id", mode="before")
+    @classmethod
+    def _agent_id(cls, value: object) -> str:
+        text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        if not isinstance(text, str) or not text.isdigit():
+            raise ValueError(f"agent_id is the application's AgentId, digits such as 1000002, got {value!r}")
+        return text
+
+    @field_validator("corp_id", "to_user", "to_party", "to_tag")
+    @classmethod
+    def _plain(cls, value: str | None) -> str | None:
+        return None if value is None else _no_env_ref(value, "WeCom settings")
+
+    @field_validator("api_secret_file")
+    @classmethod
+    def _secret_file(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"api_secret_file must be an absolute path, got {value[:64]!r}")
+        return _no_env_ref(value, "api_secret_file")
+
+    @field_validator("api_url")
+    @classmethod
+    def _api_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"api_url must start with http:// or https://, got {value[:64]!r}")
+        if not value.endswith("/"):
+            # Alertmanager appends "gettoken" and "message/send" to the path as is.
+            raise ValueError(f"api_url must end with '/' (such as {WECOM_API_URL}), got {value[:64]!r}")
+        if "?" in value or "#" in value:
+            raise ValueError("api_url takes no query or fragment")
+        return _no_env_ref(value, "api_url")
+
+    @model_validator(mode="after")
+    def _someone(self) -> WeComSpec:
+        if not (self.to_user or self.to_party or self.to_tag):
+            raise ValueError("a WeCom message needs to_user, to_party or to_tag (to_user: '@all' for everyone)")
+        return self
+
+
 class ReceiverSpec(StrictModel):
-    """A pass-through receiver: robots (through the relay), webhooks and e-mail."""
+    """A pass-through receiver: robots (through the relay), webhooks, e-mail and WeCom."""
 
     name: str
     robots: list[str] = Field(default_factory=list)
     webhooks: list[WebhookSpec] = Field(default_factory=list)
     emails: list[EmailSpec] = Field(default_factory=list)
+    wecom: list[WeComSpec] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod
@@ -229,8 +311,8 @@ class ReceiverSpec(StrictModel):
 
     @model_validator(mode="after")
     def _not_empty(self) -> ReceiverSpec:
-        if not (self.robots or self.webhooks or self.emails):
-            raise ValueError(f"receiver {self.name!r} has no robots, webhooks or emails")
+        if not (self.robots or self.webhooks or self.emails or self.wecom):
+            raise ValueError(f"receiver {self.name!r} has no robots, webhooks, emails or wecom")
         return self
 
 
@@ -318,6 +400,62 @@ class WatchdogSpec(Timing):
     repeat_interval: str = "1m"
 
 
+class SeverityRoutesSpec(StrictModel):
+    """Receivers every alert of a severity reaches, whatever its region, beside its robot.
+
+    Rendered as routes with ``continue: true`` ahead of the region routes, one per receiver,
+    so the alert goes on to its region's robot (and that route's receivers) as before.
+    """
+
+    critical: list[str] = Field(default_factory=list)
+    warning: list[str] = Field(default_factory=list)
+    info: list[str] = Field(default_factory=list)
+
+    def of(self, severity: Severity) -> list[str]:
+        return list(getattr(self, severity))
+
+    @model_validator(mode="after")
+    def _once(self) -> SeverityRoutesSpec:
+        for sev in SEVERITIES:
+            names = self.of(sev)
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"{sev} lists receivers {dupes} more than once")
+        return self
+
+
+class InfoDigestSpec(StrictModel):
+    """The relay's digest: ``info`` alerts to a robot are batched into one message a period.
+
+    Periods run from ``anchor`` (a local time in ``alerting.timezone``; 2024-01-01 was a
+    Monday, so the default sends on Monday mornings) in steps of ``period``.
+    """
+
+    period: str = "7d"
+    anchor: str = Field(default="2024-01-01T09:00:00", description="ISO local date and time, no offset")
+
+    @field_validator("period")
+    @classmethod
+    def _period(cls, value: str) -> str:
+        if parse_duration(value) < 60:
+            raise ValueError(f"period must be a Prometheus duration of a minute or more, got {value!r}")
+        return value
+
+    @field_validator("anchor")
+    @classmethod
+    def _anchor(cls, value: str) -> str:
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise ValueError(f"anchor is an ISO date and time such as 2024-01-01T09:00:00, got {value!r}") from exc
+        if parsed.tzinfo is not None:
+            raise ValueError("anchor is a local time (alerting.timezone applies); drop the offset")
+        return value
+
+    def period_seconds(self) -> float:
+        return parse_duration(self.period)
+
+
 #: ``unrouted_critical`` value: page every region's critical receivers (and the default one).
 ALL_REGIONS = "all-regions"
 UNROUTED_CRITICAL_RECEIVER = "unrouted-critical"
@@ -374,6 +512,12 @@ class AlertingSpec(StrictModel):
                     " or the name of one receiver",
     )
     watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
+    severity_routes: SeverityRoutesSpec = Field(
+        default_factory=SeverityRoutesSpec,
+        description="receivers each severity reaches in every region, beside the region's robot",
+    )
+    info_digest: InfoDigestSpec | None = Field(
+        default=None, description="the relay sends info alerts as one digest a period per robot")
     default_inhibit_rules: bool = True
     inhibit_rules: list[InhibitRuleSpec] = Field(default_factory=list)
 
@@ -445,6 +589,7 @@ class AlertingSpec(StrictModel):
         for where, name, known, kind in self._references():
             if name not in known:
                 raise ValueError(f"{where} names unknown {kind} {name!r} (known: {sorted(known)})")
+        self._check_severity_routes()
         if self.watchdog.receiver is not None and self.receiver(self.watchdog.receiver).robots:
             raise ValueError(
                 f"watchdog.receiver {self.watchdog.receiver!r} posts to DingTalk robots"
@@ -453,6 +598,26 @@ class AlertingSpec(StrictModel):
                 " minute; use a receiver with only webhooks (a dead man's switch) or emails"
             )
         return self
+
+    def _check_severity_routes(self) -> None:
+        """A receiver a severity route reaches must not also be reached by the route that
+        follows (``continue: true``): Alertmanager would notify it twice."""
+        for sev in SEVERITIES:
+            later = {self.default_receiver} | {n for r in self.routes for n in r.extra(sev)}
+            if sev == "critical":
+                later |= set() if self.unrouted_critical == ALL_REGIONS else {self.unrouted_critical}
+                if self.unrouted_critical == ALL_REGIONS:
+                    later |= {n for r in self.routes for n in r.critical}
+            twice = sorted(set(self.severity_routes.of(sev)) & later)
+            if twice:
+                raise ValueError(
+                    f"severity_routes.{sev} names {twice}, which the region routes, default_receiver or"
+                    " unrouted_critical reach too: every such alert would be sent to it twice. List it"
+                    " in one place"
+                )
+
+    def wecom_receivers(self) -> list[str]:
+        return [r.name for r in self.receivers if r.wecom]
 
     def _references(self) -> list[tuple[str, str, set[str], str]]:
         """(field, name, names it may take, kind) for every cross-reference in the section."""
@@ -471,6 +636,9 @@ class AlertingSpec(StrictModel):
             refs.append((f"routes[{i}].robot", route.robot, robots, "robot"))
             for sev in SEVERITIES:
                 refs += [(f"routes[{i}].{sev}", name, receivers, "receiver") for name in route.extra(sev)]
+        for sev in SEVERITIES:
+            refs += [(f"severity_routes.{sev}", name, receivers, "receiver")
+                     for name in self.severity_routes.of(sev)]
         for sev in SEVERITIES:
             timing: SeverityTiming = getattr(self.severities, sev)
             names = timing.active_time_intervals + timing.mute_time_intervals
@@ -496,6 +664,20 @@ def check_regions(alerting: AlertingSpec, regions: Sequence[str]) -> None:
                 field=f"alerting.routes[{i}].region",
                 value=route.region,
             )
+
+
+def check_release(alerting: AlertingSpec, release: prometheus_versions.Release) -> None:
+    """WeCom receivers need a release that reads the secret from a file (0.31 or later)."""
+    wecom = alerting.wecom_receivers()
+    if wecom and release < WECOM_SECRET_FILE_SINCE:
+        since = WECOM_SECRET_FILE_SINCE
+        raise AlertingError(
+            f"WeCom receivers {wecom} read their secret from api_secret_file, which Alertmanager"
+            f" reads from {since.major}.{since.minor} on; set alertmanager.version to"
+            f" '{since.major}.{since.minor}' or later (gpufed never writes the secret into the config)",
+            field="alertmanager.version",
+            value=str(release),
+        )
 
 
 class AlertmanagerReleaseSpec(StrictModel):
