@@ -289,7 +289,8 @@ class WeComSpec(StrictModel):
     @model_validator(mode="after")
     def _someone(self) -> WeComSpec:
         if not (self.to_user or self.to_party or self.to_tag):
-            raise ValueError("a WeCom message needs to_user, to_party or to_tag (to_user: '@all' for everyone)")
+            raise ValueError(
+                "a WeCom message needs to_user, to_party or to_tag (to_user: '@all' for everyone)")
         return self
 
 
@@ -437,8 +438,8 @@ class InfoDigestSpec(StrictModel):
     @field_validator("period")
     @classmethod
     def _period(cls, value: str) -> str:
-        if parse_duration(value) < 60:
-            raise ValueError(f"period must be a Prometheus duration of a minute or more, got {value!r}")
+        if not 60 <= parse_duration(value) <= 366 * 86400:
+            raise ValueError(f"period must be a Prometheus duration from a minute to a year, got {value!r}")
         return value
 
     @field_validator("anchor")
@@ -447,7 +448,8 @@ class InfoDigestSpec(StrictModel):
         try:
             parsed = datetime.fromisoformat(value)
         except ValueError as exc:
-            raise ValueError(f"anchor is an ISO date and time such as 2024-01-01T09:00:00, got {value!r}") from exc
+            raise ValueError(
+                f"anchor is an ISO date and time such as 2024-01-01T09:00:00, got {value!r}") from exc
         if parsed.tzinfo is not None:
             raise ValueError("anchor is a local time (alerting.timezone applies); drop the offset")
         return value

@@ -133,7 +133,7 @@ class DigestConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    period: Annotated[float, BeforeValidator(parse_duration), Field(ge=60)] = 7 * 86400.0
+    period: Annotated[float, BeforeValidator(parse_duration), Field(ge=60, le=366 * 86400)] = 7 * 86400.0
     anchor: str = "2024-01-01T09:00:00"
     # How often the relay looks for a period that ended; a digest is at most this late.
     check_every: Annotated[float, BeforeValidator(parse_duration), Field(ge=1)] = 60.0
@@ -144,7 +144,8 @@ class DigestConfig(BaseModel):
         try:
             parsed = datetime.fromisoformat(value)
         except ValueError as exc:
-            raise ValueError(f"anchor is a local ISO date and time such as 2024-01-01T09:00:00: {exc}") from None
+            raise ValueError(
+                f"anchor is a local ISO date and time such as 2024-01-01T09:00:00: {exc}") from None
         if parsed.tzinfo is not None:
             raise ValueError("anchor is a local time in the relay's timezone; drop the offset")
         if not 1971 <= parsed.year < 9000:

@@ -172,7 +172,8 @@ class Digests:
                 key, alertname, where, summary, firing, starts, ends, episodes = row
                 if not all(isinstance(v, str) for v in (key, alertname, where, summary)):
                     raise ValueError("a digest row's fingerprint, alertname, where and summary are strings")
-                if not isinstance(firing, bool) or not isinstance(episodes, int) or isinstance(episodes, bool):
+                counted = isinstance(episodes, int) and not isinstance(episodes, bool)
+                if not isinstance(firing, bool) or not counted:
                     raise ValueError("a digest row's firing is a boolean and episodes an integer")
                 batch.entries[key] = Entry(alertname=alertname, where=where, summary=summary, firing=firing,
                                            starts_at=_number(starts),
@@ -202,11 +203,13 @@ def render_digest(robot: RobotConfig, batch: Batch, *, period: float, zone: str,
         update={"mobiles": [], "user_ids": [], "all_on_critical": False})})
     lines: list[str] = []
     for entry in entries:
-        state = "firing" if entry.firing else (f"resolved {when(entry.ends_at)}" if entry.ends_at else "resolved")
-        times = f" ×{entry.episodes}" if entry.episodes > 1 else ""
+        ended = f"resolved {when(entry.ends_at)}" if entry.ends_at else "resolved"
+        state = "firing" if entry.firing else ended
+        times = f" ({entry.episodes} times)" if entry.episodes > 1 else ""
         where = f" {entry.where}" if entry.where else ""
         summary = f": {entry.summary}" if entry.summary else ""
-        lines.append(f"- **{entry.alertname}**{times}{where}{summary} (since {when(entry.starts_at)}, {state})")
+        since = when(entry.starts_at)
+        lines.append(f"- **{entry.alertname}**{times}{where}{summary} (since {since}, {state})")
 
     def part(shown: int) -> Part:
         more = total - shown
