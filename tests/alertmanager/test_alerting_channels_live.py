@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -81,11 +82,13 @@ class Stack:
         httpx.post(f"{self.url}/api/v2/alerts", json=[alert], timeout=10).raise_for_status()
 
 
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
+@contextmanager
+def running(tmp_path: Path, *, wecom_secret: str) -> Iterator[Stack]:
+    """The stand-ins, the relay and Alertmanager 0.33.1 on the rendered config; the WeCom
+    secret file holds ``wecom_secret``."""
     secrets = tmp_path / "secrets"
     secrets.mkdir()
-    (secrets / "wecom").write_text(WECOM_SECRET + "\n")  # Alertmanager trims the file's whitespace
+    (secrets / "wecom").write_text(wecom_secret + "\n")  # Alertmanager trims the file's whitespace
     (secrets / "sms").write_text(SMS_TOKEN)
     with FakeWeCom() as wecom, FakeSmsGateway(token=SMS_TOKEN) as sms, FakeDingTalk() as dingtalk:
         wecom.add_app(CORP, secret=WECOM_SECRET, agent_id=AGENT)
@@ -120,6 +123,12 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
                 stop_process(proc)
 
 
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    with running(tmp_path, wecom_secret=WECOM_SECRET) as started:
+        yield started
+
+
 def test_a_critical_alert_reaches_wecom_sms_and_dingtalk(stack: Stack) -> None:
     stack.post(gpu_alert(region=REGION, node="live-n001", cluster="live", alertname="GPUFellOffBus"))
     wait_for(lambda: bool(stack.wecom.messages(CORP) and stack.sms.payloads()
@@ -148,3 +157,14 @@ def test_a_warning_reaches_dingtalk_only(stack: Stack) -> None:
     pages = [m["text"]["content"] for m in stack.wecom.messages(CORP)] + stack.sms.texts
     assert pages and all("GPUHot" not in page for page in pages)
     assert any("GPUHot" in m["markdown"]["text"] for m in stack.dingtalk.messages(TOKEN))
+
+
+def test_the_secret_comes_from_the_file(tmp_path: Path) -> None:
+    """The file holds another secret: WeCom refuses the token (40001), nothing reaches it,
+    and the SMS page still goes out."""
+    with running(tmp_path, wecom_secret="not-the-app-secret") as stack:
+        stack.post(gpu_alert(region=REGION, node="live-n004", cluster="live", alertname="GPUFellOffBus"))
+        wait_for(lambda: bool(stack.wecom.apps[CORP].rejected and stack.sms.payloads()),
+                 what="WeCom refusing the secret, SMS delivered")
+        assert stack.wecom.apps[CORP].rejected[0] == (40001, "invalid credential")
+        assert stack.wecom.messages(CORP) == []

@@ -10,9 +10,9 @@ access_token" and "发送应用消息"):
   ``{"touser", "toparty", "totag", "msgtype", "agentid", "text"|"markdown": {"content"}, "safe"}``
   answers ``{"errcode": 0, "errmsg": "ok", "invaliduser": "", ...}``; no token is 41001, an
   unknown one 40014, an expired one 42001 (``expire_tokens``), an agent id other than the
-  application's 40056, a msgtype other than text/markdown 40008, empty content 44004 and
-  a body that is not a JSON object 47001. Recipients are recorded, not checked: tests
-  assert the ``touser``/``toparty``/``totag`` they expect.
+  application's 40056, a msgtype other than text/markdown 40008, empty content 44004, no
+  recipient at all (``touser``, ``toparty`` and ``totag`` empty) 82001, and a body that is
+  not a JSON object 40058 (WeCom's "parameter not as the API requires").
 
 WeCom answers HTTP 200 with an ``errcode`` in every case above, and so does this. Each
 accepted message is recorded (``messages``), each refusal too (``rejected``). A real
@@ -109,9 +109,9 @@ class FakeWeCom:
         try:
             message = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError):
-            return self._reject(app, 47001, "data format error")
+            return self._reject(app, 40058, "invalid parameter, Warning: wrong json format.")
         if not isinstance(message, dict):
-            return self._reject(app, 47001, "data format error")
+            return self._reject(app, 40058, "invalid parameter")
         if str(message.get("agentid", "")) != app.agent_id:
             return self._reject(app, 40056, "invalid agentid")
         kind = message.get("msgtype")
@@ -120,6 +120,8 @@ class FakeWeCom:
         content = (message.get(kind) or {}).get("content", "") if isinstance(message.get(kind), dict) else ""
         if not content:
             return self._reject(app, 44004, "empty content")
+        if not any(message.get(key) for key in ("touser", "toparty", "totag")):
+            return self._reject(app, 82001, "touser, toparty and totag are all empty")
         app.messages.append(message)
         return {"errcode": 0, "errmsg": "ok", "invaliduser": "", "invalidparty": "", "invalidtag": "",
                 "msgid": secrets.token_hex(8)}
