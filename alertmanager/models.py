@@ -617,6 +617,18 @@ class AlertingSpec(StrictModel):
                     " unrouted_critical reach too: every such alert would be sent to it twice. List it"
                     " in one place"
                 )
+            # Every alert already reaches its region's robot (or the default receiver's).
+            robots = {r.robot for r in self.routes} | set(self.receiver(self.default_receiver).robots)
+            for name in self.severity_routes.of(sev):
+                again = sorted(set(self.receiver(name).robots) & robots)
+                if again:
+                    raise ValueError(
+                        f"severity_routes.{sev}: receiver {name!r} posts to robots {again}, which every"
+                        " alert already reaches through its region route or default_receiver: DingTalk"
+                        " would show it twice. Route robots with alerting.routes"
+                    )
+        if self.info_digest is not None and not self.robots:
+            raise ValueError("info_digest is the DingTalk relay's: it needs alerting.robots")
 
     def wecom_receivers(self) -> list[str]:
         return [r.name for r in self.receivers if r.wecom]

@@ -39,7 +39,8 @@ class RelayMetrics:
         self.webhook_seconds = Histogram("gpufed_dingtalk_webhook_seconds", "Webhook handling time.",
                                          ["robot"], registry=registry)
         self.digest_alerts = Counter("gpufed_dingtalk_digest_alerts",
-                                     "Info alerts taken into a robot's digest batch instead of sent.",
+                                     "Info alerts (HA copies and repeats included) taken into a robot's"
+                                     " digest batch instead of sent.",
                                      ["robot"], registry=registry)
         self.digests_sent = Counter("gpufed_dingtalk_digests_sent", "Digest messages DingTalk accepted.",
                                     ["robot"], registry=registry)

@@ -204,6 +204,11 @@ def _wecom(alerting: dict[str, Any]) -> dict[str, Any]:
     (lambda a: a["severity_routes"].update(warning=["sre"]), "alerting",
      "reach too: every such alert would be sent to it twice"),
     (lambda a: a["routes"][0].update(critical=["sms"]), "alerting", "severity_routes.critical names ['sms']"),
+    (lambda a: a["receivers"].append({"name": "bj-again", "robots": ["bj-oncall"]})
+     or a["severity_routes"].update(critical=["bj-again"]),
+     "alerting", "posts to robots ['bj-oncall'], which every alert already reaches"),
+    (lambda a: a.update(robots=[], routes=[], receivers=a["receivers"][1:], default_receiver="ops-mail",
+                        severity_routes={}), "alerting", "info_digest is the DingTalk relay's"),
     (lambda a: a.update(info_digest={"period": "30s"}), "alerting.info_digest.period",
      "from a minute to a year"),
     (lambda a: a.update(info_digest={"anchor": "2024-01-01T09:00:00+08:00"}), "alerting.info_digest.anchor",
