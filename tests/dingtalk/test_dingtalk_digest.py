@@ -244,3 +244,22 @@ def test_a_malformed_digest_in_the_memory_file_starts_empty(tmp_path: Path) -> N
             "gpufed_dingtalk_memory_errors_total", {"op": "load"}) == 1.0
 
     run(api, clock, scenario, data_dir=tmp_path)
+
+
+def test_a_later_episode_counts_and_a_late_copy_changes_nothing() -> None:
+    api, clock = DingTalk(), FakeClock(MONDAY + DAY)
+
+    async def scenario(client: httpx.AsyncClient, app: FastAPI) -> None:
+        first = info(1, startsAt="2024-05-07T01:00:00Z")
+        assert await post(client, [first]) == "digested"
+        ended = {**first, "status": "resolved", "endsAt": "2024-05-07T02:00:00Z"}
+        assert await post(client, [ended]) == "digested"
+        assert await post(client, [first]) == "digested"  # a replica's late FIRING: older news
+        assert await post(client, [info(1, startsAt="2024-05-08T01:00:00Z")]) == "digested"
+        clock.now = MONDAY + WEEK
+        assert await flush_digests(app.state.relay) == 1
+
+    run(api, clock, scenario)
+    [text] = api.digests()
+    assert "**GPUIdle1** (2 times)" in text and "1 still firing, 0 resolved" in text
+    assert "since 2024-05-08 09:00, firing" in text
