@@ -21,6 +21,7 @@ memory file, so a restart in mid-week keeps them. Time is the relay's injected c
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -217,10 +218,19 @@ def render_digest(robot: RobotConfig, batch: Batch, *, period: float, zone: str,
         text = "\n".join([head, "", *lines[:shown], *tail])
         return finish(quiet, title=title, text=text, alerts=[])
 
-    shown = len(lines)
+    # Each line costs its JSON-escaped bytes and a newline; keep the longest prefix that
+    # fits beside the head, the "+N more" line and the keyword, then confirm for real.
+    budget = limit - part(0).size() - 32
+    shown = used = 0
+    for line in lines:
+        cost = len(json.dumps(line, ensure_ascii=False).encode()) - 1
+        if used + cost > budget:
+            break
+        used += cost
+        shown += 1
     message = part(shown)
     while message.size() > limit and shown > 0:
-        shown = max(0, shown - max(1, (message.size() - limit) // 80))
+        shown -= 1
         message = part(shown)
     return replace(message, alerts=total)
 

@@ -216,8 +216,11 @@ def test_a_big_batch_stays_under_the_limit_and_counts_the_rest() -> None:
     [message] = [m for m in api.sent if m["markdown"]["title"].startswith("[DIGEST")]
     size = len(json.dumps(message, ensure_ascii=False).encode())
     assert size <= config().max_message_bytes
-    assert f"[DIGEST] {digest.MAX_ENTRIES + 7} info alert(s)" in message["markdown"]["text"]
-    assert "more)" in message["markdown"]["text"]
+    text = message["markdown"]["text"]
+    assert f"[DIGEST] {digest.MAX_ENTRIES + 7} info alert(s)" in text
+    listed = text.count("- **GPUIdle")
+    assert listed >= 40, listed  # as many as fit, not a handful
+    assert f"- (+{digest.MAX_ENTRIES + 7 - listed} more)" in text
 
 
 @pytest.mark.parametrize(("field", "value", "words"), [
