@@ -64,7 +64,8 @@ def measure(alerts: int, *, digest_robots: int = 0) -> dict[str, float]:
         load = time.perf_counter() - began
         size = memory.memory_path(data_dir).stat().st_size
     return {"alerts": alerts, "digest_robots": digest_robots,
-            "snapshot_ms": round(statistics.median(snaps) * 1000, 1), "save_ms": round(statistics.median(saves) * 1000, 1), "load_ms": round(load * 1000, 1),
+            "snapshot_ms": round(statistics.median(snaps) * 1000, 1),
+            "save_ms": round(statistics.median(saves) * 1000, 1), "load_ms": round(load * 1000, 1),
             "file_bytes": size}
 
 
