@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from alertmanager import ha
+from alertmanager.channels import WeComSpec
 from alertmanager.models import (
     ALL_REGIONS,
     SEVERITIES,
@@ -45,7 +46,6 @@ from alertmanager.models import (
     Severity,
     SeverityTiming,
     Timing,
-    WeComSpec,
     check_regions,
     region_receiver,
     severity_receiver,

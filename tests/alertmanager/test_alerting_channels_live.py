@@ -22,6 +22,7 @@ import pytest
 from conftest import stack_tool, stop_process
 from conftest import wait_for as shared_wait_for
 
+from alertmanager.channels import WeComSpec
 from alertmanager.dingtalk.app import create_app
 from alertmanager.dingtalk.config import load_config
 from alertmanager.models import (
@@ -34,7 +35,6 @@ from alertmanager.models import (
     SeverityTimings,
     Timing,
     WebhookSpec,
-    WeComSpec,
 )
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
 from federation.demo.loopback import listening_socket
