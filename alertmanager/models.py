@@ -18,7 +18,8 @@ region names) live in ``check_regions`` so this package never imports ``federati
 
 Channels (docs/alerting.md): a receiver may hold DingTalk robots (through the relay),
 webhooks (an SMS gateway adapter is one), e-mail and WeCom (Alertmanager's
-``wechat_configs``; its secret only as a file, so Alertmanager 0.31 or later).
+``wechat_configs``; its secret only as a file, so Alertmanager 0.31 or later). The WeCom
+and digest models live in ``alertmanager.channels``.
 """
 
 from __future__ import annotations
