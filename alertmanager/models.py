@@ -13,6 +13,13 @@ region names) live in ``check_regions`` so this package never imports ``federati
       routes: [{region: cn-beijing, robot: bj-oncall, critical: [sre]}]
       unrouted_critical: all-regions      # or a receiver name
       watchdog: {receiver: deadman}       # a webhook receiver, never a robot
+      severity_routes: {critical: [wecom-oncall, sms], warning: [ops-mail]}   # beside the robots
+      info_digest: {period: 7d}           # the relay batches info alerts: one message a week
+
+Channels (docs/alerting.md): a receiver may hold DingTalk robots (through the relay),
+webhooks (an SMS gateway adapter is one), e-mail and WeCom (Alertmanager's
+``wechat_configs``; its secret only as a file, so Alertmanager 0.31 or later). The WeCom
+and digest models live in ``alertmanager.channels``.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from alertmanager.channels import WECOM_SECRET_FILE_SINCE, InfoDigestSpec, WeComSpec
+from alertmanager.channels import no_env_ref as _no_env_ref
 from alertmanager.errors import AlertingError
 from sharder.kernel import prometheus_versions, secrets
 from sharder.kernel.models import LABEL_NAME_RE, NAME_RE, StrictModel, parse_duration
@@ -38,7 +47,6 @@ RECEIVER_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 HHMM_RE = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$|^24:00$")
 _DAY = "(monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
 WEEKDAYS_RE = re.compile(rf"^{_DAY}(:{_DAY})?$")
-ENV_REF = "${"
 
 
 def _positive_duration(value: str) -> str:
@@ -52,13 +60,6 @@ def _zone(value: str) -> str:
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise ValueError(f"unknown time zone {value!r} (example: Asia/Shanghai)") from exc
-    return value
-
-
-def _no_env_ref(value: str, what: str) -> str:
-    # Alertmanager reads its file verbatim: a ${VAR} here would be sent as is.
-    if ENV_REF in value:
-        raise ValueError(f"{what} cannot hold ${{ENV}} references: Alertmanager does not expand them")
     return value
 
 
@@ -213,12 +214,13 @@ class EmailSpec(StrictModel):
 
 
 class ReceiverSpec(StrictModel):
-    """A pass-through receiver: robots (through the relay), webhooks and e-mail."""
+    """A pass-through receiver: robots (through the relay), webhooks, e-mail and WeCom."""
 
     name: str
     robots: list[str] = Field(default_factory=list)
     webhooks: list[WebhookSpec] = Field(default_factory=list)
     emails: list[EmailSpec] = Field(default_factory=list)
+    wecom: list[WeComSpec] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod
@@ -229,8 +231,8 @@ class ReceiverSpec(StrictModel):
 
     @model_validator(mode="after")
     def _not_empty(self) -> ReceiverSpec:
-        if not (self.robots or self.webhooks or self.emails):
-            raise ValueError(f"receiver {self.name!r} has no robots, webhooks or emails")
+        if not (self.robots or self.webhooks or self.emails or self.wecom):
+            raise ValueError(f"receiver {self.name!r} has no robots, webhooks, emails or wecom")
         return self
 
 
@@ -318,6 +320,30 @@ class WatchdogSpec(Timing):
     repeat_interval: str = "1m"
 
 
+class SeverityRoutesSpec(StrictModel):
+    """Receivers every alert of a severity reaches, whatever its region, beside its robot.
+
+    Rendered as routes with ``continue: true`` ahead of the region routes, one per receiver,
+    so the alert goes on to its region's robot (and that route's receivers) as before.
+    """
+
+    critical: list[str] = Field(default_factory=list)
+    warning: list[str] = Field(default_factory=list)
+    info: list[str] = Field(default_factory=list)
+
+    def of(self, severity: Severity) -> list[str]:
+        return list(getattr(self, severity))
+
+    @model_validator(mode="after")
+    def _once(self) -> SeverityRoutesSpec:
+        for sev in SEVERITIES:
+            names = self.of(sev)
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"{sev} lists receivers {dupes} more than once")
+        return self
+
+
 #: ``unrouted_critical`` value: page every region's critical receivers (and the default one).
 ALL_REGIONS = "all-regions"
 UNROUTED_CRITICAL_RECEIVER = "unrouted-critical"
@@ -374,6 +400,12 @@ class AlertingSpec(StrictModel):
                     " or the name of one receiver",
     )
     watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
+    severity_routes: SeverityRoutesSpec = Field(
+        default_factory=SeverityRoutesSpec,
+        description="receivers each severity reaches in every region, beside the region's robot",
+    )
+    info_digest: InfoDigestSpec | None = Field(
+        default=None, description="the relay sends info alerts as one digest a period per robot")
     default_inhibit_rules: bool = True
     inhibit_rules: list[InhibitRuleSpec] = Field(default_factory=list)
 
@@ -445,6 +477,7 @@ class AlertingSpec(StrictModel):
         for where, name, known, kind in self._references():
             if name not in known:
                 raise ValueError(f"{where} names unknown {kind} {name!r} (known: {sorted(known)})")
+        self._check_severity_routes()
         if self.watchdog.receiver is not None and self.receiver(self.watchdog.receiver).robots:
             raise ValueError(
                 f"watchdog.receiver {self.watchdog.receiver!r} posts to DingTalk robots"
@@ -453,6 +486,38 @@ class AlertingSpec(StrictModel):
                 " minute; use a receiver with only webhooks (a dead man's switch) or emails"
             )
         return self
+
+    def _check_severity_routes(self) -> None:
+        """A receiver a severity route reaches must not also be reached by the route that
+        follows (``continue: true``): Alertmanager would notify it twice."""
+        for sev in SEVERITIES:
+            later = {self.default_receiver} | {n for r in self.routes for n in r.extra(sev)}
+            if sev == "critical":
+                later |= set() if self.unrouted_critical == ALL_REGIONS else {self.unrouted_critical}
+                if self.unrouted_critical == ALL_REGIONS:
+                    later |= {n for r in self.routes for n in r.critical}
+            twice = sorted(set(self.severity_routes.of(sev)) & later)
+            if twice:
+                raise ValueError(
+                    f"severity_routes.{sev} names {twice}, which the region routes, default_receiver or"
+                    " unrouted_critical reach too: every such alert would be sent to it twice. List it"
+                    " in one place"
+                )
+            # Every alert already reaches its region's robot (or the default receiver's).
+            robots = {r.robot for r in self.routes} | set(self.receiver(self.default_receiver).robots)
+            for name in self.severity_routes.of(sev):
+                again = sorted(set(self.receiver(name).robots) & robots)
+                if again:
+                    raise ValueError(
+                        f"severity_routes.{sev}: receiver {name!r} posts to robots {again}, which every"
+                        " alert already reaches through its region route or default_receiver: DingTalk"
+                        " would show it twice. Route robots with alerting.routes"
+                    )
+        if self.info_digest is not None and not self.robots:
+            raise ValueError("info_digest is the DingTalk relay's: it needs alerting.robots")
+
+    def wecom_receivers(self) -> list[str]:
+        return [r.name for r in self.receivers if r.wecom]
 
     def _references(self) -> list[tuple[str, str, set[str], str]]:
         """(field, name, names it may take, kind) for every cross-reference in the section."""
@@ -471,6 +536,9 @@ class AlertingSpec(StrictModel):
             refs.append((f"routes[{i}].robot", route.robot, robots, "robot"))
             for sev in SEVERITIES:
                 refs += [(f"routes[{i}].{sev}", name, receivers, "receiver") for name in route.extra(sev)]
+        for sev in SEVERITIES:
+            refs += [(f"severity_routes.{sev}", name, receivers, "receiver")
+                     for name in self.severity_routes.of(sev)]
         for sev in SEVERITIES:
             timing: SeverityTiming = getattr(self.severities, sev)
             names = timing.active_time_intervals + timing.mute_time_intervals
@@ -496,6 +564,20 @@ def check_regions(alerting: AlertingSpec, regions: Sequence[str]) -> None:
                 field=f"alerting.routes[{i}].region",
                 value=route.region,
             )
+
+
+def check_release(alerting: AlertingSpec, release: prometheus_versions.Release) -> None:
+    """WeCom receivers need a release that reads the secret from a file (0.31 or later)."""
+    wecom = alerting.wecom_receivers()
+    if wecom and release < WECOM_SECRET_FILE_SINCE:
+        since = WECOM_SECRET_FILE_SINCE
+        raise AlertingError(
+            f"WeCom receivers {wecom} read their secret from api_secret_file, which Alertmanager"
+            f" reads from {since.major}.{since.minor} on; set alertmanager.version to"
+            f" '{since.major}.{since.minor}' or later (gpufed never writes the secret into the config)",
+            field="alertmanager.version",
+            value=str(release),
+        )
 
 
 class AlertmanagerReleaseSpec(StrictModel):

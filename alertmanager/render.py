@@ -5,9 +5,13 @@ cluster and region names (this package never imports ``federation``, which impor
 ``render_alerting_bundle`` returns files that ``sharder.kernel.output.write_tree`` puts under the
 output dir. Functions here return plain dicts; dumping happens in ``sharder.kernel.output``.
 
-Routing tree (first match wins, no ``continue``)::
+Routing tree (first match wins; ``continue`` only on the severity channels)::
 
     root (default_receiver, root timing)
+    ├── alertname="Watchdog" -> heartbeat receiver   (first, no continue)
+    ├── severity="critical" -> wecom-oncall  continue  severity_routes: one route per receiver,
+    ├── severity="critical" -> sms           continue  every region; the alert goes on below
+    ├── severity="warning"  -> ops-mail      continue
     ├── region="cn-beijing" -> cn-beijing-dingtalk
     │   ├── severity="critical" -> cn-beijing-critical (robot + extra receivers) | -dingtalk
     │   ├── severity="warning"  -> ...            each child carries its severity's timing
@@ -18,7 +22,9 @@ Routing tree (first match wins, no ``continue``)::
     └── severity=... -> default_receiver          unknown-region alerts keep severity timing
 
 The Watchdog route sits before all of them (alertname="Watchdog" -> heartbeat receiver,
-short repeat), so the dead man's switch never reaches an on-call robot. Every inhibition
+short repeat), so the dead man's switch never reaches an on-call robot. The severity
+channels come next with ``continue: true``: the alert reaches each of them and then its
+region's robot, as if they were not there. Every inhibition
 rule, built-in or user, requires its source to carry each ``equal`` label (``!=""``).
 """
 
@@ -28,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from alertmanager import ha
+from alertmanager.channels import WeComSpec
 from alertmanager.models import (
     ALL_REGIONS,
     SEVERITIES,
@@ -70,12 +77,30 @@ def _timing(timing: Timing) -> dict[str, Any]:
     return out
 
 
+def wechat_config(wecom: WeComSpec) -> dict[str, Any]:
+    """One ``wechat_configs`` entry; the secret is a file Alertmanager reads (0.31+)."""
+    out: dict[str, Any] = {
+        "send_resolved": wecom.send_resolved,
+        "api_url": wecom.api_url,
+        "api_secret_file": wecom.api_secret_file,
+        "corp_id": wecom.corp_id,
+        "agent_id": wecom.agent_id,
+        "message_type": wecom.message_type,
+    }
+    for key in ("to_user", "to_party", "to_tag"):
+        value = getattr(wecom, key)
+        if value:
+            out[key] = value
+    return out
+
+
 def _receiver(
     alerting: AlertingSpec, name: str, *, robots: list[str], passthrough: list[str]
 ) -> dict[str, Any]:
     """One Alertmanager receiver merging robots and pass-through receivers, each URL once."""
     hooks: dict[str, dict[str, Any]] = {}
     emails: list[dict[str, Any]] = []
+    wechats: list[dict[str, Any]] = []
     robot_names = list(robots)
     for extra in passthrough:
         robot_names += alerting.receiver(extra).robots
@@ -97,11 +122,17 @@ def _receiver(
             email = {k: v for k, v in mail.model_dump(by_alias=True).items() if v is not None}
             if email not in emails:
                 emails.append(email)
+        for wecom in spec.wecom:
+            entry = wechat_config(wecom)
+            if entry not in wechats:
+                wechats.append(entry)
     out: dict[str, Any] = {"name": name}
     if hooks:
         out["webhook_configs"] = list(hooks.values())
     if emails:
         out["email_configs"] = emails
+    if wechats:
+        out["wechat_configs"] = wechats
     return out
 
 
@@ -113,6 +144,21 @@ def _severity_routes(alerting: AlertingSpec, receiver_for: dict[Severity, str]) 
             **_timing(getattr(alerting.severities, sev)),
         }
         for sev in SEVERITIES
+    ]
+
+
+def _channel_routes(alerting: AlertingSpec) -> list[dict[str, Any]]:
+    """``severity_routes``: one route per (severity, receiver), each with ``continue: true``
+    so the alert also reaches the routes after it (its region's robot)."""
+    return [
+        {
+            "matchers": [f'severity="{sev}"'],
+            "receiver": name,
+            "continue": True,
+            **_timing(getattr(alerting.severities, sev)),
+        }
+        for sev in SEVERITIES
+        for name in alerting.severity_routes.of(sev)
     ]
 
 
@@ -202,6 +248,7 @@ def render_alertmanager_config(alerting: AlertingSpec) -> dict[str, Any]:
         **_timing(alerting.timing),
         "routes": [
             _watchdog_route(alerting),
+            *_channel_routes(alerting),
             *(_region_route(alerting, r) for r in alerting.routes),
             *_severity_routes(alerting, {**dict.fromkeys(SEVERITIES, default),
                                          "critical": unrouted_critical_receiver(alerting)}),
@@ -230,7 +277,11 @@ def render_relay_config(alerting: AlertingSpec) -> dict[str, Any]:
         if robot.secret is not None:
             entry["secret"] = robot.secret
         robots[robot.name] = entry
-    return {"listen": alerting.relay_listen, "timezone": alerting.timezone, "robots": robots}
+    out: dict[str, Any] = {"listen": alerting.relay_listen, "timezone": alerting.timezone, "robots": robots}
+    if alerting.info_digest is not None:
+        out["digest"] = {"period": f"{alerting.info_digest.period_seconds():g}s",
+                         "anchor": alerting.info_digest.anchor}
+    return out
 
 
 def render_alerting_bundle(alerting: AlertingSpec, *, cluster: str, regions: Sequence[str]) -> Bundle:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
-from alertmanager.models import AlertingSpec, AlertmanagerReleaseSpec, check_regions
+from alertmanager.models import AlertingSpec, AlertmanagerReleaseSpec, check_regions, check_release
 from federation.grafana.models import GrafanaSpec
 from federation.master_spec import MasterSpec
 from logs.models import LogsSpec
@@ -31,6 +31,7 @@ class GpufedSpec(FederationSpec):
     def _alerting_regions(self) -> GpufedSpec:
         if self.alerting is not None:
             check_regions(self.alerting, self.region_names())
+            check_release(self.alerting, self.alertmanager.release())
         return self
 
     @model_validator(mode="after")

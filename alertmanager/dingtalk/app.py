@@ -4,8 +4,11 @@
 injected so tests run against ``httpx.MockTransport`` or the capture server, and one
 ``clock`` (seconds since the epoch) drives signing timestamps, rate limits and dedup
 windows so tests control all three. With a ``data_dir`` the ordering and dedup memory is
-loaded from it at start and saved after each finished notification (``memory``). Domain
-errors become ``application/problem+json`` in one exception handler.
+loaded from it at start and saved after each finished notification (``memory``). With a
+``digest`` in the config, ``info`` alerts join their robot's batch instead of being sent,
+and ``flush_digests`` (on a timer in the app, called directly by tests on a fake clock)
+sends each batch whose period ended as one message (``digest``). Domain errors become
+``application/problem+json`` in one exception handler.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from alertmanager.dingtalk import memory
+from alertmanager.dingtalk import digest, memory
 from alertmanager.dingtalk.client import DingTalkClient, Sender, redact
-from alertmanager.dingtalk.config import RelayConfig, load_config
+from alertmanager.dingtalk.config import DigestConfig, RelayConfig, load_config
 from alertmanager.dingtalk.dedup import Deduplicator
 from alertmanager.dingtalk.errors import (
     ConfigError,
+    DeliveryError,
     PayloadError,
     PermanentDeliveryError,
     RelayError,
@@ -64,6 +68,7 @@ class Relay:
     registry: CollectorRegistry
     client: Sender
     clock: Clock
+    digests: digest.Digests
     data_dir: Path | None = None
     saving: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -77,6 +82,7 @@ def build_relay(config: RelayConfig, *, client: Sender, clock: Clock = time.time
                   dedup=Deduplicator(config.dedup_window, clock=clock),
                   order=GroupStates(clock=clock), senders={},
                   metrics=RelayMetrics(registry), registry=registry, client=client, clock=clock,
+                  digests=digest.Digests(config.digest or DigestConfig(), zone=config.timezone, clock=clock),
                   data_dir=data_dir)
     apply_config(relay, config, renderer=relay.renderer)
     if data_dir is not None:
@@ -90,14 +96,16 @@ def restore_memory(relay: Relay, data_dir: Path) -> None:
         snapshot = memory.load(data_dir)
         relay.order.restore(snapshot.order)
         relay.dedup.restore(snapshot.dedup)
+        relay.digests.restore(snapshot.digest)
     except (memory.MemoryFileError, ValueError, TypeError) as exc:
         relay.order.restore([])
         relay.dedup.restore([])
+        relay.digests.restore({})
         relay.metrics.memory_errors.labels("load").inc()
         log.error("relay memory in %s not loaded, starting empty: %s", data_dir, exc)
         return
-    log.info("relay memory loaded from %s: %d alert state(s), %d recent notification(s)",
-             data_dir, len(snapshot.order), len(snapshot.dedup))
+    log.info("relay memory loaded from %s: %d alert state(s), %d recent notification(s),"
+             " %d digest batch(es)", data_dir, len(snapshot.order), len(snapshot.dedup), len(snapshot.digest))
 
 
 async def save_memory(relay: Relay) -> None:
@@ -108,7 +116,8 @@ async def save_memory(relay: Relay) -> None:
         return
     try:
         async with relay.saving:
-            snapshot = memory.Snapshot(order=relay.order.snapshot(), dedup=relay.dedup.snapshot())
+            snapshot = memory.Snapshot(order=relay.order.snapshot(), dedup=relay.dedup.snapshot(),
+                                       digest=relay.digests.snapshot())
             await asyncio.to_thread(memory.save, relay.data_dir, snapshot)
     except OSError as exc:
         relay.metrics.memory_errors.labels("save").inc()
@@ -120,6 +129,7 @@ def apply_config(relay: Relay, config: RelayConfig, *, renderer: Renderer | None
     relay.renderer = renderer or Renderer(config)
     relay.config = config
     relay.dedup.window = config.dedup_window
+    relay.digests.config, relay.digests.zone = config.digest or DigestConfig(), config.timezone
     for name, robot in config.robots.items():
         sender = relay.senders.get(name)
         if sender is None:
@@ -175,6 +185,16 @@ async def handle_webhook(relay: Relay, robot: str, body: bytes) -> dict[str, Any
     config = relay.config
     check_robot(relay, robot)
     message = parse_webhook(body)
+    if config.digest is not None and any(digest.is_digested(a) for a in message.alerts):
+        batched = [a for a in message.alerts if digest.is_digested(a)]
+        rest = [a for a in message.alerts if not digest.is_digested(a)]
+        relay.digests.add(robot, batched)
+        relay.metrics.digest_alerts.labels(robot).inc(len(batched))
+        if not rest:
+            await save_memory(relay)
+            return {"status": "digested", "robot": robot, "alerts": len(batched)}
+        firing = any(alert.status == "firing" for alert in rest)
+        message = message.model_copy(update={"alerts": rest, "status": "firing" if firing else "resolved"})
     key = dedup_key(robot, message)
     if not relay.dedup.reserve(key):
         relay.metrics.dedup_dropped.labels(robot).inc()
@@ -226,6 +246,47 @@ async def handle_webhook(relay: Relay, robot: str, body: bytes) -> dict[str, Any
             relay.dedup.release(key)
 
 
+async def flush_digests(relay: Relay) -> int:
+    """Send every digest batch whose period ended, one message per robot; returns how many
+    DingTalk took. A batch that fails stays (with anything newer) for the next call."""
+    changed = False
+    for robot in relay.digests.forget(relay.config.robots):
+        changed = True
+        log.warning("robot %s is no longer configured: its digest batch is dropped", robot)
+    sent = 0
+    for robot in relay.digests.due():
+        batch = relay.digests.take(robot)
+        if batch is None:
+            continue
+        changed = True
+        part = digest.render_digest(relay.config.robots[robot], batch, period=relay.digests.config.period,
+                                    zone=relay.config.timezone, limit=relay.config.max_message_bytes)
+        try:
+            await relay.senders[robot].submit([part], max_wait=relay.config.max_wait,
+                                              on_delivered=lambda _: None)
+        except DeliveryError as exc:
+            relay.digests.give_back(robot, batch)
+            log.warning("robot %s: digest of %d alert(s) not sent, kept for the next try: %s",
+                        robot, part.alerts, exc.detail)
+            continue
+        sent += 1
+        relay.metrics.digests_sent.labels(robot).inc()
+        log.info("robot %s: digest of %d info alert(s) sent", robot, part.alerts)
+    if changed:
+        await save_memory(relay)
+    return sent
+
+
+async def _digest_timer(relay: Relay) -> None:
+    """``flush_digests`` every ``digest.check_every`` seconds (wall time) while the app runs."""
+    while True:
+        await asyncio.sleep(relay.digests.config.check_every)
+        try:
+            await flush_digests(relay)
+        except Exception:  # the timer must outlive one bad batch
+            log.exception("digest flush failed")
+
+
 def problem(exc: RelayError) -> JSONResponse:
     """The one mapping from domain errors to HTTP problem bodies."""
     body: dict[str, Any] = {"type": "about:blank", "title": _TITLES.get(exc.status, "Relay error"),
@@ -246,7 +307,10 @@ def create_app(config: RelayConfig, *, http_client: httpx.AsyncClient | None = N
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        timer = asyncio.get_running_loop().create_task(_digest_timer(relay), name="dingtalk-digest")
         yield
+        timer.cancel()
+        await asyncio.gather(timer, return_exceptions=True)
         for sender in relay.senders.values():
             await sender.aclose()
         if own_client:

@@ -9,6 +9,7 @@ environment, not in the file; they are held as ``SecretStr`` and never printed.
     alertmanager_url: http://alertmanager:9093
     grafana_url: http://grafana:3000
     dedup_window: 60s
+    digest: {period: 7d, anchor: "2024-01-01T09:00:00"}   # info alerts: one message a week
     robots:
       cn-beijing:
         url: https://oapi.dingtalk.com/robot/send?access_token=${DINGTALK_BJ_TOKEN}
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs, urlsplit
@@ -54,13 +56,13 @@ _PLACEHOLDERS = frozenset(
      "xxxx", "todo", "placeholder", "your-secret", "your_secret", "your-token", "your_token", "none"}
 )
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, None: 1.0}
 _ROBOT_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 def parse_duration(value: Any) -> float:
-    """Seconds from ``5m``/``10s``/``500ms``/``1h`` or a bare number (Prometheus style)."""
+    """Seconds from ``5m``/``10s``/``500ms``/``1h``/``7d``/``1w`` or a bare number."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     match = _DURATION.match(str(value))
@@ -122,6 +124,35 @@ class RobotConfig(BaseModel):
         return _refuse_placeholder(value, "secret")
 
 
+class DigestConfig(BaseModel):
+    """``info`` alerts batched into one message per robot and period (``digest``).
+
+    Periods run from ``anchor``, a local time in the relay's ``timezone`` (2024-01-01 was a
+    Monday: the default sends on Monday mornings), in steps of ``period``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    period: Annotated[float, BeforeValidator(parse_duration), Field(ge=60, le=366 * 86400)] = 7 * 86400.0
+    anchor: str = "2024-01-01T09:00:00"
+    # How often the relay looks for a period that ended; a digest is at most this late.
+    check_every: Annotated[float, BeforeValidator(parse_duration), Field(ge=1)] = 60.0
+
+    @field_validator("anchor")
+    @classmethod
+    def _anchor(cls, value: str) -> str:
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise ValueError(
+                f"anchor is a local ISO date and time such as 2024-01-01T09:00:00: {exc}") from None
+        if parsed.tzinfo is not None:
+            raise ValueError("anchor is a local time in the relay's timezone; drop the offset")
+        if not 1971 <= parsed.year < 9000:
+            raise ValueError("anchor must lie between 1971 and 9000")
+        return value
+
+
 class RelayConfig(BaseModel):
     """The whole relay config; ``robots`` keys are the ``{robot}`` in ``/dingtalk/{robot}/send``."""
 
@@ -143,6 +174,7 @@ class RelayConfig(BaseModel):
     throttle_backoff: Duration = 60.0
     throttle_backoff_max: Duration = 600.0
     template: Path | None = None
+    digest: DigestConfig | None = None
     robots: dict[str, RobotConfig] = Field(min_length=1)
 
     @field_validator("timezone")

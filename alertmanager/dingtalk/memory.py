@@ -12,7 +12,9 @@ is ``<data-dir>/relay-memory.json``::
 
     {"version": 1, "order": [[robot, group, fingerprint, firing, startsAt, endsAt,
                               resolved_until, at, announced_until], ...],
-     "dedup": [[key, at], ...]}
+     "dedup": [[key, at], ...],
+     "digest": {robot: {"opened": at, "due": at, "dropped": n, "alerts": [[fingerprint,
+                alertname, where, summary, firing, startsAt, endsAt, episodes], ...]}}}
 
 with times in microseconds since the epoch (exact, unlike a float of seconds) and ``at`` in
 the relay clock's seconds. Cost (``python -m federation.testing.benches.relay_memory``, a
@@ -25,6 +27,9 @@ over the old one), so a crash leaves the old file or the new one, never half of 
 file that cannot be read or parsed is reported (``MemoryFileError``) and the relay starts
 with an empty memory rather than not at all: Alertmanager's next notifications
 re-establish the order.
+
+``digest`` (the open batches of ``digest``, times in seconds) is optional, so a file
+written before the digest existed loads, and a relay of that age ignores the key.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +57,7 @@ class MemoryFileError(RelayError):
 class Snapshot:
     order: list[Row]
     dedup: list[tuple[str, float]]
+    digest: dict[str, Any] = field(default_factory=dict)
 
 
 def memory_path(data_dir: Path) -> Path:
@@ -78,15 +84,18 @@ def load(data_dir: Path) -> Snapshot:
         raise MemoryFileError(f"{path}: order must be a list of {ROW_ITEMS}-item rows", field="order")
     if not isinstance(dedup, list) or not all(isinstance(r, list) and len(r) == 2 for r in dedup):
         raise MemoryFileError(f"{path}: dedup must be a list of [key, at] rows", field="dedup")
+    digest = data.get("digest", {})
+    if not isinstance(digest, dict):
+        raise MemoryFileError(f"{path}: digest must be an object of robot -> batch", field="digest")
     return Snapshot(order=[tuple(r) for r in order],  # type: ignore[misc]
-                    dedup=[(str(k), float(at)) for k, at in dedup])
+                    dedup=[(str(k), float(at)) for k, at in dedup], digest=digest)
 
 
 def save(data_dir: Path, snapshot: Snapshot) -> None:
     """Replace the memory file atomically: temp file, fsync, rename."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    body = json.dumps({"version": VERSION, "order": snapshot.order, "dedup": snapshot.dedup},
-                      separators=(",", ":"), ensure_ascii=False)
+    body = json.dumps({"version": VERSION, "order": snapshot.order, "dedup": snapshot.dedup,
+                       "digest": snapshot.digest}, separators=(",", ":"), ensure_ascii=False)
     fd, tmp = tempfile.mkstemp(prefix=f".{FILE_NAME}.", dir=data_dir)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

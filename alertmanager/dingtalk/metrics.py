@@ -38,6 +38,12 @@ class RelayMetrics:
                                      ["op"], registry=registry)
         self.webhook_seconds = Histogram("gpufed_dingtalk_webhook_seconds", "Webhook handling time.",
                                          ["robot"], registry=registry)
+        self.digest_alerts = Counter("gpufed_dingtalk_digest_alerts",
+                                     "Info alerts (HA copies and repeats included) taken into a robot's"
+                                     " digest batch instead of sent.",
+                                     ["robot"], registry=registry)
+        self.digests_sent = Counter("gpufed_dingtalk_digests_sent", "Digest messages DingTalk accepted.",
+                                    ["robot"], registry=registry)
         self.reloads = Counter("gpufed_dingtalk_config_reloads", "Config reloads by result.",
                                ["result"], registry=registry)
 
@@ -51,3 +57,5 @@ class RelayMetrics:
         self.stale_dropped.labels(robot)
         self.stale_alerts.labels(robot)
         self.merged.labels(robot)
+        self.digest_alerts.labels(robot)
+        self.digests_sent.labels(robot)

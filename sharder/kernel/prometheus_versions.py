@@ -88,6 +88,13 @@ DIFFERENCES: tuple[Difference, ...] = (
         source="https://github.com/prometheus/alertmanager/blob/v0.27.0/CHANGELOG.md"
                " (0.27.0: API v1 removed); Prometheus 3.0 sends v2 only",
     ),
+    Difference(
+        "WeCom secret from a file (wechat_configs[].api_secret_file)", "alertmanager", Release(0, 31),
+        before="(refused: gpufed writes no inline secret, so no WeCom receiver)",
+        after="api_secret_file",
+        source="https://github.com/prometheus/alertmanager/blob/v0.31.0/CHANGELOG.md"
+               " (0.31.0: wechat api secret via file, #4734); amtool 0.28.1 refuses the field",
+    ),
 )
 
 PROMETHEUS_OLDEST = {2: Release(2, 53), 3: Release(3, 0)}
