@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import pytest
 
-from federation.demo.waiting import wait_until
+from federation.localrun.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
@@ -21,7 +21,7 @@ T = TypeVar("T")
 def wait_for(
     check: Callable[[], T | None], *, timeout: float, interval: float = 0.05, what: str = "condition"
 ) -> T:
-    """``federation.demo.waiting.wait_until`` for tests: at the deadline an AssertionError
+    """``federation.localrun.waiting.wait_until`` for tests: at the deadline an AssertionError
     names ``what`` and the last value seen. Tests poll; they never sleep blind."""
     return wait_until(check, timeout=timeout, interval=interval, what=what, fail=AssertionError)
 

@@ -27,7 +27,7 @@ import httpx
 
 from federation.demo import gaps, plan
 from federation.demo.stack import DemoError, DemoStack
-from federation.demo.waiting import wait_until
+from federation.localrun.waiting import wait_until
 from sharder.kernel.models import parse_duration
 
 GPU_SERIES = "DCGM_FI_DEV_GPU_TEMP"

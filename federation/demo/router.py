@@ -15,7 +15,7 @@ import contextlib
 import http.client
 import threading
 
-from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
+from federation.localrun.loopback import LoopbackHandler, LoopbackHTTPServer
 
 
 class ChildRouter:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
+from federation.localrun.loopback import LoopbackHandler, LoopbackHTTPServer
 
 MAX_BYTES = 20_000
 MAX_REQUEST = 1 << 20

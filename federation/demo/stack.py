@@ -47,13 +47,14 @@ import httpx
 from alertmanager.amtool import Amtool
 from alertmanager.errors import AmtoolError
 from alertmanager.render import ALERTMANAGER_FILE, HA_FILE, RELAY_FILE
-from federation.demo import binaries, components, plan, procstat, report
+from federation.demo import binaries, components, plan, report
 from federation.demo.components import Launch
-from federation.demo.loopback import free_port
 from federation.demo.router import ChildRouter
 from federation.demo.sink import DingTalkSink, Message, Robot, as_group_sees_it
 from federation.demo.supervisor import ComponentFailed, ProcessSpec, Supervisor, reap_previous
-from federation.demo.waiting import wait_until
+from federation.localrun import procstat
+from federation.localrun.loopback import free_port
+from federation.localrun.waiting import wait_until
 from federation.master import pipeline
 from federation.master.render import FLAGS_FILE, MASTER_FILE
 from federation.spec import GpufedSpec

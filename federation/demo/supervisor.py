@@ -29,8 +29,8 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
-from federation.demo import procstat
-from federation.demo.waiting import wait_until
+from federation.localrun import procstat
+from federation.localrun.waiting import wait_until
 
 KILLED_EXIT_S = 5.0
 """How long ``stop_all`` waits for SIGKILLed processes to be gone (one in uninterruptible

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from alertmanager.dingtalk.sign import signed_url
-from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
 from federation.demo.router import ChildRouter
 from federation.demo.sink import DingTalkSink, Message, Robot, as_group_sees_it
+from federation.localrun.loopback import LoopbackHandler, LoopbackHTTPServer
 
 SECRET = "SEC" + "5" * 40
 

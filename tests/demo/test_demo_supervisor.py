@@ -12,8 +12,8 @@ import psutil
 import pytest
 from conftest import wait_for
 
-from federation.demo import procstat
 from federation.demo.supervisor import ComponentFailed, ProcessSpec, Supervisor, reap_previous
+from federation.localrun import procstat
 
 SLEEPER = (sys.executable, "-c", "import time; time.sleep(120)")
 # A leader that leaves a grandchild in its group, as `gpufed serve` does with promtool.

@@ -24,7 +24,7 @@ import yaml
 from conftest import ROOT, require_tool, stop_process, wait_for
 from test_compose import INVENTORY, SPEC, compose, invoke
 
-from federation.demo.loopback import free_port
+from federation.localrun.loopback import free_port
 from tests.controller.harness import TOKEN
 from tests.controller.serve_process import ServeProcess
 

@@ -20,9 +20,9 @@ import yaml
 from conftest import ROOT, require_tool
 from test_logs_deploy import LOGS_VALUES, _chart_objects, _named, compose, monitoring, rendered  # noqa: F401
 
-from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
 from federation.grafana import formats
 from federation.grafana.render import DATASOURCES_FILE, PROVIDERS_FILE
+from federation.localrun.loopback import LoopbackHandler, LoopbackHTTPServer
 from federation.master.pipeline import grafana_part
 from federation.spec import load_gpufed_spec
 

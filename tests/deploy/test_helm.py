@@ -21,7 +21,7 @@ from conftest import ROOT
 from deploy_tools import exporter_settings_from, schema_errors, serve_params
 
 from federation.dashboards import dashboard_files
-from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
+from federation.localrun.loopback import LoopbackHandler, LoopbackHTTPServer
 from federation.spec import load_gpufed_spec
 from thanos import formats
 

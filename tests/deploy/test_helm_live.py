@@ -23,7 +23,7 @@ import yaml
 from conftest import require_tool, stop_process, wait_for
 from test_helm import CHART, find, render, values
 
-from federation.demo.loopback import free_port
+from federation.localrun.loopback import free_port
 from tests.controller.serve_process import ServeProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

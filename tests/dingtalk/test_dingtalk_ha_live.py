@@ -35,7 +35,7 @@ from alertmanager.models import (
     Timing,
 )
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
-from federation.demo.loopback import listening_socket
+from federation.localrun.loopback import listening_socket
 from federation.testing.harnesses.alertmanager import RelayThread, gpu_alert, loopback_replicas
 from federation.testing.standins.dingtalk import FakeDingTalk
 

@@ -19,7 +19,7 @@ import pytest
 from conftest import stop_process, wait_for
 
 from alertmanager.dingtalk import memory
-from federation.demo.loopback import free_port
+from federation.localrun.loopback import free_port
 from federation.testing.standins.dingtalk import FakeDingTalk
 
 from .payloads import alert, webhook

@@ -24,7 +24,7 @@ import pytest
 from conftest import stop_process
 from conftest import wait_for as shared_wait_for
 
-from federation.demo.loopback import free_port
+from federation.localrun.loopback import free_port
 from federation.testing.standins.dingtalk import FakeDingTalk
 
 from .payloads import alert, webhook

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from conftest import stop_process, wait_for
 
-from federation.demo.loopback import free_port
+from federation.localrun.loopback import free_port
 from tests.webconfig.pki import Pki
 
 

@@ -39,8 +39,8 @@ from exporter.models import GpuDevice, Reading, XidEvent
 from exporter.server import HttpServer, NodeRoutes
 from exporter.settings import ExporterSettings
 from exporter.simulated import SimulatedBackend
-from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer, free_port
 from federation.demo.router import ChildRouter
+from federation.localrun.loopback import LoopbackHandler, LoopbackHTTPServer, free_port
 from federation.master import meta_monitoring, pipeline
 from federation.master.render import MASTER_FILE
 from federation.testing.harnesses.alertmanager import RelayThread

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import httpx
 from conftest import stop_process, wait_for
 
-from federation.demo.loopback import free_port
+from federation.localrun.loopback import free_port
 
 T = TypeVar("T")
 

@@ -20,7 +20,7 @@ from conftest import require_tool, wait_for
 
 from alertmanager.models import AlertingSpec
 from alertmanager.render import ALERTMANAGER_FILE, render_alerting_bundle
-from federation.demo.loopback import free_port
+from federation.localrun.loopback import free_port
 from federation.testing.harnesses.alertmanager import AlertmanagerHA, loopback_replicas
 
 pytestmark = pytest.mark.e2e

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from conftest import ROOT, require_tool, stack_tool, wait_for
 
-from federation.demo import procstat
 from federation.demo.plan import Layout
 from federation.demo.stack import DemoOptions, DemoStack
+from federation.localrun import procstat
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 SERVICES = {"controller", "fleet", "master", "relay", "alertmanager-0", "alertmanager-1"}

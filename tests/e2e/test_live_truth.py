@@ -48,11 +48,11 @@ import pytest
 from conftest import require_tool, wait_for
 
 from federation.demo import plan, rebalance
-from federation.demo.loopback import free_port
 from federation.demo.plan import Layout
 from federation.demo.sink import Message, as_group_sees_it
 from federation.demo.stack import DemoOptions, DemoStack
 from federation.demo.supervisor import ProcessSpec
+from federation.localrun.loopback import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 LAYOUT = Layout(nodes=9, regions=3)
@@ -69,7 +69,7 @@ SINCE = re.compile(r"since (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) CST")
 # The XID node's exporter: a process of its own, so SIGSTOP freezes it like the fleet.
 XID_EXPORTER = r"""
 import sys
-from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
+from federation.localrun.loopback import LoopbackHandler, LoopbackHTTPServer
 node, port, code = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 labels = f'gpu="0",UUID="GPU-{node}-0",Hostname="{node}",modelName="NVIDIA H100 80GB HBM3"'
 body = f"DCGM_FI_DEV_XID_ERRORS{{{labels}}} {code}\nDCGM_FI_DEV_GPU_TEMP{{{labels}}} 51\n".encode()

@@ -30,7 +30,7 @@ from prom_process import PrometheusProcess
 
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.settings import ExporterSettings
-from federation.demo.loopback import free_port
+from federation.localrun.loopback import free_port
 from federation.master import pipeline
 from federation.master.render import FLAGS_FILE, MASTER_FILE
 from sharder.kernel.promtool import Promtool

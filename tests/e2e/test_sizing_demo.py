@@ -1,5 +1,5 @@
 """gpufed size against reality (issue 40): the demo at 60 nodes, each child's and the master's
-RSS as the OS reports it (``federation.demo.procstat``) next to the model's prediction for the
+RSS as the OS reports it (``federation.localrun.procstat``) next to the model's prediction for the
 same spec and fleet. Off by more than 1.5x either way fails.
 
 The model's memory is its request (the predicted steady RSS, rounded up to 64 MiB), so the

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
+from federation.localrun.loopback import LoopbackHandler, LoopbackHTTPServer
 
 NS = "training"
 # pod -> (owner kind, owner name, node, phase, GPUs requested)

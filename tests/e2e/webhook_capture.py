@@ -11,7 +11,7 @@ import json
 import threading
 from typing import Any
 
-from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
+from federation.localrun.loopback import LoopbackHandler, LoopbackHTTPServer
 
 
 class WebhookCapture:

@@ -27,7 +27,7 @@ import yaml
 from federation.controller.base.options import ControllerOptions
 from federation.controller.ha.leader import AlwaysLeader
 from federation.controller.http.service import ServeSettings, Service, build_service
-from federation.demo.waiting import wait_until
+from federation.localrun.waiting import wait_until
 from federation.spec import load_gpufed_spec
 from federation.testing.harnesses.app_server import AppServer
 from sharder.sources.lastknown import target_document

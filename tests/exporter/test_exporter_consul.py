@@ -16,7 +16,7 @@ from exporter.consul_registry import ConsulAgentRegistry, split_address
 from exporter.errors import RegistryError
 from exporter.registration import Registrar, clean_meta, service_definition, service_id
 from exporter.settings import ExporterSettings
-from federation.demo.loopback import free_port
+from federation.localrun.loopback import free_port
 from federation.testing.standins.consul.agent import FakeConsulAgent
 
 wait_for = partial(shared_wait_for, timeout=5.0, interval=0.01)

@@ -15,7 +15,7 @@ from conftest import require_tool, stop_process, wait_for
 
 from exporter.app import ExporterApp
 from exporter.settings import ExporterSettings
-from federation.demo.loopback import free_port
+from federation.localrun.loopback import free_port
 
 
 def _api(port: int, path: str, **params: str) -> dict:

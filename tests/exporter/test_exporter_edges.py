@@ -26,7 +26,7 @@ from exporter.exposition import LabelPolicy, SnapshotCollector
 from exporter.server import Body, HttpServer, NodeRoutes
 from exporter.settings import ExporterSettings, parse_listen
 from exporter.simulated import SimulatedBackend
-from federation.demo.loopback import listening_socket
+from federation.localrun.loopback import listening_socket
 
 BIG = b"x" * 50_000
 

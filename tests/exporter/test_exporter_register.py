@@ -28,7 +28,7 @@ from exporter.fleet import FleetApp, fleet_nodes
 from exporter.registration import Registrar
 from exporter.settings import ExporterSettings
 from exporter.target_entry import target_entry
-from federation.demo.loopback import free_port
+from federation.localrun.loopback import free_port
 from tests.exporter.registry_server import READ_TOKEN, TOKEN, RegistryServer
 
 wait_for = partial(shared_wait_for, timeout=5.0, interval=0.01)

@@ -238,7 +238,7 @@ def test_serve_refuses_a_promtool_that_would_refuse_what_it_publishes(
     """``gpufed serve``: a 2.x promtool refuses every 3.x config, so it stops at start; a 3.x one
     checks a 2.53 spec's configs (the controller image carries 3.x), so that one goes on."""
     from federation.commands import serve
-    from federation.demo.loopback import free_port
+    from federation.localrun.loopback import free_port
 
     spec_path, _ = write_inputs(tmp_path, spec=SMALL_SPEC + f"prometheus: {{version: '{version}'}}\n")
     tools = Path(stack_tool(path_line, "promtool")).parent

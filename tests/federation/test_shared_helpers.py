@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from federation.commands import bench
 from federation.commands.cli import _register, app
 from federation.commands.serve import bind_free_port, split_listen
-from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer, free_port, listening_socket
-from federation.demo.waiting import wait_until
+from federation.localrun.loopback import LoopbackHandler, LoopbackHTTPServer, free_port, listening_socket
+from federation.localrun.waiting import wait_until
 
 
 def test_wait_until_returns_the_first_answer_that_is_not_none_or_false() -> None:

@@ -22,7 +22,7 @@ from conftest import wait_for
 
 from federation.controller.base.options import ControllerOptions
 from federation.controller.http.service import ServeSettings, Service, build_service
-from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer, listening_socket
+from federation.localrun.loopback import LoopbackHandler, LoopbackHTTPServer, listening_socket
 from federation.spec import GpufedSpec
 from federation.testing.harnesses.app_server import AppServer
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from federation.demo.waiting import wait_until
+from federation.localrun.waiting import wait_until
 from tests.conftest import stack_tool
 from tests.webconfig.pki import Pki
 from webconfig.model import WebConfigError

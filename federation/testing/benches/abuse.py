@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from federation.demo.loopback import listening_socket
+from federation.localrun.loopback import listening_socket
 from federation.testing.benches.controller import _build, _summary, _targets, answering, serve
 
 BATCH = 20_000

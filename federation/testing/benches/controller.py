@@ -29,8 +29,8 @@ from typing import Any
 
 import yaml
 
-from federation.demo.loopback import listening_socket
-from federation.demo.waiting import wait_until
+from federation.localrun.loopback import listening_socket
+from federation.localrun.waiting import wait_until
 from federation.testing.harnesses.app_server import AppServer
 
 MAX_TARGETS = 200_000

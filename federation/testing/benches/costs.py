@@ -4,7 +4,7 @@ For each fleet size a simulated fleet (``exporter.fleet.FleetApp``, in this proc
 node on its own ``/nodes/<n>/metrics`` path) is scraped by one child Prometheus in agent
 mode with the demo spec's ``gpu`` job keep list, which remote-writes to a server-mode
 master (``--web.enable-remote-write-receiver``). After a settling time each process' RSS and
-CPU are read from the OS (``federation.demo.procstat``) and the series from their own
+CPU are read from the OS (``federation.localrun.procstat``) and the series from their own
 metrics (``prometheus_agent_active_series``, ``prometheus_tsdb_head_series``). A straight
 line through the sizes gives MiB per 1,000 series (child and master) with an intercept; one
 more run of the largest size at half the interval gives the child's extra MiB per 1,000
@@ -35,9 +35,9 @@ import yaml
 
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.settings import ExporterSettings
-from federation.demo import procstat
-from federation.demo.loopback import free_port
-from federation.demo.waiting import wait_until
+from federation.localrun import procstat
+from federation.localrun.loopback import free_port
+from federation.localrun.waiting import wait_until
 from sharder.kernel.prometheus_versions import binary_release
 
 #: The demo spec's gpu job keep list (federation/demo/default-spec.yaml).

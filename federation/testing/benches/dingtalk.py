@@ -38,8 +38,8 @@ from alertmanager.models import (
     Timing,
 )
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
-from federation.demo.loopback import listening_socket
-from federation.demo.waiting import wait_until
+from federation.localrun.loopback import listening_socket
+from federation.localrun.waiting import wait_until
 from federation.testing.harnesses.alertmanager import (
     AlertmanagerHA,
     RelayThread,

@@ -29,7 +29,7 @@ from typing import Any
 
 from prometheus_client import ProcessCollector
 
-from federation.demo.waiting import wait_until
+from federation.localrun.waiting import wait_until
 from sharder.engine.assignment import Assignment
 from sharder.engine.planning import Plan
 from sharder.live.reconcile import Reconciler

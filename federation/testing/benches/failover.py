@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from federation.demo.waiting import wait_until
+from federation.localrun.waiting import wait_until
 from federation.testing.harnesses.replicas import Replica, ReplicaSet, Standin, write_fleet
 
 

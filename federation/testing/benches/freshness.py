@@ -34,8 +34,8 @@ from typing import Any
 
 import httpx
 
-from federation.demo.loopback import free_port
-from federation.demo.waiting import wait_until
+from federation.localrun.loopback import free_port
+from federation.localrun.waiting import wait_until
 
 PACKAGE = Path(__file__).resolve().parents[2]  # federation/, whose rules/ ship with it
 ROOT = PACKAGE.parent

@@ -51,7 +51,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from federation.controller.base.metrics import SUBPROCESS_CPU
-from federation.demo.waiting import wait_until
+from federation.localrun.waiting import wait_until
 from federation.testing.benches.live_anchors import engine_anchors
 from federation.testing.benches.live_shapes import BUILTIN, ShapeError, StoreStandin, shape_spec, start_store
 from federation.testing.harnesses.polling import serve_port

@@ -24,8 +24,8 @@ from fastapi import FastAPI
 from alertmanager import ha
 from alertmanager.models import AlertingSpec, ReplicaSpec
 from alertmanager.render import render_alertmanager_config
-from federation.demo.loopback import free_port
-from federation.demo.waiting import wait_until
+from federation.localrun.loopback import free_port
+from federation.localrun.waiting import wait_until
 from federation.testing.harnesses.app_server import AppServer
 from sharder.kernel.output import dump_yaml
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import uvicorn
 
-from federation.demo.loopback import listening_socket
-from federation.demo.waiting import wait_until
+from federation.localrun.loopback import listening_socket
+from federation.localrun.waiting import wait_until
 
 
 class AppServer:

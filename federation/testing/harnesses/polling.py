@@ -1,5 +1,5 @@
 """The port a ``gpufed serve --listen 127.0.0.1:0`` bound, read from its log (polled with
-``federation.demo.waiting.wait_until``, never a blind sleep): the replica-set harness and
+``federation.localrun.waiting.wait_until``, never a blind sleep): the replica-set harness and
 the tests' serve processes start serve this way, so no port is chosen before it is bound."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from federation.demo.waiting import wait_until
+from federation.localrun.waiting import wait_until
 
 LISTENING = re.compile(rb"gpufed serve: listening on http://[^\s]*:(?P<port>\d+)")
 """The line ``gpufed serve --listen HOST:0`` prints on stderr once it has bound a port."""

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import httpx
 import yaml
 
-from federation.demo.waiting import wait_until
+from federation.localrun.waiting import wait_until
 from federation.testing.harnesses.polling import serve_port
 
 TOKEN = "failover-bench-token-0123456789abcdef"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from federation.demo.loopback import LOOPBACK, LoopbackHandler, LoopbackHTTPServer
+from federation.localrun.loopback import LOOPBACK, LoopbackHandler, LoopbackHTTPServer
 
 MAX_BYTES = 20_000
 PER_MINUTE = 20

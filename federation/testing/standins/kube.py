@@ -42,7 +42,7 @@ import time
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
+from federation.localrun.loopback import LoopbackHandler, LoopbackHTTPServer
 
 KINDS = {
     "configmaps": ("ConfigMap", "v1"),

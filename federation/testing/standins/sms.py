@@ -16,7 +16,7 @@ import json
 import threading
 from typing import Any
 
-from federation.demo.loopback import LOOPBACK, LoopbackHandler, LoopbackHTTPServer
+from federation.localrun.loopback import LOOPBACK, LoopbackHandler, LoopbackHTTPServer
 
 
 def sms_text(alert: dict[str, Any]) -> str:

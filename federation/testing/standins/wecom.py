@@ -16,7 +16,7 @@ access_token" and "发送应用消息"):
 
 WeCom answers HTTP 200 with an ``errcode`` in every case above, and so does this. Each
 accepted message is recorded (``messages``), each refusal too (``rejected``). A real
-HTTP server on a loopback port, in a thread (``federation.demo.loopback``).
+HTTP server on a loopback port, in a thread (``federation.localrun.loopback``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from federation.demo.loopback import LOOPBACK, LoopbackHandler, LoopbackHTTPServer
+from federation.localrun.loopback import LOOPBACK, LoopbackHandler, LoopbackHTTPServer
 
 API_PREFIX = "/cgi-bin/"
 TOKEN_SECONDS = 7200

@@ -22,7 +22,7 @@ from conftest import require_tool, wait_for
 
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.settings import ExporterSettings
-from federation.demo.loopback import free_port
+from federation.localrun.loopback import free_port
 from tests.controller.harness import TOKEN
 from tests.controller.serve_process import ServeProcess
 from tests.e2e.prom_process import PrometheusProcess

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from federation.demo.loopback import LoopbackHandler, LoopbackHTTPServer
+from federation.localrun.loopback import LoopbackHandler, LoopbackHTTPServer
 from federation.testing.standins.consul.kv import KvError, KvSessions
 
 NODE = "fake-node"

@@ -25,7 +25,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 
-from federation.demo.loopback import LOOPBACK, LoopbackHandler, LoopbackHTTPServer
+from federation.localrun.loopback import LOOPBACK, LoopbackHandler, LoopbackHTTPServer
 from federation.testing.standins.loki import snappy
 
 PUSH_PATH = "/loki/api/v1/push"
