@@ -6,7 +6,11 @@ once a second plus 200 clients asking for random children back to back, all over
 keep-alive HTTP/1.1 on raw asyncio streams (a light client, so the server is what is
 measured). The anchor, in the same run, is the same uvicorn serving one constant bytes
 object of the mean answer size under the same load: the *floor* of any Python server
-here. The figure is p99 / floor p99.
+here. The figure is p99 / floor p99. With ``tls`` a second controller, served as ``gpufed
+serve --web.config.file`` serves it (TLS 1.3, client certificates required, a private CA made
+for the run by ``webconfig.testing``), takes its turns beside the plain one, and the load
+connects with a client certificate; each connection is kept alive, as Prometheus's HTTP SD
+keeps it, so the handshake is paid once per connection.
 
 **Rebalance.** One shard added to a region of 10,000 targets: time to plan, to apply,
 and from the apply request to the first HTTP SD answer that lists the new shard's
@@ -20,6 +24,7 @@ import multiprocessing
 import os
 import random
 import socket
+import ssl
 import statistics
 import tempfile
 import threading
@@ -109,30 +114,38 @@ def _build(
     return service
 
 
-def serve(app: Any, sock: socket.socket) -> None:
-    """uvicorn on a socket bound before the app was built (its port is in the app's spec)."""
+def serve(app: Any, sock: socket.socket, *, web_config: Path | None = None) -> None:
+    """uvicorn on a socket bound before the app was built (its port is in the app's spec);
+    with ``web_config``, behind it as ``gpufed serve --web.config.file`` is."""
     import uvicorn
 
-    config = uvicorn.Config(app, log_level="error", access_log=False, proxy_headers=False)  # as `serve`
+    from webconfig.serving import for_uvicorn, load_web_config
+
+    served = load_web_config(web_config)
+    config = uvicorn.Config(served.wrap(app), log_level="error", access_log=False,
+                            proxy_headers=False)  # as `serve`
+    for_uvicorn(config, served)
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def answering(port: int, path: str, *, timeout: float = 60.0) -> None:
+def answering(port: int, path: str, *, timeout: float = 60.0, context: ssl.SSLContext | None = None) -> None:
     """Until the server on ``port`` answers ``path`` (bound is not yet serving)."""
     import httpx
 
-    wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5).status_code == 200,
-               timeout=timeout, what=f"127.0.0.1:{port}{path}", interval=0.1)
+    url = f"{'https' if context else 'http'}://127.0.0.1:{port}{path}"
+    wait_until(lambda: httpx.get(url, timeout=5, verify=context or True).status_code == 200,
+               timeout=timeout, what=url, interval=0.1)
 
 
-def _serve_controller(directory: str, targets: int, shards: int, ready: Any) -> None:
+def _serve_controller(directory: str, targets: int, shards: int, ready: Any,
+                      web_config: str | None = None) -> None:
     sock = listening_socket()
     port = sock.getsockname()[1]
     service = _build(Path(directory), targets=targets, shards=shards, port=port)
     sd = service.controller.publication.sd
     sizes = [len(sd.answer(s) or b"") for s in service.controller.state.assignment.shards]
     ready.put((port, int(statistics.mean(sizes))))
-    serve(service.app, sock)
+    serve(service.app, sock, web_config=Path(web_config) if web_config else None)
 
 
 def _serve_floor(size: int, ready: Any) -> None:
@@ -164,7 +177,8 @@ async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path:
 
 
 async def _load(
-    port: int, children: list[str], *, pollers: int, clients: int, duration_s: float, poll_interval_s: float
+    port: int, children: list[str], *, pollers: int, clients: int, duration_s: float, poll_interval_s: float,
+    context: ssl.SSLContext | None = None,
 ) -> dict[str, Any]:
     latencies: list[float] = []
     errors = 0
@@ -173,7 +187,8 @@ async def _load(
     async def worker(index: int, polling: bool) -> None:
         nonlocal errors
         rng = random.Random(index)
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        tls: dict[str, Any] = {"ssl": context, "server_hostname": "localhost"} if context else {}
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, **tls)
         try:
             while time.perf_counter() < end:
                 child = children[index % len(children)] if polling else rng.choice(children)
@@ -183,7 +198,7 @@ async def _load(
                 except (OSError, asyncio.IncompleteReadError, ValueError):
                     errors += 1
                     writer.close()
-                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port, **tls)
                     continue
                 latencies.append(time.perf_counter() - started)
                 errors += status != 200
@@ -215,6 +230,18 @@ def _summary(runs: list[dict[str, Any]], *, duration_s: float) -> dict[str, Any]
     }
 
 
+def _tls_files(folder: Path) -> tuple[Path, ssl.SSLContext]:
+    """A private CA, the controller's web config (client certificates required) and the
+    load's client context."""
+    from webconfig.testing import Pki
+
+    pki = Pki(folder)
+    client = pki.client()
+    context = ssl.create_default_context(cafile=str(pki.ca_file))
+    context.load_cert_chain(str(client.cert), str(client.key))
+    return pki.web_config(folder / "web.yml", server=pki.server()), context
+
+
 def run_sd_bench(
     *,
     targets: int,
@@ -223,46 +250,55 @@ def run_sd_bench(
     clients: int = 200,
     duration_s: float = 10.0,
     rounds: int = 4,
+    tls: bool = False,
 ) -> dict[str, Any]:
-    """Both servers run at once and take turns under the same load, ``rounds`` times each, so a
-    neighbour's burst on this machine lands on both rather than on whichever ran second."""
+    """The servers run at once and take turns under the same load, ``rounds`` times each, so a
+    neighbour's burst on this machine lands on all rather than on whichever ran last."""
     ctx = multiprocessing.get_context("spawn")
     children = [f"r1-{i}" for i in range(shards)]
-    runs: dict[str, list[dict[str, Any]]] = {"controller": [], "floor": []}
+    names = ("controller", "tls", "floor") if tls else ("controller", "floor")
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="gpufed-bench-sd-") as tmp:
+        web, context = _tls_files(Path(tmp)) if tls else (None, None)
         ready: Any = ctx.Queue()
-        server = ctx.Process(target=_serve_controller, args=(tmp, targets, shards, ready), daemon=True)
-        server.start()
-        floor = None
+        processes: list[Any] = []
+        ports: dict[str, int] = {}
+        size = 0
         try:
-            port, size = ready.get(timeout=300)
-            floor = ctx.Process(target=_serve_floor, args=(size, ready), daemon=True)
-            floor.start()
-            floor_port, _ = ready.get(timeout=60)
-            answering(port, f"/v1/sd/{children[0]}")
-            answering(floor_port, f"/v1/sd/{children[0]}")
+            for name in names:
+                if name == "floor":
+                    process = ctx.Process(target=_serve_floor, args=(size, ready), daemon=True)
+                else:
+                    folder = Path(tmp) / name
+                    folder.mkdir()
+                    process = ctx.Process(target=_serve_controller, daemon=True, args=(
+                        str(folder), targets, shards, ready, str(web) if name == "tls" else None))
+                process.start()
+                processes.append(process)
+                ports[name], size = ready.get(timeout=300)
+                answering(ports[name], f"/v1/sd/{children[0]}", context=context if name == "tls" else None)
             for _ in range(rounds):
-                for name, target_port in (("controller", port), ("floor", floor_port)):
+                for name in names:
                     runs[name].append(
                         asyncio.run(
                             _load(
-                                target_port,
+                                ports[name],
                                 children,
                                 pollers=pollers,
                                 clients=clients,
                                 duration_s=duration_s / rounds,
                                 poll_interval_s=1.0,
+                                context=context if name == "tls" else None,
                             )
                         )
                     )
         finally:
-            for process in (server, floor):
-                if process is not None:
-                    process.kill()
-                    process.join()
+            for process in processes:
+                process.kill()
+                process.join()
     ours = _summary(runs["controller"], duration_s=duration_s)
     base = _summary(runs["floor"], duration_s=duration_s)
-    return {
+    out = {
         "targets": targets,
         "shards": shards,
         "pollers": pollers,
@@ -285,6 +321,13 @@ def run_sd_bench(
         "cpus": os.cpu_count(),
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }
+    if tls:
+        secure = _summary(runs["tls"], duration_s=duration_s)
+        out |= {f"tls_{key}": value for key, value in secure.items()}
+        out["tls_p99_over_plain"] = round(secure["p99_ms"] / ours["p99_ms"], 3) if ours["p99_ms"] else None
+        out["tls_p50_over_plain"] = round(secure["p50_ms"] / ours["p50_ms"], 3) if ours["p50_ms"] else None
+        out["tls_client_auth"] = "RequireAndVerifyClientCert"
+    return out
 
 
 def run_rebalance_bench(*, targets: int, shards: int) -> dict[str, Any]:
