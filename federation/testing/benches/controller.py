@@ -29,6 +29,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -178,17 +179,30 @@ async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path:
 
 async def _load(
     port: int, children: list[str], *, pollers: int, clients: int, duration_s: float, poll_interval_s: float,
-    context: ssl.SSLContext | None = None,
+    context: ssl.SSLContext | None = None, cpu: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
+    """Every worker connects first; the clock starts when all are connected (``connect_s``
+    later), so a burst of TLS handshakes is not measured as SD latency. ``cpu`` reads the
+    server's CPU seconds, at the start of the clock and at its end."""
     latencies: list[float] = []
-    errors = 0
-    end = time.perf_counter() + duration_s
+    errors = opened = 0
+    started_at = time.perf_counter()
+    end = started_at + duration_s
+    connect_s = cpu_at_start = 0.0
+    go = asyncio.Event()
 
     async def worker(index: int, polling: bool) -> None:
-        nonlocal errors
+        nonlocal errors, opened, end, connect_s, cpu_at_start
         rng = random.Random(index)
         tls: dict[str, Any] = {"ssl": context, "server_hostname": "localhost"} if context else {}
         reader, writer = await asyncio.open_connection("127.0.0.1", port, **tls)
+        opened += 1
+        if opened == pollers + clients:
+            connect_s = time.perf_counter() - started_at
+            cpu_at_start = cpu() if cpu else 0.0
+            end = time.perf_counter() + duration_s
+            go.set()
+        await go.wait()
         try:
             while time.perf_counter() < end:
                 child = children[index % len(children)] if polling else rng.choice(children)
@@ -210,7 +224,8 @@ async def _load(
     await asyncio.gather(
         *(worker(i, True) for i in range(pollers)), *(worker(pollers + i, False) for i in range(clients))
     )
-    return {"latencies": latencies, "errors": errors}
+    served_cpu = cpu() - cpu_at_start if cpu else 0.0
+    return {"latencies": latencies, "errors": errors, "connect_s": connect_s, "server_cpu_s": served_cpu}
 
 
 def _summary(runs: list[dict[str, Any]], *, duration_s: float) -> dict[str, Any]:
@@ -221,13 +236,32 @@ def _summary(runs: list[dict[str, Any]], *, duration_s: float) -> dict[str, Any]
             round(latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000, 2) if latencies else 0.0
         )
 
-    return {
+    out = {
         "requests": len(latencies),
         "errors": sum(run["errors"] for run in runs),
         "p50_ms": q(0.50),
         "p99_ms": q(0.99),
         "rps": round(len(latencies) / duration_s),
     }
+    connects = [run["connect_s"] for run in runs if "connect_s" in run]
+    if connects:  # the slowest round's time to open every connection (handshakes included)
+        out["connect_s"] = round(max(connects), 3)
+        cpu_s = sum(run["server_cpu_s"] for run in runs)
+        out["server_cpu_ms_per_request"] = round(cpu_s / len(latencies) * 1000, 4) if latencies else None
+    return out
+
+
+def _cpu_seconds(pid: int) -> Callable[[], float]:
+    """The server process's CPU seconds, as client_python's ``ProcessCollector`` reads them."""
+    from prometheus_client import ProcessCollector
+
+    collector = ProcessCollector(pid=lambda: pid, registry=None)
+
+    def read() -> float:
+        return next((s.value for family in collector.collect() for s in family.samples
+                     if s.name == "process_cpu_seconds_total"), 0.0)
+
+    return read
 
 
 def _tls_files(folder: Path) -> tuple[Path, ssl.SSLContext]:
@@ -263,6 +297,7 @@ def run_sd_bench(
         ready: Any = ctx.Queue()
         processes: list[Any] = []
         ports: dict[str, int] = {}
+        cpus: dict[str, Callable[[], float]] = {}
         size = 0
         try:
             for name in names:
@@ -275,6 +310,7 @@ def run_sd_bench(
                         str(folder), targets, shards, ready, str(web) if name == "tls" else None))
                 process.start()
                 processes.append(process)
+                cpus[name] = _cpu_seconds(process.pid or 0)  # started: it has a pid
                 ports[name], size = ready.get(timeout=300)
                 answering(ports[name], f"/v1/sd/{children[0]}", context=context if name == "tls" else None)
             for _ in range(rounds):
@@ -289,6 +325,7 @@ def run_sd_bench(
                                 duration_s=duration_s / rounds,
                                 poll_interval_s=1.0,
                                 context=context if name == "tls" else None,
+                                cpu=cpus[name],
                             )
                         )
                     )
@@ -311,6 +348,8 @@ def run_sd_bench(
         "requests": ours["requests"],
         "errors": ours["errors"],
         "rps": ours["rps"],
+        "connect_s": ours["connect_s"],
+        "server_cpu_ms_per_request": ours["server_cpu_ms_per_request"],
         "floor_p50_ms": base["p50_ms"],
         "floor_p99_ms": base["p99_ms"],
         "floor_requests": base["requests"],
@@ -327,6 +366,8 @@ def run_sd_bench(
         out["tls_p99_over_plain"] = round(secure["p99_ms"] / ours["p99_ms"], 3) if ours["p99_ms"] else None
         out["tls_p50_over_plain"] = round(secure["p50_ms"] / ours["p50_ms"], 3) if ours["p50_ms"] else None
         out["tls_client_auth"] = "RequireAndVerifyClientCert"
+        plain_cpu, tls_cpu = ours["server_cpu_ms_per_request"], secure["server_cpu_ms_per_request"]
+        out["tls_cpu_ratio"] = round(tls_cpu / plain_cpu, 3) if plain_cpu and tls_cpu else None
     return out
 
 
