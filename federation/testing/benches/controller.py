@@ -20,6 +20,7 @@ targets (served by a live uvicorn), against the optimum of targets/(S+1) moved.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import random
@@ -220,6 +221,10 @@ async def _load(
                     await asyncio.sleep(poll_interval_s)
         finally:
             writer.close()
+            # A TLS transport closes after its close_notify exchange: wait for it, or the loop
+            # ends with the socket still open (ResourceWarning).
+            with contextlib.suppress(OSError, asyncio.TimeoutError):
+                await asyncio.wait_for(writer.wait_closed(), 5)
 
     await asyncio.gather(
         *(worker(i, True) for i in range(pollers)), *(worker(pollers + i, False) for i in range(clients))
