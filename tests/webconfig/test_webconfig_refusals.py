@@ -177,3 +177,32 @@ def test_a_plain_server_exports_no_refusal_families() -> None:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(web_config(ExporterSettings(listen="127.0.0.1:0")).collector())
     assert generate_latest(registry) == b""
+
+
+def test_the_exporter_shows_a_refusal_in_the_next_scrape_of_the_same_collection(tmp_path: Path) -> None:
+    """The render cache is keyed on the collection and the refusal count: a refusal between
+    two scrapes of one collection is in the second."""
+    from exporter.app import ExporterApp
+
+    pki = Pki(tmp_path)
+    web = pki.web_config(tmp_path / "web.yml", server=pki.server())
+    app = ExporterApp(ExporterSettings(backend="simulated", gpus=1, listen="127.0.0.1:0",
+                                       collect_interval=3600, web_config_file=web))
+    app.start()
+    try:
+        url = f"https://localhost:{app.http.port}/metrics"
+        line = 'gpufed_web_tls_handshake_failures_total{reason="no_client_cert"}'
+        with _client(trust=pki.ca_file, cert=pki.client()) as client:
+            before = client.get(url).text
+            stats = app.collection.stats
+            with _client(trust=pki.ca_file, cert=None) as bare, pytest.raises(httpx.TransportError):
+                bare.get(url)
+            tls = app.served.tls
+            assert tls is not None
+            wait_for(lambda: tls.handshake_failures["no_client_cert"] == 1 or None, timeout=10,
+                     what="the refusal counted")
+            after = client.get(url).text
+        assert app.collection.stats is stats  # no collection in between: the cache was keyed right
+    finally:
+        app.stop()
+    assert f"{line} 0.0" in before and f"{line} 1.0" in after
