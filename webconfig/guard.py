@@ -107,7 +107,9 @@ class Guard:
         """``None``: serve the request; else the refusal to send instead."""
         if not self._take_token():
             self.refused.add(RATE_LIMITED)
-            log.warning("request refused peer=%s reason=%s: over rate_limit", peer, RATE_LIMITED)
+            # DEBUG, not WARNING: the limit is there for floods, and a line per refused request
+            # would turn one into a flood of log lines (the counter says how many).
+            log.debug("request refused peer=%s reason=%s: over rate_limit", peer, RATE_LIMITED)
             return 429, [("Content-Type", "text/plain; charset=utf-8")], b"too many requests\n"
         refusal = self._refusal(authorization) if self._users else None
         if refusal is not None:
