@@ -44,13 +44,19 @@ def split_listen(listen: str) -> tuple[str, int]:
         raise ConfigError(f"--listen: {exc}") from exc
 
 
-def http_server(settings: ExporterSettings, handler: Handler) -> HttpServer:
-    """The HTTP edge with the settings' limits; binds now, so a bad address fails first."""
-    host, port = split_listen(settings.listen)
+def web_config(settings: ExporterSettings) -> webconfig.serving.Served:
+    """``--web.config.file`` read and built; ``ConfigError`` naming the field if it is bad."""
     try:
-        served = webconfig.serving.load_web_config(settings.web_config_file)
+        return webconfig.serving.load_web_config(settings.web_config_file)
     except webconfig.model.WebConfigError as exc:
         raise ConfigError(f"--web.config.file: {exc.detail}") from exc
+
+
+def http_server(settings: ExporterSettings, handler: Handler, *,
+                served: webconfig.serving.Served | None = None) -> HttpServer:
+    """The HTTP edge with the settings' limits; binds now, so a bad address fails first."""
+    host, port = split_listen(settings.listen)
+    served = served if served is not None else web_config(settings)
     return HttpServer(handler, host=host, port=port, backlog=settings.listen_backlog,
                       idle_timeout=settings.idle_timeout, request_timeout=settings.request_timeout,
                       max_body=settings.max_request_body, ssl_context=served.ssl_context,
@@ -141,14 +147,17 @@ class ExporterApp:
                                                  nvlink_series=settings.nvlink_series))
         self.loop = CollectionLoop([self.collection], interval=settings.collect_interval)
         host, _ = split_listen(settings.listen)
+        self._render_key: tuple[object, int] = (None, -1)
         self.routes = NodeRoutes(self.registry, ready=lambda: self.collection.ready(settings.max_age),
-                                 version=lambda: self.collection.stats, cache=settings.render_cache)
+                                 version=self._render_version, cache=settings.render_cache)
         try:
-            self.http = http_server(settings, self.routes)
+            self.served = web_config(settings)
+            self.http = http_server(settings, self.routes, served=self.served)
         except ConfigError:
             self._attribution.close()
             self.backend.close()
             raise
+        self.registry.register(self.served.collector())
         if self.http.ssl_context is not None and (settings.consul or settings.register_url):
             # Until #41 item 2: registrations carry no scheme and Consul's check is plain HTTP.
             log.warning("serving TLS (--web.config.file) while registering: the registry entry and "
@@ -166,6 +175,14 @@ class ExporterApp:
         elif settings.consul or registry is not None:
             self.registrar = Registrar(registry or consul_registry(settings), [self.service(host)],
                                        interval=settings.register_interval)
+
+    def _render_version(self) -> object:
+        """The render cache's key: the collection's stats (a new object per collection) and the
+        web config's refusal count, so a refused scrape shows in the next one."""
+        stats, generation = self.collection.stats, self.served.generation
+        if self._render_key[0] is not stats or self._render_key[1] != generation:
+            self._render_key = (stats, generation)
+        return self._render_key
 
     def service(self, listen_host: str) -> ServiceDefinition:
         s, devices = self.settings, self.collection.devices

@@ -225,7 +225,8 @@ class _Connection(asyncio.Protocol):
         extra: list[tuple[str, str]] = []
         body: bytes | Body
         guard = self._server.guard
-        refusal = guard.check(_header(request, b"authorization")) if guard is not None else None
+        authorization = _header(request, b"authorization")
+        refusal = guard.check(authorization, peer=self._peer) if guard is not None else None
         if guard is not None:
             extra.extend(guard.headers)
         if refusal is not None:

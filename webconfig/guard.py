@@ -4,7 +4,8 @@
 ``None`` lets the request through, else ``(status, headers, body)`` is the refusal (401 with
 ``WWW-Authenticate``, or 429). ``Guard.headers`` go on every response. The exporter's h11
 edge calls it directly; the uvicorn apps (``gpufed serve``, ``gpufed-dingtalk``) get it as
-``GuardMiddleware``. Refusals are counted in ``Guard.refused`` by reason.
+``GuardMiddleware``. Refusals are counted in ``Guard.refused`` by reason
+(``webconfig.refusals``) and said in one log line each, with the client's address.
 
 bcrypt is slow on purpose (cost 10 is ~70 ms), so a verdict is cached per (user, password,
 hash) digest, as exporter-toolkit does; an unknown user is checked against a fixed hash so
@@ -16,15 +17,18 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import bcrypt
 
 from webconfig.model import WebConfig
+from webconfig.refusals import AUTH_REASONS, RATE_LIMITED, Tally
+
+log = logging.getLogger(__name__)
 
 Refusal = tuple[int, list[tuple[str, str]], bytes]
 _CACHE_MAX = 1024
@@ -45,7 +49,7 @@ class Guard:
         self._last = clock()
         self._lock = threading.Lock()
         self._verdicts: dict[bytes, bool] = {}
-        self.refused: Counter[str] = Counter()
+        self.refused = Tally((*AUTH_REASONS, RATE_LIMITED))
 
     @property
     def active(self) -> bool:
@@ -68,15 +72,24 @@ class Guard:
             self._verdicts[key] = ok
         return ok
 
-    def _authorized(self, authorization: str | None) -> bool:
-        scheme, _, token = (authorization or "").partition(" ")
+    def _refusal(self, authorization: str | None) -> tuple[str, str] | None:
+        """``None``: a known user with the right password; else (reason, what to log)."""
+        if not authorization:
+            return "missing", "no Authorization header"
+        scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "basic":
-            return False
+            return "missing", f"Authorization scheme {scheme[:20]!r}, not Basic"
         try:
             user, sep, password = base64.b64decode(token.strip(), validate=True).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
-            return False
-        return bool(sep) and self._password_ok(user, password)
+            return "malformed", "Basic credentials that are not base64 of user:password"
+        if not sep:
+            return "malformed", "Basic credentials without a ':' between user and password"
+        if self._password_ok(user, password):
+            return None
+        if user not in self._users:  # its name is not logged: it may be a password typed there
+            return "unknown_user", "a user not in basic_auth_users"
+        return "bad_password", f"wrong password for user {user!r}"
 
     def _take_token(self) -> bool:
         if self._interval <= 0:
@@ -90,13 +103,19 @@ class Guard:
                 return True
             return False
 
-    def check(self, authorization: str | None) -> Refusal | None:
+    def check(self, authorization: str | None, *, peer: str = "?") -> Refusal | None:
         """``None``: serve the request; else the refusal to send instead."""
         if not self._take_token():
-            self.refused["rate_limit"] += 1
+            self.refused.add(RATE_LIMITED)
+            # DEBUG, not WARNING: the limit is there for floods, and a line per refused request
+            # would turn one into a flood of log lines (the counter says how many).
+            log.debug("request refused peer=%s reason=%s: over rate_limit", peer, RATE_LIMITED)
             return 429, [("Content-Type", "text/plain; charset=utf-8")], b"too many requests\n"
-        if self._users and not self._authorized(authorization):
-            self.refused["basic_auth"] += 1
+        refusal = self._refusal(authorization) if self._users else None
+        if refusal is not None:
+            reason, detail = refusal
+            self.refused.add(reason)
+            log.warning("basic auth refused peer=%s reason=%s: %s", peer, reason, detail)
             return 401, [("Content-Type", "text/plain; charset=utf-8"),
                          ("WWW-Authenticate", 'Basic realm="gpufed"')], b"unauthorized\n"
         return None
@@ -123,7 +142,9 @@ class GuardMiddleware:
         authorization = next((value.decode("latin-1") for name, value in scope.get("headers", [])
                               if name == b"authorization"), None)
         extra = [(name.encode(), value.encode()) for name, value in self.guard.headers]
-        refusal = self.guard.check(authorization)
+        client = scope.get("client")
+        peer = f"{client[0]}:{client[1]}" if client else "?"
+        refusal = self.guard.check(authorization, peer=peer)
         if refusal is not None:
             status, headers, body = refusal
             await send({"type": "http.response.start", "status": status,

@@ -3,7 +3,8 @@
 ``load_web_config(path)`` reads, validates and builds everything at startup, so a bad file
 stops the server with the field named before it listens. ``for_uvicorn`` applies it to a
 ``uvicorn.Config`` (the controller and the relay); the exporter's own edge takes
-``Served.ssl_context`` and ``Served.guard`` directly.
+``Served.ssl_context`` and ``Served.guard`` directly. Each server registers
+``Served.collector()`` in its metrics registry (``webconfig.metrics``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from webconfig.guard import ASGIApp, Guard, GuardMiddleware
+from webconfig.metrics import WebCollector
 from webconfig.model import WebConfig, load
 from webconfig.tls import ReloadingContext
 
@@ -30,6 +32,16 @@ class Served:
     @property
     def ssl_context(self) -> ssl.SSLContext | None:
         return self.tls.context if self.tls is not None else None
+
+    @property
+    def generation(self) -> int:
+        """Grows with every refusal counted and every reload: what the collector would show changed."""
+        tls = (self.tls.handshake_failures.total + self.tls.reloads) if self.tls is not None else 0
+        return tls + self.guard.refused.total
+
+    def collector(self) -> WebCollector:
+        """The refusal metrics, for the server's own registry."""
+        return WebCollector(self)
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         """The ASGI app behind the guard, or itself when the file asks for no request checks."""

@@ -8,6 +8,12 @@ ones. A half-written rotation that fails to load keeps the previous certificate 
 retried on the next connection. Mutating a live context is avoided on purpose: the fresh one
 also drops a removed client CA, which ``load_verify_locations`` on the old one cannot.
 
+Refusals: the listening context makes its connections from ``_CountingSSLObject``, whose
+``do_handshake`` counts a failed handshake by reason (``webconfig.refusals``) in
+``ReloadingContext.handshake_failures`` and logs one line. asyncio (the exporter's edge and
+uvicorn) makes every server connection with ``SSLContext.wrap_bio``, which builds
+``sslobject_class``; it logs a failed handshake itself only in debug mode.
+
 What Go's crypto/tls accepts and Python's ``ssl`` cannot express (refused here, field named):
 
 - ``client_auth_type: RequestClientCert`` / ``RequireAnyClientCert``: Python verifies every
@@ -28,9 +34,11 @@ import logging
 import os
 import ssl
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from webconfig.model import CIPHER_SUITES, CURVES, TLSServerConfig, WebConfigError
+from webconfig.refusals import HANDSHAKE_REASONS, Tally, handshake_detail, handshake_reason
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +78,20 @@ def _check_expressible(tls: TLSServerConfig) -> None:
                              f"(Python's ssl loads them from files); use {field}_file")
 
 
+def _counting(on_failure: Callable[[ssl.SSLError], None]) -> type[ssl.SSLObject]:
+    class _CountingSSLObject(ssl.SSLObject):
+        def do_handshake(self) -> None:
+            try:
+                super().do_handshake()
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                raise  # not a failure: the handshake waits for the peer's next bytes
+            except ssl.SSLError as exc:
+                on_failure(exc)
+                raise
+
+    return _CountingSSLObject
+
+
 class ReloadingContext:
     """The listening socket's ``context``; ``current`` is the one new connections get."""
 
@@ -82,9 +104,11 @@ class ReloadingContext:
         self._lock = threading.Lock()
         self._stamp = self._stamps()
         self.reloads = 0
+        self.handshake_failures = Tally(HANDSHAKE_REASONS)
         # Errors here are the startup's: raised, field named. `context` listens; `current` serves.
         self.context = self.current = self._build()
         self.context.sni_callback = self._on_hello
+        self.context.sslobject_class = _counting(self._on_failure)
 
     def _stamps(self) -> Stamp:
         out: list[tuple[int, int, int] | None] = []
@@ -160,6 +184,11 @@ class ReloadingContext:
             self.reloads += 1
             log.info("TLS certificate reloaded from %s", self._cert)
             return True
+
+    def _on_failure(self, exc: ssl.SSLError) -> None:
+        reason = handshake_reason(exc)
+        self.handshake_failures.add(reason)
+        log.warning("TLS handshake refused reason=%s: %s", reason, handshake_detail(exc))
 
     def _on_hello(self, conn: ssl.SSLObject | ssl.SSLSocket, name: str | None,
                   ctx: ssl.SSLContext) -> None:

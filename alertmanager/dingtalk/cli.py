@@ -77,6 +77,7 @@ def run(
         return
     host, port = parse_listen(listen or relay_config.listen)
     app = create_app(relay_config, data_dir=data_dir)
+    app.state.relay.registry.register(served.collector())
     uv_config = uvicorn.Config(served.wrap(app), host=host, port=port, log_level=log_level.lower())
     webconfig.serving.for_uvicorn(uv_config, served)
     server = uvicorn.Server(uv_config)

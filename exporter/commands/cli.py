@@ -274,6 +274,27 @@ def bench_attribution_cmd(
            as_json=as_json)
 
 
+@bench_cli.command("tls")
+def bench_tls_cmd(
+    gpus: Annotated[int, typer.Option(min=0, max=64)] = 8,
+    scrapes: Annotated[int, typer.Option(help="keep-alive scrapes per server", min=4)] = 2000,
+    reconnect_scrapes: Annotated[int, typer.Option(
+        help="scrapes per server on a new connection each (a handshake each)", min=4)] = 400,
+    rounds: Annotated[int, typer.Option(help="turns each server takes", min=1, max=100)] = 4,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Plain vs TLS with client certificates required: scrape p99 and server CPU per scrape."""
+    from exporter.testing.tls_bench import bench_tls
+
+    try:
+        result = bench_tls(gpus=gpus, scrapes=scrapes, reconnect_scrapes=reconnect_scrapes, rounds=rounds)
+    except ExporterError as exc:
+        fail(str(exc))
+    _print({"tls": result}, as_json=as_json)
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
 cli.add_typer(bench_cli, name="bench")
 
 

@@ -44,16 +44,26 @@ def _percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def _scrape_run(port: int, paths: Callable[[int], str], scrapes: int) -> dict[str, Any]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+def scrape_times(port: int, paths: Callable[[int], str], scrapes: int, *,
+                 connect: Callable[[int], http.client.HTTPConnection] | None = None,
+                 reconnect: bool = False, warmup: int = 50) -> tuple[list[float], float, int]:
+    """Scrape latencies (s), server CPU seconds in all, and the last body's size.
+
+    ``connect`` makes the connection (plain HTTP by default; the TLS bench passes HTTPS);
+    ``reconnect`` opens a new one per scrape, so every scrape pays a handshake."""
+    make = connect or (lambda p: http.client.HTTPConnection("127.0.0.1", p, timeout=10))
+    conn = make(port)
     latencies, size = [], 0
     try:
-        for i in range(min(50, scrapes)):  # warm up connection and caches
+        for i in range(min(warmup, scrapes)):  # warm up connection and caches
             conn.request("GET", paths(i))
             conn.getresponse().read()
         cpu0, client0 = time.process_time(), time.thread_time()
         for i in range(scrapes):
             t0 = time.perf_counter()
+            if reconnect:
+                conn.close()
+                conn = make(port)
             conn.request("GET", paths(i))
             response = conn.getresponse()
             body = response.read()
@@ -64,11 +74,20 @@ def _scrape_run(port: int, paths: Callable[[int], str], scrapes: int) -> dict[st
         server_cpu = (time.process_time() - cpu0) - (time.thread_time() - client0)
     finally:
         conn.close()
+    return latencies, server_cpu, size
+
+
+def latency_figures(latencies: list[float]) -> dict[str, float]:
+    return {"p50_ms": round(statistics.median(latencies) * 1000, 3),
+            "p99_ms": round(_percentile(latencies, 0.99) * 1000, 3),
+            "max_ms": round(max(latencies) * 1000, 3)}
+
+
+def _scrape_run(port: int, paths: Callable[[int], str], scrapes: int) -> dict[str, Any]:
+    latencies, server_cpu, size = scrape_times(port, paths, scrapes)
     return {
         "scrapes": scrapes,
-        "p50_ms": round(statistics.median(latencies) * 1000, 3),
-        "p99_ms": round(_percentile(latencies, 0.99) * 1000, 3),
-        "max_ms": round(max(latencies) * 1000, 3),
+        **latency_figures(latencies),
         "server_cpu_ms_per_scrape": round(server_cpu / scrapes * 1000, 4),
         "body_bytes": size,
     }

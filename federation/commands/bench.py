@@ -157,13 +157,19 @@ def sd(
         "--abuse-route", help="with --abuse: what the clients loop on: lists (every list read), status "
         "(/v1/status), target-list (the largest file_sd list) or xff (/v1/targets, rotating "
         "X-Forwarded-For)")] = "lists",
+    tls: Annotated[bool, typer.Option(
+        "--tls", help="also a controller served with --web.config.file (TLS, client certificates "
+        "required), in the same run: tls_p99_ms beside p99_ms")] = False,
 ) -> Result:
     """HTTP SD latency under load, against uvicorn serving constant bytes (the floor)."""
     _one_of(abuse_route, ABUSE_ROUTES, "--abuse-route")
+    if tls and abuse:
+        raise typer.BadParameter("one of --tls and --abuse", param_hint="--tls")
     if abuse:
         return run_abuse_bench(targets=targets, shards=shards, abusers=abuse, pollers=pollers,
                                clients=clients, duration_s=duration, read_rate=read_rate, route=abuse_route)
-    return run_sd_bench(targets=targets, shards=shards, pollers=pollers, clients=clients, duration_s=duration)
+    return run_sd_bench(targets=targets, shards=shards, pollers=pollers, clients=clients, duration_s=duration,
+                        tls=tls)
 
 
 def rebalance(

@@ -491,6 +491,7 @@ def serve_command(
         typer.echo(f"error: {exc}", err=True)
         bound.close()
         raise typer.Exit(2) from exc
+    built.controller.metrics.registry.register(served.collector())  # the refusals, on /metrics
     if built.auth.dev:
         for _ in range(3):
             print(

@@ -1,5 +1,7 @@
 """``gpufed-dingtalk --web.config.file`` as a real process: TLS with client certificates and
-basic auth (what Alertmanager's webhook_configs http_config sends)."""
+basic auth (what Alertmanager's webhook_configs http_config sends); a wrong password, no
+credentials and no client certificate refused, each counted on ``/metrics`` and said in one
+log line, without a traceback."""
 
 from __future__ import annotations
 
@@ -13,9 +15,16 @@ import httpx
 import pytest
 import yaml
 from conftest import stop_process, wait_for
+from prometheus_client.parser import text_string_to_metric_families
 
 from federation.localrun.loopback import free_port
 from tests.webconfig.pki import Pki
+
+
+def _counters(exposition: str, family_name: str) -> dict[str, float]:
+    return {sample.labels["reason"]: sample.value
+            for family in text_string_to_metric_families(exposition) if family.name == family_name
+            for sample in family.samples if sample.name.endswith("_total")}
 
 
 def test_relay_over_mutual_tls_with_basic_auth(tmp_path: Path) -> None:
@@ -51,5 +60,20 @@ def test_relay_over_mutual_tls_with_basic_auth(tmp_path: Path) -> None:
         bare = ssl.create_default_context(cafile=str(pki.ca_file))
         with httpx.Client(verify=bare, timeout=10) as client, pytest.raises(httpx.TransportError):
             client.get(url, auth=("alertmanager", "am-pass"))
+        with httpx.Client(verify=ctx, timeout=10) as client:
+            def counted() -> str | None:
+                text = client.get(url.replace("/healthz", "/metrics"), auth=("alertmanager", "am-pass")).text
+                done = _counters(text, "gpufed_web_tls_handshake_failures").get("no_client_cert") == 1
+                return text if done else None
+
+            exposition = wait_for(counted, timeout=10, what="refusals counted")
     finally:
         stop_process(proc)
+    tls = _counters(exposition, "gpufed_web_tls_handshake_failures")
+    auth = _counters(exposition, "gpufed_web_auth_failures")
+    assert {reason: n for reason, n in tls.items() if n} == {"no_client_cert": 1}
+    assert auth == {"missing": 1, "malformed": 0, "unknown_user": 0, "bad_password": 1}
+    said = log.read_text()
+    assert "Traceback" not in said
+    assert said.count("TLS handshake refused reason=no_client_cert:") == 1, said
+    assert said.count("basic auth refused") == 2 and said.count("reason=bad_password") == 1, said

@@ -22,7 +22,7 @@ def test_rate_limit_is_a_token_bucket() -> None:
     now[0] += 0.5  # one interval: one more request
     assert guard.check(None) is None
     assert guard.check(None) is not None
-    assert guard.refused["rate_limit"] == 2
+    assert guard.refused["rate_limited"] == 2
 
 
 def test_no_rate_limit_and_no_users_lets_everything_through() -> None:
@@ -36,11 +36,16 @@ def test_basic_auth_and_its_cache() -> None:
     guard = Guard(parse(f"basic_auth_users:\n  alice: '{hashed}'\n"))
     assert guard.check(_basic("alice", "s3cret:with:colons")) is None
     assert guard.check(_basic("alice", "s3cret:with:colons")) is None  # the cached verdict
-    for header in (_basic("alice", "wrong"), _basic("bob", "s3cret:with:colons"), "Bearer x",
-                   "Basic !!!notbase64", None, "Basic " + base64.b64encode(b"no-colon").decode()):
+    cases = [(_basic("alice", "wrong"), "bad_password"),
+             (_basic("bob", "s3cret:with:colons"), "unknown_user"),
+             ("Bearer x", "missing"), ("Basic !!!notbase64", "malformed"), (None, "missing"),
+             ("Basic " + base64.b64encode(b"no-colon").decode(), "malformed")]
+    for header, reason in cases:
+        before = guard.refused.snapshot()
         refusal = guard.check(header)
         assert refusal is not None and refusal[0] == 401, header
         assert ("WWW-Authenticate", 'Basic realm="gpufed"') in refusal[1]
+        assert guard.refused.snapshot() == {**before, reason: before[reason] + 1}, header
 
 
 def test_headers_go_out_in_a_fixed_order_blank_ones_left_out() -> None:

@@ -16,12 +16,12 @@ import httpx
 import pytest
 from cryptography import x509
 
-from exporter.app import http_server
+from exporter.app import http_server, web_config
 from exporter.server import TEXT, HttpServer
 from exporter.settings import ExporterSettings
 from federation.testing.harnesses.app_server import AppServer
 from tests.webconfig.pki import Leaf, Pki
-from webconfig.serving import for_uvicorn, load_web_config
+from webconfig.serving import Served, for_uvicorn, load_web_config
 
 PASSWORD = "correct horse"
 
@@ -49,14 +49,15 @@ def _ok(path: str) -> tuple[int, str, bytes]:
 
 
 @pytest.fixture()
-def exporter_edge(tmp_path: Path, pki: Pki) -> Iterator[tuple[HttpServer, Leaf]]:
+def exporter_edge(tmp_path: Path, pki: Pki) -> Iterator[tuple[HttpServer, Leaf, Served]]:
     server_leaf = pki.server()
     settings = ExporterSettings(listen="127.0.0.1:0",
                                 web_config_file=_web_config(tmp_path, pki, server_leaf, users=True))
-    server = http_server(settings, _ok)
+    served = web_config(settings)
+    server = http_server(settings, _ok, served=served)
     server.start()
     try:
-        yield server, server_leaf
+        yield server, server_leaf, served
     finally:
         server.stop()
 
@@ -80,8 +81,8 @@ def _served_serial(port: int, pki: Pki, client: Leaf, *, host: str) -> int:
 
 
 def test_exporter_serves_a_client_with_a_certificate_and_the_password(
-        exporter_edge: tuple[HttpServer, Leaf], pki: Pki) -> None:
-    server, _ = exporter_edge
+        exporter_edge: tuple[HttpServer, Leaf, Served], pki: Pki) -> None:
+    server, _, _ = exporter_edge
     with _client(pki, pki.client()) as client:
         ok = client.get(f"https://127.0.0.1:{server.port}/metrics", auth=("prometheus", PASSWORD))
         wrong = client.get(f"https://localhost:{server.port}/metrics", auth=("prometheus", "wrong"))
@@ -91,12 +92,13 @@ def test_exporter_serves_a_client_with_a_certificate_and_the_password(
     assert ok.headers["X-Content-Type-Options"] == "nosniff"
     assert [r.status_code for r in (wrong, unknown, none)] == [401, 401, 401]
     assert wrong.headers["WWW-Authenticate"].startswith("Basic")
-    assert server.guard is not None and server.guard.refused["basic_auth"] == 3
+    assert server.guard is not None
+    assert [server.guard.refused[r] for r in ("bad_password", "unknown_user", "missing")] == [1, 1, 1]
 
 
 def test_exporter_refuses_a_client_without_a_certificate(
-        exporter_edge: tuple[HttpServer, Leaf], pki: Pki, tmp_path: Path) -> None:
-    server, _ = exporter_edge
+        exporter_edge: tuple[HttpServer, Leaf, Served], pki: Pki, tmp_path: Path) -> None:
+    server, _, _ = exporter_edge
     with _client(pki, None) as client, pytest.raises(httpx.TransportError):
         client.get(f"https://localhost:{server.port}/metrics", auth=("prometheus", PASSWORD))
     stranger = Pki(tmp_path / "other" if (tmp_path / "other").mkdir() is None else tmp_path,
@@ -109,8 +111,8 @@ def test_exporter_refuses_a_client_without_a_certificate(
 
 @pytest.mark.parametrize("host", ["localhost", "127.0.0.1"], ids=["sni", "no-sni"])
 def test_a_rotated_certificate_is_served_without_a_restart(
-        exporter_edge: tuple[HttpServer, Leaf], pki: Pki, host: str) -> None:
-    server, first = exporter_edge
+        exporter_edge: tuple[HttpServer, Leaf, Served], pki: Pki, host: str) -> None:
+    server, first, served = exporter_edge
     client_leaf = pki.client()
     assert _served_serial(server.port, pki, client_leaf, host=host) == first.serial
     second = pki.server()  # same paths, replaced by rename, as cert-manager or `mv` do
@@ -119,16 +121,20 @@ def test_a_rotated_certificate_is_served_without_a_restart(
     with _client(pki, client_leaf) as client:
         answer = client.get(f"https://{host}:{server.port}/metrics", auth=("prometheus", PASSWORD))
     assert answer.status_code == 200
+    assert served.tls is not None and served.tls.reloads == 1  # gpufed_web_tls_certificate_reloads_total
+    assert served.tls.handshake_failures.total == 0
 
 
 def test_a_half_written_rotation_keeps_the_previous_certificate(
-        exporter_edge: tuple[HttpServer, Leaf], pki: Pki) -> None:
-    server, first = exporter_edge
+        exporter_edge: tuple[HttpServer, Leaf, Served], pki: Pki) -> None:
+    server, first, served = exporter_edge
     client_leaf = pki.client()
     first.cert.write_text("-----BEGIN CERTIFICATE-----\ntruncated\n")
     assert _served_serial(server.port, pki, client_leaf, host="localhost") == first.serial
+    assert served.tls is not None and served.tls.reloads == 0
     second = pki.server()
     assert _served_serial(server.port, pki, client_leaf, host="localhost") == second.serial
+    assert served.tls.reloads == 1
 
 
 def test_uvicorn_apps_take_the_same_file(tmp_path: Path, pki: Pki) -> None:

@@ -1,5 +1,7 @@
 """``gpufed serve --web.config.file`` as a real process: TLS with client certificates
-required, the bearer token still carried in Authorization for changes."""
+required, the bearer token still carried in Authorization for changes; a client without a
+certificate and a plain-HTTP client refused, each counted on ``/metrics`` and said in one
+log line, without a traceback."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import httpx
 import pytest
 import yaml
 from conftest import stop_process, wait_for
+from prometheus_client.parser import text_string_to_metric_families
 
 from federation.testing.harnesses.polling import serve_port
 from tests.controller.harness import TOKEN
@@ -27,6 +30,14 @@ def _client(pki: Pki, *, with_cert: bool) -> httpx.Client:
         leaf = pki.client()
         ctx.load_cert_chain(str(leaf.cert), str(leaf.key))
     return httpx.Client(verify=ctx, timeout=10)
+
+
+def handshake_failures(exposition: str) -> dict[str, float]:
+    """``gpufed_web_tls_handshake_failures_total`` by reason, from a ``/metrics`` answer."""
+    return {sample.labels["reason"]: sample.value
+            for family in text_string_to_metric_families(exposition)
+            if family.name == "gpufed_web_tls_handshake_failures"
+            for sample in family.samples if sample.name.endswith("_total")}
 
 
 def test_gpufed_serve_over_mutual_tls(tmp_path: Path) -> None:
@@ -55,5 +66,13 @@ def test_gpufed_serve_over_mutual_tls(tmp_path: Path) -> None:
             client.get(f"{url}/healthz")
         with httpx.Client(timeout=10) as plain, pytest.raises(httpx.TransportError):
             plain.get(f"http://127.0.0.1:{port}/healthz")
+        with _client(pki, with_cert=True) as client:
+            counted = wait_for(lambda: (lambda c: c if c.get("plain_http") == 1 else None)(
+                handshake_failures(client.get(f"{url}/metrics").text)), timeout=10, what="refusals counted")
     finally:
         stop_process(proc)
+    assert {reason: n for reason, n in counted.items() if n} == {"no_client_cert": 1, "plain_http": 1}
+    said = log.read_text()
+    assert "Traceback" not in said
+    for reason in ("no_client_cert", "plain_http"):
+        assert said.count(f"TLS handshake refused reason={reason}:") == 1, said
