@@ -94,7 +94,8 @@ class GpufedSpec(FederationSpec):
             if long_term is not None and long_term.url is not None:
                 require_https("master.long_term.url", long_term.url, hop="long_term")
             elif self.thanos is not None and self.thanos.mode == "receive" and self.thanos.receive:
-                require_https("thanos.receive.url (default: its first router)", self.thanos.receive_url(), hop="long_term")
+                require_https("thanos.receive.url (default: its first router)", self.thanos.receive_url(),
+                              hop="long_term")
         if tls.hops.relay and self.alerting is not None and self.alerting.robots:
             require_https("alerting.relay_url", self.alerting.relay_url, hop="relay")
         if tls.serve is not None and self.master is not None and self.master.monitoring.enabled:
