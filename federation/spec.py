@@ -83,7 +83,7 @@ class GpufedSpec(FederationSpec):
 
 
     @model_validator(mode="after")
-    def _tls_urls(self) -> GpufedSpec:
+    def _tls_sections(self) -> GpufedSpec:
         # The sections sharder.model.spec does not see: the master's store, the relay, the
         # children the master scrapes once they serve TLS.
         tls = self.tls
@@ -98,6 +98,22 @@ class GpufedSpec(FederationSpec):
                               hop="long_term")
         if tls.hops.relay and self.alerting is not None and self.alerting.robots:
             require_https("alerting.relay_url", self.alerting.relay_url, hop="relay")
+        if tls.serve is not None:
+            # Readers of the master and the Alertmanagers that gpufed renders no TLS client for.
+            readers = {
+                "thanos.mode sidecar (the sidecar reads the master's HTTP API)":
+                    self.thanos is not None and self.thanos.mode == "sidecar",
+                "grafana without thanos (its datasource is the master)":
+                    self.grafana is not None and self.thanos is None,
+                "logs with alerting (Loki's ruler posts to the Alertmanagers)":
+                    self.logs is not None and self.alerting is not None,
+            }
+            for what, present in readers.items():
+                if present:
+                    raise ValueError(
+                        f"tls.serve makes the master and the Alertmanagers serve TLS only, but {what}"
+                        " has no TLS client settings yet: leave tls.serve out, or that section"
+                    )
         if tls.serve is not None and self.master is not None and self.master.monitoring.enabled:
             monitoring = self.master.monitoring
             for field, url in [("master.monitoring.child_url", monitoring.child_url),

@@ -36,7 +36,7 @@ from sharder.engine.assignment import Assignment
 from sharder.kernel import output
 from sharder.kernel.errors import OutputError
 from sharder.kernel.promtool import ConfigChecker, WebConfigChecker, check_all
-from sharder.kernel.tls import WEB_CONFIG_FILE
+from sharder.kernel.tls import HTTP_CLIENT_FILE, WEB_CONFIG_FILE
 from sharder.model.inventory import Target
 from sharder.model.loading import StaticFileSource
 from thanos.render import render_thanos_bundle
@@ -62,10 +62,14 @@ def alerting_part(spec: GpufedSpec, targets: list[Target], assignment: Assignmen
 
 def tls_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
     """``tls/web-config.yml`` (the children's, the master's and the Alertmanagers'
-    ``--web.config.file``) when the spec's ``tls`` section has ``serve``."""
+    ``--web.config.file``) and ``tls/http-client.yml`` (health checks' client) when the
+    spec's ``tls`` section has ``serve``."""
     del targets, assignment
     document = spec.tls.web_config() if spec.tls is not None else None
-    return {} if document is None else {WEB_CONFIG_FILE: output.dump_yaml(document)}
+    if spec.tls is None or document is None:
+        return {}
+    return {WEB_CONFIG_FILE: output.dump_yaml(document),
+            HTTP_CLIENT_FILE: output.dump_yaml(spec.tls.http_client_config())}
 
 
 def master_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
@@ -146,6 +150,7 @@ def compose_part(*, out_name: str, resources: dict[str, dict[str, Any]] | None =
             router_hosts=routers,
             http_sd_url=spec.children.http_sd_url,
             resources=resources,
+            tls=spec.tls,
         )
 
     return part

@@ -44,6 +44,9 @@ ClientAuthType = Literal[
 #: Where ``gpufed render`` writes the web-config the children, the master and the
 #: Alertmanagers run with (``--web.config.file``); one file, its paths absolute.
 WEB_CONFIG_FILE = "tls/web-config.yml"
+#: An HTTP client config (Prometheus' ``http_config``) with the section's ``tls_config``: what
+#: ``promtool check ready`` and ``amtool`` read (``--http.config.file``) in health checks.
+HTTP_CLIENT_FILE = "tls/http-client.yml"
 
 
 def _absolute(path: str) -> str:
@@ -120,6 +123,10 @@ class TlsSpec(StrictModel):
         if self.server_name is not None:
             config["server_name"] = self.server_name
         return config
+
+    def http_client_config(self) -> dict[str, Any]:
+        """Prometheus' ``http_config`` document: ``promtool``/``amtool --http.config.file``."""
+        return {"tls_config": self.client_config()}
 
     def web_config(self) -> dict[str, Any] | None:
         """exporter-toolkit's web-config document, or None when nothing serves TLS."""

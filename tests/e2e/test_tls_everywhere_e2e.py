@@ -82,6 +82,7 @@ class Stack:
     line: int
     root: Path
     certs: Path
+    context: ssl.SSLContext
     client: httpx.Client
     fleet: FleetApp
     master: TlsPrometheus
@@ -94,9 +95,10 @@ class Stack:
 
 def spec_document(*, certs: Path, master_port: int, controller_port: int, relay_port: int,
                   child_ports: dict[str, int], alertmanagers: list[ReplicaSpec], robot_url: str,
-                  rules: Path) -> dict[str, Any]:
+                  rules: Path, line: int) -> dict[str, Any]:
     return {
         "cluster": "tls",
+        "prometheus": {"version": "3" if line == 3 else "2.53"},
         "regions": [{"name": region, "shards": 1} for region in REGIONS],
         "jobs": [{"name": "gpu", "scrape_interval": "1s"}],
         "remote_write": [{
@@ -182,7 +184,7 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         spec_path.write_text(yaml.safe_dump(spec_document(
             certs=certs, master_port=master.port, controller_port=controller_port, relay_port=relay_port,
             child_ports={name: child.port for name, child in children.items()}, alertmanagers=replicas,
-            robot_url=robot_url, rules=root / "rules.yml")), encoding="utf-8")
+            robot_url=robot_url, rules=root / "rules.yml", line=line)), encoding="utf-8")
         # The fleet serves the rendered web-config (same format), so it is built after the render
         # writes it; the inventory that render needs names the fleet's port, bound first.
         fleet_port = free_port()
@@ -230,9 +232,9 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
                         child.start()
                     for child in children.values():
                         child.wait_ready()
-                    yield Stack(line=line, root=root, certs=certs, client=client, fleet=fleet, master=master,
-                                children=children, alertmanagers=alertmanagers, api=api,
-                                controller_url=controller_url, relay_url=relay_url)
+                    yield Stack(line=line, root=root, certs=certs, context=context, client=client,
+                                fleet=fleet, master=master, children=children, alertmanagers=alertmanagers,
+                                api=api, controller_url=controller_url, relay_url=relay_url)
                 finally:
                     for child in children.values():
                         child.stop()
@@ -287,8 +289,11 @@ def test_every_server_refuses_a_client_without_a_certificate(stack: Stack) -> No
             stack.relay_url + "/readyz", stack.master.url + "/-/ready",
             *(child.url + "/-/ready" for child in stack.children.values()),
             *(url + "/-/ready" for url in stack.alertmanagers.urls)]
-    with httpx.Client(verify=anonymous, timeout=5.0) as client:
+    # Clients of their own, closed before the servers stop (a kept-alive connection would outlive
+    # the exporter's server).
+    with httpx.Client(verify=stack.context, timeout=5.0) as good, \
+            httpx.Client(verify=anonymous, timeout=5.0) as bad:
         for url in urls:
-            assert stack.client.get(url).status_code == 200, url
+            assert good.get(url).status_code == 200, url
             with pytest.raises(httpx.HTTPError):
-                client.get(url).raise_for_status()
+                bad.get(url).raise_for_status()
