@@ -111,5 +111,6 @@ def test_paths_outside_the_mounted_folder_are_refused(tmp_path: Path) -> None:
     result = invoke("render", "--spec", spec, "--out", tmp_path / "parent" / "current", "--target", "compose",
                     "--no-check")
     assert result.exit_code != 0
-    expected = "tls.ca_file is '/etc/ssl/gpufed-ca.crt'; compose mounts the certificate folder at /etc/gpufed/tls"
+    expected = ("tls.ca_file is '/etc/ssl/gpufed-ca.crt'; compose mounts the certificate folder at"
+                " /etc/gpufed/tls")
     assert expected in result.output
