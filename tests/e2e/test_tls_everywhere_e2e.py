@@ -47,7 +47,7 @@ from federation.master.render import FLAGS_FILE, MASTER_FILE
 from federation.testing.harnesses.alertmanager import AlertmanagerHA, loopback_replicas
 from federation.testing.standins.dingtalk import FakeDingTalk
 from sharder.kernel.promtool import Promtool
-from sharder.kernel.tls import WEB_CONFIG_FILE
+from sharder.kernel.tls import HTTP_CLIENT_FILE, WEB_CONFIG_FILE
 
 pytestmark = pytest.mark.e2e
 
@@ -297,3 +297,19 @@ def test_every_server_refuses_a_client_without_a_certificate(stack: Stack) -> No
             assert good.get(url).status_code == 200, url
             with pytest.raises(httpx.HTTPError):
                 bad.get(url).raise_for_status()
+
+
+def test_compose_health_checks_speak_tls_with_the_rendered_client_file(stack: Stack) -> None:
+    """What compose's health checks run (federation.master.compose_tls), against the live servers."""
+    client_file = f"--http.config.file={stack.root / 'out' / HTTP_CLIENT_FILE}"
+    checks = [
+        [stack_tool(stack.line, "promtool"), "check", "ready", f"--url={stack.master.url}", client_file],
+        [stack_tool(stack.line, "amtool"), f"--alertmanager.url={stack.alertmanagers.urls[0]}", client_file,
+         "config", "show"],
+    ]
+    for args in checks:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+    # ...and without the client file the same check is refused: the certificate is what passes.
+    plain = subprocess.run(checks[0][:-1], capture_output=True, text=True, timeout=30, check=False)
+    assert plain.returncode != 0

@@ -201,3 +201,13 @@ def test_a_hop_turned_off_keeps_its_plain_http(certs: Path) -> None:
     jobs = {job.name: scrape_config(spec, job, shard="x") for job in spec.jobs}
     assert jobs["gpu"]["scheme"] == "https" and jobs["node"]["scheme"] == "http"
     assert "tls_config" not in jobs["node"]
+
+
+def test_the_docs_tls_section_is_a_valid_spec_section() -> None:
+    """docs/tls-install.md's first YAML block is what the spec takes."""
+    from sharder.kernel.tls import TlsSpec
+
+    text = (ROOT / "docs" / "tls-install.md").read_text(encoding="utf-8")
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    section = parse_model(TlsSpec, yaml.safe_load(block)["tls"], source="docs/tls-install.md")
+    assert section.serve is not None and section.hops.scrape is True
