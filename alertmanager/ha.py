@@ -12,6 +12,7 @@ import ipaddress
 from typing import Any
 
 from alertmanager.models import AlertingSpec, ReplicaSpec
+from sharder.kernel.tls import TlsSpec
 
 
 def replica_flags(alerting: AlertingSpec, replica: ReplicaSpec) -> list[str]:
@@ -47,22 +48,25 @@ def all_replica_flags(alerting: AlertingSpec) -> dict[str, list[str]]:
     return {replica.name: replica_flags(alerting, replica) for replica in alerting.replicas}
 
 
-def prometheus_alerting(alerting: AlertingSpec, *, cluster: str | None = None) -> dict[str, Any]:
+def prometheus_alerting(
+    alerting: AlertingSpec, *, cluster: str | None = None, tls: TlsSpec | None = None
+) -> dict[str, Any]:
     """The ``alerting:`` block of a Prometheus config: every replica listed, never a VIP.
 
     With ``cluster`` set, alerts lacking a ``cluster`` label get it, so the label the
-    inhibition rules rely on is always there.
+    inhibition rules rely on is always there. With ``tls`` and its ``alertmanager`` hop on,
+    every replica is reached over https with the section's client settings.
     """
-    block: dict[str, Any] = {
-        "alertmanagers": [
-            {
-                "api_version": "v2",
-                "scheme": "http",
-                "timeout": "10s",
-                "static_configs": [{"targets": [r.address for r in alerting.replicas]}],
-            }
-        ]
+    secure = tls is not None and tls.hops.alertmanager
+    manager: dict[str, Any] = {
+        "api_version": "v2",
+        "scheme": "https" if secure else "http",
+        "timeout": "10s",
+        "static_configs": [{"targets": [r.address for r in alerting.replicas]}],
     }
+    if tls is not None and secure:
+        manager["tls_config"] = tls.client_config()
+    block: dict[str, Any] = {"alertmanagers": [manager]}
     if cluster is not None:
         block["alert_relabel_configs"] = [
             {"source_labels": ["cluster"], "regex": "", "target_label": "cluster", "replacement": cluster}
@@ -70,7 +74,7 @@ def prometheus_alerting(alerting: AlertingSpec, *, cluster: str | None = None) -
     return block
 
 
-def ha_document(alerting: AlertingSpec, *, cluster: str) -> dict[str, Any]:
+def ha_document(alerting: AlertingSpec, *, cluster: str, tls: TlsSpec | None = None) -> dict[str, Any]:
     """What ``ha.json`` holds: per-replica addresses and flags, and the Prometheus block."""
     return {
         "cluster": cluster,
@@ -82,5 +86,5 @@ def ha_document(alerting: AlertingSpec, *, cluster: str) -> dict[str, Any]:
             }
             for r in alerting.replicas
         },
-        "prometheus_alerting": prometheus_alerting(alerting, cluster=cluster),
+        "prometheus_alerting": prometheus_alerting(alerting, cluster=cluster, tls=tls),
     }

@@ -51,6 +51,7 @@ from alertmanager.models import (
     severity_receiver,
 )
 from sharder.kernel.output import Bundle, dump_json, dump_yaml
+from sharder.kernel.tls import TlsSpec
 
 ALERTMANAGER_FILE = "alertmanager/alertmanager.yml"
 HA_FILE = "alertmanager/ha.json"
@@ -95,9 +96,13 @@ def wechat_config(wecom: WeComSpec) -> dict[str, Any]:
 
 
 def _receiver(
-    alerting: AlertingSpec, name: str, *, robots: list[str], passthrough: list[str]
+    alerting: AlertingSpec, name: str, *, robots: list[str], passthrough: list[str], relay_tls: TlsSpec | None
 ) -> dict[str, Any]:
-    """One Alertmanager receiver merging robots and pass-through receivers, each URL once."""
+    """One Alertmanager receiver merging robots and pass-through receivers, each URL once.
+
+    ``relay_tls``: the client settings for the relay's URLs (the spec's ``tls`` when its
+    ``relay`` hop is on); pass-through webhooks are someone else's servers and keep theirs.
+    """
     hooks: dict[str, dict[str, Any]] = {}
     emails: list[dict[str, Any]] = []
     wechats: list[dict[str, Any]] = []
@@ -106,7 +111,10 @@ def _receiver(
         robot_names += alerting.receiver(extra).robots
     for robot in robot_names:
         url = robot_url(alerting.relay_url, robot)
-        hooks.setdefault(url, {"url": url, "send_resolved": True, "max_alerts": 0})
+        relay_hook: dict[str, Any] = {"url": url, "send_resolved": True, "max_alerts": 0}
+        if relay_tls is not None:
+            relay_hook["http_config"] = {"tls_config": relay_tls.client_config()}
+        hooks.setdefault(url, relay_hook)
     for extra in passthrough:
         spec = alerting.receiver(extra)
         for hook in spec.webhooks:
@@ -208,20 +216,24 @@ def inhibit_rule(rule: InhibitRuleSpec) -> dict[str, Any]:
             "target_matchers": list(rule.target_matchers), "equal": list(rule.equal)}
 
 
-def _receivers(alerting: AlertingSpec) -> list[dict[str, Any]]:
-    out = [_receiver(alerting, r.name, robots=[], passthrough=[r.name]) for r in alerting.receivers]
+def _receivers(alerting: AlertingSpec, relay_tls: TlsSpec | None) -> list[dict[str, Any]]:
+    out = [_receiver(alerting, r.name, robots=[], passthrough=[r.name], relay_tls=relay_tls)
+           for r in alerting.receivers]
     if alerting.watchdog.receiver is None:
         out.append({"name": WATCHDOG_NULL_RECEIVER})
     if unrouted_critical_receiver(alerting) == UNROUTED_CRITICAL_RECEIVER:
         pagers = [name for route in alerting.routes for name in route.critical]
         out.append(_receiver(alerting, UNROUTED_CRITICAL_RECEIVER, robots=[r.robot for r in alerting.routes],
-                             passthrough=list(dict.fromkeys([alerting.default_receiver, *pagers]))))
+                             passthrough=list(dict.fromkeys([alerting.default_receiver, *pagers])),
+                             relay_tls=relay_tls))
     for route in alerting.routes:
-        out.append(_receiver(alerting, region_receiver(route.region), robots=[route.robot], passthrough=[]))
+        out.append(_receiver(alerting, region_receiver(route.region), robots=[route.robot], passthrough=[],
+                            relay_tls=relay_tls))
         for sev in SEVERITIES:
             if route.extra(sev):
                 name = severity_receiver(route.region, sev)
-                out.append(_receiver(alerting, name, robots=[route.robot], passthrough=route.extra(sev)))
+                out.append(_receiver(alerting, name, robots=[route.robot], passthrough=route.extra(sev),
+                                    relay_tls=relay_tls))
     return sorted(out, key=lambda r: str(r["name"]))
 
 
@@ -239,8 +251,12 @@ def _time_intervals(alerting: AlertingSpec) -> list[dict[str, Any]]:
     return out
 
 
-def render_alertmanager_config(alerting: AlertingSpec) -> dict[str, Any]:
-    """The whole ``alertmanager.yml`` as a dict (``matchers`` only, never ``match``/``match_re``)."""
+def render_alertmanager_config(alerting: AlertingSpec, *, tls: TlsSpec | None = None) -> dict[str, Any]:
+    """The whole ``alertmanager.yml`` as a dict (``matchers`` only, never ``match``/``match_re``).
+
+    With ``tls`` and its ``relay`` hop on, the relay's webhooks carry ``http_config.tls_config``.
+    """
+    relay_tls = tls if tls is not None and tls.hops.relay else None
     default = alerting.default_receiver
     route: dict[str, Any] = {
         "receiver": default,
@@ -257,7 +273,7 @@ def render_alertmanager_config(alerting: AlertingSpec) -> dict[str, Any]:
     config: dict[str, Any] = {
         "global": {"resolve_timeout": "5m"},
         "route": route,
-        "receivers": _receivers(alerting),
+        "receivers": _receivers(alerting, relay_tls),
         "inhibit_rules": [inhibit_rule(r) for r in alerting.all_inhibit_rules()],
     }
     if alerting.time_intervals:
@@ -284,7 +300,9 @@ def render_relay_config(alerting: AlertingSpec) -> dict[str, Any]:
     return out
 
 
-def render_alerting_bundle(alerting: AlertingSpec, *, cluster: str, regions: Sequence[str]) -> Bundle:
+def render_alerting_bundle(
+    alerting: AlertingSpec, *, cluster: str, regions: Sequence[str], tls: TlsSpec | None = None
+) -> Bundle:
     """Every alerting file, keyed by path relative to the output dir.
 
     ``dingtalk.yml`` is left out when the spec has no robots: the relay refuses an empty
@@ -292,9 +310,11 @@ def render_alerting_bundle(alerting: AlertingSpec, *, cluster: str, regions: Seq
     """
     check_regions(alerting, regions)
     bundle: Bundle = {
-        ALERTMANAGER_FILE: dump_yaml(render_alertmanager_config(alerting)),
-        HA_FILE: dump_json(ha.ha_document(alerting, cluster=cluster)),
-        PROMETHEUS_ALERTING_FILE: dump_yaml({"alerting": ha.prometheus_alerting(alerting, cluster=cluster)}),
+        ALERTMANAGER_FILE: dump_yaml(render_alertmanager_config(alerting, tls=tls)),
+        HA_FILE: dump_json(ha.ha_document(alerting, cluster=cluster, tls=tls)),
+        PROMETHEUS_ALERTING_FILE: dump_yaml(
+            {"alerting": ha.prometheus_alerting(alerting, cluster=cluster, tls=tls)}
+        ),
     }
     if alerting.robots:
         bundle[RELAY_FILE] = dump_yaml(render_relay_config(alerting))

@@ -15,7 +15,7 @@ from federation.grafana.models import GrafanaSpec
 from federation.master_spec import MasterSpec
 from logs.models import LogsSpec
 from sharder.model.loading import parse_model, read_document
-from sharder.model.spec import FederationSpec
+from sharder.model.spec import FederationSpec, require_https
 from thanos.models import ThanosSpec
 
 
@@ -82,6 +82,50 @@ class GpufedSpec(FederationSpec):
                     )
         return self
 
+
+    @model_validator(mode="after")
+    def _tls_sections(self) -> GpufedSpec:
+        # The sections sharder.model.spec does not see: the master's store, the relay, the
+        # children the master scrapes once they serve TLS.
+        tls = self.tls
+        if tls is None:
+            return self
+        long_term = self.master.long_term if self.master is not None else None
+        if tls.hops.long_term and self.master is not None:
+            if long_term is not None and long_term.url is not None:
+                require_https("master.long_term.url", long_term.url, hop="long_term")
+            elif self.thanos is not None and self.thanos.mode == "receive" and self.thanos.receive:
+                require_https("thanos.receive.url (default: its first router)", self.thanos.receive_url(),
+                              hop="long_term")
+        if tls.hops.relay and self.alerting is not None and self.alerting.robots:
+            require_https("alerting.relay_url", self.alerting.relay_url, hop="relay")
+        if tls.serve is not None:
+            # Readers of the master and the Alertmanagers that gpufed renders no TLS client for.
+            readers = {
+                "thanos.mode sidecar (the sidecar reads the master's HTTP API)":
+                    self.thanos is not None and self.thanos.mode == "sidecar",
+                "grafana without thanos (its datasource is the master)":
+                    self.grafana is not None and self.thanos is None,
+                "logs with alerting (Loki's ruler posts to the Alertmanagers)":
+                    self.logs is not None and self.alerting is not None,
+            }
+            for what, present in readers.items():
+                if present:
+                    raise ValueError(
+                        f"tls.serve makes the master and the Alertmanagers serve TLS only, but {what}"
+                        " has no TLS client settings yet: leave tls.serve out, or that section"
+                    )
+        if tls.serve is not None and self.master is not None and self.master.monitoring.enabled:
+            monitoring = self.master.monitoring
+            for field, url in [("master.monitoring.child_url", monitoring.child_url),
+                               *((f"master.monitoring.child_url_by_region.{region}", url)
+                                 for region, url in monitoring.child_url_by_region.items())]:
+                if not url.startswith("https://"):
+                    raise ValueError(
+                        f"{field} is {url!r} but tls.serve makes the children serve TLS only:"
+                        " use an https:// URL"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _logs_bucket(self) -> GpufedSpec:

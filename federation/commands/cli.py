@@ -26,7 +26,7 @@ app.add_typer(bench_app, name="bench")
 
 def _register() -> None:
     # Imported here so that importing federation.commands.cli stays cheap and side-effect free.
-    from federation.commands import bench, demo, render, serve, size, watch
+    from federation.commands import bench, certs, demo, render, serve, size, watch
 
     render.register(app)
     bench.register(bench_app)
@@ -34,6 +34,7 @@ def _register() -> None:
     serve.register(app)
     demo.register(app)
     size.register(app)
+    certs.register(app)
 
 
 def version() -> str:

@@ -22,9 +22,10 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from federation.master import compose_grafana, compose_logs, compose_objstore, images
+from federation.master import compose_grafana, compose_logs, compose_objstore, compose_tls, images
 from sharder.kernel.errors import OutputError
 from sharder.kernel.output import Bundle, dump_yaml
+from sharder.kernel.tls import WEB_CONFIG_FILE, TlsSpec
 
 MONITORING_FILE = "compose/monitoring.yml"
 ENV_EXAMPLE_FILE = "compose/.env.example"
@@ -50,6 +51,7 @@ REQUIRED_ENV = {
     "GPUFED_SPEC": "path of federation.yaml on this host (the controller reads it)",
     "GPUFED_TOKEN": "the controller's write token (16+ characters, no placeholder)",
     "GRAFANA_ADMIN_PASSWORD": "Grafana's admin password",
+    "GPUFED_TLS_DIR": compose_tls.TLS_DIR_HELP,
 }
 OPTIONAL_HELP = {
     "GPUFED_DISCOVERY_FLAGS": "--consul HOST:PORT: the Consul the nodes register in (node.yml's "
@@ -111,9 +113,12 @@ def render_compose_bundle(
     http_sd_url: str = CONTROLLER_URL,
     consul: bool = True,
     resources: Mapping[str, Mapping[str, Any]] | None = None,
+    tls: TlsSpec | None = None,
 ) -> Bundle:
     """``files``: the other parts' bundle (children, master, alerting, Thanos).
 
+    ``tls``: the spec's ``tls`` section; the TLS services mount ``GPUFED_TLS_DIR`` and serve
+    ``tls/web-config.yml`` (``federation.master.compose_tls``).
     ``router_hosts``: Thanos router instance -> the host the master's remote_write names.
     ``resources``: kind of service (child, master, alertmanager, relay, controller, grafana)
     -> its ``deploy.resources`` (``federation.sizing.compose_resources``, from ``--fleet-nodes``).
@@ -129,6 +134,8 @@ def render_compose_bundle(
             f"children.http_sd_url is {http_sd_url!r}; in compose the children reach the controller "
             f"service as {CONTROLLER_URL}"
         )
+    if tls is not None:
+        compose_tls.check_paths(tls)
     tree = f"{MOUNT}/{out_name}"
     services: dict[str, dict[str, Any]] = {}
     # Service -> its kind, for `resources` (--fleet-nodes).
@@ -140,7 +147,7 @@ def render_compose_bundle(
         **_service(
             IMAGES["gpufed"],
             host="gpufed-controller",
-            command=["sh", "-c", " ".join(["exec", *_controller_args(files)])],
+            command=["sh", "-c", " ".join(["exec", *_controller_args(files, tls=tls, tree=tree)])],
             # /healthz, not /readyz: the controller is ready only once it holds an
             # assignment, i.e. after the first node registers; an empty fleet is healthy.
             health=_python_get("http://127.0.0.1:8080/healthz"),
@@ -233,6 +240,9 @@ def render_compose_bundle(
         }
         volumes["consul-data"] = {}
 
+    if tls is not None:
+        compose_tls.secure(services, kinds, tls=tls, tree=tree, tls_dir=_required("GPUFED_TLS_DIR"))
+
     for host, kind in kinds.items():
         if resources and kind in resources and host in services:
             services[host]["deploy"] = {"resources": dict(resources[kind])}
@@ -247,16 +257,24 @@ def render_compose_bundle(
     }
 
 
-def _controller_args(files: Bundle) -> list[str]:
+def _controller_args(files: Bundle, *, tls: TlsSpec | None = None, tree: str = "") -> list[str]:
     """``gpufed serve`` as the controller service runs it; the env file adds flags last.
 
     Children are ``child-<child>`` services: ``--child-url-template`` lets the controller
     confirm hand-overs by asking the new child whether it scraped the target (agent mode
     keeps ``/api/v1/targets``) and reload children. The master replicas get every
     child's ``scrape_*`` series by remote_write, so they are the ``--load-url`` sources.
+    With ``tls.serve`` the children and masters take only TLS clients with a certificate,
+    which the controller's own calls do not present yet: both flags are left out (hand-overs
+    end by their window, placement goes without measured load).
     """
     args = ["gpufed", "serve", "--spec", "/etc/gpufed/federation.yaml", "--data-dir", "/var/lib/gpufed",
-            "--listen", "0.0.0.0:8080", "--child-url-template", CHILD_URL_TEMPLATE]
+            "--listen", "0.0.0.0:8080"]
+    if tls is not None and tls.hops.http_sd:
+        args += ["--web.config.file", f"{tree}/{WEB_CONFIG_FILE}"]
+    if tls is not None and tls.serve is not None:
+        return [*args, "${GPUFED_DISCOVERY_FLAGS:-}", "${GPUFED_CONTROLLER_FLAGS:-}"]
+    args += ["--child-url-template", CHILD_URL_TEMPLATE]
     if "master/flags.json" in files:
         master = json.loads(files["master/flags.json"])
         for replica in sorted(master["replicas"].values(), key=lambda r: r["host"]):

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from federation.master_spec import MonitoringSpec
 from federation.spec import GpufedSpec
 from sharder.engine.assignment import Assignment
+from sharder.kernel.tls import TlsSpec
 
 CHILD_JOB = "gpufed-child"
 MASTER_JOB = "gpufed-master"
@@ -40,12 +41,24 @@ def _address(url: str) -> str:
     return f"{parts.hostname}:{port}"
 
 
-def _static(job: str, targets: Iterable[str], interval: str) -> dict[str, Any]:
-    return {
+def _static(job: str, targets: Iterable[str], interval: str, *, tls: TlsSpec | None = None) -> dict[str, Any]:
+    job_config: dict[str, Any] = {
         "job_name": job,
         "scrape_interval": interval,
         "static_configs": [{"targets": sorted(set(targets))}],
     }
+    return _secured(job_config, tls)
+
+
+def _secured(job: dict[str, Any], tls: TlsSpec | None) -> dict[str, Any]:
+    """``job`` scraped over https with the tls section's client settings, when ``tls`` is given."""
+    if tls is None:
+        return job
+    return {**job, "scheme": "https", "tls_config": tls.client_config()}
+
+
+def _tls_where(spec: GpufedSpec, on: bool) -> TlsSpec | None:
+    return spec.tls if spec.tls is not None and on else None
 
 
 def master_targets(spec: GpufedSpec) -> list[str]:
@@ -85,22 +98,34 @@ def scrape_jobs(spec: GpufedSpec) -> list[dict[str, Any]]:
     master = spec.master
     assert master is not None
     monitoring: MonitoringSpec = master.monitoring
+    # Who serves TLS: the children, the master and the Alertmanagers with tls.serve (their
+    # web-config), the controller with the http_sd hop on, the relay with the relay hop on.
+    hops = spec.tls.hops if spec.tls is not None else None
+    served = _tls_where(spec, spec.tls is not None and spec.tls.serve is not None)
+    controller_tls = _tls_where(spec, hops is not None and hops.http_sd)
     if not monitoring.enabled:
-        return [{"job_name": MASTER_JOB, "static_configs": [{"targets": master_targets(spec)}]}]
+        return [_secured({"job_name": MASTER_JOB, "static_configs": [{"targets": master_targets(spec)}]},
+                         served)]
     interval = monitoring.scrape_interval or master.scrape_interval
     controller_url = str(spec.children.http_sd_url).rstrip("/")
+    sd: dict[str, Any] = {"url": controller_url + SD_CHILDREN_PATH, "refresh_interval": SD_REFRESH}
+    if controller_tls is not None:
+        sd["tls_config"] = controller_tls.client_config()
+    # The children's scheme comes from child_url (__scheme__ in /v1/sd-children).
+    children: dict[str, Any] = {"job_name": CHILD_JOB, "scrape_interval": interval, "http_sd_configs": [sd]}
+    if served is not None:
+        children["tls_config"] = served.client_config()
     jobs = [
-        {
-            "job_name": CHILD_JOB,
-            "scrape_interval": interval,
-            "http_sd_configs": [{"url": controller_url + SD_CHILDREN_PATH, "refresh_interval": SD_REFRESH}],
-        },
-        _static(CONTROLLER_JOB, monitoring.controllers or [_address(controller_url)], interval),
-        _static(MASTER_JOB, master_targets(spec), interval),
+        children,
+        _static(CONTROLLER_JOB, monitoring.controllers or [_address(controller_url)], interval,
+                tls=controller_tls),
+        _static(MASTER_JOB, master_targets(spec), interval, tls=served),
     ]
     if spec.alerting is not None:
-        jobs.append(_static(ALERTMANAGER_JOB, (r.address for r in spec.alerting.replicas), interval))
-        jobs.append(_static(RELAY_JOB, [_address(spec.alerting.relay_url)], interval))
+        jobs.append(_static(ALERTMANAGER_JOB, (r.address for r in spec.alerting.replicas), interval,
+                            tls=served))
+        jobs.append(_static(RELAY_JOB, [_address(spec.alerting.relay_url)], interval,
+                            tls=_tls_where(spec, hops is not None and hops.relay)))
     jobs += [_static(job, targets, interval) for job, targets in thanos_targets(spec).items() if targets]
     return sorted(jobs, key=lambda job: str(job["job_name"]))
 

@@ -35,7 +35,8 @@ from sharder.engine import assigning, planning
 from sharder.engine.assignment import Assignment
 from sharder.kernel import output
 from sharder.kernel.errors import OutputError
-from sharder.kernel.promtool import ConfigChecker, check_all
+from sharder.kernel.promtool import ConfigChecker, WebConfigChecker, check_all
+from sharder.kernel.tls import HTTP_CLIENT_FILE, WEB_CONFIG_FILE
 from sharder.model.inventory import Target
 from sharder.model.loading import StaticFileSource
 from thanos.render import render_thanos_bundle
@@ -52,10 +53,23 @@ def alerting_part(spec: GpufedSpec, targets: list[Target], assignment: Assignmen
     del targets, assignment  # routing depends on the spec's regions, not on placement
     if spec.alerting is None:
         return {}
-    bundle = render_alerting_bundle(spec.alerting, cluster=spec.cluster, regions=spec.region_names())
+    bundle = render_alerting_bundle(spec.alerting, cluster=spec.cluster, regions=spec.region_names(),
+                                    tls=spec.tls)
     if spec.grafana is not None and RELAY_FILE in bundle:  # messages link to Grafana and the nodes' logs
         bundle[RELAY_FILE] = relay_with_grafana(bundle[RELAY_FILE], spec.grafana.url)
     return bundle
+
+
+def tls_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
+    """``tls/web-config.yml`` (the children's, the master's and the Alertmanagers'
+    ``--web.config.file``) and ``tls/http-client.yml`` (health checks' client) when the
+    spec's ``tls`` section has ``serve``."""
+    del targets, assignment
+    document = spec.tls.web_config() if spec.tls is not None else None
+    if spec.tls is None or document is None:
+        return {}
+    return {WEB_CONFIG_FILE: output.dump_yaml(document),
+            HTTP_CLIENT_FILE: output.dump_yaml(spec.tls.http_client_config())}
 
 
 def master_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
@@ -112,7 +126,7 @@ def grafana_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment
 
 
 BUNDLE_PARTS: tuple[BundlePart, ...] = (
-    sharder_part, alerting_part, master_part, thanos_part, logs_part, grafana_part,
+    sharder_part, alerting_part, master_part, thanos_part, logs_part, grafana_part, tls_part,
 )
 TARGETS = ("prometheus", "compose")
 
@@ -136,6 +150,7 @@ def compose_part(*, out_name: str, resources: dict[str, dict[str, Any]] | None =
             router_hosts=routers,
             http_sd_url=spec.children.http_sd_url,
             resources=resources,
+            tls=spec.tls,
         )
 
     return part
@@ -320,6 +335,8 @@ def check_bundle(
         if MASTER_FILE in bundle and changed(MASTER_FILE):
             checker.check(root, MASTER_FILE)
             master = True
+    if isinstance(checker, WebConfigChecker) and WEB_CONFIG_FILE in bundle and changed(WEB_CONFIG_FILE):
+        checker.check_web_config(root, WEB_CONFIG_FILE)
     if alert_checker is not None and ALERTMANAGER_FILE in bundle and changed(ALERTMANAGER_FILE):
         alert_checker.check_config(root / ALERTMANAGER_FILE)
         alerting = True

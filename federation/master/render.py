@@ -37,6 +37,7 @@ from federation.master_spec import REPLICA_ENV, LongTermSpec, MasterSpec
 from federation.spec import GpufedSpec
 from sharder.kernel import prometheus_versions
 from sharder.kernel.output import Bundle, dump_json, dump_yaml
+from sharder.kernel.tls import TlsSpec
 from thanos.models import RECEIVE_REPLICA_LABEL, ThanosSpec
 from thanos.render import MasterInstance
 
@@ -103,9 +104,11 @@ def long_term_of(spec: GpufedSpec) -> LongTermSpec | None:
     return None
 
 
-def _write_settings(long_term: LongTermSpec) -> dict[str, Any]:
-    """What every remote_write to the store shares: queue, timeout, credentials."""
+def _write_settings(long_term: LongTermSpec, tls: TlsSpec | None) -> dict[str, Any]:
+    """What every remote_write to the store shares: queue, timeout, credentials, TLS."""
     settings: dict[str, Any] = {"queue_config": long_term.queue_config.model_dump(exclude_none=True)}
+    if tls is not None and tls.hops.long_term:
+        settings["tls_config"] = tls.client_config()
     if long_term.remote_timeout is not None:
         settings["remote_timeout"] = long_term.remote_timeout
     if long_term.basic_auth is not None:
@@ -122,7 +125,7 @@ def _remote_write(spec: GpufedSpec, master: MasterSpec, long_term: LongTermSpec)
     else:
         assert long_term.url is not None
         writes = [{"name": WRITE_NAMES[long_term.kind], "url": long_term.url}]
-    shared = _write_settings(long_term)
+    shared = _write_settings(long_term, spec.tls)
     return [{**write, **shared} for write in writes]
 
 
@@ -158,7 +161,7 @@ def _thanos_writes(spec: GpufedSpec, master: MasterSpec, thanos: ThanosSpec) -> 
 def _alerting(spec: GpufedSpec) -> dict[str, Any] | None:
     if spec.alerting is None:
         return None
-    block = ha.prometheus_alerting(spec.alerting, cluster=spec.cluster)
+    block = ha.prometheus_alerting(spec.alerting, cluster=spec.cluster, tls=spec.tls)
     block.setdefault("alert_relabel_configs", []).extend(
         [{"action": "labeldrop", "regex": "|".join(DEDUP_LABELS)}, dict(SHARD_OF_MACHINE_ALERTS)]
     )

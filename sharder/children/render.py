@@ -17,6 +17,7 @@ from typing import Any
 from sharder.engine.assignment import Assignment
 from sharder.kernel import prometheus_versions
 from sharder.kernel.errors import AssignmentError
+from sharder.kernel.tls import TlsSpec
 from sharder.model.inventory import Target
 from sharder.model.spec import FederationSpec, JobSpec, RemoteWriteSpec
 
@@ -118,6 +119,10 @@ def scrape_config(spec: FederationSpec, job: JobSpec, *, shard: str) -> dict[str
         # Fleet exporters are not ours: one that sends no or a wrong Content-Type was scraped
         # as text by 2.x, and 3.x fails the scrape unless told what to fall back to.
         config["fallback_scrape_protocol"] = fallback
+    tls = spec.tls
+    if tls is not None and tls.scrapes(job.name):
+        config["scheme"] = "https"
+        config["tls_config"] = tls.client_config()
     if spec.children.target_discovery == "file_sd":
         # Prometheus resolves relative file_sd paths against the config file's directory,
         # so the rendered tree can be moved as a whole.
@@ -129,13 +134,15 @@ def scrape_config(spec: FederationSpec, job: JobSpec, *, shard: str) -> dict[str
                 "refresh_interval": spec.children.http_sd_refresh_interval,
             }
         ]
+        if tls is not None and tls.hops.http_sd:
+            config["http_sd_configs"][0]["tls_config"] = tls.client_config()
     relabel = metric_relabel_configs(job)
     if relabel:
         config["metric_relabel_configs"] = relabel
     return config
 
 
-def remote_write_config(write: RemoteWriteSpec) -> dict[str, Any]:
+def remote_write_config(write: RemoteWriteSpec, *, tls: TlsSpec | None = None) -> dict[str, Any]:
     config: dict[str, Any] = {"name": write.name, "url": write.url}
     if write.protocol == "2.0":
         config["protobuf_message"] = prometheus_versions.REMOTE_WRITE_V2_MESSAGE
@@ -147,6 +154,8 @@ def remote_write_config(write: RemoteWriteSpec) -> dict[str, Any]:
         config["basic_auth"] = write.basic_auth.model_dump()
     if write.authorization is not None:
         config["authorization"] = write.authorization.model_dump()
+    if tls is not None and tls.hops.remote_write:
+        config["tls_config"] = tls.client_config()
     queue = write.queue_config.model_dump(exclude_none=True)
     if queue:
         config["queue_config"] = queue
@@ -164,7 +173,8 @@ def prometheus_config(spec: FederationSpec, *, shard: str, region: str, replica:
         "global": global_,
         "scrape_configs": [scrape_config(spec, job, shard=shard) for job in spec.jobs],
     }
-    writes = [remote_write_config(w) for w in spec.remote_write if not w.regions or region in w.regions]
+    writes = [remote_write_config(w, tls=spec.tls) for w in spec.remote_write
+              if not w.regions or region in w.regions]
     if writes:
         config["remote_write"] = writes
     return config

@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from sharder.kernel.errors import ConfigCheckError
 from sharder.kernel.prometheus_versions import Release, binary_release
@@ -22,6 +22,13 @@ from sharder.kernel.prometheus_versions import Release, binary_release
 class ConfigChecker(Protocol):
     def check(self, root: Path, config: str, *, agent: bool = False) -> None:
         """Raise ``ConfigCheckError`` when ``root/config`` is not a valid Prometheus config."""
+        ...
+
+
+@runtime_checkable
+class WebConfigChecker(Protocol):
+    def check_web_config(self, root: Path, config: str) -> None:
+        """Raise ``ConfigCheckError`` when ``root/config`` is not a valid web-config file."""
         ...
 
 
@@ -66,6 +73,22 @@ class Promtool:
             raise ConfigCheckError(f"promtool timed out after {self.timeout:g}s", path=config) from exc
         if done.returncode != 0:
             raise ConfigCheckError(_failure_message(done.stdout, done.stderr), path=config)
+
+    def check_web_config(self, root: Path, config: str) -> None:
+        """``promtool check web-config``: exporter-toolkit's parser, which also reads the
+        certificate and key files the document names."""
+        args = [self.binary, "check", "web-config", config]
+        try:
+            done = subprocess.run(
+                args, cwd=root, capture_output=True, text=True, timeout=self.timeout, check=False
+            )
+        except FileNotFoundError as exc:
+            raise ConfigCheckError(f"promtool not found at {self.binary!r}", path=config) from exc
+        except subprocess.TimeoutExpired as exc:
+            raise ConfigCheckError(f"promtool timed out after {self.timeout:g}s", path=config) from exc
+        if done.returncode != 0:
+            message = _failure_message(done.stdout, done.stderr).replace("check config", "check web-config")
+            raise ConfigCheckError(message, path=config)
 
     def check_many(self, root: Path, configs: list[str], *, agent: bool = False) -> list[str]:
         """One process for all of ``configs``; all of them when it did not pass (promtool's

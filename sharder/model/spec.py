@@ -23,6 +23,7 @@ from sharder.kernel.models import (
     parse_duration,
 )
 from sharder.kernel.re2check import check_re2
+from sharder.kernel.tls import TlsSpec
 
 MAX_WEIGHT = 10_000
 # Headers Prometheus 2.42 refuses in remote_write.headers (checked against promtool in the tests).
@@ -278,6 +279,7 @@ class FederationSpec(StrictModel):
     external_labels: dict[str, str] = Field(default_factory=dict)
     children: ChildrenSpec = Field(default_factory=ChildrenSpec)
     prometheus: PrometheusSpec = Field(default_factory=PrometheusSpec)
+    tls: TlsSpec | None = Field(default=None, description="TLS on the federation's hops (sharder.kernel.tls)")
 
     @field_validator("cluster")
     @classmethod
@@ -320,6 +322,25 @@ class FederationSpec(StrictModel):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _tls_urls(self) -> FederationSpec:
+        # A hop that is on but points at http:// would send the client certificate nowhere and
+        # the data in clear: refuse it, naming the field that still says http.
+        tls = self.tls
+        if tls is None:
+            return self
+        scrape = tls.hops.scrape
+        if isinstance(scrape, list):
+            unknown = sorted(set(scrape) - {j.name for j in self.jobs})
+            if unknown:
+                raise ValueError(f"tls.hops.scrape names jobs {unknown} the spec does not have")
+        if tls.hops.http_sd and self.children.target_discovery == "http_sd":
+            require_https("children.http_sd_url", self.children.http_sd_url, hop="http_sd")
+        if tls.hops.remote_write:
+            for write in self.remote_write:
+                require_https(f"remote_write {write.name!r} url", write.url, hop="remote_write")
+        return self
+
     def region_names(self) -> list[str]:
         return [r.name for r in self.regions]
 
@@ -336,6 +357,15 @@ class FederationSpec(StrictModel):
         if fixed is not None:
             return fixed
         return max(1, math.ceil(nodes / self.sharding.targets_per_shard))
+
+
+def require_https(field: str, url: str, *, hop: str) -> None:
+    """Refuse an ``http://`` URL on a hop the ``tls`` section turns on."""
+    if not url.startswith("https://"):
+        raise ValueError(
+            f"{field} is {url!r} but tls.hops.{hop} is on: use an https:// URL, or set"
+            f" tls.hops.{hop}: false"
+        )
 
 
 def shard_id(region: str, index: int) -> str:

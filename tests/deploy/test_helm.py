@@ -29,8 +29,9 @@ CHART = ROOT / "helm" / "gpufed"
 CI_FILES = sorted((CHART / "ci").glob("*.yaml"))
 BAD_FILES = sorted((CHART / "ci" / "bad").glob("*.yaml"))
 KUBE_VERSIONS = ("1.29", "1.33")
-#: Prometheus Operator kinds: no schema in kubernetes-validate; checked by promtool instead.
-CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+#: Prometheus Operator and cert-manager kinds: no schema in kubernetes-validate (the Operator's are
+#: checked by promtool instead; the Certificate in tests/deploy/test_helm_tls.py).
+CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule", "Certificate"}
 RELEASE = {"name": "gpufed", "namespace": "monitoring"}
 
 
@@ -71,7 +72,7 @@ def test_renders_and_every_object_validates(chart: helm.Chart, values_file: Path
     validated = 0
     for obj in objects:
         if obj["kind"] in CRD_KINDS:
-            assert obj["apiVersion"] == "monitoring.coreos.com/v1" and obj["spec"]
+            assert obj["apiVersion"] in ("monitoring.coreos.com/v1", "cert-manager.io/v1") and obj["spec"]
             continue
         for version in KUBE_VERSIONS:
             kubernetes_validate.validate(obj, version, strict=True)

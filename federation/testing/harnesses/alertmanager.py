@@ -48,7 +48,10 @@ class AlertmanagerHA:
     """
 
     def __init__(self, alerting: AlertingSpec, *, config: bytes | None = None, peer_timeout: str = "1s",
-                 binary: str = "prometheus-alertmanager") -> None:
+                 binary: str = "prometheus-alertmanager", web_config: Path | None = None,
+                 client: httpx.Client | None = None) -> None:
+        """``web_config``: run every replica with ``--web.config.file`` (then ``urls`` are https);
+        ``client``: what the harness's own calls go through (a client certificate, a CA)."""
         self.alerting = alerting
         self.config = config if config is not None else dump_yaml(render_alertmanager_config(alerting))
         self.flags = ha.all_replica_flags(alerting)
@@ -57,7 +60,11 @@ class AlertmanagerHA:
         self.dir = Path(tempfile.mkdtemp(prefix="gpufed-am-"))
         self.config_path = self.dir / "alertmanager.yml"
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.urls = [f"http://{replica.address}" for replica in alerting.replicas]
+        self.web_config = web_config
+        self.client = client if client is not None else httpx.Client(timeout=30)
+        self._own_client = client is None
+        scheme = "https" if web_config is not None else "http"
+        self.urls = [f"{scheme}://{replica.address}" for replica in alerting.replicas]
 
     def __enter__(self) -> AlertmanagerHA:
         self.config_path.write_bytes(self.config)
@@ -65,7 +72,8 @@ class AlertmanagerHA:
             for name, flags in self.flags.items():
                 args = [self.binary, f"--config.file={self.config_path}",
                         f"--storage.path={self.dir / f'data-{name}'}", *flags, *FAST_GOSSIP,
-                        f"--cluster.peer-timeout={self.peer_timeout}", "--log.level=warn"]
+                        f"--cluster.peer-timeout={self.peer_timeout}", "--log.level=warn",
+                        *([f"--web.config.file={self.web_config}"] if self.web_config else [])]
                 with (self.dir / f"{name}.log").open("wb") as log:
                     self.procs.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT))
             self._wait_clustered()
@@ -77,7 +85,8 @@ class AlertmanagerHA:
     def _wait_clustered(self, timeout: float = 20.0) -> None:
 
         def clustered() -> bool:
-            states = [httpx.get(f"{url}/api/v2/status", timeout=1).json()["cluster"] for url in self.urls]
+            states = [self.client.get(f"{url}/api/v2/status", timeout=1).json()["cluster"]
+                      for url in self.urls]
             size = len(self.urls)
             return all(s["status"] == "ready" and len(s.get("peers") or []) == size for s in states)
 
@@ -95,7 +104,7 @@ class AlertmanagerHA:
     def post_alerts(self, alerts: Sequence[dict[str, Any]]) -> None:
         """Post to BOTH replicas, as Prometheus does with an HA Alertmanager."""
         for url in self.urls:
-            httpx.post(f"{url}/api/v2/alerts", json=list(alerts), timeout=30).raise_for_status()
+            self.client.post(f"{url}/api/v2/alerts", json=list(alerts), timeout=30).raise_for_status()
 
     def __exit__(self, *exc: object) -> None:
         # One at a time: a replica leaving the gossip mesh waits for a live peer's ack, so
@@ -108,6 +117,8 @@ class AlertmanagerHA:
                 proc.kill()
                 proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+        if self._own_client:
+            self.client.close()
 
 
 class RelayThread(AppServer):

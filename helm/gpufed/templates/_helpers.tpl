@@ -203,6 +203,11 @@ HAMi's jobs, the Alertmanager pods). A key the user set in .Values.federation wi
 {{- $_ := set $logs "config_dir" ($logs.config_dir | default "/config/logs") -}}
 {{- $_ := set $spec "logs" $logs -}}
 {{- end -}}
+{{- if and .Values.tls.enabled (not (hasKey $spec "tls")) -}}
+{{- $m := .Values.tls.mountPath -}}
+{{- $hops := dict "scrape" (list "gpu") "http_sd" false "remote_write" false "long_term" false "alertmanager" false "relay" false -}}
+{{- $_ := set $spec "tls" (dict "ca_file" (printf "%s/ca.crt" $m) "cert_file" (printf "%s/tls.crt" $m) "key_file" (printf "%s/tls.key" $m) "server_name" (include "gpufed.exporterServerName" .) "hops" $hops) -}}
+{{- end -}}
 {{- if and .Values.grafana.server.enabled (hasKey $spec "grafana") -}}
 {{- $grafana := deepCopy ($spec.grafana | default dict) -}}
 {{- $prom := ternary (printf "http://%s-thanos-query.%s.svc:10904" $fullname $ns) (printf "http://%s-master.%s.svc:9090" $fullname $ns) .Values.thanos.enabled -}}
@@ -248,5 +253,29 @@ affinity:
 {{- end }}
 {{- with .priorityClassName }}
 priorityClassName: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* TLS (values: tls): the Secret with tls.crt, tls.key and ca.crt, and the name the
+children check in the exporters' certificate (they scrape pod IPs) */}}
+{{- define "gpufed.tlsSecret" -}}
+{{- .Values.tls.existingSecret | default (printf "%s-tls" (include "gpufed.fullname" .)) -}}
+{{- end -}}
+
+{{- define "gpufed.exporterServerName" -}}
+{{- printf "%s-exporter.%s.svc" (include "gpufed.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/* The tls volume (the Secret) for a pod spec's volumes; its mount for a container */}}
+{{- define "gpufed.tlsVolume" -}}
+{{- if .Values.tls.enabled }}
+- name: tls
+  secret: {secretName: {{ include "gpufed.tlsSecret" . }}}
+{{- end }}
+{{- end -}}
+
+{{- define "gpufed.tlsMount" -}}
+{{- if .Values.tls.enabled }}
+- {name: tls, mountPath: {{ .Values.tls.mountPath }}, readOnly: true}
 {{- end }}
 {{- end -}}
