@@ -41,7 +41,7 @@ from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.settings import ExporterSettings
 from federation.commands.certs import make_certs
-from federation.demo.loopback import free_port
+from federation.localrun.loopback import free_port
 from federation.master import pipeline
 from federation.master.render import FLAGS_FILE, MASTER_FILE
 from federation.testing.harnesses.alertmanager import AlertmanagerHA, loopback_replicas
