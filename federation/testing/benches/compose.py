@@ -30,6 +30,7 @@ from urllib.parse import quote
 
 import yaml
 
+from federation.localrun.waiting import wait_until
 from federation.testing.harnesses.composerun.plan import ComposeRunError, env_lines
 from federation.testing.harnesses.composerun.run import ComposeRun
 
@@ -171,18 +172,10 @@ def child_targets(run: ComposeRun, child: str) -> list[dict[str, Any]]:
 
 
 def wait(check: Callable[[], Any], *, timeout: float, what: str, interval: float = 2.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except (OSError, ComposeRunError, ValueError, KeyError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(interval)
-    raise ComposeRunError(f"{what}: not within {timeout:.0f} s (last: {last!r})"[:2000])
+    """``check()``'s first truthy answer (the run's errors while services start count as "not
+    yet"); after ``timeout``, ComposeRunError naming ``what`` and the last answer."""
+    return wait_until(lambda: check() or None, timeout=timeout, what=what, interval=interval,
+                      retry_on=(OSError, ComposeRunError, ValueError, KeyError), fail=ComposeRunError)
 
 
 def kill_child(run: ComposeRun, child: str, *, timeout: float) -> dict[str, Any]:

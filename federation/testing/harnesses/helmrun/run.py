@@ -27,11 +27,11 @@ import secrets
 import shutil
 import ssl
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from federation.localrun.waiting import wait_until
 from federation.testing.harnesses.composerun import dingtalk, images, sandbox
 from federation.testing.harnesses.composerun.plan import Planned, Tools, plan_service, versions_run
 from federation.testing.harnesses.composerun.run import sandboxed_process
@@ -389,16 +389,7 @@ class HelmRun:
 
 
 def wait(check: Callable[[], Any], *, timeout: float, what: str, interval: float = 2.0) -> Any:
-    """``check()``'s first truthy answer; after ``timeout``, HelmRunError naming ``what`` and the last."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except (OSError, ValueError, KeyError, HelmRunError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(interval)
-    raise HelmRunError(f"{what}: not within {timeout:.0f} s (last: {last!r})"[:2000])
+    """``check()``'s first truthy answer (the run's errors while pods start count as "not
+    yet"); after ``timeout``, HelmRunError naming ``what`` and the last answer."""
+    return wait_until(lambda: check() or None, timeout=timeout, what=what, interval=interval,
+                      retry_on=(OSError, ValueError, KeyError, HelmRunError), fail=HelmRunError)
