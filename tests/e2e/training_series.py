@@ -47,6 +47,7 @@ NODES = {
 GPUS = {("gpu-node-1", g): ("llama-ft-master-0" if g < 4 else "llama-ft-worker-0") for g in range(8)}
 GPUS[("gpu-node-2", 0)] = "eval-nightly-x7k2p"
 GPUS[("gpu-node-2", 1)] = ""
+GPUS[("gpu-node-3", 0)] = "nb-share-0"
 STRAGGLER = ("gpu-node-1", 6)
 LINK_DOWN = ("gpu-node-1", 5, 3)
 
