@@ -3,7 +3,8 @@
 ``running_stack`` starts, and always stops, a simulated fleet, one pod-attributed node
 with injected XIDs, a target that is down, the real node-exporter (the pinned
 ``prometheus-node-exporter``) as the attributed node's job ``node`` target, scraped with the
-node job of ``examples/federation.yaml`` (its keep list included), rendered child Prometheus
+node job of ``examples/federation.yaml`` (its keep list included), HAMi-format series
+(``hami_series``) as job ``hami-scheduler``, rendered child Prometheus
 HA pairs writing to a master Prometheus that loads the rule pack, an Alertmanager and the DingTalk relay in
 front of the DingTalk stand-in. The master runs the config ``gpufed render`` writes
 (its meta-monitoring jobs included); it finds the children through ``/v1/sd-children``,
@@ -25,6 +26,7 @@ from typing import Any
 import httpx
 import yaml
 from conftest import require_tool, stop_process, wait_for
+from hami_series import HamiSeries
 from prom_process import PrometheusProcess
 from prometheus_client import CollectorRegistry
 
@@ -156,7 +158,7 @@ def example_node_job() -> dict[str, Any]:
     return {**job, "scrape_interval": "1s"}
 
 
-def inventory(fleet: FleetApp, special_port: int, node_exporter_port: int) -> dict[str, Any]:
+def inventory(fleet: FleetApp, special_port: int, node_exporter_port: int, hami_port: int) -> dict[str, Any]:
     targets = [{"address": "127.0.0.1", "port": fleet.http.port, "job": "gpu", "node": node.name,
                 "region": node.region, "rack": node.rack, "team": node.team, "gpus": 2,
                 "metrics_path": f"/nodes/{node.name}/metrics", "identity": f"gpu/{node.name}"}
@@ -167,6 +169,9 @@ def inventory(fleet: FleetApp, special_port: int, node_exporter_port: int) -> di
                     "region": REGIONS[0], "gpus": 8, "identity": f"gpu/{DOWN}"})
     targets.append({"address": "127.0.0.1", "port": node_exporter_port, "job": "node", "node": SPECIAL,
                     "region": REGIONS[0], "identity": f"node/{SPECIAL}"})
+    # HAMi's scheduler pod (extender series and its kube-scheduler's) and vGPU monitor, one target
+    targets.append({"address": "127.0.0.1", "port": hami_port, "job": "hami-scheduler", "node": SPECIAL,
+                    "region": REGIONS[0], "identity": f"hami-scheduler/{SPECIAL}"})
     return {"targets": targets}
 
 
@@ -177,7 +182,8 @@ def spec(*, master_port: int, sd_port: int, router: ChildRouter, am: tuple[int, 
         "cluster": "e2e",
         "regions": [{"name": name, "shards": 1} for name in REGIONS],
         "sharding": {"replication_factor": 2},
-        "jobs": [{"name": "gpu", "scrape_interval": "1s"}, example_node_job()],
+        "jobs": [{"name": "gpu", "scrape_interval": "1s"}, example_node_job(),
+                 {"name": "hami-scheduler", "scrape_interval": "1s"}],
         "remote_write": [{"name": "master", "url": f"http://127.0.0.1:{master_port}/api/v1/write",
                           "queue_config": {"batch_send_deadline": "1s", "min_backoff": "100ms",
                                            "max_backoff": "1s"}}],
@@ -267,6 +273,7 @@ def running_stack(root: Path) -> Iterator[Stack]:
                 stdout=log, stderr=subprocess.STDOUT)
         stack.callback(stop_process, node_proc)
 
+        hami = stack.enter_context(HamiSeries())
         router = stack.enter_context(ChildRouter(port=0))
         sd = ChildrenSd(b"[]")
         stack.callback(sd.stop)
@@ -277,7 +284,7 @@ def running_stack(root: Path) -> Iterator[Stack]:
                         am=(am_port, am_cluster_port), relay_port=relay.port)
         (root / "federation.yaml").write_text(yaml.safe_dump(document))
         (root / "inventory.yaml").write_text(
-            yaml.safe_dump(inventory(fleet, special.http.port, node_exporter_port)))
+            yaml.safe_dump(inventory(fleet, special.http.port, node_exporter_port, hami.port)))
         loaded, targets = pipeline.load_inputs(root / "federation.yaml", root / "inventory.yaml")
         # gpufed render's own pipeline and promtool check, master config included
         result = pipeline.render(loaded, targets, out=root / "out", checker=Promtool(promtool))

@@ -7,6 +7,8 @@ The stack (one per module, built by ``dashboard_stack.running_stack``):
   ``PodAttribution`` (GPUs 0-5 held by pods in two namespaces) and a backend whose driver
   reports XID 79 on GPU 0 and XID 13 on GPU 1, so health, XID and pod panels have data;
 * one inventory target nobody listens on (an exporter that is down);
+* HAMi-format series (``hami_series``: scheduler extender, vGPU monitor and the kube-scheduler
+  in HAMi's scheduler pod) as job ``hami-scheduler``, so every HAMi panel has data;
 * child Prometheus servers rendered by ``federation.master.pipeline`` (one shard per region, each
   an HA pair: replication factor 2),
   remote-writing to a master Prometheus 2.42 that loads the rule pack, scrapes the
@@ -47,9 +49,7 @@ CONVERGE_S = 40.0
 
 CONTROLLER = "controller metric: the controller (gpufed serve) is built in parallel and not run here"
 DISCOVERY = "discovery metric: gpufed discovery runs inside the controller, not run here"
-HAMI = "HAMi vGPU monitor/scheduler metric: HAMi cannot run without Kubernetes and GPUs"
 KSM = "kube-state-metrics ResourceQuota metric: no Kubernetes API in this stack"
-SCHEDULER = "kube-scheduler metric (via recording rule): no Kubernetes scheduler in this stack"
 RELOAD = "the relay's reload counter has no series before the first SIGHUP reload; none happens here"
 DROPPED = ("Prometheus 2.53 and 3.5.3 export samples_dropped_total only once a sample"
            " is dropped (checked against both binaries); a healthy stack drops none")
@@ -61,19 +61,9 @@ PARSE_ONLY: dict[tuple[str, str, str], str] = {
     ("gpufed-federation", "Time since last successful discovery", "A"): DISCOVERY,
     ("gpufed-federation", "Discovery errors", "A"): DISCOVERY,
     ("gpufed-federation", "Relay config reloads", "A"): RELOAD,
-    ("gpufed-workloads", "vGPU memory used vs limit", "A"): HAMI,
-    ("gpufed-workloads", "vGPU memory used vs limit", "B"): HAMI,
-    ("gpufed-workloads", "vGPU memory used % of limit", "A"): HAMI,
     ("gpufed-quota", "GPU quota used vs hard limit", "A"): KSM,
     ("gpufed-quota", "GPU quota used vs hard limit", "B"): KSM,
     ("gpufed-quota", "GPU quota used %", "A"): KSM,
-    ("gpufed-quota", "HAMi quota used (limit in the limit column)", "A"): HAMI,
-    ("gpufed-quota", "vGPU allocated per namespace", "A"): HAMI,
-    ("gpufed-quota", "GPU memory allocated by region", "A"): HAMI,
-    ("gpufed-quota", "GPU memory allocated vs limit per node", "A"): HAMI,
-    ("gpufed-quota", "GPU memory allocated vs limit per node", "B"): HAMI,
-    ("gpufed-quota", "Containers sharing a GPU", "A"): HAMI,
-    ("gpufed-quota", "Scheduling failures", "A"): SCHEDULER,
 }
 
 
@@ -242,9 +232,9 @@ def test_fleet_stats_count_each_gpu_once_across_ha_replicas(stack: Stack) -> Non
     assert value("Unhealthy GPU nodes") >= 2  # the node that is down and the attributed node
     per_child = {(s["metric"]["shard"], s["metric"]["replica"]): s["value"][1] for s in
                  stack.query(panel_expr("gpufed-federation", "Targets scraped per child", values))}
-    # region-0: 2 fleet nodes, the attributed node, the node that is down, and the attributed
-    # node's node-exporter (job node)
-    assert per_child == {("region-0-0", "0"): "5", ("region-0-0", "1"): "5",
+    # region-0: 2 fleet nodes, the attributed node, the node that is down, the attributed
+    # node's node-exporter (job node) and the HAMi series (job hami-scheduler)
+    assert per_child == {("region-0-0", "0"): "6", ("region-0-0", "1"): "6",
                          ("region-1-0", "0"): "2", ("region-1-0", "1"): "2"}
 
 
@@ -253,3 +243,35 @@ def test_parse_only_queries_name_real_panels() -> None:
             for panel in model["panels"] for target in panel.get("targets", [])}
     assert set(PARSE_ONLY) <= keys
     assert all(reason.strip() for reason in PARSE_ONLY.values())
+
+
+def test_hami_scheduler_latency_and_node_nvlink_panels_read_their_sources(stack: Stack) -> None:
+    """p99 per step from the HAMi-format histogram (every observation in one bucket: linear
+    interpolation inside it), and NVLink throughput and links up from the attributed node's
+    simulated NVML links (18 per H100, all families on)."""
+    values = dict.fromkeys(["region", "node", "gpu", "namespace", "pod", "shard"], ".*")
+    model = dashboards()["gpufed-quota"]
+    panel = next(p for p in model["panels"] if p["title"] == "HAMi scheduler latency (Filter, Score, Bind)")
+
+    def p99() -> dict[str, float]:
+        out = {}
+        for target in panel["targets"]:
+            for sample in stack.query(substitute(target["expr"], values)):
+                out[sample["metric"]["extension_point"]] = float(sample["value"][1])
+        return out
+
+    found = wait_for(lambda: (lambda got: got if len(got) == 3 else None)(p99()), timeout=CONVERGE_S,
+                     what="HAMi scheduler p99 per step")
+    # Filter 1.5 ms in (0.8, 1.6] ms, Score 0.4 ms in (0.2, 0.4], Bind 12 ms in (6.4, 12.8]
+    assert found == pytest.approx({"Filter": 0.0008 + 0.99 * 0.0008, "Score": 0.0002 + 0.99 * 0.0002,
+                                   "Bind": 0.0064 + 0.99 * 0.0064}, rel=1e-6)
+    node = {**values, "node": SPECIAL}
+    node_model = dashboards()["gpufed-node"]
+    links = next(p for p in node_model["panels"] if p["title"] == "NVLinks up per GPU")
+    per_gpu = {s["metric"]["gpu"]: float(s["value"][1])
+               for s in stack.query(substitute(links["targets"][0]["expr"], node))}
+    assert sorted(per_gpu, key=int) == [str(g) for g in range(8)]
+    assert all(n in (17, 18) for n in per_gpu.values()) and sum(per_gpu.values()) >= 8 * 18 - 1
+    throughput = next(p for p in node_model["panels"] if p["title"] == "NVLink throughput")
+    tx = stack.query(substitute(throughput["targets"][0]["expr"], node))
+    assert len(tx) == 8 and all(float(s["value"][1]) > 0 for s in tx)
