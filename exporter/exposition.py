@@ -255,12 +255,13 @@ class SnapshotCollector:
         util = _family("hami_host_gpu_utilization_ratio", "Core utilisation in percent (0-100).", "gauge")
         mem_util = _family("hami_host_gpu_memory_controller_utilization_ratio",
                            "Memory controller utilisation in percent (0-100).", "gauge")
-        legacy_mem = _family("HostGPUMemoryUsage", "Device memory in use, bytes (HAMi legacy name).", "gauge")
-        legacy_util = _family("HostCoreUtilization", "Core utilisation in percent (HAMi legacy name).", "gauge")
+        legacy_mem = _family("HostGPUMemoryUsage", "Device memory in use, bytes (HAMi's old name).", "gauge")
+        legacy_util = _family("HostCoreUtilization", "Core utilisation, percent (HAMi's old name).", "gauge")
         by_index = {d.index: d for d in snap.devices}
         for index, reading in snap.readings.items():
             dev = by_index[index]
-            device = {"device_index": str(index), "device_uuid": dev.uuid, "device_type": f"NVIDIA-{dev.model}"}
+            device = {"device_index": str(index), "device_uuid": dev.uuid,
+                      "device_type": f"NVIDIA-{dev.model}"}
             host = {"node": self._policy.node, **device}
             legacy = {"nodeid": self._policy.node, "deviceidx": str(index),
                       "deviceuuid": dev.uuid, "devicetype": device["device_type"]}

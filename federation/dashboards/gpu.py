@@ -298,7 +298,8 @@ def node_dashboard() -> Dashboard:
            "over NVLink; an idle GPU sits there too. No data on GPUs without NVLink.", unit="Bps",
             thresholds=(("orange", None), ("green", 10e9)), width=16),
         Panel("NVLinks up per GPU", "table", (Query(
-            f"sum by (node, gpu) (max by (node, gpu, link) (gpufed_nvlink_link_up{{{GPU_SEL}}}))", instant=True),),
+            f"sum by (node, gpu) (max by (node, gpu, link) (gpufed_nvlink_link_up{{{GPU_SEL}}}))",
+            instant=True),),
             "Active links per GPU (gpufed_nvlink_link_up from the opt-in per-link family `nvlink`); a GPU "
             "with fewer links than its siblings has a link down. No data while the family is off.", width=8),
     ))

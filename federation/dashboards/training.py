@@ -31,6 +31,8 @@ CONTROLLERS = 'owner_is_controller="true", owner_kind!~"ReplicaSet|DaemonSet|Nod
 GPU_REQ = f'resource="nvidia_com_gpu", {JOB_NS}'
 GPU_MEM_REQ = f'resource="aliyun_com_gpu_mem", {JOB_NS}'
 GIB = 1073741824
+# A node's GPUs: whole devices, or ACK GPU sharing's device count.
+NODE_GPUS = 'resource=~"nvidia_com_gpu|aliyun_com_gpu_count"'
 BY_JOB = "namespace, owner_kind, owner_name"
 STATUS_ORDER = ("Running", "Pending", "Failed", "Succeeded")
 # kube_job_* name the batch Job in job_name; only owner kind Job has them.
@@ -69,6 +71,11 @@ def job_status() -> str:
     return f"group by ({BY_JOB}, status) ({f' or on ({BY_JOB}) '.join(states)})"
 
 
+def job_requests(selector: str) -> str:
+    """Each job's pods' resource requests (kube-state-metrics), labelled with the job."""
+    return of_job(f"kube_pod_container_resource_requests{{{selector}}}", JOB_SEL)
+
+
 def with_status(expr: str) -> str:
     """A per-job column carrying the job's status label, so the table's merge joins rows."""
     return f"({expr}) * on ({BY_JOB}) group_left (status) {job_status()}"
@@ -78,13 +85,14 @@ def node_info() -> str:
     """One series per GPU node, value 1: internal IP, role, Ready status and GPU mode labels."""
     role = ('(max by (node, role) (kube_node_role) or on (node) '
             'label_replace(max by (node) (kube_node_info), "role", "worker", "", ""))')
-    ready = ('(label_replace(max by (node) (kube_node_status_condition{condition="Ready", status="true"}) == 1,'
-             ' "status", "Ready", "", "") or on (node) '
+    ready = ('(label_replace(max by (node) '
+             '(kube_node_status_condition{condition="Ready", status="true"}) == 1, "status", "Ready", "", "")'
+             ' or on (node) '
              'label_replace(max by (node) (kube_node_info), "status", "NotReady", "", ""))')
-    mode = ('(label_replace(max by (node) (kube_node_status_allocatable{resource="aliyun_com_gpu_mem"}) > 0,'
-            ' "gpu_mode", "shared", "", "") or on (node) '
-            'label_replace(max by (node) (kube_node_status_allocatable{resource="nvidia_com_gpu"}) > 0,'
-            ' "gpu_mode", "exclusive", "", "")) * 0 + 1')
+    mode = ('(label_replace(max by (node) (kube_node_status_allocatable{resource="aliyun_com_gpu_mem"})'
+            ' > 0, "gpu_mode", "shared", "", "") or on (node) '
+            'label_replace(max by (node) (kube_node_status_allocatable{resource="nvidia_com_gpu"})'
+            ' > 0, "gpu_mode", "exclusive", "", "")) * 0 + 1')
     return (f"max by (node, internal_ip) (kube_node_info)"
             f" * on (node) group_left (role) {role}"
             f" * on (node) group_left (status) {ready}"
@@ -100,8 +108,10 @@ def per_node(expr: str) -> str:
 JOB_FRAMEBUFFER = of_job("max by (namespace, pod, node, gpu) ("
                          f'gpufed:gpu_memory_used:bytes{{pod!="", {JOB_NS}}}'
                          f' + gpufed:gpu_memory_free:bytes{{pod!="", {JOB_NS}}})', JOB_SEL)
+JOB_STARTS = of_job(f"kube_pod_start_time{{{JOB_NS}}}", JOB_SEL)
 ALLOCATED = ('kube_pod_container_resource_requests{{resource="{resource}", node!=""}} and on '
              '(namespace, pod) (kube_pod_status_phase{{phase=~"Running|Pending"}} == 1)')
+NODE_ALLOCATED = ALLOCATED.format(resource="nvidia_com_gpu")
 
 
 def training_dashboard() -> Dashboard:
@@ -113,8 +123,8 @@ def training_dashboard() -> Dashboard:
                                              instant=True),),
               "Jobs with at least one Pending pod (waiting for GPUs or quota). " + NO_KSM, width=6, height=5,
               no_value="0"),
-        Panel("Succeeded jobs", "stat", (Query(f'count(kube_job_complete{{condition="true", {JOB_BATCH}}} == 1)',
-                                               instant=True),),
+        Panel("Succeeded jobs", "stat", (Query(
+            f'count(kube_job_complete{{condition="true", {JOB_BATCH}}} == 1)', instant=True),),
               "batch Jobs whose Complete condition is true. " + NO_KSM, width=6, height=5, no_value="0"),
         Panel("Failed jobs", "stat", (Query(f'count(kube_job_failed{{condition="true", {JOB_BATCH}}} == 1)',
                                             instant=True),),
@@ -129,17 +139,14 @@ def training_dashboard() -> Dashboard:
     ))
     jobs = Row("Jobs", (
         Panel("Job table", "table", (
-            Query(with_status(f"count by ({BY_JOB}) ({pods_in_phase('Running')})"), "running pods", instant=True),
-            Query(with_status(f"count by ({BY_JOB}) ({pods_in_phase('Pending')})"), "pending pods", instant=True),
-            Query(with_status(f"sum by ({BY_JOB}) "
-                              f"({of_job(f'kube_pod_container_resource_requests{{{GPU_REQ}}}', JOB_SEL)})"),
-                  "GPUs requested", instant=True),
-            Query(with_status(
-                f"sum by ({BY_JOB}) ({of_job(f'kube_pod_container_resource_requests{{{GPU_MEM_REQ}}}', JOB_SEL)})"
-                f" * {GIB} or on ({BY_JOB}) sum by ({BY_JOB}) ({JOB_FRAMEBUFFER})"),
+            *(Query(with_status(f"count by ({BY_JOB}) ({pods_in_phase(phase)})"), f"{phase.lower()} pods",
+                    instant=True) for phase in ("Running", "Pending")),
+            Query(with_status(f"sum by ({BY_JOB}) ({job_requests(GPU_REQ)})"), "GPUs requested",
+                  instant=True),
+            Query(with_status(f"sum by ({BY_JOB}) ({job_requests(GPU_MEM_REQ)}) * {GIB}"
+                              f" or on ({BY_JOB}) sum by ({BY_JOB}) ({JOB_FRAMEBUFFER})"),
                   "GPU memory allocated", instant=True),
-            Query(with_status(f"time() - min by ({BY_JOB}) ({of_job(f'kube_pod_start_time{{{JOB_NS}}}', JOB_SEL)})"),
-                  "duration s", instant=True),
+            Query(with_status(f"time() - min by ({BY_JOB}) ({JOB_STARTS})"), "duration s", instant=True),
         ), "One row per job: type (owner_kind), status (Running if a pod runs, else Pending, Failed, "
            "Succeeded), running and pending pods, GPUs requested, GPU memory allocated (ACK GPU sharing's "
            "aliyun.com/gpu-mem requests in GiB; for whole GPUs, the framebuffer of the GPUs the job's pods "
@@ -154,23 +161,22 @@ def training_dashboard() -> Dashboard:
     ))
     nodes = Row("Nodes", (
         Panel("GPU nodes", "table", (
-            Query(per_node('max by (node) (kube_node_status_capacity{resource=~"nvidia_com_gpu|aliyun_com_gpu_count"})'),
-                  "GPUs", instant=True),
-            Query(per_node(f"sum by (node) ({ALLOCATED.format(resource='nvidia_com_gpu')})"), "GPUs allocated",
+            Query(per_node(f"max by (node) (kube_node_status_capacity{{{NODE_GPUS}}})"), "GPUs",
                   instant=True),
+            Query(per_node(f"sum by (node) ({NODE_ALLOCATED})"), "GPUs allocated", instant=True),
             Query(per_node(f"sum by (node) ({ALLOCATED.format(resource='aliyun_com_gpu_mem')}) * {GIB}"),
                   "GPU memory allocated", instant=True),
-            Query(per_node("sum by (node) (max by (node, gpu) (gpufed:gpu_memory_used:bytes))"), "GPU memory used",
-                  instant=True),
-            Query(per_node("avg by (node) (max by (node, gpu) (gpufed:gpu_utilization:percent))"), "utilisation %",
-                  instant=True),
-        ), "One row per GPU node: name, internal IP (kube_node_info), role (kube_node_role; worker when it has "
-           "none), status (Ready condition), GPU mode (shared when the node advertises ACK's aliyun.com/gpu-mem, "
-           "else exclusive), GPUs (capacity), GPUs allocated (requests of its Running and Pending pods), GPU "
-           "memory allocated (aliyun.com/gpu-mem requests, GiB; shared nodes), GPU memory used and mean "
-           "utilisation (DCGM, rule pack records). " + NO_KSM, width=24),
+            Query(per_node("sum by (node) (max by (node, gpu) (gpufed:gpu_memory_used:bytes))"),
+                  "GPU memory used", instant=True),
+            Query(per_node("avg by (node) (max by (node, gpu) (gpufed:gpu_utilization:percent))"),
+                  "utilisation %", instant=True),
+        ), "One row per GPU node: name, internal IP (kube_node_info), role (kube_node_role; worker when it "
+           "has none), status (Ready condition), GPU mode (shared when the node advertises ACK's "
+           "aliyun.com/gpu-mem, else exclusive), GPUs (capacity), GPUs allocated (requests of its Running "
+           "and Pending pods), GPU memory allocated (aliyun.com/gpu-mem requests, GiB; shared nodes), GPU "
+           "memory used and mean utilisation (DCGM, rule pack records). " + NO_KSM, width=24),
         Panel("Allocated vs allocatable GPUs per node", "table", (
-            Query(f"sum by (node) ({ALLOCATED.format(resource='nvidia_com_gpu')})", "allocated", instant=True),
+            Query(f"sum by (node) ({NODE_ALLOCATED})", "allocated", instant=True),
             Query('sum by (node) (kube_node_status_allocatable{resource="nvidia_com_gpu"})', "allocatable",
                   instant=True),
         ), "GPUs requested by the node's Running and Pending pods against what it can allocate. " + NO_KSM,
@@ -195,7 +201,8 @@ def training_dashboard() -> Dashboard:
         tags=("gpufed", "gpu", "kubernetes"),
         variables=(
             Variable("job_namespace", "Namespace", "kube_pod_owner", label_name="namespace"),
-            Variable("job_type", "Job type", f'kube_pod_owner{{{CONTROLLERS}, {JOB_NS}}}', label_name="owner_kind"),
+            Variable("job_type", "Job type", f'kube_pod_owner{{{CONTROLLERS}, {JOB_NS}}}',
+                     label_name="owner_kind"),
             Variable("job_name", "Job", f'kube_pod_owner{{{CONTROLLERS}, {JOB_NS}, owner_kind=~"$job_type"}}',
                      label_name="owner_name"),
         ),

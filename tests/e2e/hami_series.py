@@ -21,6 +21,7 @@ CONTAINERS = (("training", "llm-pretrain-0", "main", 0), ("training", "llm-pretr
               ("inference", "chat-api-0", "server", 4))
 GIB = 2**30
 BUCKETS = [0.0001 * 2**k for k in range(12)]
+STEP = "scheduler_framework_extension_point_duration_seconds"
 #: extension point -> (attempts per second, seconds each)
 STEPS = {"Filter": (4.0, 0.0015), "Score": (4.0, 0.0004), "Bind": (2.0, 0.012)}
 
@@ -38,8 +39,8 @@ def exposition(elapsed: float) -> str:
         add(f"vGPU_device_memory_usage_in_bytes{_labels(**ids)} {30 * GIB}")
         add(f"vGPU_device_memory_limit_in_bytes{_labels(**ids)} {40 * GIB}")
         add(f"Device_last_kernel_of_container{_labels(**ids)} {int(5 + elapsed) % 60}")
-        alloc = {"deviceuuid": f"GPU-{NODE}-{gpu}", "nodename": NODE, "podnamespace": namespace, "podname": pod,
-                 "containeridx": "0", "deviceusedcore": "50"}
+        alloc = {"deviceuuid": f"GPU-{NODE}-{gpu}", "nodename": NODE, "podnamespace": namespace,
+                 "podname": pod, "containeridx": "0", "deviceusedcore": "50"}
         add(f"vGPUMemoryAllocated{_labels(**alloc)} {40 * GIB}")
     for gpu in (0, 1, 4):
         dev = {"nodeid": NODE, "deviceuuid": f"GPU-{NODE}-{gpu}", "deviceidx": str(gpu)}
@@ -47,16 +48,16 @@ def exposition(elapsed: float) -> str:
         add(f"GPUDeviceMemoryLimit{_labels(**dev)} {80 * GIB}")
         add(f"GPUDeviceSharedNum{_labels(**dev)} {2 if gpu == 0 else 1}")
     for namespace, used in (("training", 80 * GIB), ("inference", 40 * GIB)):
-        add(f"QuotaUsed{_labels(quotanamespace=namespace, quotaName='nvidia.com/gpumem', limit=str(160 * GIB))} {used}")
+        quota = _labels(quotanamespace=namespace, quotaName="nvidia.com/gpumem", limit=str(160 * GIB))
+        add(f"QuotaUsed{quota} {used}")
     for point, (per_s, seconds) in STEPS.items():
         count = int(per_s * (60 + elapsed))
         base = {"extension_point": point, "status": "Success", "profile": "hami-scheduler"}
         for le in BUCKETS:
-            add(f"scheduler_framework_extension_point_duration_seconds_bucket{_labels(**base, le=repr(le))} "
-                f"{count if seconds <= le else 0}")
-        add(f"scheduler_framework_extension_point_duration_seconds_bucket{_labels(**base, le='+Inf')} {count}")
-        add(f"scheduler_framework_extension_point_duration_seconds_sum{_labels(**base)} {count * seconds:.6f}")
-        add(f"scheduler_framework_extension_point_duration_seconds_count{_labels(**base)} {count}")
+            add(f"{STEP}_bucket{_labels(**base, le=repr(le))} {count if seconds <= le else 0}")
+        add(f"{STEP}_bucket{_labels(**base, le='+Inf')} {count}")
+        add(f"{STEP}_sum{_labels(**base)} {count * seconds:.6f}")
+        add(f"{STEP}_count{_labels(**base)} {count}")
     for result, per_s in (("scheduled", 2.0), ("unschedulable", 0.5)):
         add(f"scheduler_schedule_attempts_total{_labels(result=result, profile='hami-scheduler')} "
             f"{int(per_s * (60 + elapsed))}")
@@ -71,7 +72,8 @@ class HamiSeries:
 
         class Handler(LoopbackHandler):
             def do_GET(self) -> None:
-                self.reply(200, exposition(time.monotonic() - started), content_type="text/plain; version=0.0.4")
+                body = exposition(time.monotonic() - started)
+                self.reply(200, body, content_type="text/plain; version=0.0.4")
 
         self.server = LoopbackHTTPServer(Handler, name="hami-series")
         self.port = self.server.port

@@ -147,7 +147,8 @@ def test_job_table_status_memory_and_ack_filters(prom: PrometheusProcess) -> Non
     only = value(prom, t, "Job table", "C", job_name="llama-ft")
     assert list(only) == [f"namespace={NS},owner_kind=PyTorchJob,owner_name=llama-ft,status=Running"]
     by_type = value(prom, t, "Job table", "C", job_type="PyTorchJob")
-    assert {k.split("owner_name=")[1] for k in by_type} == {"llama-ft,status=Running", "bert-pt,status=Pending"}
+    assert {k.split("owner_name=")[1] for k in by_type} == {"llama-ft,status=Running",
+                                                             "bert-pt,status=Pending"}
     assert value(prom, t, "Job table", "C", job_namespace="other") == {}
 
 
@@ -159,12 +160,14 @@ def test_gpu_node_table(prom: PrometheusProcess) -> None:
     def row(node: str, ip: str, mode: str, status: str) -> str:
         return f"gpu_mode={mode},internal_ip={ip},node={node},role=worker,status={status}"
 
-    one, two = row("gpu-node-1", "10.0.1.11", "exclusive", "Ready"), row("gpu-node-2", "10.0.1.12", "exclusive", "Ready")
+    one = row("gpu-node-1", "10.0.1.11", "exclusive", "Ready")
+    two = row("gpu-node-2", "10.0.1.12", "exclusive", "Ready")
     three = row("gpu-node-3", "10.0.1.13", "shared", "NotReady")
     assert value(prom, t, "GPU nodes", "A") == {one: 8, two: 8, three: 4}
     assert value(prom, t, "GPU nodes", "B") == {one: 8, two: 1}  # bert-pt has no node; broken failed
     assert value(prom, t, "GPU nodes", "C") == {three: 12 * 2**30}
-    assert value(prom, t, "GPU nodes", "D") == {one: 8 * 60000 * 2**20, two: 60000 * 2**20, three: 60000 * 2**20}
+    used = 60000 * 2**20  # MiB per held GPU in the series
+    assert value(prom, t, "GPU nodes", "D") == {one: 8 * used, two: used, three: used}
     assert value(prom, t, "GPU nodes", "E") == {one: round((7 * 95 + 30) / 8, 3), two: 47.5, three: 95}
 
 

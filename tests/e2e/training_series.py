@@ -40,7 +40,8 @@ GPU_MEM = {"nb-share-0": 12}
 NODES = {
     "gpu-node-1": ("10.0.1.11", "", True, {"nvidia_com_gpu": 8, "cpu": 96}),
     "gpu-node-2": ("10.0.1.12", "", True, {"nvidia_com_gpu": 8, "cpu": 96}),
-    "gpu-node-3": ("10.0.1.13", "", False, {"aliyun_com_gpu_mem": 320, "aliyun_com_gpu_count": 4, "cpu": 64}),
+    "gpu-node-3": ("10.0.1.13", "", False,
+                   {"aliyun_com_gpu_mem": 320, "aliyun_com_gpu_count": 4, "cpu": 64}),
     "cpu-node-1": ("10.0.1.21", "control-plane", True, {"cpu": 16}),
 }
 # (node, gpu) -> pod holding it
@@ -72,13 +73,15 @@ def exposition(elapsed: float) -> str:
             add(f"kube_pod_status_phase{_labels(**ids, phase=each)} {int(each == phase)}")
         add(f"kube_pod_start_time{_labels(**ids)} {time.time() - 3600:.0f}")
         info = {**ids, "host_ip": NODES[node][0] if node else "", "pod_ip": "", "node": node,
-                "created_by_kind": kind, "created_by_name": owner, "priority_class": "", "host_network": "false"}
+                "created_by_kind": kind, "created_by_name": owner, "priority_class": "",
+                "host_network": "false"}
         add(f"kube_pod_info{_labels(**info)} 1")
         if gpus:
             request = _labels(**ids, container="main", node=node, resource="nvidia_com_gpu", unit="integer")
             add(f"kube_pod_container_resource_requests{request} {gpus}")
         if pod in GPU_MEM:
-            request = _labels(**ids, container="main", node=node, resource="aliyun_com_gpu_mem", unit="integer")
+            request = _labels(**ids, container="main", node=node, resource="aliyun_com_gpu_mem",
+                              unit="integer")
             add(f"kube_pod_container_resource_requests{request} {GPU_MEM[pod]}")
     jobs = (("eval-nightly", 0, 0, 1), ("data-prep", 1, 0, 0), ("broken", 0, 1, 0))
     for job, complete, failed, active in jobs:
