@@ -248,13 +248,12 @@ class SnapshotCollector:
 
         Names, labels and values are HAMi's, one series per device whatever pods hold it:
         ``node``/``device_index``/``device_uuid``/``device_type`` (``NVIDIA-`` + the device
-        name), utilisation in percent despite the ``_ratio`` name, and the memory controller
-        series without ``node``. ``hami_legacy`` adds the pre-2.9 names (``--legacy-metrics``).
+        name), utilisation in percent despite the ``_ratio`` name. Only the two series HAMi's
+        dashboards read: v2.10's memory-controller series would add a third per GPU, which no
+        panel shows. ``hami_legacy`` adds the pre-2.9 names (HAMi's ``--legacy-metrics``).
         """
         mem = _family("hami_host_gpu_memory_used_bytes", "Device memory in use, bytes.", "gauge")
         util = _family("hami_host_gpu_utilization_ratio", "Core utilisation in percent (0-100).", "gauge")
-        mem_util = _family("hami_host_gpu_memory_controller_utilization_ratio",
-                           "Memory controller utilisation in percent (0-100).", "gauge")
         legacy_mem = _family("HostGPUMemoryUsage", "Device memory in use, bytes (HAMi's old name).", "gauge")
         legacy_util = _family("HostCoreUtilization", "Core utilisation, percent (HAMi's old name).", "gauge")
         by_index = {d.index: d for d in snap.devices}
@@ -267,18 +266,14 @@ class SnapshotCollector:
                       "deviceuuid": dev.uuid, "devicetype": device["device_type"]}
             used = reading.values.get("DCGM_FI_DEV_FB_USED")
             busy = reading.values.get("DCGM_FI_DEV_GPU_UTIL")
-            copy = reading.values.get("DCGM_FI_DEV_MEM_COPY_UTIL")
             if used is not None:
                 mem.samples.append(Sample(mem.name, host, used * MIB))
                 legacy_mem.samples.append(Sample(legacy_mem.name, legacy, used * MIB))
             if busy is not None:
                 util.samples.append(Sample(util.name, host, busy))
                 legacy_util.samples.append(Sample(legacy_util.name, legacy, busy))
-            if copy is not None:
-                mem_util.samples.append(Sample(mem_util.name, device, copy))
         yield mem
         yield util
-        yield mem_util
         if self._policy.hami_legacy:
             yield legacy_mem
             yield legacy_util

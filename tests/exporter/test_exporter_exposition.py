@@ -119,8 +119,7 @@ def test_one_hostname_label_never_both() -> None:
 
 def test_hami_host_series_carry_hamis_own_labels_once_per_device() -> None:
     """HAMi v2.10's cmd/vGPUmonitor/metrics.go: node, device_index, device_uuid, device_type
-    ("NVIDIA-" + the NVML name); the memory controller series has no node. One series per
-    device even when several pods share it (the GPU's pod labels are not HAMi's)."""
+    ("NVIDIA-" + the NVML name), one series per device, none of the DCGM series' labels."""
     policy = LabelPolicy("n1", placement={"region": "r1"})
     series = _series(render(gpus=2, steps=(0.0,), policy=policy))
     for name in ("hami_host_gpu_memory_used_bytes", "hami_host_gpu_utilization_ratio"):
@@ -129,9 +128,6 @@ def test_hami_host_series_carry_hamis_own_labels_once_per_device() -> None:
         assert all(set(s.labels) == {"node", "device_index", "device_uuid", "device_type"} for s in samples)
         assert all(s.labels["node"] == "n1" and s.labels["device_type"].startswith("NVIDIA-NVIDIA ")
                    for s in samples)
-    (first, _) = series["hami_host_gpu_memory_controller_utilization_ratio"]
-    assert set(first.labels) == {"device_index", "device_uuid", "device_type"}
-    assert first.value == series["DCGM_FI_DEV_MEM_COPY_UTIL"][0].value
 
 
 def test_hami_legacy_names_behind_flag() -> None:
