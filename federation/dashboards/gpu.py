@@ -292,10 +292,14 @@ def node_dashboard() -> Dashboard:
                   "{{node}} GPU {{gpu}} TX"),
             Query(f"max by (node, gpu) ({dcgm.metric('DCGM_FI_PROF_NVLINK_RX_BYTES', GPU_SEL)})",
                   "{{node}} GPU {{gpu}} RX"),
-        ), "Bytes per second over all of a GPU's NVLinks (DCGM_FI_PROF_NVLINK_{TX,RX}_BYTES: dcgm-exporter's "
-           "default set, gpufed-exporter's default family `nvlink_gpu`, on the exporter's one port). The "
-           "orange band marks under 10 GB/s, the seed's check for a multi-GPU job whose GPUs should talk "
-           "over NVLink; an idle GPU sits there too. No data on GPUs without NVLink.", unit="Bps",
+            Query(f"max by (node, gpu) ({dcgm.rate('DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL', GPU_SEL)}) * 1024",
+                  "{{node}} GPU {{gpu}} TX + RX (counter)"),
+        ), "Bytes per second over all of a GPU's NVLinks: DCGM_FI_PROF_NVLINK_{TX,RX}_BYTES (fields "
+           "1011/1012) and the rate of DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL (KiB sent + received; in "
+           "dcgm-exporter's default counters). gpufed-exporter writes all three in its default family "
+           "`nvlink_gpu` on its one port (docs/exporter.md). Orange is under 10 GB/s, the seed's check "
+           "for a GPU of a multi-GPU job; an idle GPU sits there too. No data on GPUs without NVLink.",
+            unit="Bps",
             thresholds=(("orange", None), ("green", 10e9)), width=16),
         Panel("NVLinks up per GPU", "table", (Query(
             f"sum by (node, gpu) (max by (node, gpu, link) (gpufed_nvlink_link_up{{{GPU_SEL}}}))",

@@ -273,5 +273,18 @@ def test_hami_scheduler_latency_and_node_nvlink_panels_read_their_sources(stack:
     assert sorted(per_gpu, key=int) == [str(g) for g in range(8)]
     assert all(n in (17, 18) for n in per_gpu.values()) and sum(per_gpu.values()) >= 8 * 18 - 1
     throughput = next(p for p in node_model["panels"] if p["title"] == "NVLink throughput")
-    tx = stack.query(substitute(throughput["targets"][0]["expr"], node))
-    assert len(tx) == 8 and all(float(s["value"][1]) > 0 for s in tx)
+
+    def per_gpu_values(ref: int) -> dict[str, float]:
+        return {s["metric"]["gpu"]: float(s["value"][1])
+                for s in stack.query(substitute(throughput["targets"][ref]["expr"], node))}
+
+    tx, rx = per_gpu_values(0), per_gpu_values(1)
+    assert len(tx) == 8 and all(v > 0 for v in tx.values()) and rx.keys() == tx.keys()
+    # The counter's rate (KiB/s x 1024) is TX + RX once the series fill the 30s rate window
+    # (before that, rate() divides a few seconds' increase by the whole window).
+    def matches() -> dict[str, float] | None:
+        counter = per_gpu_values(2)
+        return counter if counter.keys() == tx.keys() and all(
+            counter[g] == pytest.approx(tx[g] + rx[g], rel=0.02) for g in tx) else None
+
+    assert wait_for(matches, timeout=CONVERGE_S + 30, what="NVLink counter rate = TX + RX")
