@@ -152,6 +152,23 @@ def test_job_table_status_memory_and_ack_filters(prom: PrometheusProcess) -> Non
     assert value(prom, t, "Job table", "C", job_namespace="other") == {}
 
 
+def test_job_filters_offer_the_jobs(prom: PrometheusProcess) -> None:
+    """Each filter's own query (Grafana's label_values, chained on the filters before it)."""
+    model = json.loads((DASHBOARDS_DIR / "gpufed-training.json").read_text(encoding="utf-8"))
+    variables = {v["name"]: v["definition"] for v in model["templating"]["list"] if v["type"] == "query"}
+    assert list(variables) == ["job_namespace", "job_type", "job_name"]
+
+    def offered(name: str, **chosen: str) -> set[str]:
+        selector, label = variables[name][len("label_values("):-1].rsplit(",", 1)
+        found = prom.query(f"group by ({label.strip()}) ({substitute(selector.strip(), '.*', **chosen)})")
+        return {s["metric"][label.strip()] for s in found}
+
+    wait_for(lambda: offered("job_namespace") or None, timeout=30, what="kube_pod_owner")
+    assert offered("job_namespace") == {NS}
+    assert offered("job_type", job_namespace=NS) == {"PyTorchJob", "Job", "Notebook"}
+    assert offered("job_name", job_namespace=NS, job_type="PyTorchJob") == {"llama-ft", "bert-pt"}
+
+
 def test_gpu_node_table(prom: PrometheusProcess) -> None:
     """Name, IP, role, status and GPU mode per GPU node (a node without GPUs is not listed)."""
     t = "gpufed-training"
