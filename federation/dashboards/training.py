@@ -72,8 +72,10 @@ def job_status() -> str:
 
 
 def job_requests(selector: str) -> str:
-    """Each job's pods' resource requests (kube-state-metrics), labelled with the job."""
-    return of_job(f"kube_pod_container_resource_requests{{{selector}}}", JOB_SEL)
+    """Each job's pods' resource requests (kube-state-metrics), labelled with the job; HA
+    copies (``shard``/``replica``) collapsed so sums count each container once."""
+    requests = f"max without (shard, replica) (kube_pod_container_resource_requests{{{selector}}})"
+    return of_job(requests, JOB_SEL)
 
 
 def with_status(expr: str) -> str:
@@ -109,8 +111,8 @@ JOB_FRAMEBUFFER = of_job("max by (namespace, pod, node, gpu) ("
                          f'gpufed:gpu_memory_used:bytes{{pod!="", {JOB_NS}}}'
                          f' + gpufed:gpu_memory_free:bytes{{pod!="", {JOB_NS}}})', JOB_SEL)
 JOB_STARTS = of_job(f"kube_pod_start_time{{{JOB_NS}}}", JOB_SEL)
-ALLOCATED = ('kube_pod_container_resource_requests{{resource="{resource}", node!=""}} and on '
-             '(namespace, pod) (kube_pod_status_phase{{phase=~"Running|Pending"}} == 1)')
+ALLOCATED = ('max without (shard, replica) (kube_pod_container_resource_requests{{resource="{resource}", '
+             'node!=""}}) and on (namespace, pod) (kube_pod_status_phase{{phase=~"Running|Pending"}} == 1)')
 NODE_ALLOCATED = ALLOCATED.format(resource="nvidia_com_gpu")
 
 
@@ -125,10 +127,12 @@ def training_dashboard() -> Dashboard:
               no_value="0"),
         Panel("Succeeded jobs", "stat", (Query(
             f'count(kube_job_complete{{condition="true", {JOB_BATCH}}} == 1)', instant=True),),
-              "batch Jobs whose Complete condition is true. " + NO_KSM, width=6, height=5, no_value="0"),
+              "batch Jobs whose Complete condition is true (filters: namespace, job name). " + NO_KSM,
+              width=6, height=5, no_value="0"),
         Panel("Failed jobs", "stat", (Query(f'count(kube_job_failed{{condition="true", {JOB_BATCH}}} == 1)',
                                             instant=True),),
-              "batch Jobs whose Failed condition is true. " + NO_KSM, width=6, height=5, no_value="0",
+              "batch Jobs whose Failed condition is true (filters: namespace, job name). " + NO_KSM,
+              width=6, height=5, no_value="0",
               thresholds=(("green", None), ("red", 1))),
         Panel("Training-operator jobs (1h)", "timeseries", tuple(Query(
             f"sum by (framework) (increase(training_operator_jobs_{what}_total"
