@@ -34,7 +34,17 @@ from typing import Any
 
 import pytest
 from conftest import wait_for
-from dashboard_stack import GPUS_TOTAL, PODS, SPECIAL, Stack, running_stack
+from dashboard_stack import (
+    FAKE_LINK_DOWN,
+    FAKE_LINKS,
+    FAKE_NVML,
+    FAKE_TX_KIB_S,
+    GPUS_TOTAL,
+    PODS,
+    SPECIAL,
+    Stack,
+    running_stack,
+)
 
 from federation.dashboards import dashboard_files
 
@@ -225,7 +235,8 @@ def test_fleet_stats_count_each_gpu_once_across_ha_replicas(stack: Stack) -> Non
                    or None, timeout=CONVERGE_S, what="both replicas of every GPU series at the master")
     assert raw
     assert value("GPUs") == GPUS_TOTAL
-    assert value("GPU nodes") == 6  # 4 fleet nodes, the attributed node, the node that is down
+    # 4 fleet nodes, the attributed node, the fake-NVML node, the node that is down
+    assert value("GPU nodes") == 7
     assert value("GPUs allocated") == len(PODS)
     assert value("GPU exporters down") == 1
     assert value("Unhealthy GPUs") >= 1  # XID 79 on GPU 0; a simulated XID may add one
@@ -235,7 +246,7 @@ def test_fleet_stats_count_each_gpu_once_across_ha_replicas(stack: Stack) -> Non
     # region-0: 2 fleet nodes, the attributed node, the node that is down, the attributed
     # node's node-exporter (job node) and the HAMi series (job hami-scheduler)
     assert per_child == {("region-0-0", "0"): "6", ("region-0-0", "1"): "6",
-                         ("region-1-0", "0"): "2", ("region-1-0", "1"): "2"}
+                         ("region-1-0", "0"): "3", ("region-1-0", "1"): "3"}  # 2 fleet nodes, fake NVML
 
 
 def test_parse_only_queries_name_real_panels() -> None:
@@ -288,3 +299,33 @@ def test_hami_scheduler_latency_and_node_nvlink_panels_read_their_sources(stack:
             counter[g] == pytest.approx(tx[g] + rx[g], rel=0.02) for g in tx) else None
 
     assert wait_for(matches, timeout=CONVERGE_S + 30, what="NVLink counter rate = TX + RX")
+
+
+def test_node_nvlink_panels_on_the_fake_nvml_node(stack: Stack) -> None:
+    """The NVML backend over the suite's fake NVML: 4 links per GPU, GPU 0's link 2 down; each
+    link's counters grow (link + 1) x FAKE_TX_KIB_S KiB/s TX and half that RX."""
+    values = {**dict.fromkeys(["region", "gpu", "namespace", "pod", "shard"], ".*"), "node": FAKE_NVML}
+    model = dashboards()["gpufed-node"]
+    panel = {p["title"]: p for p in model["panels"]}
+
+    def per_gpu(title: str, ref: int = 0) -> dict[str, float]:
+        expr = substitute(panel[title]["targets"][ref]["expr"], values)
+        return {s["metric"]["gpu"]: float(s["value"][1]) for s in stack.query(expr)}
+
+    links = wait_for(lambda: per_gpu("NVLinks up per GPU") or None, timeout=CONVERGE_S,
+                     what="fake NVML links")
+    assert links == {"0": FAKE_LINKS - 1, "1": FAKE_LINKS}
+    assert FAKE_LINK_DOWN < FAKE_LINKS
+    # all-links TX: sum over links of (link + 1) x FAKE_TX_KIB_S KiB/s, between two collections
+    tx_all = sum(link + 1 for link in range(FAKE_LINKS)) * FAKE_TX_KIB_S * 1024
+
+    def steady() -> dict[str, float] | None:
+        tx, rx, counter = per_gpu("NVLink throughput", 0), per_gpu("NVLink throughput", 1), per_gpu(
+            "NVLink throughput", 2)
+        ok = (set(tx) == set(rx) == set(counter) == {"0", "1"}
+              and all(tx[g] == pytest.approx(tx_all, rel=0.1) for g in tx)
+              and all(counter[g] == pytest.approx(tx[g] + rx[g], rel=0.1) for g in tx))
+        return tx if ok else None
+
+    assert wait_for(steady, timeout=CONVERGE_S + 30,
+                    what="fake NVML throughput: TX and TX + RX from the counter")
