@@ -24,7 +24,7 @@ FAMILIES: dict[str, tuple[bool, str]] = {
     "ecc": (True, "volatile and aggregate ECC error counters"),
     "xid": (True, "XID errors: DCGM's last-XID gauge and gpufed's counter + last-seen time"),
     "health": (True, "gpufed_gpu_health: 0 after a critical XID or a failed read"),
-    "hami": (True, "HAMi host metric names derived from the core readings"),
+    "hami": (True, "HAMi vGPU monitor's host series (hami_host_*, v2.10 names, labels) from core readings"),
     "pcie": (False, "PCIe TX/RX bytes per second from NVML's blocking call (20 ms per direction); "
                     "only for a GPU without GPM, where the gpm family fills them"),
     "nvlink_gpu": (True, "per-GPU NVLink totals: bandwidth counter, TX/RX bytes per second, error totals"),

@@ -169,7 +169,7 @@ class SnapshotCollector:
                 health.samples.extend(Sample(health.name, lab, 1.0 if ok else 0.0) for lab in labels[index])
             yield health
         if "hami" in fams:
-            yield from self._hami_families(snap, labels)
+            yield from self._hami_families(snap)
         if "nvlink" in fams and self._nvlink_series == "dcgm":
             yield from self._dcgm_link_families(snap)
         elif "nvlink" in fams:
@@ -280,22 +280,34 @@ class SnapshotCollector:
         yield total
         yield seen
 
-    def _hami_families(self, snap: Snapshot, labels: dict[int, list[dict[str, str]]]) -> Iterator[Metric]:
-        mem = _family("hami_host_gpu_memory_used_bytes", "GPU device memory used, in bytes.", "gauge")
-        util = _family("hami_host_gpu_utilization_ratio", "GPU core utilisation, 0-1.", "gauge")
-        legacy_mem = _family("HostGPUMemoryUsage", "GPU device memory usage", "gauge")
-        legacy_util = _family("HostCoreUtilization", "GPU core utilization", "gauge")
+    def _hami_families(self, snap: Snapshot) -> Iterator[Metric]:
+        """HAMi's vGPU monitor host series as HAMi v2.10 writes them (cmd/vGPUmonitor/metrics.go).
+
+        Names, labels and values are HAMi's, one series per device whatever pods hold it:
+        ``node``/``device_index``/``device_uuid``/``device_type`` (``NVIDIA-`` + the device
+        name), utilisation in percent despite the ``_ratio`` name. Only the two series HAMi's
+        dashboards read: v2.10's memory-controller series would add a third per GPU, which no
+        panel shows. ``hami_legacy`` adds the pre-2.9 names (HAMi's ``--legacy-metrics``).
+        """
+        mem = _family("hami_host_gpu_memory_used_bytes", "Device memory in use, bytes.", "gauge")
+        util = _family("hami_host_gpu_utilization_ratio", "Core utilisation in percent (0-100).", "gauge")
+        legacy_mem = _family("HostGPUMemoryUsage", "Device memory in use, bytes (HAMi's old name).", "gauge")
+        legacy_util = _family("HostCoreUtilization", "Core utilisation, percent (HAMi's old name).", "gauge")
         by_index = {d.index: d for d in snap.devices}
         for index, reading in snap.readings.items():
-            used, busy = reading.values.get("DCGM_FI_DEV_FB_USED"), reading.values.get("DCGM_FI_DEV_GPU_UTIL")
             dev = by_index[index]
+            device = {"device_index": str(index), "device_uuid": dev.uuid,
+                      "device_type": f"NVIDIA-{dev.model}"}
+            host = {"node": self._policy.node, **device}
             legacy = {"nodeid": self._policy.node, "deviceidx": str(index),
-                      "deviceuuid": dev.uuid, "devicetype": dev.model}
+                      "deviceuuid": dev.uuid, "devicetype": device["device_type"]}
+            used = reading.values.get("DCGM_FI_DEV_FB_USED")
+            busy = reading.values.get("DCGM_FI_DEV_GPU_UTIL")
             if used is not None:
-                mem.samples.extend(Sample(mem.name, lab, used * MIB) for lab in labels[index])
+                mem.samples.append(Sample(mem.name, host, used * MIB))
                 legacy_mem.samples.append(Sample(legacy_mem.name, legacy, used * MIB))
             if busy is not None:
-                util.samples.extend(Sample(util.name, lab, busy / 100.0) for lab in labels[index])
+                util.samples.append(Sample(util.name, host, busy))
                 legacy_util.samples.append(Sample(legacy_util.name, legacy, busy))
         yield mem
         yield util

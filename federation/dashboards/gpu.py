@@ -30,6 +30,14 @@ GPU_ANY = dcgm.any_name("DCGM_FI_DEV_GPU_UTIL", REGION)
 GPU_ANY_POD = dcgm.any_name("DCGM_FI_DEV_GPU_UTIL", REGION + ', pod!=""')
 REPLAYS = dcgm.any_name("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", GPU_SEL)  # rate() needs a selector
 NODE_SEL = 'region=~"$region", node=~"$node"'
+# GPUs requested by pods bound to a node and Running or Pending (they hold their GPUs),
+# HA copies collapsed: kube-state-metrics, so it needs no pod attribution.
+KSM_GPU_REQUESTS = (
+    "max by (cluster, namespace, pod, container) "
+    f'(kube_pod_container_resource_requests{{resource="nvidia_com_gpu", node!="", {REGION}}})'
+    " and on (cluster, namespace, pod) "
+    f'(max by (cluster, namespace, pod) (kube_pod_status_phase{{phase=~"Running|Pending", {REGION}}}) == 1)'
+)
 HEALTH_MAP = (("1", "Healthy", "green"), ("0", "Unhealthy", "red"))
 UP_MAP = (("1", "Up", "green"), ("0", "Down", "red"))
 RED_IF_ANY = (("green", None), ("red", 1.0))
@@ -69,7 +77,7 @@ def _stat(title: str, expr: str, description: str, **kw: Any) -> Panel:
 
 def cluster_dashboard() -> Dashboard:
     gpus = f'count(group by (cluster, node, gpu) ({GPU_ANY}))'
-    allocated = f'count(group by (cluster, node, gpu) ({GPU_ANY_POD}))'
+    allocated = (f"sum({KSM_GPU_REQUESTS}) or count(group by (cluster, node, gpu) ({GPU_ANY_POD}))")
     used = f"sum({per_gpu('DCGM_FI_DEV_FB_USED', REGION)}) * {MIB}"
     total = (f"sum(max by (cluster, region, node, gpu) ({dcgm.metric('DCGM_FI_DEV_FB_USED', REGION)}"
              f" + {dcgm.metric('DCGM_FI_DEV_FB_FREE', REGION)})) * {MIB}")
@@ -80,6 +88,10 @@ def cluster_dashboard() -> Dashboard:
     attribution = ("Allocated = the exporter attributes the GPU to a pod (series carry a non-empty "
                    "`pod` label; needs pod attribution, e.g. kubelet pod-resources). Without "
                    "attribution nothing is allocated as far as this panel knows and it shows 0.")
+    requested = ("Allocated = nvidia.com/gpu requested by pods bound to a node and Running or Pending "
+                 "(kube-state-metrics' kube_pod_container_resource_requests, as the training dashboard "
+                 "reads it); without kube-state-metrics, GPUs the exporter attributes to a pod (pod "
+                 "attribution), else 0.")
     fleet = Row("Fleet", (
         _stat("GPU nodes", f'count(group by (cluster, node) (gpufed:target_up:fresh{{job="gpu", {REGION}}}))',
               "Nodes with a GPU exporter target (job `gpu`), up, down or unknown."),
@@ -89,7 +101,7 @@ def cluster_dashboard() -> Dashboard:
               "`gpufed_gpu_health == 0` (critical XID within the health window, or a failed read).",
               no_value="0", thresholds=RED_IF_ANY),
         _stat("GPUs", gpus, "Physical GPUs reporting DCGM_FI_DEV_GPU_UTIL (HA copies counted once)."),
-        _stat("GPUs allocated", allocated, attribution, no_value="0"),
+        _stat("GPUs allocated", allocated, requested, no_value="0"),
         _stat("Unhealthy GPUs", f"count({per_gpu('gpufed_gpu_health', REGION)} == 0)",
               "GPUs with `gpufed_gpu_health == 0`.", no_value="0", thresholds=RED_IF_ANY),
         _stat("GPU exporters down",
@@ -104,7 +116,7 @@ def cluster_dashboard() -> Dashboard:
               unit="bytes"),
         _stat("GPU memory used %", f"({used}) / ({total})", "Used / total framebuffer memory.",
               unit="percentunit", min=0, max=1),
-        _stat("GPUs allocated %", f"({allocated}) / ({gpus})", attribution, unit="percentunit",
+        _stat("GPUs allocated %", f"({allocated}) / ({gpus})", requested, unit="percentunit",
               min=0, max=1, no_value="0"),
         _stat("GPU power", f"sum({per_gpu('DCGM_FI_DEV_POWER_USAGE', REGION)})",
               "Total board power draw (DCGM_FI_DEV_POWER_USAGE).", unit="watt"),
@@ -274,6 +286,27 @@ def node_dashboard() -> Dashboard:
            "name under every DCGM naming). In gpufed-exporter from the family `pcie` (opt-in: NVML "
            "samples each direction for 20 ms); no data when the family is off.", unit="Bps", width=24),
     ))
+    nvlink = Row("NVLink", (
+        Panel("NVLink throughput", "timeseries", (
+            Query(f"max by (node, gpu) ({dcgm.metric('DCGM_FI_PROF_NVLINK_TX_BYTES', GPU_SEL)})",
+                  "{{node}} GPU {{gpu}} TX"),
+            Query(f"max by (node, gpu) ({dcgm.metric('DCGM_FI_PROF_NVLINK_RX_BYTES', GPU_SEL)})",
+                  "{{node}} GPU {{gpu}} RX"),
+            Query(f"max by (node, gpu) ({dcgm.rate('DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL', GPU_SEL)}) * 1024",
+                  "{{node}} GPU {{gpu}} TX + RX (counter)"),
+        ), "Bytes per second over all of a GPU's NVLinks: DCGM_FI_PROF_NVLINK_{TX,RX}_BYTES (fields "
+           "1011/1012) and the rate of DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL (KiB sent + received; in "
+           "dcgm-exporter's default counters). gpufed-exporter writes all three in its default family "
+           "`nvlink_gpu` on its one port (docs/exporter.md). Orange is under 10 GB/s, the seed's check "
+           "for a GPU of a multi-GPU job; an idle GPU sits there too. No data on GPUs without NVLink.",
+            unit="Bps",
+            thresholds=(("orange", None), ("green", 10e9)), width=16),
+        Panel("NVLinks up per GPU", "table", (Query(
+            f"sum by (node, gpu) (max by (node, gpu, link) (gpufed_nvlink_link_up{{{GPU_SEL}}}))",
+            instant=True),),
+            "Active links per GPU (gpufed_nvlink_link_up from the opt-in per-link family `nvlink`); a GPU "
+            "with fewer links than its siblings has a link down. No data while the family is off.", width=8),
+    ))
     return Dashboard(
         uid="gpufed-node", title="gpufed / GPU node",
         description="Per-GPU utilisation, memory, temperature, power, clocks, XID and health.",
@@ -283,6 +316,6 @@ def node_dashboard() -> Dashboard:
             Variable("node", "Node", dcgm.any_name("DCGM_FI_DEV_GPU_UTIL", REGION)),
             Variable("gpu", "GPU", dcgm.any_name("DCGM_FI_DEV_GPU_UTIL", 'region=~"$region", node=~"$node"')),
         ),
-        rows=with_node_logs((health, usage, physical, errors)),
+        rows=with_node_logs((health, usage, physical, errors, nvlink)),
         panel_links=(NODES_LOGS,),
     )

@@ -28,6 +28,8 @@ NS_GPUS = dcgm.any_name("DCGM_FI_DEV_GPU_UTIL", NS_SEL)  # attributed GPUs under
 HAMI_POD = 'podnamespace=~"$namespace", podname=~"$pod"'
 HAMI_NS = 'podnamespace=~"$namespace"'
 REGION = 'region=~"$region"'
+HAMI_PROFILE = 'profile="hami-scheduler"'
+STEP_SECONDS = "scheduler_framework_extension_point_duration_seconds_bucket"
 QUOTA = r'resource=~".*nvidia\\.com/.*", namespace=~"$namespace"'
 QUOTA_USED = QUOTA + ', type="used"'
 QUOTA_HARD = QUOTA + ', type="hard"'
@@ -170,6 +172,17 @@ def quota_dashboard() -> Dashboard:
             'topk(20, max by (nodeid, deviceidx) (GPUDeviceSharedNum{region=~"$region"}))',
             "{{nodeid}} GPU {{deviceidx}}"),), "Top 20 GPUs by containers sharing them "
             "(GPUDeviceSharedNum). " + NO_HAMI.format(what="scheduler"), width=8),
+        Panel("HAMi scheduler latency (Filter, Score, Bind)", "timeseries", tuple(Query(
+            "histogram_quantile(0.99, sum by (le, extension_point) (max without (shard, replica) (rate("
+            f"{STEP_SECONDS}{{{HAMI_PROFILE}, extension_point=\"{point}\", "
+            'region=~"$region"}[$__rate_interval]))))', f"{point} p99")
+            for point in ("Filter", "Score", "Bind")),
+            "99th percentile per scheduling step of the kube-scheduler that HAMi's scheduler pod runs (its "
+            "profile `hami-scheduler`, the HAMi chart's schedulerName): "
+            "scheduler_framework_extension_point_duration_seconds{extension_point, profile}. The step "
+            "covers the framework's plugins; HAMi's extender calls (filter, bind over HTTP) add to the pod's "
+            "attempt time. No data without a scrape job for that kube-scheduler's /metrics.", unit="s",
+            width=24, height=6),
         Panel("Scheduling failures", "timeseries", (Query(
             'gpufed:scheduler_failures:ratio_rate10m{region=~"$region"}', "{{region}} {{profile}}"),),
             "Recording rule gpufed:scheduler_failures:ratio_rate10m: share of kube-scheduler attempts "
@@ -188,9 +201,11 @@ def quota_dashboard() -> Dashboard:
             "{{namespace}}"),), "Framebuffer used on the namespace's GPUs. " + NO_ATTRIBUTION,
             unit="bytes", width=8, stacked=True),
         Panel("HAMi-format GPU memory per node", "timeseries", (Query(
-            'sum by (node) (max by (node, gpu) (hami_host_gpu_memory_used_bytes{region=~"$region"}))',
-            "{{node}}"),), "gpufed-exporter's HAMi-named host series (family `hami`, on by default), "
-            "so HAMi dashboards work without HAMi's device monitor.", unit="bytes", width=8),
+            "sum by (node) (max by (node, device_index) "
+            '(hami_host_gpu_memory_used_bytes{region=~"$region"}))', "{{node}}"),),
+            "HAMi's vGPU monitor host series (v2.9+ name; gpufed-exporter writes it too, family `hami`, "
+            "on by default, with HAMi's labels), so this works without HAMi's device monitor.",
+            unit="bytes", width=8),
     ))
     return Dashboard(
         uid="gpufed-quota", title="gpufed / GPU quota",

@@ -2,8 +2,10 @@
 
 ``running_stack`` starts, and always stops, a simulated fleet, one pod-attributed node
 with injected XIDs, a target that is down, the real node-exporter (the pinned
-``prometheus-node-exporter``) as the attributed node's job ``node`` target, scraped with the
-node job of ``examples/federation.yaml`` (its keep list included), rendered child Prometheus
+``prometheus-node-exporter``) as the attributed node's job ``node`` target, a node on the
+exporter's NVML backend over the suite's fake NVML (NVLink links, one down), scraped with the
+node job of ``examples/federation.yaml`` (its keep list included), HAMi-format series
+(``hami_series``) as job ``hami-scheduler``, rendered child Prometheus
 HA pairs writing to a master Prometheus that loads the rule pack, an Alertmanager and the DingTalk relay in
 front of the DingTalk stand-in. The master runs the config ``gpufed render`` writes
 (its meta-monitoring jobs included); it finds the children through ``/v1/sd-children``,
@@ -25,17 +27,19 @@ from typing import Any
 import httpx
 import yaml
 from conftest import require_tool, stop_process, wait_for
+from hami_series import HamiSeries
 from prom_process import PrometheusProcess
 from prometheus_client import CollectorRegistry
 
 from alertmanager.dingtalk.app import create_app
 from alertmanager.dingtalk.config import parse_config
 from exporter.backend import GpuBackend
-from exporter.catalogue import FAMILIES
+from exporter.catalogue import FAMILIES, select_families
 from exporter.collection import Collection, CollectionLoop
 from exporter.exposition import LabelPolicy, SnapshotCollector
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.models import GpuDevice, Reading, XidEvent
+from exporter.nvml_backend import NvmlBackend
 from exporter.server import HttpServer, NodeRoutes
 from exporter.settings import ExporterSettings
 from exporter.simulated import SimulatedBackend
@@ -46,14 +50,20 @@ from federation.master.render import MASTER_FILE
 from federation.testing.harnesses.alertmanager import RelayThread
 from federation.testing.standins.dingtalk import FakeDingTalk
 from sharder.kernel.promtool import Promtool
+from tests.exporter.fake_nvml import FakeGpu, FakeNvml
 
 REGIONS = ("region-0", "region-1")
 SPECIAL = "gpu-region-0-attributed"
+FAKE_NVML = "gpu-region-1-fake-nvml"
+#: The fake-NVML node's links: 4 per GPU, GPU 0's link 2 down.
+FAKE_LINKS, FAKE_LINK_DOWN = 4, 2
+#: Each link's TX counter grows by (link + 1) x this many KiB per second (RX by half).
+FAKE_TX_KIB_S = 100_000
 DOWN = "gpu-region-0-down"
 PODS = {0: ("training", "llm-pretrain-0"), 1: ("training", "llm-pretrain-0"),
         2: ("training", "llm-pretrain-0"), 3: ("training", "llm-pretrain-0"),
         4: ("inference", "chat-api-0"), 5: ("inference", "chat-api-0")}
-GPUS_TOTAL = 4 * 2 + 8  # fleet nodes x GPUs + the attributed node
+GPUS_TOTAL = 4 * 2 + 8 + 2  # fleet nodes x GPUs + the attributed node + the fake-NVML node
 EXAMPLE_SPEC = Path(__file__).resolve().parents[2] / "examples" / "federation.yaml"
 
 
@@ -124,6 +134,52 @@ class AttributedNode:
         self.loop.stop()
 
 
+class GrowingLinks(FakeGpu):
+    """A fake NVML GPU whose NVLink counters grow with time, so throughput is not zero."""
+
+    started = time.monotonic()
+
+    @property  # type: ignore[override]
+    def nvlink_tx_kib(self) -> int:
+        return 5_000_000 + int(FAKE_TX_KIB_S * (time.monotonic() - self.started))
+
+    @nvlink_tx_kib.setter
+    def nvlink_tx_kib(self, value: int) -> None:
+        """FakeGpu's __init__ sets the static default; the reading above replaces it."""
+
+
+@dataclass
+class FakeNvmlNode:
+    """gpufed-exporter's NVML backend over the test suite's fake NVML (tests/exporter/fake_nvml.py):
+    2 H100s with NVLink, the per-link family on, served as one node."""
+
+    http: HttpServer
+    loop: CollectionLoop
+    backend: NvmlBackend
+
+    @classmethod
+    def start(cls) -> FakeNvmlNode:
+        gpus = [GrowingLinks(uuid=f"GPU-fake-nvml-{i}", bus_id=f"00000000:{0x18 + i:02X}:00.0", minor=i,
+                             nvlinks=FAKE_LINKS, nvlinks_down={FAKE_LINK_DOWN} if i == 0 else set())
+                for i in range(2)]
+        backend = NvmlBackend(FakeNvml(gpus), event_timeout_ms=20)
+        collection = Collection(backend, select_families(include=["nvlink"]), timeout=None)
+        registry = CollectorRegistry(auto_describe=False)
+        policy = LabelPolicy(FAKE_NVML, placement={"region": REGIONS[1]})
+        registry.register(SnapshotCollector(collection, policy))
+        collection.collect_once()
+        loop = CollectionLoop([collection], interval=0.5)
+        http = HttpServer(NodeRoutes(registry, ready=lambda: True), host="127.0.0.1", port=0)
+        loop.start()
+        http.start()
+        return cls(http, loop, backend)
+
+    def stop(self) -> None:
+        self.http.stop()
+        self.loop.stop()
+        self.backend.close()
+
+
 @dataclass
 class Stack:
     master: PrometheusProcess
@@ -156,17 +212,23 @@ def example_node_job() -> dict[str, Any]:
     return {**job, "scrape_interval": "1s"}
 
 
-def inventory(fleet: FleetApp, special_port: int, node_exporter_port: int) -> dict[str, Any]:
+def inventory(fleet: FleetApp, special_port: int, node_exporter_port: int, hami_port: int, fake_nvml_port: int
+              ) -> dict[str, Any]:
     targets = [{"address": "127.0.0.1", "port": fleet.http.port, "job": "gpu", "node": node.name,
                 "region": node.region, "rack": node.rack, "team": node.team, "gpus": 2,
                 "metrics_path": f"/nodes/{node.name}/metrics", "identity": f"gpu/{node.name}"}
                for node in fleet.nodes.values()]
     targets.append({"address": "127.0.0.1", "port": special_port, "job": "gpu", "node": SPECIAL,
                     "region": REGIONS[0], "gpus": 8, "identity": f"gpu/{SPECIAL}"})
+    targets.append({"address": "127.0.0.1", "port": fake_nvml_port, "job": "gpu", "node": FAKE_NVML,
+                    "region": REGIONS[1], "gpus": 2, "identity": f"gpu/{FAKE_NVML}"})
     targets.append({"address": "127.0.0.1", "port": free_port(), "job": "gpu", "node": DOWN,
                     "region": REGIONS[0], "gpus": 8, "identity": f"gpu/{DOWN}"})
     targets.append({"address": "127.0.0.1", "port": node_exporter_port, "job": "node", "node": SPECIAL,
                     "region": REGIONS[0], "identity": f"node/{SPECIAL}"})
+    # HAMi's scheduler pod (extender series and its kube-scheduler's) and vGPU monitor, one target
+    targets.append({"address": "127.0.0.1", "port": hami_port, "job": "hami-scheduler", "node": SPECIAL,
+                    "region": REGIONS[0], "identity": f"hami-scheduler/{SPECIAL}"})
     return {"targets": targets}
 
 
@@ -177,7 +239,8 @@ def spec(*, master_port: int, sd_port: int, router: ChildRouter, am: tuple[int, 
         "cluster": "e2e",
         "regions": [{"name": name, "shards": 1} for name in REGIONS],
         "sharding": {"replication_factor": 2},
-        "jobs": [{"name": "gpu", "scrape_interval": "1s"}, example_node_job()],
+        "jobs": [{"name": "gpu", "scrape_interval": "1s"}, example_node_job(),
+                 {"name": "hami-scheduler", "scrape_interval": "1s"}],
         "remote_write": [{"name": "master", "url": f"http://127.0.0.1:{master_port}/api/v1/write",
                           "queue_config": {"batch_send_deadline": "1s", "min_backoff": "100ms",
                                            "max_backoff": "1s"}}],
@@ -260,6 +323,8 @@ def running_stack(root: Path) -> Iterator[Stack]:
         stack.callback(fleet.stop)
         special = AttributedNode.start()
         stack.callback(special.stop)
+        fake_nvml = FakeNvmlNode.start()
+        stack.callback(fake_nvml.stop)
         node_exporter_port = free_port()
         with (root / "node-exporter.log").open("wb") as log:
             node_proc = subprocess.Popen(
@@ -267,6 +332,7 @@ def running_stack(root: Path) -> Iterator[Stack]:
                 stdout=log, stderr=subprocess.STDOUT)
         stack.callback(stop_process, node_proc)
 
+        hami = stack.enter_context(HamiSeries())
         router = stack.enter_context(ChildRouter(port=0))
         sd = ChildrenSd(b"[]")
         stack.callback(sd.stop)
@@ -277,7 +343,8 @@ def running_stack(root: Path) -> Iterator[Stack]:
                         am=(am_port, am_cluster_port), relay_port=relay.port)
         (root / "federation.yaml").write_text(yaml.safe_dump(document))
         (root / "inventory.yaml").write_text(
-            yaml.safe_dump(inventory(fleet, special.http.port, node_exporter_port)))
+            yaml.safe_dump(inventory(fleet, special.http.port, node_exporter_port, hami.port,
+                                     fake_nvml.http.port)))
         loaded, targets = pipeline.load_inputs(root / "federation.yaml", root / "inventory.yaml")
         # gpufed render's own pipeline and promtool check, master config included
         result = pipeline.render(loaded, targets, out=root / "out", checker=Promtool(promtool))

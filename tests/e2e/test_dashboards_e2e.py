@@ -7,6 +7,8 @@ The stack (one per module, built by ``dashboard_stack.running_stack``):
   ``PodAttribution`` (GPUs 0-5 held by pods in two namespaces) and a backend whose driver
   reports XID 79 on GPU 0 and XID 13 on GPU 1, so health, XID and pod panels have data;
 * one inventory target nobody listens on (an exporter that is down);
+* HAMi-format series (``hami_series``: scheduler extender, vGPU monitor and the kube-scheduler
+  in HAMi's scheduler pod) as job ``hami-scheduler``, so every HAMi panel has data;
 * child Prometheus servers rendered by ``federation.master.pipeline`` (one shard per region, each
   an HA pair: replication factor 2),
   remote-writing to a master Prometheus 2.42 that loads the rule pack, scrapes the
@@ -32,7 +34,17 @@ from typing import Any
 
 import pytest
 from conftest import wait_for
-from dashboard_stack import GPUS_TOTAL, PODS, SPECIAL, Stack, running_stack
+from dashboard_stack import (
+    FAKE_LINK_DOWN,
+    FAKE_LINKS,
+    FAKE_NVML,
+    FAKE_TX_KIB_S,
+    GPUS_TOTAL,
+    PODS,
+    SPECIAL,
+    Stack,
+    running_stack,
+)
 
 from federation.dashboards import dashboard_files
 
@@ -47,9 +59,7 @@ CONVERGE_S = 40.0
 
 CONTROLLER = "controller metric: the controller (gpufed serve) is built in parallel and not run here"
 DISCOVERY = "discovery metric: gpufed discovery runs inside the controller, not run here"
-HAMI = "HAMi vGPU monitor/scheduler metric: HAMi cannot run without Kubernetes and GPUs"
 KSM = "kube-state-metrics ResourceQuota metric: no Kubernetes API in this stack"
-SCHEDULER = "kube-scheduler metric (via recording rule): no Kubernetes scheduler in this stack"
 RELOAD = "the relay's reload counter has no series before the first SIGHUP reload; none happens here"
 DROPPED = ("Prometheus 2.53 and 3.5.3 export samples_dropped_total only once a sample"
            " is dropped (checked against both binaries); a healthy stack drops none")
@@ -61,19 +71,9 @@ PARSE_ONLY: dict[tuple[str, str, str], str] = {
     ("gpufed-federation", "Time since last successful discovery", "A"): DISCOVERY,
     ("gpufed-federation", "Discovery errors", "A"): DISCOVERY,
     ("gpufed-federation", "Relay config reloads", "A"): RELOAD,
-    ("gpufed-workloads", "vGPU memory used vs limit", "A"): HAMI,
-    ("gpufed-workloads", "vGPU memory used vs limit", "B"): HAMI,
-    ("gpufed-workloads", "vGPU memory used % of limit", "A"): HAMI,
     ("gpufed-quota", "GPU quota used vs hard limit", "A"): KSM,
     ("gpufed-quota", "GPU quota used vs hard limit", "B"): KSM,
     ("gpufed-quota", "GPU quota used %", "A"): KSM,
-    ("gpufed-quota", "HAMi quota used (limit in the limit column)", "A"): HAMI,
-    ("gpufed-quota", "vGPU allocated per namespace", "A"): HAMI,
-    ("gpufed-quota", "GPU memory allocated by region", "A"): HAMI,
-    ("gpufed-quota", "GPU memory allocated vs limit per node", "A"): HAMI,
-    ("gpufed-quota", "GPU memory allocated vs limit per node", "B"): HAMI,
-    ("gpufed-quota", "Containers sharing a GPU", "A"): HAMI,
-    ("gpufed-quota", "Scheduling failures", "A"): SCHEDULER,
 }
 
 
@@ -235,17 +235,18 @@ def test_fleet_stats_count_each_gpu_once_across_ha_replicas(stack: Stack) -> Non
                    or None, timeout=CONVERGE_S, what="both replicas of every GPU series at the master")
     assert raw
     assert value("GPUs") == GPUS_TOTAL
-    assert value("GPU nodes") == 6  # 4 fleet nodes, the attributed node, the node that is down
+    # 4 fleet nodes, the attributed node, the fake-NVML node, the node that is down
+    assert value("GPU nodes") == 7
     assert value("GPUs allocated") == len(PODS)
     assert value("GPU exporters down") == 1
     assert value("Unhealthy GPUs") >= 1  # XID 79 on GPU 0; a simulated XID may add one
     assert value("Unhealthy GPU nodes") >= 2  # the node that is down and the attributed node
     per_child = {(s["metric"]["shard"], s["metric"]["replica"]): s["value"][1] for s in
                  stack.query(panel_expr("gpufed-federation", "Targets scraped per child", values))}
-    # region-0: 2 fleet nodes, the attributed node, the node that is down, and the attributed
-    # node's node-exporter (job node)
-    assert per_child == {("region-0-0", "0"): "5", ("region-0-0", "1"): "5",
-                         ("region-1-0", "0"): "2", ("region-1-0", "1"): "2"}
+    # region-0: 2 fleet nodes, the attributed node, the node that is down, the attributed
+    # node's node-exporter (job node) and the HAMi series (job hami-scheduler)
+    assert per_child == {("region-0-0", "0"): "6", ("region-0-0", "1"): "6",
+                         ("region-1-0", "0"): "3", ("region-1-0", "1"): "3"}  # 2 fleet nodes, fake NVML
 
 
 def test_parse_only_queries_name_real_panels() -> None:
@@ -253,3 +254,78 @@ def test_parse_only_queries_name_real_panels() -> None:
             for panel in model["panels"] for target in panel.get("targets", [])}
     assert set(PARSE_ONLY) <= keys
     assert all(reason.strip() for reason in PARSE_ONLY.values())
+
+
+def test_hami_scheduler_latency_and_node_nvlink_panels_read_their_sources(stack: Stack) -> None:
+    """p99 per step from the HAMi-format histogram (every observation in one bucket: linear
+    interpolation inside it), and NVLink throughput and links up from the attributed node's
+    simulated NVML links (18 per H100, all families on)."""
+    values = dict.fromkeys(["region", "node", "gpu", "namespace", "pod", "shard"], ".*")
+    model = dashboards()["gpufed-quota"]
+    panel = next(p for p in model["panels"] if p["title"] == "HAMi scheduler latency (Filter, Score, Bind)")
+
+    def p99() -> dict[str, float]:
+        out = {}
+        for target in panel["targets"]:
+            for sample in stack.query(substitute(target["expr"], values)):
+                out[sample["metric"]["extension_point"]] = float(sample["value"][1])
+        return out
+
+    found = wait_for(lambda: (lambda got: got if len(got) == 3 else None)(p99()), timeout=CONVERGE_S,
+                     what="HAMi scheduler p99 per step")
+    # Filter 1.5 ms in (0.8, 1.6] ms, Score 0.4 ms in (0.2, 0.4], Bind 12 ms in (6.4, 12.8]
+    assert found == pytest.approx({"Filter": 0.0008 + 0.99 * 0.0008, "Score": 0.0002 + 0.99 * 0.0002,
+                                   "Bind": 0.0064 + 0.99 * 0.0064}, rel=1e-6)
+    node = {**values, "node": SPECIAL}
+    node_model = dashboards()["gpufed-node"]
+    links = next(p for p in node_model["panels"] if p["title"] == "NVLinks up per GPU")
+    per_gpu = {s["metric"]["gpu"]: float(s["value"][1])
+               for s in stack.query(substitute(links["targets"][0]["expr"], node))}
+    assert sorted(per_gpu, key=int) == [str(g) for g in range(8)]
+    assert all(n in (17, 18) for n in per_gpu.values()) and sum(per_gpu.values()) >= 8 * 18 - 1
+    throughput = next(p for p in node_model["panels"] if p["title"] == "NVLink throughput")
+
+    def per_gpu_values(ref: int) -> dict[str, float]:
+        return {s["metric"]["gpu"]: float(s["value"][1])
+                for s in stack.query(substitute(throughput["targets"][ref]["expr"], node))}
+
+    tx, rx = per_gpu_values(0), per_gpu_values(1)
+    assert len(tx) == 8 and all(v > 0 for v in tx.values()) and rx.keys() == tx.keys()
+    # The counter's rate (KiB/s x 1024) is TX + RX once the series fill the 30s rate window
+    # (before that, rate() divides a few seconds' increase by the whole window).
+    def matches() -> dict[str, float] | None:
+        counter = per_gpu_values(2)
+        return counter if counter.keys() == tx.keys() and all(
+            counter[g] == pytest.approx(tx[g] + rx[g], rel=0.02) for g in tx) else None
+
+    assert wait_for(matches, timeout=CONVERGE_S + 30, what="NVLink counter rate = TX + RX")
+
+
+def test_node_nvlink_panels_on_the_fake_nvml_node(stack: Stack) -> None:
+    """The NVML backend over the suite's fake NVML: 4 links per GPU, GPU 0's link 2 down; each
+    link's counters grow (link + 1) x FAKE_TX_KIB_S KiB/s TX and half that RX."""
+    values = {**dict.fromkeys(["region", "gpu", "namespace", "pod", "shard"], ".*"), "node": FAKE_NVML}
+    model = dashboards()["gpufed-node"]
+    panel = {p["title"]: p for p in model["panels"]}
+
+    def per_gpu(title: str, ref: int = 0) -> dict[str, float]:
+        expr = substitute(panel[title]["targets"][ref]["expr"], values)
+        return {s["metric"]["gpu"]: float(s["value"][1]) for s in stack.query(expr)}
+
+    links = wait_for(lambda: per_gpu("NVLinks up per GPU") or None, timeout=CONVERGE_S,
+                     what="fake NVML links")
+    assert links == {"0": FAKE_LINKS - 1, "1": FAKE_LINKS}
+    assert FAKE_LINK_DOWN < FAKE_LINKS
+    # all-links TX: sum over links of (link + 1) x FAKE_TX_KIB_S KiB/s, between two collections
+    tx_all = sum(link + 1 for link in range(FAKE_LINKS)) * FAKE_TX_KIB_S * 1024
+
+    def steady() -> dict[str, float] | None:
+        tx, rx, counter = per_gpu("NVLink throughput", 0), per_gpu("NVLink throughput", 1), per_gpu(
+            "NVLink throughput", 2)
+        ok = (set(tx) == set(rx) == set(counter) == {"0", "1"}
+              and all(tx[g] == pytest.approx(tx_all, rel=0.1) for g in tx)
+              and all(counter[g] == pytest.approx(tx[g] + rx[g], rel=0.1) for g in tx))
+        return tx if ok else None
+
+    assert wait_for(steady, timeout=CONVERGE_S + 30,
+                    what="fake NVML throughput: TX and TX + RX from the counter")

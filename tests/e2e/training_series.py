@@ -6,7 +6,15 @@ training-operator and an ElasticQuota custom-resource-state
 config would expose it: a PyTorchJob ``llama-ft`` (2 pods x 4 GPUs on gpu-node-1, GPU 6 a
 straggler at 30% against 95%), a running batch Job ``eval-nightly`` (1 GPU on gpu-node-2),
 a Pending PyTorchJob ``bert-pt`` (4 GPUs requested, no node), a completed and a failed
-Job, quotas in ``training``. Counters grow with time so rates are non-zero.
+Job, a notebook ``nb-share`` on ACK GPU sharing (``aliyun.com/gpu-mem`` 12 GiB on
+gpu-node-3), quotas in ``training``. Counters grow with time so rates are non-zero.
+
+Nodes, as kube-state-metrics v2 writes them (docs/metrics/cluster/node-metrics.md and
+workload/pod-metrics.md): ``kube_node_info`` (``internal_ip`` among its labels),
+``kube_node_role``, ``kube_node_status_condition{condition, status}``,
+``kube_node_status_capacity``/``_allocatable{resource, unit}`` and ``kube_pod_info``.
+gpu-node-1 and -2 are exclusive (8 x ``nvidia_com_gpu``), gpu-node-3 shares its GPUs
+(``aliyun_com_gpu_mem``: 4 x 80 GiB) and is NotReady; cpu-node-1 has no GPU and a role.
 """
 
 from __future__ import annotations
@@ -24,11 +32,23 @@ PODS = {
     "bert-pt-worker-0": ("PyTorchJob", "bert-pt", "", "Pending", 4),
     "data-prep-q9s8d": ("Job", "data-prep", "gpu-node-2", "Succeeded", 0),
     "broken-m2n4b": ("Job", "broken", "gpu-node-2", "Failed", 1),
+    "nb-share-0": ("Notebook", "nb-share", "gpu-node-3", "Running", 0),
+}
+# pod -> ACK GPU sharing request (aliyun.com/gpu-mem, GiB)
+GPU_MEM = {"nb-share-0": 12}
+# node -> (internal IP, role or "", Ready, resource -> capacity)
+NODES = {
+    "gpu-node-1": ("10.0.1.11", "", True, {"nvidia_com_gpu": 8, "cpu": 96}),
+    "gpu-node-2": ("10.0.1.12", "", True, {"nvidia_com_gpu": 8, "cpu": 96}),
+    "gpu-node-3": ("10.0.1.13", "", False,
+                   {"aliyun_com_gpu_mem": 320, "aliyun_com_gpu_count": 4, "cpu": 64}),
+    "cpu-node-1": ("10.0.1.21", "control-plane", True, {"cpu": 16}),
 }
 # (node, gpu) -> pod holding it
 GPUS = {("gpu-node-1", g): ("llama-ft-master-0" if g < 4 else "llama-ft-worker-0") for g in range(8)}
 GPUS[("gpu-node-2", 0)] = "eval-nightly-x7k2p"
 GPUS[("gpu-node-2", 1)] = ""
+GPUS[("gpu-node-3", 0)] = "nb-share-0"
 STRAGGLER = ("gpu-node-1", 6)
 LINK_DOWN = ("gpu-node-1", 5, 3)
 
@@ -52,9 +72,17 @@ def exposition(elapsed: float) -> str:
         for each in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
             add(f"kube_pod_status_phase{_labels(**ids, phase=each)} {int(each == phase)}")
         add(f"kube_pod_start_time{_labels(**ids)} {time.time() - 3600:.0f}")
+        info = {**ids, "host_ip": NODES[node][0] if node else "", "pod_ip": "", "node": node,
+                "created_by_kind": kind, "created_by_name": owner, "priority_class": "",
+                "host_network": "false"}
+        add(f"kube_pod_info{_labels(**info)} 1")
         if gpus:
             request = _labels(**ids, container="main", node=node, resource="nvidia_com_gpu", unit="integer")
             add(f"kube_pod_container_resource_requests{request} {gpus}")
+        if pod in GPU_MEM:
+            request = _labels(**ids, container="main", node=node, resource="aliyun_com_gpu_mem",
+                              unit="integer")
+            add(f"kube_pod_container_resource_requests{request} {GPU_MEM[pod]}")
     jobs = (("eval-nightly", 0, 0, 1), ("data-prep", 1, 0, 0), ("broken", 0, 1, 0))
     for job, complete, failed, active in jobs:
         for condition in ("true", "false", "unknown"):
@@ -62,8 +90,21 @@ def exposition(elapsed: float) -> str:
             add(f"kube_job_complete{at} {_condition(condition, complete)}")
             add(f"kube_job_failed{at} {_condition(condition, failed)}")
         add(f"kube_job_status_active{_labels(namespace=NS, job_name=job)} {active}")
-    for node in ("gpu-node-1", "gpu-node-2"):
-        add(f"kube_node_status_allocatable{_labels(node=node, resource='nvidia_com_gpu', unit='integer')} 8")
+    for node, (ip, role, ready, resources) in NODES.items():
+        info = {"node": node, "kernel_version": "5.10.134", "os_image": "Alibaba Cloud Linux 3",
+                "container_runtime_version": "containerd://1.6.28", "kubelet_version": "v1.30.1",
+                "kubeproxy_version": "deprecated", "pod_cidr": "", "provider_id": "", "system_uuid": node,
+                "internal_ip": ip}
+        add(f"kube_node_info{_labels(**info)} 1")
+        if role:
+            add(f"kube_node_role{_labels(node=node, role=role)} 1")
+        for status in ("true", "false", "unknown"):
+            add(f"kube_node_status_condition{_labels(node=node, condition='Ready', status=status)} "
+                f"{_condition(status, int(ready))}")
+        for resource, amount in resources.items():
+            unit = "core" if resource == "cpu" else "integer"
+            for kind in ("capacity", "allocatable"):
+                add(f"kube_node_status_{kind}{_labels(node=node, resource=resource, unit=unit)} {amount}")
     quota = {"requests.cpu": (64, 41), "requests.memory": (512 * 2**30, 300 * 2**30),
              "requests.nvidia.com/gpu": (16, 9), "requests.aliyun.com/gpu-mem": (320, 80),
              "requests.aliyun.com/gpu": (4, 1)}

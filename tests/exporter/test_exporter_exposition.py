@@ -105,7 +105,8 @@ def test_units_match_dcgm() -> None:
     assert used + free == 81559  # MiB of an H100 80GB HBM3
     assert 0 <= series["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"][0].value <= 1  # ratio
     assert series["hami_host_gpu_memory_used_bytes"][0].value == used * 1024 * 1024
-    assert series["hami_host_gpu_utilization_ratio"][0].value == series["DCGM_FI_DEV_GPU_UTIL"][0].value / 100
+    # HAMi v2.10 writes percent under the _ratio name (NVML's utilisation rate as is)
+    assert series["hami_host_gpu_utilization_ratio"][0].value == series["DCGM_FI_DEV_GPU_UTIL"][0].value
 
 
 def test_one_hostname_label_never_both() -> None:
@@ -114,6 +115,19 @@ def test_one_hostname_label_never_both() -> None:
         gpu_samples = [s for samples in series.values() for s in samples if "gpu" in s.labels]
         assert gpu_samples
         assert all(s.labels[label] == "n1" and other not in s.labels for s in gpu_samples)
+
+
+def test_hami_host_series_carry_hamis_own_labels_once_per_device() -> None:
+    """HAMi v2.10's cmd/vGPUmonitor/metrics.go: node, device_index, device_uuid, device_type
+    ("NVIDIA-" + the NVML name), one series per device, none of the DCGM series' labels."""
+    policy = LabelPolicy("n1", placement={"region": "r1"})
+    series = _series(render(gpus=2, steps=(0.0,), policy=policy))
+    for name in ("hami_host_gpu_memory_used_bytes", "hami_host_gpu_utilization_ratio"):
+        samples = series[name]
+        assert [s.labels["device_index"] for s in samples] == ["0", "1"]
+        assert all(set(s.labels) == {"node", "device_index", "device_uuid", "device_type"} for s in samples)
+        assert all(s.labels["node"] == "n1" and s.labels["device_type"].startswith("NVIDIA-NVIDIA ")
+                   for s in samples)
 
 
 def test_hami_legacy_names_behind_flag() -> None:

@@ -42,6 +42,8 @@ REQUIRED_ALERTS = {
     "GPUClusterMemoryAllocationHigh",
     "GPUOvershared",
     "GPUSchedulingFailureRateHigh",
+    "VGPUContainerIdle",
+    "HAMiMonitorDown",
     "NodeDown",
     "GPUExporterDown",
     "ExporterDown",
