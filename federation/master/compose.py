@@ -9,7 +9,11 @@ provisioning files beside them.
 Every container mounts the *parent* of the rendered tree at ``/gpufed``: ``write_tree``
 swaps the tree by rename, which a bind mount of the tree itself would not follow. That
 parent is a render root holding only rendered trees (``render_root`` refuses any other).
-Secrets stay in the operator's env file (``${VAR:?message}`` when required).
+Secrets stay in the operator's env file (``${VAR:?message}`` when required), or, for the
+files Alertmanager reads, in a folder mounted read-only (``federation.master.compose_secrets``).
+State lives in named volumes: the children's WAL, the masters' and Alertmanagers' data, the
+controller's store and the relay's ordering/dedup memory (``--data-dir``), so a restarted
+relay neither sends an episode twice nor a FIRING after its RESOLVED.
 """
 
 from __future__ import annotations
@@ -22,7 +26,14 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from federation.master import compose_grafana, compose_logs, compose_objstore, compose_tls, images
+from federation.master import (
+    compose_grafana,
+    compose_logs,
+    compose_objstore,
+    compose_secrets,
+    compose_tls,
+    images,
+)
 from sharder.kernel.errors import OutputError
 from sharder.kernel.output import Bundle, dump_yaml
 from sharder.kernel.tls import WEB_CONFIG_FILE, TlsSpec
@@ -34,6 +45,8 @@ MOUNT = "/gpufed"
 CONTROLLER_URL = "http://gpufed-controller:8080"
 CHILD_HOST = "child-{child}"
 CHILD_URL_TEMPLATE = f"http://{CHILD_HOST}:9090"
+#: The gpufed image creates it owned by its user, so a fresh named volume there is writable.
+RELAY_DATA = "/var/lib/gpufed"
 #: Relative to ``compose/`` (the project directory): the directory holding the tree.
 PARENT = "${GPUFED_RENDER_PARENT:-../..}"
 
@@ -52,6 +65,7 @@ REQUIRED_ENV = {
     "GPUFED_TOKEN": "the controller's write token (16+ characters, no placeholder)",
     "GRAFANA_ADMIN_PASSWORD": "Grafana's admin password",
     "GPUFED_TLS_DIR": compose_tls.TLS_DIR_HELP,
+    compose_secrets.SECRETS_ENV: compose_secrets.SECRETS_HELP,
 }
 OPTIONAL_HELP = {
     "GPUFED_DISCOVERY_FLAGS": "--consul HOST:PORT: the Consul the nodes register in (node.yml's "
@@ -114,6 +128,7 @@ def render_compose_bundle(
     consul: bool = True,
     resources: Mapping[str, Mapping[str, Any]] | None = None,
     tls: TlsSpec | None = None,
+    alertmanager_secrets: Mapping[str, str] | None = None,
 ) -> Bundle:
     """``files``: the other parts' bundle (children, master, alerting, Thanos).
 
@@ -122,6 +137,9 @@ def render_compose_bundle(
     ``router_hosts``: Thanos router instance -> the host the master's remote_write names.
     ``resources``: kind of service (child, master, alertmanager, relay, controller, grafana)
     -> its ``deploy.resources`` (``federation.sizing.compose_resources``, from ``--fleet-nodes``).
+    ``alertmanager_secrets``: the alerting spec's secret files, field -> path
+    (``compose_secrets.secret_files``); with any, the Alertmanagers mount
+    ``GPUFED_ALERTMANAGER_SECRETS_DIR`` where those paths point.
     """
     manifest = json.loads(files["manifest.json"])
     if manifest["target_discovery"] != "http_sd" or not manifest["agent_mode"]:
@@ -136,6 +154,8 @@ def render_compose_bundle(
         )
     if tls is not None:
         compose_tls.check_paths(tls)
+    if alertmanager_secrets:
+        compose_secrets.check_paths(dict(alertmanager_secrets))
     tree = f"{MOUNT}/{out_name}"
     services: dict[str, dict[str, Any]] = {}
     # Service -> its kind, for `resources` (--fleet-nodes).
@@ -211,10 +231,17 @@ def render_compose_bundle(
         services["gpufed-dingtalk"] = {
             **_service(IMAGES["gpufed"], host="gpufed-dingtalk",
                        command=["gpufed-dingtalk", "--config", f"{tree}/alertmanager/dingtalk.yml",
-                                "--listen", "0.0.0.0:8060"],
+                                "--listen", "0.0.0.0:8060", "--data-dir", RELAY_DATA],
                        health=_python_get("http://127.0.0.1:8060/healthz")),
             "environment": dict(env_vars),
         }
+        # The ordering/dedup memory (and the info digest's batches) outlive a restart.
+        services["gpufed-dingtalk"]["volumes"].append(
+            {"type": "volume", "source": "relay-data", "target": RELAY_DATA})
+        volumes["relay-data"] = {}
+        if alertmanager_secrets:
+            compose_secrets.mount_into(services, kinds,
+                                       secrets_dir=_required(compose_secrets.SECRETS_ENV))
 
     query_host = _thanos_services(services, volumes, files=files, tree=tree, aliases=router_hosts or {})
     datasource = f"http://{query_host}:10904" if query_host else (

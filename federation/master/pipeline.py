@@ -24,7 +24,7 @@ from alertmanager.amtool import ConfigTool
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
 from federation.dashboards import dashboard_files
 from federation.grafana.render import relay_with_grafana, render_grafana_bundle
-from federation.master import bundle_formats, render_root
+from federation.master import bundle_formats, compose_secrets, render_root
 from federation.master.compose import render_compose_bundle
 from federation.master.render import MASTER_FILE, load_rule_pack, master_instances, render_master_bundle
 from federation.spec import GpufedSpec, load_gpufed_spec
@@ -151,6 +151,7 @@ def compose_part(*, out_name: str, resources: dict[str, dict[str, Any]] | None =
             http_sd_url=spec.children.http_sd_url,
             resources=resources,
             tls=spec.tls,
+            alertmanager_secrets=compose_secrets.secret_files(spec.alerting),
         )
 
     return part

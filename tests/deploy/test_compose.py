@@ -25,6 +25,7 @@ from deploy_tools import compose_binary, exporter_settings_from, serve_params
 from typer.testing import CliRunner, Result
 
 from alertmanager.amtool import Amtool
+from alertmanager.dingtalk.cli import cli as relay_cli
 from federation.commands import render
 from federation.dashboards import dashboard_files
 from sharder.kernel.promtool import Promtool
@@ -216,6 +217,24 @@ def test_every_service_is_long_running_with_health_and_restart(config: dict[str,
             assert service.get("restart") == "unless-stopped", name
             assert service.get("healthcheck", {}).get("test"), name
         assert "${" not in json.dumps(service), f"{name}: uninterpolated variable"
+
+
+def test_the_relay_keeps_its_memory_in_a_named_volume_of_its_own(config: dict[str, Any]) -> None:
+    """``--data-dir`` on a volume: a restarted relay remembers which episodes it sent."""
+    relay = config["services"]["gpufed-dingtalk"]
+    command = relay["command"]
+    data_dir = command[command.index("--data-dir") + 1]
+    (volume,) = [v for v in relay["volumes"] if v["target"] == data_dir]
+    assert volume["type"] == "volume" and not volume.get("read_only")
+    assert volume["source"] in config["volumes"]
+    others = [name for name, service in config["services"].items() if name != "gpufed-dingtalk"
+              and any(v.get("source") == volume["source"] for v in service.get("volumes", []))]
+    assert others == []
+    # the flag is the relay's own, as its CLI parses it (no Alertmanager secrets in this spec)
+    assert "--data-dir" in {o for param in typer.main.get_command(relay_cli).params
+                            for o in getattr(param, "opts", [])}
+    assert all(v["target"] != "/etc/alertmanager/secrets" for s in config["services"].values()
+               for v in s.get("volumes", []))
 
 
 def test_master_query_concurrency_reaches_both_replicas(config: dict[str, Any]) -> None:

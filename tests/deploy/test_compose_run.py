@@ -5,8 +5,10 @@ Compose v2 itself resolved (``docker-compose config --format json``) as processe
 its own network namespace on one bridge and its own mount namespace with the volumes at
 their container paths. One shared run (module fixture): every node's ``gpu`` and ``node``
 target up at the master, the rendered rule pack loaded, the simulated fleet's XID through
-the rendered Alertmanagers and relay to the DingTalk stand-in, a child killed with SIGKILL
-and started again by its restart policy, and nothing of the run left afterwards.
+the rendered Alertmanagers and relay to the DingTalk stand-in, the relay killed with SIGKILL
+and started again on its memory volume (a late older state of that XID then answered
+``stale``, nothing sent), a child killed likewise and started again by its restart policy,
+and nothing of the run left afterwards.
 
 Needs root (``ip netns``, ``unshare``), as CI runs; skipped otherwise.
 """
@@ -25,6 +27,7 @@ import pytest
 from conftest import ROOT
 
 from federation.testing.benches import compose as bench
+from federation.testing.benches import compose_relay
 from federation.testing.harnesses.composerun import images
 from federation.testing.harnesses.composerun.plan import BASE_PATH
 from federation.testing.harnesses.composerun.run import ComposeRun
@@ -129,6 +132,21 @@ def test_the_simulated_xid_reaches_dingtalk_through_the_rendered_alertmanagers_a
         "alertmanager-1", 9093, "/api/v2/alerts?filter=alertname%3D%22GPUXidError%22"
     )
     assert status == 200 and any(a["labels"].get("node") == node for a in json.loads(body))
+
+
+def test_a_restarted_relay_loads_its_memory_and_sends_no_older_state(stack: Stack) -> None:
+    """The memory survives a restart on the rendered volume, so a late FIRING of an earlier
+    episode (an Alertmanager replica that missed the newer state) is not sent again."""
+    replayed = compose_relay.restart_and_replay(
+        stack.run, alertname="GPUXidError", node=stack.run.xid["node"], timeout=STEP_TIMEOUT_S)
+    assert replayed["exit_code"] == -9 and replayed["new_pid"] != replayed["old_pid"]
+    assert replayed["memory_file"].endswith("_relay-data/relay-memory.json")
+    assert replayed["memory_file_kept"]
+    # the first start found no file; the restart loaded the states the relay had sent
+    assert replayed["loaded_states"][0] == 0 and replayed["loaded_states"][-1] >= 1, replayed
+    assert replayed["replay_status"] == 200
+    assert replayed["replay_answer"]["status"] == "stale", replayed["replay_answer"]
+    assert replayed["stale_dropped_delta"] == 1
 
 
 def test_the_restarted_child_scrapes_its_targets_again(stack: Stack) -> None:

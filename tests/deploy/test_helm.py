@@ -157,7 +157,7 @@ def test_components_are_wired(chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
     assert "--web.external-url=https://prometheus.gpu.example.com" in master["args"]
     assert find(objects, "Service", "-alertmanager")["spec"]["clusterIP"] == "None"
 
-    relay = find(objects, "Deployment", "-dingtalk")["spec"]["template"]["spec"]["containers"][0]
+    relay = find(objects, "StatefulSet", "-dingtalk")["spec"]["template"]["spec"]["containers"][0]
     assert relay["envFrom"] == [{"secretRef": {"name": "gpufed-dingtalk"}}]
 
     hook = next(o for o in objects if o["kind"] == "Pod")

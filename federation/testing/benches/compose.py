@@ -178,29 +178,32 @@ def wait(check: Callable[[], Any], *, timeout: float, what: str, interval: float
                       retry_on=(OSError, ComposeRunError, ValueError, KeyError), fail=ComposeRunError)
 
 
-def kill_child(run: ComposeRun, child: str, *, timeout: float) -> dict[str, Any]:
-    """``kill -9`` the child's process and wait until its restart policy has started a new one."""
-    state = run.state(child)
-    before = state.pids[-1]
-    instances = sorted(t["labels"]["instance"] for t in child_targets(run, child))
+def kill_service(run: ComposeRun, display: str, *, timeout: float) -> dict[str, Any]:
+    """``kill -9`` a service's process and wait until its restart policy has started a new one."""
+    state = run.state(display)
+    before, starts = state.pids[-1], len(state.pids)
     os.kill(before, signal.SIGKILL)
     killed_at = time.time()
     wait(
-        lambda: len(state.pids) > 1 and state.running,
+        lambda: len(state.pids) > starts and state.running,
         timeout=timeout,
-        what=f"{child} restarted",
+        what=f"{display} restarted",
         interval=0.2,
     )
     return {
-        "child_killed": child,
         "old_pid": before,
         "new_pid": state.pids[-1],
         "exit_code": state.exits[-1].code if state.exits else None,
         "killed_at": killed_at,
         "restarted_at": state.started_at[-1],
         "restart_s": round(state.started_at[-1] - killed_at, 2),
-        "child_targets": instances,
     }
+
+
+def kill_child(run: ComposeRun, child: str, *, timeout: float) -> dict[str, Any]:
+    """``kill -9`` the child's process and wait until its restart policy has started a new one."""
+    instances = sorted(t["labels"]["instance"] for t in child_targets(run, child))
+    return {"child_killed": child, **kill_service(run, child, timeout=timeout), "child_targets": instances}
 
 
 def scraped_again(run: ComposeRun, killed: dict[str, Any], *, timeout: float) -> dict[str, Any]:

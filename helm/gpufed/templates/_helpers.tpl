@@ -279,3 +279,33 @@ children check in the exporters' certificate (they scrape pod IPs) */}}
 - {name: tls, mountPath: {{ .Values.tls.mountPath }}, readOnly: true}
 {{- end }}
 {{- end -}}
+
+{{/* The files Alertmanager reads secrets from, as federation.alerting names them (WeCom
+api_secret_file, a webhook's credentials_file, an e-mail's auth_password_file): a JSON list
+of {field, path, key}, key being the Secret key the file comes from (its name under
+alertmanager.secretFiles.mountPath). A path elsewhere fails the render, naming the field. */}}
+{{- define "gpufed.alertmanagerSecretFiles" -}}
+{{- $mount := trimSuffix "/" .Values.alertmanager.secretFiles.mountPath -}}
+{{- $found := list -}}
+{{- $alerting := .Values.federation.alerting | default dict -}}
+{{- range $i, $r := ($alerting.receivers | default list) -}}
+{{- $at := printf "federation.alerting.receivers[%d]" $i -}}
+{{- range $j, $w := ($r.webhooks | default list) -}}
+{{- with $w.credentials_file }}{{ $found = append $found (dict "field" (printf "%s.webhooks[%d].credentials_file" $at $j) "path" .) }}{{ end -}}
+{{- end -}}
+{{- range $j, $e := ($r.emails | default list) -}}
+{{- with $e.auth_password_file }}{{ $found = append $found (dict "field" (printf "%s.emails[%d].auth_password_file" $at $j) "path" .) }}{{ end -}}
+{{- end -}}
+{{- range $j, $w := ($r.wecom | default list) -}}
+{{- with $w.api_secret_file }}{{ $found = append $found (dict "field" (printf "%s.wecom[%d].api_secret_file" $at $j) "path" .) }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- range $found -}}
+{{- $key := trimPrefix (printf "%s/" $mount) .path -}}
+{{- if or (eq $key .path) (not (regexMatch "^[-._a-zA-Z0-9]+$" $key)) (eq $key ".") (eq $key "..") -}}
+{{- fail (printf "%s is %q; the chart mounts alertmanager.secretFiles at %s in every Alertmanager: write %s/%s (the Secret's key)" .field .path $mount $mount (base .path)) -}}
+{{- end -}}
+{{- $_ := set . "key" $key -}}
+{{- end -}}
+{{- toJson $found -}}
+{{- end -}}

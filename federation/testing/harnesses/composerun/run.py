@@ -208,6 +208,10 @@ class ComposeRun:
                     raise ComposeRunError(f"{what} did not listen on {address}:{port}: {exc}") from exc
                 time.sleep(0.2)
 
+    def volume_folder(self, project: str, volume: str) -> Path:
+        """The host folder standing in for a named volume; it outlives the service's restarts."""
+        return self.workdir / "volumes" / f"{project}_{volume}"
+
     def _binds(self, planned: Planned) -> list[sandbox.Bind]:
         binds = []
         for v in planned.service.volumes:
@@ -216,7 +220,7 @@ class ComposeRun:
                     raise ComposeRunError(f"{planned.display}: bind source {v.source} does not exist")
                 binds.append(sandbox.Bind(Path(v.source), v.target, v.read_only))
             elif v.kind == "volume":
-                folder = self.workdir / "volumes" / f"{planned.service.project}_{v.source}"
+                folder = self.volume_folder(planned.service.project, v.source)
                 folder.mkdir(parents=True, exist_ok=True)
                 binds.append(sandbox.Bind(folder, v.target, v.read_only))
             else:  # tmpfs: a fresh directory of the run's per start stands in
@@ -299,13 +303,29 @@ class ComposeRun:
         hostname: str | None = None,
     ) -> tuple[int, bytes]:
         """GET inside the namespace of ``display`` (a service, a node copy, or a stand-in member)."""
+        return self.http_request(display, port, path, timeout=timeout, tls=tls, hostname=hostname)
+
+    def http_request(
+        self,
+        display: str,
+        port: int,
+        path: str,
+        *,
+        method: str = "GET",
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 5.0,
+        tls: ssl.SSLContext | None = None,
+        hostname: str | None = None,
+    ) -> tuple[int, bytes]:
+        """One HTTP request inside the namespace of ``display``, as a peer service would send it."""
         member = self.planned[display].member if display in self.planned else display
         address = self.network.members[member].address
         sock = sandbox.connect_in(self.network.path(member), address, port, timeout=timeout)
         conn = http.client.HTTPConnection(address, port, timeout=timeout)
         conn.sock = tls.wrap_socket(sock, server_hostname=hostname or display) if tls else sock
         try:
-            conn.request("GET", path)
+            conn.request(method, path, body=body, headers=headers or {})
             answer = conn.getresponse()
             return answer.status, answer.read()
         finally:
