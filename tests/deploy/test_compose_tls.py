@@ -19,7 +19,7 @@ import yaml
 from conftest import ROOT
 from test_compose import compose, filled_env, invoke
 
-from federation.commands.certs import make_certs
+from webconfig.certs import make_certs
 
 TREE = "/gpufed/current"
 TLS_SERVICES = ("child-", "master-prometheus-", "alertmanager-", "gpufed-controller", "gpufed-dingtalk")

@@ -40,7 +40,6 @@ from alertmanager.models import ReplicaSpec
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.settings import ExporterSettings
-from federation.commands.certs import make_certs
 from federation.localrun.loopback import free_port
 from federation.master import pipeline
 from federation.master.render import FLAGS_FILE, MASTER_FILE
@@ -48,6 +47,7 @@ from federation.testing.harnesses.alertmanager import AlertmanagerHA, loopback_r
 from federation.testing.standins.dingtalk import FakeDingTalk
 from sharder.kernel.promtool import Promtool
 from sharder.kernel.tls import HTTP_CLIENT_FILE, WEB_CONFIG_FILE
+from webconfig.certs import make_certs
 
 pytestmark = pytest.mark.e2e
 
