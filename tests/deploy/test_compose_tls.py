@@ -93,8 +93,15 @@ def test_servers_run_the_rendered_web_config_and_tls_health_checks(config: dict[
             assert service["healthcheck"]["test"][1] == "amtool"
     controller = command_text(services["gpufed-controller"])
     assert f"--web.config.file {TREE}/tls/web-config.yml" in controller
-    # The controller's own calls present no client certificate yet: no child or load URLs.
-    assert "--child-url-template" not in controller and "--load-url" not in controller
+    # Its calls to the children (hand-over checks, reloads) and the masters (--load-url) go over
+    # https with the rendered client file, which it reads from the mounted tree.
+    assert f"--http.config.file {TREE}/tls/http-client.yml" in controller
+    assert "--child-url-template https://child-{child}:9090" in controller
+    masters = [name for name in services if name.startswith("master-prometheus-")]
+    assert masters and all(f"--load-url https://{name}:9090" in controller for name in masters)
+    assert "http://" not in controller
+    assert any(v["target"] == TREE.rsplit("/", 1)[0] and v.get("read_only")
+               for v in services["gpufed-controller"]["volumes"])
     relay = services["gpufed-dingtalk"]
     assert f"--web.config.file {TREE}/tls/web-config.yml" in command_text(relay)
     for service in (services["gpufed-controller"], relay):
