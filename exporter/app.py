@@ -181,6 +181,7 @@ class ExporterApp:
         elif to_controller:
             if owned is not None:
                 target_registry, self._close_registry = owned, owned.close
+            assert target_registry is not None  # to_controller: --register-url (owned) or one given
             self.registrar = Registrar(target_registry, self.targets(host),
                                        interval=settings.register_interval)
         elif settings.consul or registry is not None:
