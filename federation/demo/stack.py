@@ -617,6 +617,7 @@ class DemoStack:
             "processes": dict(sorted(stats.items())),
             "leftover_processes": len(self.supervisor.leftovers()),
             "urls": self.urls(),
+            "tls": self.options.tls,
             "data_dir": str(self.data),
         }
         if figures is not None and figures.error:

@@ -53,6 +53,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoStack]:
         summary = demo.finish(duration=None)
         assert summary["leftover_processes"] == 0, summary
         assert summary["exited"] == [], summary["exited"]
+        assert summary["tls"] is True and summary["urls"]["master"].startswith("https://")
 
 
 def test_every_fleet_target_and_every_server_is_up_at_the_master_over_https(stack: DemoStack) -> None:
