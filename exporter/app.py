@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
+import webconfig.client
 import webconfig.model
 import webconfig.serving
 from exporter.attribution import node_name, placement_labels, pod_attribution
@@ -98,7 +99,14 @@ def controller_registry(settings: ExporterSettings) -> ControllerRegistry:
 
     assert settings.register_url is not None
     token = settings.register_token.get_secret_value() if settings.register_token else None
-    return ControllerRegistry(controller_client(settings.register_url), token=token,
+    try:
+        tls = webconfig.client.client_context(settings.register_http_config_file)
+    except webconfig.model.WebConfigError as exc:
+        raise ConfigError(f"--register-http-config-file: {exc.detail}") from exc
+    if tls is not None and not settings.register_url.startswith("https://"):
+        raise ConfigError(f"--register-http-config-file has a tls_config but --register-url "
+                          f"{settings.register_url} is not https://")
+    return ControllerRegistry(controller_client(settings.register_url, tls=tls), token=token,
                               refresh_interval=settings.register_interval)
 
 
@@ -119,6 +127,8 @@ class ExporterApp:
         if to_controller and not settings.region:
             raise ConfigError("--register-url needs --region (GPUFED_EXPORTER_REGION): the controller "
                               "places every target in a region")
+        # Built first: a bad --register-http-config-file stops here, before anything is opened.
+        owned = controller_registry(settings) if to_controller and target_registry is None else None
         self.node = node_name(settings.node_name)
         families = select_families(include=settings.families_include, exclude=settings.families_exclude)
         self.backend = backend or build_backend(settings, node=self.node, clock=clock)
@@ -159,17 +169,19 @@ class ExporterApp:
             raise
         self.registry.register(self.served.collector())
         if self.http.ssl_context is not None and (settings.consul or settings.register_url):
-            # Until #41 item 2: registrations carry no scheme and Consul's check is plain HTTP.
-            log.warning("serving TLS (--web.config.file) while registering: the registry entry and "
-                        "Consul's HTTP check do not say https yet; scrape configs need scheme: https")
+            # A registration names host, port and path; the scheme and tls_config of a scrape are
+            # the spec's, per job (tls.hops.scrape or jobs[].scheme), as with a static inventory.
+            log.info("serving TLS (--web.config.file): the children scrape job %s over https when the "
+                     "spec's tls.hops.scrape (or the job's scheme) says so; Consul's check is a TCP "
+                     "connect", settings.register_job)
         self.registrar: Registrar[ServiceDefinition] | Registrar[TargetEntry] | None = None
         self._close_registry: Callable[[], None] = lambda: None
         if (settings.consul or settings.register_url) and settings.kubernetes:
             log.info("kubernetes mode: registration skipped; the sharder reads pod labels")
         elif to_controller:
-            if target_registry is None:
-                owned = controller_registry(settings)
+            if owned is not None:
                 target_registry, self._close_registry = owned, owned.close
+            assert target_registry is not None  # to_controller: --register-url (owned) or one given
             self.registrar = Registrar(target_registry, self.targets(host),
                                        interval=settings.register_interval)
         elif settings.consul or registry is not None:
@@ -197,7 +209,7 @@ class ExporterApp:
         return service_definition(
             s.service_name, self.node, address=advertised_address(s, listen_host), port=self.http.port,
             meta=meta, check_interval=s.check_interval, check_timeout=s.check_timeout,
-            deregister_after=s.deregister_critical_after,
+            deregister_after=s.deregister_critical_after, check_tcp=self.http.ssl_context is not None,
         )
 
     def targets(self, listen_host: str) -> list[TargetEntry]:

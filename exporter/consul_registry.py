@@ -1,6 +1,7 @@
 """The only module that imports py-consul: `ServiceRegistry` over a local Consul agent.
 
-Maps `ServiceDefinition` onto `agent.service.register` (with an HTTP check and
+Maps `ServiceDefinition` onto `agent.service.register` (with an HTTP check, a TCP one when the
+exporter serves TLS, and
 `replace_existing_checks=True`, so a changed check replaces the old one) and every
 py-consul / requests failure onto `RegistryError`.
 """
@@ -39,12 +40,16 @@ class ConsulAgentRegistry:
         self._client = consul.Consul(host=host, port=port, token=token, connections_timeout=timeout)
 
     def register(self, service: ServiceDefinition) -> None:
-        check = consul.Check.http(
-            service.check_url,
-            service.check_interval,
-            timeout=service.check_timeout,
-            deregister=service.deregister_after,
-        )
+        if service.check_tcp:
+            check = consul.Check.tcp(service.address, service.port, service.check_interval,
+                                     timeout=service.check_timeout, deregister=service.deregister_after)
+        else:
+            check = consul.Check.http(
+                service.check_url,
+                service.check_interval,
+                timeout=service.check_timeout,
+                deregister=service.deregister_after,
+            )
         try:
             ok = self._client.agent.service.register(
                 service.name,

@@ -25,6 +25,7 @@ the transport; `controller_client` builds the one the CLI uses.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
@@ -44,10 +45,13 @@ BATCH_CHUNK = 1000  # entries per POST: well under the controller's 1 MiB body l
 TOKEN_HINT = "--register-token, GPUFED_EXPORTER_REGISTER_TOKEN or GPUFED_TOKEN"
 
 
-def controller_client(url: str, *, timeout: float = 5.0, connections: int = 16) -> httpx.Client:
-    """A keep-alive client for the controller at `url` (a base URL; a path prefix is kept)."""
+def controller_client(url: str, *, timeout: float = 5.0, connections: int = 16,
+                      tls: ssl.SSLContext | None = None) -> httpx.Client:
+    """A keep-alive client for the controller at `url` (a base URL; a path prefix is kept);
+    `tls` verifies an https controller and presents the client certificate it holds
+    (`webconfig.client`, from --register-http-config-file); None: the system's roots."""
     return httpx.Client(
-        base_url=url.rstrip("/"), timeout=timeout,
+        base_url=url.rstrip("/"), timeout=timeout, verify=tls or True,
         limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
         headers={"User-Agent": "gpufed-exporter"},
     )

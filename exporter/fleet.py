@@ -148,6 +148,7 @@ class FleetApp:
                 meta={k: v for k, v in meta.items() if v != ""},
                 check_path=f"/nodes/{name}/healthz", check_interval=s.check_interval,
                 check_timeout=s.check_timeout, deregister_after=s.deregister_critical_after,
+                check_tcp=self.http.ssl_context is not None,
             ))
         return out
 

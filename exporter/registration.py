@@ -52,6 +52,9 @@ class ServiceDefinition:
     check_interval: str = "10s"
     check_timeout: str = "2s"
     deregister_after: str = "5m"
+    check_tcp: bool = False
+    """The exporter serves TLS: the agent's check only connects (Consul presents no client
+    certificate, and the scrape's scheme comes from the spec's job, not from here)."""
 
     @property
     def check_url(self) -> str:
@@ -137,6 +140,7 @@ def service_definition(
     check_interval: str = "10s",
     check_timeout: str = "2s",
     deregister_after: str = "5m",
+    check_tcp: bool = False,
 ) -> ServiceDefinition:
     return ServiceDefinition(
         service_id=service_id(name, host, port),
@@ -148,6 +152,7 @@ def service_definition(
         check_interval=check_interval,
         check_timeout=check_timeout,
         deregister_after=deregister_after,
+        check_tcp=check_tcp,
     )
 
 

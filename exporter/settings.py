@@ -132,6 +132,9 @@ class ExporterSettings(BaseSettings):
         default=None,
         validation_alias=AliasChoices("GPUFED_EXPORTER_REGISTER_TOKEN", "GPUFED_TOKEN", "register_token"),
     )
+    register_http_config_file: Path | None = Field(
+        default=None, description="Prometheus http_config file whose tls_config (CA, client certificate, "
+        "server_name) the registry calls to the controller use (--register-http-config-file)")
     register_job: str = Field(default="gpu", min_length=1, description="job of the GPU target")
     node_exporter_port: int | None = Field(default=None, ge=1, le=65535,
                                            description="also register node-exporter here as job node")
@@ -146,7 +149,7 @@ class ExporterSettings(BaseSettings):
 
     _split_include = field_validator("families_include", "families_exclude", mode="before")(_split)
 
-    @field_validator("consul", "register_url", mode="before")
+    @field_validator("consul", "register_url", "web_config_file", "register_http_config_file", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         # Compose passes `${VAR-}` through as "": an empty registry address means none, so a

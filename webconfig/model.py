@@ -234,16 +234,21 @@ def parse(text: str, *, source: str = "<web config>") -> WebConfig:
     try:
         return WebConfig.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = _where(first["loc"])
-        if first["type"] == "extra_forbidden":
-            message = "unknown field"
-        else:
-            message = first["msg"].removeprefix("Value error, ")
-        value = first["input"]
-        secret = field.startswith("basic_auth_users") or field.endswith(".key")
-        shown = "" if secret or isinstance(value, dict | list) else f" (value {value!r:.80})"
-        raise WebConfigError(f"{source}: {field}: {message}{shown}") from exc
+        raise describe(exc, source=source) from exc
+
+
+def describe(exc: ValidationError, *, source: str) -> WebConfigError:
+    """The first problem of ``exc`` as ``file: field: message (value)``; secrets never shown."""
+    first = exc.errors()[0]
+    field = _where(first["loc"])
+    if first["type"] == "extra_forbidden":
+        message = "unknown field"
+    else:
+        message = first["msg"].removeprefix("Value error, ")
+    value = first["input"]
+    secret = field.startswith("basic_auth_users") or field.endswith(".key")
+    shown = "" if secret or isinstance(value, dict | list) else f" (value {value!r:.80})"
+    return WebConfigError(f"{source}: {field}: {message}{shown}")
 
 
 def load(path: Path) -> WebConfig:

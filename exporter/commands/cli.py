@@ -49,6 +49,12 @@ RegisterUrl = Annotated[str | None, typer.Option(
 RegisterToken = Annotated[str | None, typer.Option(
     help="controller bearer token (prefer GPUFED_EXPORTER_REGISTER_TOKEN or GPUFED_TOKEN)")]
 RegisterJob = Annotated[str | None, typer.Option(help="job of the registered GPU target (default gpu)")]
+RegisterHttpConfig = Annotated[Path | None, typer.Option(
+    help="Prometheus http_config file (tls_config: ca_file, cert_file, key_file, server_name) for the "
+    "registry calls to an https controller; env GPUFED_EXPORTER_REGISTER_HTTP_CONFIG_FILE")]
+WebConfig = Annotated[Path | None, typer.Option(
+    "--web.config.file", help="exporter-toolkit web config (TLS, basic auth, headers); "
+    "env GPUFED_EXPORTER_WEB_CONFIG_FILE")]
 Advertise = Annotated[str | None, typer.Option(help="address registries hand to Prometheus "
                                                     "(default: listen host, else this host's IP)")]
 
@@ -144,10 +150,8 @@ def serve(
     register_url: RegisterUrl = None, register_token: RegisterToken = None, register_job: RegisterJob = None,
     node_exporter_port: Annotated[int | None, typer.Option(
         help="also register this node's node-exporter (job node) with the controller")] = None,
-    advertise_address: Advertise = None,
-    web_config_file: Annotated[Path | None, typer.Option(
-        "--web.config.file", help="exporter-toolkit web config (TLS, basic auth, headers); "
-        "env GPUFED_EXPORTER_WEB_CONFIG_FILE")] = None,
+    advertise_address: Advertise = None, web_config_file: WebConfig = None,
+    register_http_config_file: RegisterHttpConfig = None,
 ) -> None:
     """Serve one node's GPUs on /metrics (default command)."""
     settings = build_settings(
@@ -160,7 +164,7 @@ def serve(
         node_name=node_name, region=region, rack=rack, team=team, cluster=cluster, kubernetes=kubernetes,
         register_url=register_url, register_token=register_token, register_job=register_job,
         node_exporter_port=node_exporter_port, advertise_address=advertise_address,
-        web_config_file=web_config_file,
+        web_config_file=web_config_file, register_http_config_file=register_http_config_file,
     )
     logs.configure(level=settings.log_level, fmt=settings.log_format)
     from exporter.app import ExporterApp
@@ -178,13 +182,15 @@ def fleet(
     gpus: Gpus = None, listen: Listen = None, consul: Consul = None, collect_interval: Interval = None,
     families: Families = None, exclude: Deny = None, seed: Seed = None,
     register_url: RegisterUrl = None, register_token: RegisterToken = None, register_job: RegisterJob = None,
-    advertise_address: Advertise = None,
+    advertise_address: Advertise = None, web_config_file: WebConfig = None,
+    register_http_config_file: RegisterHttpConfig = None,
 ) -> None:
     """Serve many simulated nodes on one port at /nodes/<node>/metrics."""
     settings = build_settings(
         backend="simulated", gpus=gpus, listen=listen, consul=consul, collect_interval=collect_interval,
         families_include=families, families_exclude=exclude, seed=seed, register_url=register_url,
         register_token=register_token, register_job=register_job, advertise_address=advertise_address,
+        web_config_file=web_config_file, register_http_config_file=register_http_config_file,
     )
     logs.configure(level=settings.log_level, fmt=settings.log_format)
     from exporter.app import consul_registry

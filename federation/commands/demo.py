@@ -67,6 +67,10 @@ def demo_command(
         typer.Option("--alertmanager", help="the Alertmanager binary (default: prometheus-alertmanager on"
                      " PATH); amtool is taken from beside it"),
     ] = None,
+    tls: Annotated[
+        bool, typer.Option("--tls", help="TLS on every hop: a private CA and certificates in --data-dir "
+                           "(gpufed certs), the spec's tls section, client certificates required")
+    ] = False,
 ) -> None:
     """Run the federation on this machine: simulated fleet, controller, child Prometheus
     servers, master with the rule pack, Alertmanager HA pair and DingTalk relay."""
@@ -83,7 +87,7 @@ def demo_command(
 
     stack = DemoStack(
         DemoOptions(layout=layout, data_dir=data_dir, keep=keep, consul=consul, restart=restart,
-                    prometheus=prometheus, alertmanager=alertmanager),
+                    prometheus=prometheus, alertmanager=alertmanager, tls=tls),
         say=say,
     )
     atexit.register(stack.stop)

@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+import webconfig.client
 import webconfig.model
 import webconfig.serving
 from federation.commands.render import SpecOpt, promtool_line_error, user_errors
@@ -346,6 +347,10 @@ def serve_command(
     web_config_file: Annotated[Path | None, typer.Option(
         "--web.config.file", help="exporter-toolkit web config: TLS (reloaded on change), basic auth, "
         "headers")] = None,
+    http_config_file: Annotated[Path | None, typer.Option(
+        "--http.config.file", help="Prometheus http_config file (tls_config: CA, client certificate, "
+        "server_name) for this controller's calls to the children and --load-url; e.g. gpufed render's "
+        "tls/http-client.yml")] = None,
 ) -> None:
     """Run the controller: discovery loop, HTTP SD, REST plans and rebalances."""
     import uvicorn
@@ -386,6 +391,11 @@ def serve_command(
                    "bearer tokens in the Authorization header; authenticate clients with certificates "
                    "(tls_server_config.client_auth_type) instead", err=True)
         raise typer.Exit(2)
+    try:
+        client_tls = webconfig.client.client_context(http_config_file)
+    except webconfig.model.WebConfigError as exc:
+        typer.echo(f"error: --http.config.file: {exc.detail}", err=True)
+        raise typer.Exit(2) from exc
     bound = _bind(host, 0) if port == 0 else None  # port 0: the advertised URL needs the port
     if bound is not None:
         port = bound.getsockname()[1]
@@ -482,6 +492,7 @@ def serve_command(
         kubeconfig=next((str(p) for p in (lease_kubeconfig, kubeconfig) if p is not None), None),
         load=load,
         trusted_proxies=proxies,
+        client_tls=client_tls,
     )
     if bound is None:  # before the state is opened or an election run: a busy port exits here
         bound = _bind(host, port)

@@ -20,6 +20,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -97,8 +98,38 @@ class Ports:
         )
 
 
-def url(port: int, path: str = "") -> str:
-    return f"http://127.0.0.1:{port}{path}"
+def url(port: int, path: str = "", *, tls: bool = False) -> str:
+    return f"{'https' if tls else 'http'}://127.0.0.1:{port}{path}"
+
+
+#: ``gpufed demo --tls``: the certificates (``gpufed certs``) in the data dir's ``tls/``.
+TLS_DIR = "tls"
+#: The demo's own client certificate's common name (what the servers' logs show).
+TLS_CLIENT_NAME = "gpufed-demo"
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """``gpufed demo --tls``: the rendered files every process serves and calls with."""
+
+    certs: Path
+    """``ca.crt``, ``server.*``, ``client.*`` (``webconfig.certs.make_certs``)."""
+    web_config: Path
+    """``config/tls/web-config.yml``: ``--web.config.file`` of every server (client certs required)."""
+    http_config: Path
+    """``config/tls/http-client.yml``: the CA and client certificate of every gpufed client."""
+
+
+def tls_section(certs: Path) -> dict[str, Any]:
+    """The spec's ``tls`` section for certificates in ``certs``: every hop over TLS, and the
+    children, the master and the Alertmanagers serving it with client certificates required."""
+    return {
+        "ca_file": str(certs / "ca.crt"),
+        "cert_file": str(certs / "client.crt"),
+        "key_file": str(certs / "client.key"),
+        "serve": {"cert_file": str(certs / "server.crt"), "key_file": str(certs / "server.key"),
+                  "client_auth_type": "RequireAndVerifyClientCert"},
+    }
 
 
 def robot_name(region: str) -> str:
@@ -129,19 +160,22 @@ def demo_spec(
     master_data: str,
     prometheus: Release | None = None,
     alertmanager: Release | None = None,
+    tls: Path | None = None,
 ) -> dict[str, Any]:
     """``base`` (the default spec) with this run's regions, shards, ports and paths, and the
-    releases of the binaries it runs where ``base`` names none."""
+    releases of the binaries it runs where ``base`` names none; with ``tls`` (the certificates'
+    folder) a ``tls`` section and https on every hop but the DingTalk stand-in's."""
+    on = tls is not None
     spec = copy.deepcopy(dict(base))
     for section, release in (("prometheus", prometheus), ("alertmanager", alertmanager)):
         if release is not None:
             spec.setdefault(section, {}).setdefault("version", f"{release.major}.{release.minor}")
     spec["regions"] = [{"name": name, "shards": n} for name, n in layout.shard_counts().items()]
     spec["sharding"]["replication_factor"] = layout.replication_factor
-    spec["remote_write"][0]["url"] = url(ports.master, "/api/v1/write")
-    spec["children"]["http_sd_url"] = url(ports.controller)
+    spec["remote_write"][0]["url"] = url(ports.master, "/api/v1/write", tls=on)
+    spec["children"]["http_sd_url"] = url(ports.controller, tls=on)
     alerting = spec["alerting"]
-    alerting["relay_url"] = url(ports.relay)
+    alerting["relay_url"] = url(ports.relay, tls=on)
     alerting["relay_listen"] = f"127.0.0.1:{ports.relay}"
     alerting["replicas"] = [
         {"name": f"am-{i}", "host": "127.0.0.1", "port": web, "cluster_port": cluster}
@@ -164,13 +198,15 @@ def demo_spec(
     ]
     # The links in alerts: the master's and the first Alertmanager's loopback URLs, not
     # this machine's host name (which the browser that opens the message may not resolve).
-    alerting["external_url"] = url(ports.alertmanagers[0][0])
-    spec["master"]["external_url"] = url(ports.master)
+    alerting["external_url"] = url(ports.alertmanagers[0][0], tls=on)
+    spec["master"]["external_url"] = url(ports.master, tls=on)
     spec["master"]["port"] = ports.master
     spec["master"]["data_dir"] = master_data
     # Children listen on ports chosen as they start: the master reaches each by name
     # through the router, as the controller does (federation.demo.router).
-    spec["master"]["monitoring"] = {"child_url": url(ports.router, "/{child}")}
+    spec["master"]["monitoring"] = {"child_url": url(ports.router, "/{child}", tls=on)}
+    if tls is not None:
+        spec["tls"] = tls_section(tls)
     return spec
 
 

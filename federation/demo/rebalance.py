@@ -104,7 +104,7 @@ def scraped_by(stack: DemoStack, job: str = plan.JOB) -> dict[str, set[str]]:
     """node -> running children whose active targets hold it (their own ``/api/v1/targets``)."""
     out: dict[str, set[str]] = {}
     for child in stack.running_children():
-        response = stack.http.get(plan.url(stack.child_port(child), "/api/v1/targets"),
+        response = stack.http.get(stack.url(stack.child_port(child), "/api/v1/targets"),
                                   params={"state": "active"})
         response.raise_for_status()
         for target in response.json()["data"]["activeTargets"]:

@@ -7,31 +7,44 @@ started; the children known at start get their ``--child-url`` directly, the lat
 are reached through this router (``--child-url-template http://127.0.0.1:<router>/{child}``),
 which stands in for the DNS name. Unknown or stopped children answer 502, which the
 controller treats as "cannot tell" (a hand-over then ends by its window).
+
+With ``gpufed demo --tls`` the router serves https with the children's web config (client
+certificates required) and calls each child with the demo's client certificate.
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import ssl
 import threading
 
 from federation.localrun.loopback import LoopbackHandler, LoopbackHTTPServer
 
 
 class ChildRouter:
-    def __init__(self, *, port: int = 0, timeout: float = 5.0) -> None:
+    def __init__(self, *, port: int = 0, timeout: float = 5.0, server_tls: ssl.SSLContext | None = None,
+                 client_tls: ssl.SSLContext | None = None) -> None:
         self.timeout = timeout
         """Seconds a child may take to answer before the router says 502."""
+        self.client_tls = client_tls
+        """How the router calls the children (None: plain HTTP)."""
         self._ports: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._server = LoopbackHTTPServer(_handler(self), port=port, name="router")
+        self._server = LoopbackHTTPServer(_handler(self), port=port, name="router", ssl_context=server_tls)
 
     @property
     def port(self) -> int:
         return self._server.port
 
     def template(self) -> str:
-        return f"http://127.0.0.1:{self.port}/{{child}}"
+        return f"{self._server.scheme}://127.0.0.1:{self.port}/{{child}}"
+
+    def connect(self, port: int) -> http.client.HTTPConnection:
+        if self.client_tls is not None:
+            return http.client.HTTPSConnection("127.0.0.1", port, timeout=self.timeout,
+                                               context=self.client_tls)
+        return http.client.HTTPConnection("127.0.0.1", port, timeout=self.timeout)
 
     def set(self, child: str, port: int) -> None:
         with self._lock:
@@ -68,7 +81,7 @@ def _handler(router: ChildRouter) -> type[LoopbackHandler]:
                 self._fail(f"no child {child!r} runs here")
                 return
             body = self.body()
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=router.timeout)
+            conn = router.connect(port)
             try:
                 conn.request(method, "/" + rest, body=body or None)
                 answer = conn.getresponse()

@@ -35,6 +35,7 @@ import os
 import resource
 import secrets
 import shutil
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -44,6 +45,9 @@ from typing import Any
 
 import httpx
 
+import webconfig.client
+import webconfig.model
+import webconfig.serving
 from alertmanager.amtool import Amtool
 from alertmanager.errors import AmtoolError
 from alertmanager.render import ALERTMANAGER_FILE, HA_FILE, RELAY_FILE
@@ -63,7 +67,9 @@ from sharder.kernel.errors import SharderError
 from sharder.kernel.output import dump_yaml
 from sharder.kernel.prometheus_versions import check_binary
 from sharder.kernel.promtool import Promtool
+from sharder.kernel.tls import HTTP_CLIENT_FILE, WEB_CONFIG_FILE
 from sharder.model.loading import parse_model, parse_target
+from webconfig.certs import CertsError, make_certs
 
 log = logging.getLogger(__name__)
 MARKER = ".gpufed-demo"
@@ -96,6 +102,9 @@ class DemoOptions:
     edit_spec: Callable[[dict[str, Any]], None] | None = None
     """Edits the spec document (after the run's ports and paths are filled in, before it is
     validated and written): an extra job, a rule file with shorter ``for`` clauses."""
+    tls: bool = False
+    """``gpufed demo --tls``: a private CA and certificates in the data dir (``gpufed certs``),
+    the spec's ``tls`` section, and every hop over TLS with client certificates required."""
 
 
 class DemoStack:
@@ -130,11 +139,17 @@ class DemoStack:
         self._stopped = False
         self._binaries: dict[str, str] = {}
         self._log_handler: logging.Handler | None = None
+        self.tls: plan.TlsFiles | None = None
+        """``--tls``: the certificates and the rendered web and client files (set by ``start``)."""
 
     # ---- URLs -----------------------------------------------------------------------------
+    def url(self, port: int, path: str = "") -> str:
+        """A loopback URL of one of the demo's servers: https with ``--tls``."""
+        return plan.url(port, path, tls=self.options.tls)
+
     @property
     def controller_url(self) -> str:
-        return plan.url(self.ports.controller)
+        return self.url(self.ports.controller)
 
     def _authorize(self, request: httpx.Request) -> None:
         if str(request.url).startswith(self.controller_url + "/") and "authorization" not in request.headers:
@@ -142,10 +157,10 @@ class DemoStack:
 
     @property
     def master_url(self) -> str:
-        return plan.url(self.ports.master)
+        return self.url(self.ports.master)
 
     def urls(self) -> dict[str, Any]:
-        ams = [plan.url(web) for web, _ in self.ports.alertmanagers]
+        ams = [self.url(web) for web, _ in self.ports.alertmanagers]
         return {
             "web": self.controller_url + "/",
             "api_docs": self.controller_url + "/docs",
@@ -153,8 +168,8 @@ class DemoStack:
             "master": self.master_url,
             "alertmanager": ams[0],
             "alertmanagers": ams,
-            "relay": plan.url(self.ports.relay),
-            "dingtalk_sink": plan.url(self.ports.sink, "/messages"),
+            "relay": self.url(self.ports.relay),
+            "dingtalk_sink": plan.url(self.ports.sink, "/messages"),  # the stand-in: plain HTTP
         }
 
     # ---- start -------------------------------------------------------------------------------
@@ -171,6 +186,8 @@ class DemoStack:
             raise DemoError(str(exc)) from exc
         self.binaries = found
         self._binaries = {"prometheus": found.prometheus, "prometheus-alertmanager": found.alertmanager}
+        if self.options.tls:
+            self._make_certs()
         token_file = self.data / "token"
         token_file.write_text(self.token + "\n", encoding="utf-8")
         token_file.chmod(0o600)
@@ -188,7 +205,7 @@ class DemoStack:
             port=self.ports.sink,
             on_message=self._show,
         ).__enter__()
-        self.router = ChildRouter(port=self.ports.router).__enter__()
+        self.router = self._router().__enter__()
         self.say(f"gpufed demo: {self.layout.nodes} nodes x {self.layout.gpus} GPUs over "
                  f"{self.layout.regions} regions; data in {self.data}")
         self.say("  left out (what compose or Helm would also run): "
@@ -202,30 +219,30 @@ class DemoStack:
         flags = {name: r["flags"] for name, r in _json(config / HA_FILE)["replicas"].items()}
         services = [
             components.relay(config=config / RELAY_FILE, port=self.ports.relay, credentials=env,
-                             data_dir=self.data / "relay"),
+                             data_dir=self.data / "relay", tls=self.tls),
             *(
                 components.alertmanager(
                     binary=self._binaries["prometheus-alertmanager"], name=replica.name,
                     flags=flags[replica.name], config=config / ALERTMANAGER_FILE,
-                    storage=self.data / "alertmanager" / replica.name, port=replica.port,
+                    storage=self.data / "alertmanager" / replica.name, port=replica.port, tls=self.tls,
                 )
                 for replica in spec.alerting.replicas
             ),
             components.master(
                 binary=self._binaries["prometheus"], config=config / MASTER_FILE,
-                flags=_json(config / FLAGS_FILE)["flags"], port=spec.master.port,
+                flags=_json(config / FLAGS_FILE)["flags"], port=spec.master.port, tls=self.tls,
             ),
         ]
         controller = components.controller(
             tool_path=found.tool_path(),
             spec=self.data / "spec.yaml", data_dir=self.data / "controller", port=self.ports.controller,
-            token=self.token, child_urls={c: plan.url(p) for c, p in self.child_ports.items()},
+            token=self.token, child_urls={c: self.url(p) for c, p in self.child_ports.items()},
             child_url_template=self.router.template(), consul=self.options.consul,
-            extra_args=self.options.controller_args,
+            extra_args=self.options.controller_args, tls=self.tls,
         )
         fleet = components.fleet(
             layout=self.layout, port=self.ports.fleet, consul=self.options.consul,
-            register_url=self.controller_url, token=self.token,
+            register_url=self.controller_url, token=self.token, tls=self.tls,
         )
         for launch in (controller, *services):
             self._launch(launch)
@@ -273,6 +290,35 @@ class DemoStack:
         data.chmod(0o700)
         (data / MARKER).write_text("written by gpufed demo; the next run empties this directory\n")
 
+    def _make_certs(self) -> None:
+        """``--tls``: ``gpufed certs``' CA and leaves for loopback in ``tls/``, and a client for them."""
+        certs = self.data / plan.TLS_DIR
+        try:
+            make_certs(certs, hosts=["localhost", "127.0.0.1"], client_name=plan.TLS_CLIENT_NAME, days=30,
+                       ca_days=30)
+        except CertsError as exc:
+            raise DemoError(f"--tls: {exc}") from exc
+        config = self.data / "config"
+        self.tls = plan.TlsFiles(certs=certs, web_config=config / WEB_CONFIG_FILE,
+                                 http_config=config / HTTP_CLIENT_FILE)
+        # The demo's own calls (readiness, figures, the shard map) present the client certificate.
+        context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        context.load_cert_chain(str(certs / "client.crt"), str(certs / "client.key"))
+        self.http.close()
+        self.http = httpx.Client(timeout=httpx.Timeout(10.0), verify=context,
+                                 event_hooks={"request": [self._authorize]})
+        self.say(f"  TLS on every hop: private CA and certificates in {certs}; client certificates required")
+
+    def _router(self) -> ChildRouter:
+        if self.tls is None:
+            return ChildRouter(port=self.ports.router)
+        try:  # the files the render wrote: served as the children serve them
+            server = webconfig.serving.load_web_config(self.tls.web_config).ssl_context
+            client = webconfig.client.client_context(self.tls.http_config)
+        except webconfig.model.WebConfigError as exc:
+            raise DemoError(f"--tls: {exc.detail}") from exc
+        return ChildRouter(port=self.ports.router, server_tls=server, client_tls=client)
+
     def _log_to_file(self) -> None:
         (self.data / "logs").mkdir(exist_ok=True)
         handler = logging.FileHandler(self.data / "logs" / "demo.log", encoding="utf-8")
@@ -286,7 +332,7 @@ class DemoStack:
         doc = plan.demo_spec(
             plan.load_default_spec(), layout=self.layout, ports=self.ports,
             prometheus=found.prometheus_release, alertmanager=found.alertmanager_release,
-            master_data=str(self.data / "master-data"),
+            master_data=str(self.data / "master-data"), tls=self.tls.certs if self.tls else None,
         )
         if self.options.edit_spec is not None:
             self.options.edit_spec(doc)
@@ -342,7 +388,7 @@ class DemoStack:
         self._step(f"✓ {launch.name:<20} ready  {where}")
 
     def _wait_clustered(self) -> None:
-        urls = [plan.url(web, "/api/v2/status") for web, _ in self.ports.alertmanagers]
+        urls = [self.url(web, "/api/v2/status") for web, _ in self.ports.alertmanagers]
 
         def clustered() -> bool:
             states = [self.http.get(u).json()["cluster"] for u in urls]
@@ -389,7 +435,7 @@ class DemoStack:
         assert self.spec is not None  # start() loads it before any child
         launch = components.child(
             binary=self._binaries["prometheus"], name=child, config=config, wal=directory / "wal", port=port,
-            agent_flag=self.spec.prometheus.rendering().agent_flag,
+            agent_flag=self.spec.prometheus.rendering().agent_flag, tls=self.tls,
         )
         self._launch(launch)
         with self._children_lock:
@@ -413,7 +459,7 @@ class DemoStack:
                 self.child_ports[child] = free_port()
             self._launch_child(child)
             self.supervisor.wait_ready(name)
-        self._step(f"✓ {name:<20} ready  {plan.url(self.child_port(child))}")
+        self._step(f"✓ {name:<20} ready  {self.url(self.child_port(child))}")
 
     def child_port(self, child: str) -> int:
         with self._children_lock:
@@ -571,6 +617,7 @@ class DemoStack:
             "processes": dict(sorted(stats.items())),
             "leftover_processes": len(self.supervisor.leftovers()),
             "urls": self.urls(),
+            "tls": self.options.tls,
             "data_dir": str(self.data),
         }
         if figures is not None and figures.error:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -61,14 +63,27 @@ class LoopbackHandler(BaseHTTPRequestHandler):
         pass
 
 
+class _TLSHTTPServer(ThreadingHTTPServer):
+    """A refused handshake (no client certificate, plain HTTP) is the client's problem: no traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ssl.SSLError | ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 class LoopbackHTTPServer:
     """``with LoopbackHTTPServer(Handler) as server: ... server.url``: serves until the block ends."""
 
     def __init__(self, handler: type[BaseHTTPRequestHandler], *, port: int = 0, host: str = LOOPBACK,
-                 name: str = "loopback-http") -> None:
+                 name: str = "loopback-http", ssl_context: ssl.SSLContext | None = None) -> None:
         self.host = host
-        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd = (ThreadingHTTPServer if ssl_context is None else _TLSHTTPServer)((host, port), handler)
         self.httpd.daemon_threads = True
+        self.scheme = "http" if ssl_context is None else "https"
+        if ssl_context is not None:  # the handshake in the request's thread, not in accept()
+            self.httpd.socket = ssl_context.wrap_socket(self.httpd.socket, server_side=True,
+                                                        do_handshake_on_connect=False)
         self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1},
                                         daemon=True, name=name)
 
@@ -78,7 +93,7 @@ class LoopbackHTTPServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     def start(self) -> LoopbackHTTPServer:
         self._thread.start()

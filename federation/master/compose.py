@@ -36,7 +36,7 @@ from federation.master import (
 )
 from sharder.kernel.errors import OutputError
 from sharder.kernel.output import Bundle, dump_yaml
-from sharder.kernel.tls import WEB_CONFIG_FILE, TlsSpec
+from sharder.kernel.tls import HTTP_CLIENT_FILE, WEB_CONFIG_FILE, TlsSpec
 
 MONITORING_FILE = "compose/monitoring.yml"
 ENV_EXAMPLE_FILE = "compose/.env.example"
@@ -180,6 +180,9 @@ def render_compose_bundle(
          "read_only": True},
         {"type": "volume", "source": "controller-data", "target": "/var/lib/gpufed"},
     ]
+    if tls is not None:  # its --web.config.file and --http.config.file are files of the tree
+        services["gpufed-controller"]["volumes"].insert(
+            0, {"type": "bind", "source": PARENT, "target": MOUNT, "read_only": True})
     volumes["controller-data"] = {}
 
     for child in manifest["children"]:
@@ -291,21 +294,23 @@ def _controller_args(files: Bundle, *, tls: TlsSpec | None = None, tree: str = "
     confirm hand-overs by asking the new child whether it scraped the target (agent mode
     keeps ``/api/v1/targets``) and reload children. The master replicas get every
     child's ``scrape_*`` series by remote_write, so they are the ``--load-url`` sources.
-    With ``tls.serve`` the children and masters take only TLS clients with a certificate,
-    which the controller's own calls do not present yet: both flags are left out (hand-overs
-    end by their window, placement goes without measured load).
+    With ``tls.serve`` the children and masters take only TLS clients with a certificate: the
+    controller calls them over https with ``tls/http-client.yml`` (``--http.config.file``: the
+    spec's CA, client certificate and ``server_name``).
     """
     args = ["gpufed", "serve", "--spec", "/etc/gpufed/federation.yaml", "--data-dir", "/var/lib/gpufed",
             "--listen", "0.0.0.0:8080"]
     if tls is not None and tls.hops.http_sd:
         args += ["--web.config.file", f"{tree}/{WEB_CONFIG_FILE}"]
+    scheme = "http"
     if tls is not None and tls.serve is not None:
-        return [*args, "${GPUFED_DISCOVERY_FLAGS:-}", "${GPUFED_CONTROLLER_FLAGS:-}"]
-    args += ["--child-url-template", CHILD_URL_TEMPLATE]
+        args += ["--http.config.file", f"{tree}/{HTTP_CLIENT_FILE}"]
+        scheme = "https"
+    args += ["--child-url-template", CHILD_URL_TEMPLATE.replace("http://", f"{scheme}://", 1)]
     if "master/flags.json" in files:
         master = json.loads(files["master/flags.json"])
         for replica in sorted(master["replicas"].values(), key=lambda r: r["host"]):
-            args += ["--load-url", f"http://{replica['host']}:9090"]
+            args += ["--load-url", f"{scheme}://{replica['host']}:9090"]
     return [*args, "${GPUFED_DISCOVERY_FLAGS:-}", "${GPUFED_CONTROLLER_FLAGS:-}"]
 
 

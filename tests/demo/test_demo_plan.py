@@ -181,3 +181,45 @@ def test_what_the_demo_leaves_out_is_named() -> None:
 
     assert first_words(False) == ["Grafana", "Thanos", "Consul"]
     assert first_words(True) == ["Grafana", "Thanos"]
+
+
+def test_with_tls_every_hop_says_https_but_the_dingtalk_stand_in() -> None:
+    run = ports()
+    doc = plan.demo_spec(plan.load_default_spec(), layout=plan.Layout(nodes=6), ports=run,
+                         master_data="/data/master", tls=Path("/run/demo/tls"))
+    spec = parse_model(GpufedSpec, doc, source="demo --tls")  # the spec's own https checks pass
+    assert spec.tls is not None and spec.tls.serve is not None
+    assert spec.tls.serve.client_auth_type == "RequireAndVerifyClientCert"
+    assert (spec.tls.ca_file, spec.tls.cert_file) == ("/run/demo/tls/ca.crt", "/run/demo/tls/client.crt")
+    assert doc["remote_write"][0]["url"].startswith("https://")
+    assert doc["children"]["http_sd_url"].startswith("https://")
+    assert doc["alerting"]["relay_url"].startswith("https://")
+    assert doc["master"]["monitoring"]["child_url"] == f"https://127.0.0.1:{run.router}/{{child}}"
+    assert all(r["url"].startswith(f"http://127.0.0.1:{run.sink}/") for r in doc["alerting"]["robots"])
+    plain = plan.demo_spec(plan.load_default_spec(), layout=plan.Layout(nodes=6), ports=run,
+                           master_data="/data/master")
+    assert "tls" not in plain and plain["children"]["http_sd_url"].startswith("http://")
+
+
+def test_with_tls_every_server_serves_the_web_config_and_every_client_the_client_file() -> None:
+    tls = plan.TlsFiles(certs=Path("/d/tls"), web_config=Path("/d/config/tls/web-config.yml"),
+                        http_config=Path("/d/config/tls/http-client.yml"))
+    web = f"--web.config.file={tls.web_config}"
+    controller = components.controller(spec=Path("/d/spec.yaml"), data_dir=Path("/d/c"), port=1, token="t",
+                                       child_urls={"region-0-0": "https://127.0.0.1:2"},
+                                       child_url_template="https://127.0.0.1:3/{child}", consul=None, tls=tls)
+    assert web in controller.argv and f"--http.config.file={tls.http_config}" in controller.argv
+    fleet = components.fleet(layout=plan.Layout(nodes=6), port=4, consul=None,
+                             register_url="https://127.0.0.1:1", token="t", tls=tls)
+    assert web in fleet.argv and f"--register-http-config-file={tls.http_config}" in fleet.argv
+    others = [
+        components.relay(config=Path("/d/relay.yml"), port=5, credentials={}, data_dir=Path("/d/r"), tls=tls),
+        components.alertmanager(binary="am", name="am-0", flags=[], config=Path("/d/am.yml"),
+                                storage=Path("/d/a"), port=6, tls=tls),
+        components.master(binary="prometheus", config=Path("/d/m.yml"), flags=[], port=7, tls=tls),
+        components.child(binary="prometheus", name="region-0-0", config=Path("/d/c.yml"), wal=Path("/d/w"),
+                         port=8, agent_flag="--agent", tls=tls),
+    ]
+    for launch in (controller, fleet, *others):
+        assert launch.ready_url is not None and launch.ready_url.startswith("https://127.0.0.1:"), launch.name
+        assert launch.argv.count(web) == 1, launch.name

@@ -19,7 +19,9 @@ import yaml
 from conftest import ROOT
 from test_compose import compose, filled_env, invoke
 
-from federation.commands.certs import make_certs
+import webconfig.client
+import webconfig.model
+from webconfig.certs import make_certs
 
 TREE = "/gpufed/current"
 TLS_SERVICES = ("child-", "master-prometheus-", "alertmanager-", "gpufed-controller", "gpufed-dingtalk")
@@ -61,7 +63,7 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                    cwd=out / "compose")
     assert done.returncode == 0, done.stderr
     document: dict[str, Any] = json.loads(done.stdout)
-    document["certs"] = str(certs)
+    document["certs"], document["tree"] = str(certs), str(out)
     return document
 
 
@@ -93,8 +95,15 @@ def test_servers_run_the_rendered_web_config_and_tls_health_checks(config: dict[
             assert service["healthcheck"]["test"][1] == "amtool"
     controller = command_text(services["gpufed-controller"])
     assert f"--web.config.file {TREE}/tls/web-config.yml" in controller
-    # The controller's own calls present no client certificate yet: no child or load URLs.
-    assert "--child-url-template" not in controller and "--load-url" not in controller
+    # Its calls to the children (hand-over checks, reloads) and the masters (--load-url) go over
+    # https with the rendered client file, which it reads from the mounted tree.
+    assert f"--http.config.file {TREE}/tls/http-client.yml" in controller
+    assert "--child-url-template https://child-{child}:9090" in controller
+    masters = [name for name in services if name.startswith("master-prometheus-")]
+    assert masters and all(f"--load-url https://{name}:9090" in controller for name in masters)
+    assert "http://" not in controller
+    assert any(v["target"] == TREE.rsplit("/", 1)[0] and v.get("read_only")
+               for v in services["gpufed-controller"]["volumes"])
     relay = services["gpufed-dingtalk"]
     assert f"--web.config.file {TREE}/tls/web-config.yml" in command_text(relay)
     for service in (services["gpufed-controller"], relay):
@@ -114,3 +123,34 @@ def test_paths_outside_the_mounted_folder_are_refused(tmp_path: Path) -> None:
     expected = ("tls.ca_file is '/etc/ssl/gpufed-ca.crt'; compose mounts the certificate folder at"
                 " /etc/gpufed/tls")
     assert expected in result.output
+
+
+def test_a_node_serves_and_registers_with_the_rendered_files(config: dict[str, Any], tmp_path: Path) -> None:
+    """compose/node-tls.yml over node.yml: the exporter runs the tree's web config and client file."""
+    tree = Path(config["tree"])
+    # What the node's folder holds beside the certificates: the rendered files, as they are.
+    web = webconfig.model.parse((tree / "tls" / "web-config.yml").read_text())
+    client = webconfig.client.parse((tree / "tls" / "http-client.yml").read_text())
+    assert web.tls_server_config is not None
+    assert web.tls_server_config.client_auth_type == "RequireAndVerifyClientCert"
+    assert client.tls_config is not None and client.tls_config.cert_file == "/etc/gpufed/tls/client.crt"
+    env = tmp_path / "node.env"
+    env.write_text((ROOT / "compose" / "node.env.example").read_text()
+                   .replace("GPUFED_CONTROLLER_URL=http://", "GPUFED_CONTROLLER_URL=https://")
+                   .replace("GPUFED_TLS_DIR=/etc/gpufed/tls", f"GPUFED_TLS_DIR={config['certs']}"))
+    done = compose("--env-file", str(env), "-f", "node.yml", "-f", "node-tls.yml", "config",
+                   "--format", "json", cwd=ROOT / "compose")
+    assert done.returncode == 0, done.stderr
+    exporter = json.loads(done.stdout)["services"]["gpufed-exporter"]
+    environment = exporter["environment"]
+    assert environment["GPUFED_EXPORTER_WEB_CONFIG_FILE"] == "/etc/gpufed/tls/web-config.yml"
+    assert environment["GPUFED_EXPORTER_REGISTER_HTTP_CONFIG_FILE"] == "/etc/gpufed/tls/http-client.yml"
+    assert environment["GPUFED_EXPORTER_REGISTER_URL"].startswith("https://")
+    assert [(v["source"], v["target"], v.get("read_only")) for v in exporter["volumes"]] == \
+        [(config["certs"], "/etc/gpufed/tls", True)]
+    assert "create_connection(('127.0.0.1', 9400)" in exporter["healthcheck"]["test"][-1]
+    # Without the folder named, Compose refuses to start it, saying which variable.
+    env.write_text(env.read_text().replace(f"GPUFED_TLS_DIR={config['certs']}", "GPUFED_TLS_DIR="))
+    missing = compose("--env-file", str(env), "-f", "node.yml", "-f", "node-tls.yml", "config", "--quiet",
+                      cwd=ROOT / "compose")
+    assert missing.returncode != 0 and "GPUFED_TLS_DIR" in missing.stderr

@@ -11,7 +11,8 @@ reach the real controller through its seams, not a copy of it:
   the batch route did (an ASGI wrapper in front of the app);
 - ``requests`` records (method, raw path) of every call, in that wrapper.
 
-``port=N`` listens on a port chosen beforehand (a controller that comes up late).
+``port=N`` listens on a port chosen beforehand (a controller that comes up late);
+``web_config=PATH`` serves it as ``gpufed serve --web.config.file`` does (``url`` says https).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from federation.localrun.waiting import wait_until
 from federation.spec import load_gpufed_spec
 from federation.testing.harnesses.app_server import AppServer
 from sharder.sources.lastknown import target_document
+from webconfig.serving import for_uvicorn, load_web_config
 
 TOKEN = "exporter-write-token-0123456789abcdef"
 READ_TOKEN = "exporter-read-token-0123456789abcdef"
@@ -65,7 +67,8 @@ class _Elector(AlwaysLeader):
 
 
 class RegistryServer:
-    def __init__(self, tmp_path: Path, *, ttl_s: float = 90.0, port: int | None = None) -> None:
+    def __init__(self, tmp_path: Path, *, ttl_s: float = 90.0, port: int | None = None,
+                 web_config: Path | None = None) -> None:
         tokens = tmp_path / "tokens.yaml"
         tokens.write_text(yaml.safe_dump({"tokens": [{"name": "reader", "token": READ_TOKEN}]}))
         settings = ServeSettings(
@@ -84,6 +87,9 @@ class RegistryServer:
         self._server = AppServer(self._recorded, sock=sock, name="registry-server", interface="asgi3",
                                  access_log=False, lifespan="off")
         self.port, self.url = self._server.port, self._server.url
+        if web_config is not None:
+            for_uvicorn(self._server.server.config, load_web_config(web_config))
+            self.url = self.url.replace("http://", "https://", 1)
 
     async def _recorded(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

@@ -7,6 +7,7 @@ import threading
 import time
 import urllib.request
 from functools import partial
+from pathlib import Path
 
 import pytest
 from conftest import wait_for as shared_wait_for
@@ -18,6 +19,7 @@ from exporter.registration import Registrar, clean_meta, service_definition, ser
 from exporter.settings import ExporterSettings
 from federation.localrun.loopback import free_port
 from federation.testing.standins.consul.agent import FakeConsulAgent
+from tests.webconfig.pki import Pki
 
 wait_for = partial(shared_wait_for, timeout=5.0, interval=0.01)
 
@@ -166,6 +168,24 @@ def test_app_registers_passes_check_and_deregisters(agent: FakeConsulAgent) -> N
     finally:
         app.stop()
     assert agent.services == {}
+
+
+def test_an_exporter_serving_tls_gets_a_tcp_check(agent: FakeConsulAgent, tmp_path: Path) -> None:
+    """Consul's agent presents no client certificate: its check of a TLS exporter only connects."""
+    pki = Pki(tmp_path)
+    settings = ExporterSettings(backend="simulated", gpus=1, listen="127.0.0.1:0", node_name="node-t",
+                                consul=agent.address, region="eu-1", register_interval=0.05,
+                                collect_interval=0.05,
+                                web_config_file=pki.web_config(tmp_path / "web.yml", server=pki.server()))
+    app = ExporterApp(settings)
+    app.start()
+    try:
+        sid = f"gpufed-exporter-node-t-{app.http.port}"
+        wait_for(lambda: sid in agent.services)
+        (check,) = agent.services[sid].checks.values()
+        assert (check.http, check.tcp) == ("", f"127.0.0.1:{app.http.port}")
+    finally:
+        app.stop()
 
 
 def test_kubernetes_mode_never_registers(agent: FakeConsulAgent) -> None:

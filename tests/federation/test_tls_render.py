@@ -20,7 +20,6 @@ from conftest import ROOT, stack_tool
 
 from alertmanager import amtool
 from alertmanager.render import ALERTMANAGER_FILE, PROMETHEUS_ALERTING_FILE
-from federation.commands.certs import make_certs
 from federation.master import pipeline
 from federation.master.render import MASTER_FILE
 from federation.spec import GpufedSpec
@@ -28,6 +27,7 @@ from sharder.kernel.errors import SpecError
 from sharder.kernel.promtool import Promtool
 from sharder.kernel.tls import HTTP_CLIENT_FILE, WEB_CONFIG_FILE
 from sharder.model.loading import parse_model
+from webconfig.certs import make_certs
 
 EXAMPLE = ROOT / "examples" / "federation.yaml"
 INVENTORY = ROOT / "examples" / "inventory.yaml"

@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import socket
+import ssl
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -93,6 +94,9 @@ class ServeSettings:
     """``/readyz`` turns 503 once the state store has not answered this long."""
     trusted_proxies: tuple[client_address.Network, ...] = ()
     """``--trusted-proxies``: whose ``X-Forwarded-For`` names the client (default: none, the TCP peer)."""
+    client_tls: ssl.SSLContext | None = None
+    """``--http.config.file``: what the controller's own calls (children, ``--load-url``) verify
+    servers with and present as their client certificate; None: the system's roots, no certificate."""
 
 
 class SettingsError(ValueError):
@@ -265,7 +269,7 @@ def build_service(
     registry = CollectorRegistry()
     register_process(registry)  # process_cpu_seconds_total, process_resident_memory_bytes
     metrics = ControllerMetrics(registry=registry)
-    http = httpx.Client(timeout=httpx.Timeout(2.0))
+    http = httpx.Client(timeout=httpx.Timeout(2.0), verify=settings.client_tls or True)
     publisher = Publisher(
         out=settings.data_dir / "rendered",
         checker=Promtool() if settings.check_configs else None,

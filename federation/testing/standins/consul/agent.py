@@ -84,6 +84,8 @@ class Check:
     service_id: str
     service_name: str
     http: str = ""
+    tcp: str = ""
+    """A TCP check's ``host:port`` (the stand-in records it; ``run_checks`` runs HTTP checks)."""
     interval: str = ""
     timeout: str = ""
     deregister_after: str = ""
@@ -98,9 +100,10 @@ class Check:
             "Node": NODE, "CheckID": self.check_id, "Name": self.name, "Status": self.status,
             "Notes": "", "Output": self.output, "ServiceID": self.service_id,
             "ServiceName": self.service_name, "ServiceTags": [],
-            "Type": "ttl" if self.ttl else ("http" if self.http else ""),
-            "Definition": {"HTTP": self.http, "Interval": self.interval, "Timeout": self.timeout,
-                           "TTL": self.ttl, "DeregisterCriticalServiceAfter": self.deregister_after},
+            "Type": "ttl" if self.ttl else ("http" if self.http else ("tcp" if self.tcp else "")),
+            "Definition": {"HTTP": self.http, "TCP": self.tcp, "Interval": self.interval,
+                           "Timeout": self.timeout, "TTL": self.ttl,
+                           "DeregisterCriticalServiceAfter": self.deregister_after},
         }
 
 
@@ -277,7 +280,8 @@ class FakeConsulAgent:
                 raise BadRequest(f"Invalid check: {exc}") from exc
             checks[check_id] = Check(
                 check_id=check_id, name=c.get("name") or f"Service '{name}' check", service_id=service_id,
-                service_name=name, http=c.get("http") or "", interval=c.get("interval") or "",
+                service_name=name, http=c.get("http") or "", tcp=c.get("tcp") or "",
+                interval=c.get("interval") or "",
                 timeout=c.get("timeout") or "", deregister_after=after, status=c.get("status") or "critical",
                 ttl=c.get("ttl") or "",
             )
