@@ -7,7 +7,7 @@ Start order (each waits for what it needs; independent processes start together)
                ``federation.master.pipeline.render`` (gpufed render's pipeline: what compose
                runs), the master, Alertmanagers and relay started on those files and
                their rendered flags; a random token
-    in-process DingTalk sink, child router
+    in-process DingTalk sink (federation.localrun.dingtalk), child router
     processes  controller, relay, alertmanager-0/-1 (HA pair), master; the fleet once the
                controller answers
     fleet      registers itself with the controller's built-in registry (or Consul)
@@ -54,9 +54,9 @@ from alertmanager.render import ALERTMANAGER_FILE, HA_FILE, RELAY_FILE
 from federation.demo import binaries, components, plan, report
 from federation.demo.components import Launch
 from federation.demo.router import ChildRouter
-from federation.demo.sink import DingTalkSink, Message, Robot, as_group_sees_it
 from federation.demo.supervisor import ComponentFailed, ProcessSpec, Supervisor, reap_previous
 from federation.localrun import procstat
+from federation.localrun.dingtalk import LocalDingTalk, Message, as_group_sees_it
 from federation.localrun.loopback import free_port
 from federation.localrun.waiting import wait_until
 from federation.master import pipeline
@@ -120,7 +120,7 @@ class DemoStack:
         self.http = httpx.Client(timeout=httpx.Timeout(10.0), event_hooks={"request": [self._authorize]})
         self.supervisor = Supervisor(log_dir=self.data / "logs", pid_file=self.data / "pids.json")
         self.ports = plan.Ports.allocate(free_port)
-        self.sink: DingTalkSink | None = None
+        self.sink: LocalDingTalk | None = None
         self.router: ChildRouter | None = None
         self.spec: GpufedSpec | None = None
         self.binaries: binaries.StackBinaries | None = None
@@ -169,7 +169,7 @@ class DemoStack:
             "alertmanager": ams[0],
             "alertmanagers": ams,
             "relay": self.url(self.ports.relay),
-            "dingtalk_sink": plan.url(self.ports.sink, "/messages"),  # the stand-in: plain HTTP
+            "dingtalk_sink": plan.url(self.ports.sink, "/v1/messages"),  # the stand-in: plain HTTP
         }
 
     # ---- start -------------------------------------------------------------------------------
@@ -200,11 +200,10 @@ class DemoStack:
         rendered = self._render(spec, entries, found)
         self.child_ports = {child: free_port() for child in _children(rendered.assignment)}
 
-        self.sink = DingTalkSink(
-            {r: Robot(name=r, token=t, secret=s) for r, (t, s) in credentials.items()},
-            port=self.ports.sink,
-            on_message=self._show,
-        ).__enter__()
+        self.sink = LocalDingTalk(port=self.ports.sink, on_message=self._show)
+        for robot, (token, secret) in credentials.items():
+            self.sink.add_robot(token, secret=secret, name=robot)
+        self.sink.__enter__()
         self.router = self._router().__enter__()
         self.say(f"gpufed demo: {self.layout.nodes} nodes x {self.layout.gpus} GPUs over "
                  f"{self.layout.regions} regions; data in {self.data}")

@@ -37,9 +37,9 @@ from alertmanager.models import (
     WebhookSpec,
 )
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
+from federation.localrun.dingtalk import LocalDingTalk
 from federation.localrun.loopback import listening_socket
 from federation.testing.harnesses.alertmanager import RelayThread, gpu_alert, loopback_replicas
-from federation.testing.standins.dingtalk import FakeDingTalk
 from federation.testing.standins.sms import FakeSmsGateway
 from federation.testing.standins.wecom import FakeWeCom
 
@@ -75,7 +75,7 @@ def spec(*, wecom_url: str, sms_url: str, dingtalk_url: str, relay_port: int, se
 class Stack:
     wecom: FakeWeCom
     sms: FakeSmsGateway
-    dingtalk: FakeDingTalk
+    dingtalk: LocalDingTalk
     url: str
 
     def post(self, alert: dict[str, object]) -> None:
@@ -90,7 +90,7 @@ def running(tmp_path: Path, *, wecom_secret: str) -> Iterator[Stack]:
     secrets.mkdir()
     (secrets / "wecom").write_text(wecom_secret + "\n")  # Alertmanager trims the file's whitespace
     (secrets / "sms").write_text(SMS_TOKEN)
-    with FakeWeCom() as wecom, FakeSmsGateway(token=SMS_TOKEN) as sms, FakeDingTalk() as dingtalk:
+    with FakeWeCom() as wecom, FakeSmsGateway(token=SMS_TOKEN) as sms, LocalDingTalk() as dingtalk:
         wecom.add_app(CORP, secret=WECOM_SECRET, agent_id=AGENT)
         dingtalk.add_robot(TOKEN)
         sock = listening_socket()
@@ -143,7 +143,7 @@ def test_a_critical_alert_reaches_wecom_sms_and_dingtalk(stack: Stack) -> None:
     assert payload["receiver"] == "sms" and payload["status"] == "firing"
     assert stack.sms.texts == ["[FIRING] GPUFellOffBus region=cn-live node=live-n001 gpu=0"]
     assert stack.sms.refused == []
-    assert "GPUFellOffBus" in stack.dingtalk.messages(TOKEN)[0]["markdown"]["text"]
+    assert "GPUFellOffBus" in stack.dingtalk.messages(TOKEN)[0].text
 
 
 def test_a_warning_reaches_dingtalk_only(stack: Stack) -> None:
@@ -156,7 +156,7 @@ def test_a_warning_reaches_dingtalk_only(stack: Stack) -> None:
                           and len(stack.dingtalk.messages(TOKEN)) == 2), what="both alerts delivered")
     pages = [m["text"]["content"] for m in stack.wecom.messages(CORP)] + stack.sms.texts
     assert pages and all("GPUHot" not in page for page in pages)
-    assert any("GPUHot" in m["markdown"]["text"] for m in stack.dingtalk.messages(TOKEN))
+    assert any("GPUHot" in m.text for m in stack.dingtalk.messages(TOKEN))
 
 
 def test_the_secret_comes_from_the_file(tmp_path: Path) -> None:

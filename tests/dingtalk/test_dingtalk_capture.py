@@ -1,4 +1,4 @@
-"""The relay against the capture server: real HTTP, signature and keyword checked there."""
+"""The relay against the local DingTalk: real HTTP, signature and keyword checked there."""
 
 from __future__ import annotations
 
@@ -11,18 +11,18 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from alertmanager.dingtalk.app import create_app
-from federation.testing.standins.dingtalk import FakeDingTalk
+from federation.localrun.dingtalk import LocalDingTalk, Rejection
 
 from .payloads import SECRET, alert, relay_config, webhook
 
 
 @pytest.fixture
-def api() -> Iterator[FakeDingTalk]:
-    with FakeDingTalk() as server:
+def api() -> Iterator[LocalDingTalk]:
+    with LocalDingTalk() as server:
         yield server
 
 
-def deliver(api: FakeDingTalk, *, secret: str, keywords: list[str], bodies: list[dict[str, object]],
+def deliver(api: LocalDingTalk, *, secret: str, keywords: list[str], bodies: list[dict[str, object]],
             script: tuple[int, ...] = (), clock: Callable[[], float] = time.time,
             between: Callable[[], None] = lambda: None) -> tuple[list[int], CollectorRegistry]:
     url = api.add_robot("tok-capture-1", secret=SECRET, keywords=["告警"])
@@ -44,30 +44,31 @@ def deliver(api: FakeDingTalk, *, secret: str, keywords: list[str], bodies: list
     return asyncio.run(main()), registry
 
 
-def test_signed_message_with_keyword_is_accepted(api: FakeDingTalk) -> None:
+def test_signed_message_with_keyword_is_accepted(api: LocalDingTalk) -> None:
     statuses, _ = deliver(api, secret=SECRET, keywords=["告警"], bodies=[webhook([alert(1)])])
     assert statuses == [200]
-    robot = api.robots["tok-capture-1"]
-    assert robot.rejected == [] and len(robot.messages) == 1
-    assert "node=node-0001" in robot.messages[0]["markdown"]["text"]
+    assert api.rejected("tok-capture-1") == []
+    (message,) = api.messages("tok-capture-1")
+    assert "node=node-0001" in message.text and message.text == message.body["markdown"]["text"]
 
 
-def test_wrong_secret_is_permanent(api: FakeDingTalk) -> None:
+def test_wrong_secret_is_permanent(api: LocalDingTalk) -> None:
     body = webhook([alert(1)])
     statuses, registry = deliver(api, secret="SECwrong-secret", keywords=["告警"], bodies=[body])
     assert statuses == [200]
-    assert api.robots["tok-capture-1"].rejected == [(310000, "sign not match: signature mismatch")]
+    assert api.rejected("tok-capture-1") == [
+        Rejection("tok-capture-1", 310000, "sign not match: signature mismatch")]
     labels = {"robot": "cn-bj", "kind": "permanent", "reason": "errcode_310000"}
     assert registry.get_sample_value("gpufed_dingtalk_send_failures_total", labels) == 1
 
 
-def test_missing_keyword_is_rejected_by_dingtalk(api: FakeDingTalk) -> None:
+def test_missing_keyword_is_rejected_by_dingtalk(api: LocalDingTalk) -> None:
     statuses, _ = deliver(api, secret=SECRET, keywords=[], bodies=[webhook([alert(1)])])
     assert statuses == [200]
-    assert api.robots["tok-capture-1"].rejected == [(310000, "keywords not in content")]
+    assert api.rejected("tok-capture-1") == [Rejection("tok-capture-1", 310000, "keywords not in content")]
 
 
-def test_scripted_130101_is_retried_by_the_sender_of_the_webhook(api: FakeDingTalk) -> None:
+def test_scripted_130101_is_retried_by_the_sender_of_the_webhook(api: LocalDingTalk) -> None:
     body = webhook([alert(1)])
     skew = [0.0]
 

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from alertmanager.dingtalk import memory
 from alertmanager.dingtalk.app import create_app
 from alertmanager.dingtalk.payload import dedup_key, parse_webhook
-from federation.testing.standins.dingtalk import FakeDingTalk
+from federation.localrun.dingtalk import LocalDingTalk
 
 from .payloads import SECRET, alert, relay_config, webhook
 
@@ -51,8 +51,8 @@ SIX = [
 
 
 @pytest.fixture
-def api() -> Iterator[FakeDingTalk]:
-    with FakeDingTalk() as server:
+def api() -> Iterator[LocalDingTalk]:
+    with LocalDingTalk() as server:
         yield server
 
 
@@ -66,7 +66,7 @@ class Clock:
         return self.now
 
 
-def post_all(api: FakeDingTalk, posts: list[tuple[str, int, dict[str, Any]]], *, clock: Clock,
+def post_all(api: LocalDingTalk, posts: list[tuple[str, int, dict[str, Any]]], *, clock: Clock,
              data_dir: Path | None = None, registry: CollectorRegistry | None = None) -> list[str]:
     """Post each body at its time to a fresh relay app; the relay's answers' ``status``."""
     url = f"{api.base_url}/robot/send?access_token={TOKEN}"
@@ -89,17 +89,17 @@ def post_all(api: FakeDingTalk, posts: list[tuple[str, int, dict[str, Any]]], *,
     return asyncio.run(main())
 
 
-def shown(api: FakeDingTalk) -> list[str]:
+def shown(api: LocalDingTalk) -> list[str]:
     """What DingTalk showed: each message's title and the alert's times, as a reader sees them."""
     out = []
     for message in api.messages(TOKEN):
-        text = message["markdown"]["text"]
+        text = message.text
         times = [word for word in text.split() if word.count(":") == 2 and len(word) == 8]
-        out.append(f"{message['markdown']['title']} {' '.join(times)}")
+        out.append(f"{message.title} {' '.join(times)}")
     return out
 
 
-def test_six_payloads_deliver_both_episodes_and_drop_the_copies(api: FakeDingTalk) -> None:
+def test_six_payloads_deliver_both_episodes_and_drop_the_copies(api: LocalDingTalk) -> None:
     api.add_robot(TOKEN, secret=SECRET, keywords=["alert"])
     registry = CollectorRegistry()
     answers = post_all(api, SIX, registry=registry, clock=Clock())
@@ -137,7 +137,7 @@ def test_key_names_the_episode_and_ignores_what_replicas_differ_in() -> None:
     assert key(moving) == key(state(EP1, "firing"))
 
 
-def test_ordering_and_copies_survive_a_restart_with_a_data_dir(api: FakeDingTalk, tmp_path: Path) -> None:
+def test_ordering_and_copies_survive_a_restart_with_a_data_dir(api: LocalDingTalk, tmp_path: Path) -> None:
     api.add_robot(TOKEN, secret=SECRET, keywords=["alert"])
     clock = Clock()
     first = post_all(api, SIX[:3], data_dir=tmp_path, clock=clock)
@@ -159,7 +159,7 @@ def test_ordering_and_copies_survive_a_restart_with_a_data_dir(api: FakeDingTalk
     b"{not json", b'{"version": 2}', b'{"version": 1, "order": [[1]], "dedup": []}',
     b'{"version": 1, "order": [["r","g","f",true,"x","y",null,0,null]], "dedup": []}',
 ])
-def test_a_bad_memory_file_is_reported_and_the_relay_starts_empty(api: FakeDingTalk, tmp_path: Path,
+def test_a_bad_memory_file_is_reported_and_the_relay_starts_empty(api: LocalDingTalk, tmp_path: Path,
                                                                    content: bytes) -> None:
     api.add_robot(TOKEN, secret=SECRET, keywords=["alert"])
     (tmp_path / memory.FILE_NAME).write_bytes(content)
@@ -169,7 +169,7 @@ def test_a_bad_memory_file_is_reported_and_the_relay_starts_empty(api: FakeDingT
     assert len(memory.load(tmp_path).order) == 1  # rewritten whole after the next notification
 
 
-def test_dedup_memory_expires_with_the_window(api: FakeDingTalk, tmp_path: Path) -> None:
+def test_dedup_memory_expires_with_the_window(api: LocalDingTalk, tmp_path: Path) -> None:
     api.add_robot(TOKEN, secret=SECRET, keywords=["alert"])
     clock = Clock()
     assert post_all(api, [SIX[0]], data_dir=tmp_path, clock=clock) == ["sent"]

@@ -35,9 +35,9 @@ from alertmanager.models import (
     Timing,
 )
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
+from federation.localrun.dingtalk import LocalDingTalk
 from federation.localrun.loopback import listening_socket
 from federation.testing.harnesses.alertmanager import RelayThread, gpu_alert, loopback_replicas
-from federation.testing.standins.dingtalk import FakeDingTalk
 
 REGION, ROBOT, TOKEN, SECRET = "cn-live", "live", "tok-live-1", "SEClive-secret-0123"
 FAST = SeverityTiming(group_wait="1s", group_interval="2s", repeat_interval="1h")
@@ -92,8 +92,8 @@ class Partitioned:
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[FakeDingTalk, Partitioned, CollectorRegistry]]:
-    with FakeDingTalk() as api:
+def stack(tmp_path: Path) -> Iterator[tuple[LocalDingTalk, Partitioned, CollectorRegistry]]:
+    with LocalDingTalk() as api:
         api.add_robot(TOKEN, secret=SECRET)
         sock = listening_socket()
         alerting = spec(api.base_url, relay_port=sock.getsockname()[1])
@@ -111,7 +111,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[FakeDingTalk, Partitioned, Collector
                 pair.stop()
 
 
-Stack = tuple[FakeDingTalk, Partitioned, CollectorRegistry]
+Stack = tuple[LocalDingTalk, Partitioned, CollectorRegistry]
 
 
 def test_two_episodes_through_a_partitioned_pair(stack: Stack) -> None:
@@ -131,6 +131,6 @@ def test_two_episodes_through_a_partitioned_pair(stack: Stack) -> None:
             expected.append(f"[{status.upper()}:1]")
             wait_for(lambda: len(api.messages(TOKEN)) == len(expected) and copies() == len(expected),
                      what=f"episode {number} {status}: one message, one dropped copy")
-    titles = [m["markdown"]["title"].split(" ")[0] for m in api.messages(TOKEN)]
+    titles = [m.title.split(" ")[0] for m in api.messages(TOKEN)]
     assert titles == expected == ["[FIRING:1]", "[RESOLVED:1]", "[FIRING:1]", "[RESOLVED:1]"]
-    assert api.robots[TOKEN].rejected == []
+    assert api.rejected(TOKEN) == []

@@ -19,8 +19,8 @@ import pytest
 from conftest import stop_process, wait_for
 
 from alertmanager.dingtalk import memory
+from federation.localrun.dingtalk import LocalDingTalk
 from federation.localrun.loopback import free_port
-from federation.testing.standins.dingtalk import FakeDingTalk
 
 from .payloads import alert, webhook
 from .test_dingtalk_sighup import relay_script
@@ -35,8 +35,8 @@ def state(status: str, starts: str, ends: str = "0001-01-01T00:00:00Z") -> dict[
 
 
 @pytest.fixture
-def api() -> Iterator[FakeDingTalk]:
-    with FakeDingTalk() as server:
+def api() -> Iterator[LocalDingTalk]:
+    with LocalDingTalk() as server:
         server.add_robot(TOKEN, secret=SECRET)
         yield server
 
@@ -68,7 +68,7 @@ def post(url: str, body: dict[str, Any]) -> str:
     return str(response.json()["status"])
 
 
-def test_a_killed_relay_remembers_copies_and_order(api: FakeDingTalk, tmp_path: Path) -> None:
+def test_a_killed_relay_remembers_copies_and_order(api: LocalDingTalk, tmp_path: Path) -> None:
     config, data_dir, log = tmp_path / "dingtalk.yml", tmp_path / "data", tmp_path / "relay.log"
     config.write_text(CONFIG.format(base=api.base_url), encoding="utf-8")
     fired = state("firing", "2024-05-01T10:00:00Z")
@@ -87,5 +87,5 @@ def test_a_killed_relay_remembers_copies_and_order(api: FakeDingTalk, tmp_path: 
         assert post(url, state("firing", "2024-05-01T10:07:00Z")) == "sent"  # the next episode
     finally:
         stop_process(proc)
-    titles = [m["markdown"]["title"].split("]")[0] + "]" for m in api.messages(TOKEN)]
+    titles = [m.title.split("]")[0] + "]" for m in api.messages(TOKEN)]
     assert titles == ["[FIRING:1]", "[RESOLVED:1]", "[FIRING:1]"]

@@ -24,8 +24,8 @@ import pytest
 from conftest import stop_process
 from conftest import wait_for as shared_wait_for
 
+from federation.localrun.dingtalk import LocalDingTalk
 from federation.localrun.loopback import free_port
-from federation.testing.standins.dingtalk import FakeDingTalk
 
 from .payloads import alert, webhook
 
@@ -76,8 +76,8 @@ wait_for = partial(shared_wait_for, timeout=10.0, interval=0.05)
 
 
 @pytest.fixture
-def api() -> Iterator[FakeDingTalk]:
-    with FakeDingTalk() as server:
+def api() -> Iterator[LocalDingTalk]:
+    with LocalDingTalk() as server:
         for env in ("BJ", "SH"):
             token, secret = ENV[f"SIGHUP_{env}_TOKEN"], ENV[f"SIGHUP_{env}_SECRET"]
             server.add_robot(token, secret=secret, keywords=["告警"])
@@ -85,7 +85,7 @@ def api() -> Iterator[FakeDingTalk]:
 
 
 @pytest.fixture
-def relay(tmp_path: Path, api: FakeDingTalk) -> Iterator[RelayProcess]:
+def relay(tmp_path: Path, api: LocalDingTalk) -> Iterator[RelayProcess]:
     config, log = tmp_path / "dingtalk.yml", tmp_path / "relay.log"
     config.write_text("robots:\n" + robot_yaml(api.base_url, "bj", "BJ"), encoding="utf-8")
     port = free_port()
@@ -102,7 +102,7 @@ def relay(tmp_path: Path, api: FakeDingTalk) -> Iterator[RelayProcess]:
         stop_process(proc)
 
 
-def test_sighup_adds_robot_and_survives_bad_configs(relay: RelayProcess, api: FakeDingTalk) -> None:
+def test_sighup_adds_robot_and_survives_bad_configs(relay: RelayProcess, api: LocalDingTalk) -> None:
     assert relay.robots() == ["bj"]
 
     relay.reload("robots:\n" + robot_yaml(api.base_url, "bj", "BJ") + robot_yaml(api.base_url, "sh", "SH"))
@@ -112,7 +112,7 @@ def test_sighup_adds_robot_and_survives_bad_configs(relay: RelayProcess, api: Fa
     sent = httpx.post(f"{relay.url}/dingtalk/sh/send", json=webhook([alert(1)]), timeout=15)
     assert sent.status_code == 200, sent.text
     assert len(api.messages(ENV["SIGHUP_SH_TOKEN"])) == 1
-    assert api.robots[ENV["SIGHUP_SH_TOKEN"]].rejected == []
+    assert api.rejected(ENV["SIGHUP_SH_TOKEN"]) == []
 
     for failures, text in enumerate(BAD_CONFIGS.values(), start=1):
         relay.reload(text)

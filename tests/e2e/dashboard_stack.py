@@ -44,11 +44,11 @@ from exporter.server import HttpServer, NodeRoutes
 from exporter.settings import ExporterSettings
 from exporter.simulated import SimulatedBackend
 from federation.demo.router import ChildRouter
+from federation.localrun.dingtalk import LocalDingTalk
 from federation.localrun.loopback import LoopbackHandler, LoopbackHTTPServer, free_port
 from federation.master import meta_monitoring, pipeline
 from federation.master.render import MASTER_FILE
 from federation.testing.harnesses.alertmanager import RelayThread
-from federation.testing.standins.dingtalk import FakeDingTalk
 from sharder.kernel.promtool import Promtool
 from tests.exporter.fake_nvml import FakeGpu, FakeNvml
 
@@ -298,7 +298,7 @@ def running_stack(root: Path) -> Iterator[Stack]:
     alertmanager = require_tool("prometheus-alertmanager")
     node_exporter = require_tool("prometheus-node-exporter")
     with ExitStack() as stack, httpx.Client(timeout=5.0) as client:
-        dingtalk = stack.enter_context(FakeDingTalk())
+        dingtalk = stack.enter_context(LocalDingTalk())
         relay_config = parse_config({"robots": {
             "ops": {"url": dingtalk.add_robot("tok-ops-0123456789")},
             # The stand-in refuses every message to this robot (keyword missing: errcode 310000).

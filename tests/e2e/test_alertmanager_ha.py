@@ -18,7 +18,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import httpx
 import pytest
@@ -39,6 +38,7 @@ from alertmanager.models import (
     Timing,
 )
 from alertmanager.render import ALERTMANAGER_FILE, HA_FILE, RELAY_FILE, render_alerting_bundle
+from federation.localrun.dingtalk import LocalDingTalk, Message
 from federation.localrun.loopback import listening_socket
 from federation.testing.harnesses.alertmanager import (
     AlertmanagerHA,
@@ -46,7 +46,6 @@ from federation.testing.harnesses.alertmanager import (
     gpu_alert,
     loopback_replicas,
 )
-from federation.testing.standins.dingtalk import FakeDingTalk
 
 pytestmark = pytest.mark.e2e
 
@@ -70,7 +69,7 @@ def env_ref(robot: str, what: str) -> str:
 
 @dataclass
 class Stack:
-    api: FakeDingTalk
+    api: LocalDingTalk
     am: AlertmanagerHA
     relay: RelayThread
     bundle: dict[str, bytes]
@@ -78,11 +77,11 @@ class Stack:
     env: dict[str, str]
     tokens: dict[str, str]  # robot -> access token
 
-    def messages(self, robot: str) -> list[dict[str, Any]]:
+    def messages(self, robot: str) -> list[Message]:
         return self.api.messages(self.tokens[robot])
 
     def texts(self, robot: str) -> list[str]:
-        return [m["markdown"]["text"] for m in self.messages(robot)]
+        return [m.text for m in self.messages(robot)]
 
 
 def alerting_spec(capture_url: str, *, relay_port: int) -> AlertingSpec:
@@ -106,7 +105,7 @@ def alerting_spec(capture_url: str, *, relay_port: int) -> AlertingSpec:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     binary = require_tool("prometheus-alertmanager")
     out = tmp_path_factory.mktemp("alerting")
-    with FakeDingTalk() as api:
+    with LocalDingTalk() as api:
         relay_socket = listening_socket()
         alerting = alerting_spec(api.base_url, relay_port=relay_socket.getsockname()[1])
         bundle = render_alerting_bundle(alerting, cluster=CLUSTER, regions=list(ROBOTS))
@@ -179,7 +178,7 @@ def test_one_message_per_group_despite_two_replicas(stack: Stack) -> None:
     # Group labels are the spec's group_by (alertname, region, cluster), in Alertmanager's key order.
     assert headings() == [f"[FIRING:1] GPUTemperatureHigh {CLUSTER} {region}",
                           f"[FIRING:3] GPUXidError {CLUSTER} {region}"]
-    assert stack.api.robots[stack.tokens[robot]].rejected == [], "signature and keyword accepted"
+    assert stack.api.rejected(stack.tokens[robot]) == [], "signature and keyword accepted"
 
 
 def test_node_down_inhibits_that_nodes_gpu_alerts(stack: Stack) -> None:
@@ -230,9 +229,10 @@ def test_130101_is_retried_until_delivered(stack: Stack) -> None:
     stack.am.post_alerts([gpu_alert(region=region, cluster=CLUSTER, node="r1")])
     wait_for(lambda: len(stack.messages(robot)) >= 1)
     time.sleep(2)
-    fake = stack.api.robots[stack.tokens[robot]]
-    assert [code for code, _ in fake.rejected] == [130101]
-    assert len(fake.messages) == 1 and "node=r1" in fake.messages[0]["markdown"]["text"]
+    token = stack.tokens[robot]
+    assert [r.errcode for r in stack.api.rejected(token)] == [130101]
+    (message,) = stack.api.messages(token)
+    assert "node=r1" in message.text
 
 
 def test_large_group_split_under_20000_bytes(stack: Stack) -> None:
@@ -248,7 +248,7 @@ def test_large_group_split_under_20000_bytes(stack: Stack) -> None:
 
     wait_for(all_in)
     assert len(stack.messages(robot)) > 1
-    sizes = [len(json.dumps(m, ensure_ascii=False).encode()) for m in stack.messages(robot)]
+    sizes = [len(json.dumps(m.body, ensure_ascii=False).encode()) for m in stack.messages(robot)]
     assert max(sizes) < 20_000
-    assert stack.api.robots[stack.tokens[robot]].rejected == []
+    assert stack.api.rejected(stack.tokens[robot]) == []
 

@@ -51,9 +51,9 @@ from conftest import require_tool, wait_for
 
 from federation.demo import components, plan, rebalance
 from federation.demo.plan import Layout
-from federation.demo.sink import Message
 from federation.demo.stack import DemoOptions, DemoStack
 from federation.demo.supervisor import ProcessSpec
+from federation.localrun.dingtalk import Message
 from federation.localrun.loopback import LoopbackHandler, LoopbackHTTPServer, free_port
 from federation.master.render import load_rule_pack
 

@@ -49,9 +49,9 @@ from conftest import require_tool, wait_for
 
 from federation.demo import plan, rebalance
 from federation.demo.plan import Layout
-from federation.demo.sink import Message, as_group_sees_it
 from federation.demo.stack import DemoOptions, DemoStack
 from federation.demo.supervisor import ProcessSpec
+from federation.localrun.dingtalk import Message, as_group_sees_it
 from federation.localrun.loopback import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

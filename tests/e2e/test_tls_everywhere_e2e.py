@@ -42,11 +42,11 @@ from alertmanager.models import ReplicaSpec
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE
 from exporter.fleet import FleetApp, fleet_nodes
 from exporter.settings import ExporterSettings
+from federation.localrun.dingtalk import LocalDingTalk, Message
 from federation.localrun.loopback import free_port
 from federation.master import pipeline
 from federation.master.render import FLAGS_FILE, MASTER_FILE
 from federation.testing.harnesses.alertmanager import AlertmanagerHA, loopback_replicas
-from federation.testing.standins.dingtalk import FakeDingTalk
 from sharder.kernel.promtool import Promtool
 from sharder.kernel.tls import HTTP_CLIENT_FILE, WEB_CONFIG_FILE
 from webconfig.certs import make_certs
@@ -90,7 +90,7 @@ class Stack:
     master: TlsPrometheus
     children: dict[str, TlsPrometheus]
     alertmanagers: AlertmanagerHA
-    api: FakeDingTalk
+    api: LocalDingTalk
     controller_url: str
     relay_url: str
 
@@ -169,7 +169,7 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     context.load_cert_chain(str(certs / "client.crt"), str(certs / "client.key"))
     web_config = root / "out" / WEB_CONFIG_FILE
     procs: list[subprocess.Popen[bytes]] = []
-    with httpx.Client(verify=context, timeout=5.0) as client, FakeDingTalk() as api:
+    with httpx.Client(verify=context, timeout=5.0) as client, LocalDingTalk() as api:
         api.add_robot(TOKEN, secret=SECRET, keywords=[KEYWORD])
         robot_url = f"{api.base_url}/robot/send?access_token=${{E2E_TLS_TOKEN}}"
 
@@ -277,12 +277,12 @@ def test_every_target_is_up_at_the_master_over_tls(stack: Stack) -> None:
 
 
 def test_an_alert_travels_master_to_alertmanager_to_relay_over_tls(stack: Stack) -> None:
-    def delivered() -> list[dict[str, Any]] | None:
+    def delivered() -> list[Message] | None:
         messages = stack.api.messages(TOKEN)
-        return messages if any("GPUFleetOverTLS" in m["markdown"]["text"] for m in messages) else None
+        return messages if any("GPUFleetOverTLS" in m.text for m in messages) else None
 
     wait_for(delivered, timeout=CONVERGE_S, interval=0.2, what="GPUFleetOverTLS through the relay")
-    assert stack.api.robots[TOKEN].rejected == []
+    assert stack.api.rejected(TOKEN) == []
 
 
 def test_every_server_refuses_a_client_without_a_certificate(stack: Stack) -> None:

@@ -12,7 +12,7 @@ import pytest
 from alertmanager.dingtalk.config import parse_config
 from alertmanager.dingtalk.payload import WebhookMessage
 from alertmanager.dingtalk.render import Part, PartInfo, Renderer, merge
-from federation.demo.sink import Message
+from federation.localrun.dingtalk import Message
 from federation.testing.benches.blackouts import (
     Timeline,
     delivered,

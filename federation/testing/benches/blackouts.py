@@ -44,8 +44,8 @@ from typing import Any
 import httpx
 
 from federation.demo import plan
-from federation.demo.sink import Message
 from federation.demo.stack import DemoOptions, DemoStack
+from federation.localrun.dingtalk import Message
 
 Say = Callable[[str], None]
 ALERT = "FederationScrapeBlackout"

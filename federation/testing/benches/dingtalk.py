@@ -7,8 +7,8 @@ in a captured DingTalk message (or the timeout), then reports delivery, duplicat
 busiest robot-minute and relay latency. The configs are gpufed's own: an ``AlertingSpec``
 (one region route and robot per region, ``${ENV}`` secrets) rendered by
 ``render_alerting_bundle``, replicas started with ``ha.all_replica_flags``. The capture
-server is the DingTalk stand-in, ``federation.testing.standins.dingtalk``. Times are
-wall-clock; nothing is faked.
+server is the local DingTalk, ``federation.localrun.dingtalk``. Times are wall-clock;
+nothing is faked.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from alertmanager.models import (
     Timing,
 )
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
+from federation.localrun.dingtalk import LocalDingTalk
 from federation.localrun.loopback import listening_socket
 from federation.localrun.waiting import wait_until
 from federation.testing.harnesses.alertmanager import (
@@ -46,7 +47,6 @@ from federation.testing.harnesses.alertmanager import (
     gpu_alert,
     loopback_replicas,
 )
-from federation.testing.standins.dingtalk import FakeDingTalk
 
 _ID = re.compile(r"alert_id=(a\d+)")
 Scope = MutableMapping[str, Any]
@@ -99,13 +99,12 @@ def bench_spec(capture_url: str, region_names: list[str], *, relay_port: int) ->
 
 
 def run(*, alerts: int, regions: int, alertnames: int, timeout: float) -> dict[str, Any]:
-    fake_dingtalk = FakeDingTalk
     names = [f"GPUBench{k}" for k in range(alertnames)]
     region_names = [f"region-{r:02d}" for r in range(regions)]
     storm = [gpu_alert(region=region_names[i % regions], cluster="bench", node=f"node-{i // 8:05d}",
                        gpu=i % 8, alertname=names[(i // regions) % alertnames], alert_id=f"a{i}")
              for i in range(alerts)]
-    with fake_dingtalk() as api:
+    with LocalDingTalk() as api:
         env: dict[str, str] = {}
         for r in region_names:
             env |= {_env(r, "TOKEN"): f"tok-{r}", _env(r, "SECRET"): f"SEC{r}-bench"}
@@ -125,7 +124,7 @@ def run(*, alerts: int, regions: int, alertnames: int, timeout: float) -> dict[s
 
             def delivered() -> Counter[str]:
                 return Counter(i for r in region_names for m in api.messages(f"tok-{r}")
-                               for i in _ID.findall(m["markdown"]["text"]))
+                               for i in _ID.findall(m.text))
 
             all_in_at: float | None = None
             with contextlib.suppress(TimeoutError):  # what did not arrive is counted below
@@ -136,14 +135,16 @@ def run(*, alerts: int, regions: int, alertnames: int, timeout: float) -> dict[s
             seen = delivered()
             total = time.monotonic() - start
             metrics = httpx.get(f"{relay.url}/metrics").text
-        per_robot = {r: api.robots[f"tok-{r}"] for r in region_names}
+        accepted = [api.messages(f"tok-{r}") for r in region_names]
+        refused = sum(len(api.rejected(f"tok-{r}")) for r in region_names)
     return {
         "alerts_sent": alerts, "regions": regions, "robots": regions, "alertnames": alertnames,
         "alerts_delivered": len(seen), "delivered_ratio": round(len(seen) / alerts, 4),
         "duplicates": sum(count - 1 for count in seen.values()),
-        "messages_delivered": sum(len(r.messages) for r in per_robot.values()),
-        "rejected_by_dingtalk": sum(len(r.rejected) for r in per_robot.values()),
-        "max_messages_per_robot_per_minute": max(_max_per_minute(r.received_at) for r in per_robot.values()),
+        "messages_delivered": sum(len(messages) for messages in accepted),
+        "rejected_by_dingtalk": refused,
+        "max_messages_per_robot_per_minute": max(_max_per_minute([m.at for m in messages])
+                                                 for messages in accepted),
         "relay_dedup_dropped": _metric_sum(metrics, "gpufed_dingtalk_dedup_dropped_total"),
         "relay_throttled": _metric_sum(metrics, "gpufed_dingtalk_throttled_total"),
         "relay_webhook_calls": len(timed.seconds),

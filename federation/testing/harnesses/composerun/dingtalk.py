@@ -1,4 +1,4 @@
-"""DingTalk's API for the run: the stand-in (``federation.testing.standins.dingtalk``) serving
+"""DingTalk's API for the run: the local DingTalk (``federation.localrun.dingtalk``) serving
 ``https://oapi.dingtalk.com`` inside its own namespace, with a certificate made for the run.
 
 The robots it accepts are read from the relay's rendered config, expanded with the
@@ -51,14 +51,15 @@ def make_certificate(*, cert: Path, key: Path, names: tuple[str, ...] = (NAME,))
 
 
 def robots(relay_config: Path, env: Mapping[str, str]) -> list[dict[str, Any]]:
-    """Each robot of the relay's config as the stand-in registers it: token, secret, keywords."""
+    """Each robot of the relay's config as the stand-in registers it: name, token, secret, keywords."""
     from alertmanager.dingtalk.config import expand_env
 
     expanded = expand_env(yaml.safe_load(relay_config.read_text()), env)
     found = []
-    for robot in expanded.get("robots", {}).values():
+    for name, robot in expanded.get("robots", {}).items():
         token = robot["url"].partition("access_token=")[2].split("&")[0]
-        found.append({"token": token, "secret": robot.get("secret"), "keywords": robot.get("keywords")})
+        found.append({"name": name, "token": token, "secret": robot.get("secret"),
+                      "keywords": robot.get("keywords")})
     return found
 
 
@@ -69,7 +70,7 @@ def argv(*, python: str, folder: Path, found: list[dict[str, Any]], cert: Path, 
     return [
         python,
         "-m",
-        "federation.testing.standins.dingtalk",
+        "federation.localrun.dingtalk",
         "--host",
         "0.0.0.0",
         "--port",
