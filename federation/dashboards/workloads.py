@@ -4,7 +4,8 @@
 Pod attribution: gpufed-exporter (and dcgm-exporter in Kubernetes mode) add
 ``namespace``/``pod``/``container`` to a GPU's series when a pod holds it; series
 without a pod carry no such label, so ``pod!=""`` selects attributed GPUs. HAMi's
-metrics spell the labels ``podnamespace``/``podname``; kube-state-metrics' ResourceQuota
+records (rules/hami.yml) spell them ``namespace``/``pod`` whichever HAMi version (v2.9+
+names or the legacy ``--legacy-metrics`` ones) sent the series; kube-state-metrics' ResourceQuota
 series use ``namespace``/``resource``/``type``. Quota sources are optional: each panel
 says what it shows when its source is not scraped.
 
@@ -25,8 +26,10 @@ MIB = 1048576
 POD_SEL = 'region=~"$region", namespace=~"$namespace", pod=~"$pod", pod!=""'
 NS_SEL = 'region=~"$region", namespace=~"$namespace", pod!=""'
 NS_GPUS = dcgm.any_name("DCGM_FI_DEV_GPU_UTIL", NS_SEL)  # attributed GPUs under 3.x or 4.x names
-HAMI_POD = 'podnamespace=~"$namespace", podname=~"$pod"'
-HAMI_NS = 'podnamespace=~"$namespace"'
+# HAMi panels read hami.yml's gpufed:hami_* records: HAMi v2.9+ and legacy names in one
+# spelling (v2.9's labels namespace/pod/container/node/device_uuid), each series once.
+HAMI_POD = 'namespace=~"$namespace", pod=~"$pod"'
+HAMI_NS = 'namespace=~"$namespace"'
 REGION = 'region=~"$region"'
 HAMI_PROFILE = 'profile="hami-scheduler"'
 STEP_SECONDS = "scheduler_framework_extension_point_duration_seconds_bucket"
@@ -97,15 +100,16 @@ def pod_dashboard() -> Dashboard:
     ))
     hami = Row("HAMi vGPU containers", (
         Panel("vGPU memory used vs limit", "timeseries", (
-            Query(f"sum by (podnamespace, podname) ({dedup('vGPU_device_memory_usage_in_bytes', HAMI_POD)})",
-                  "{{podnamespace}}/{{podname}} used"),
-            Query(f"sum by (podnamespace, podname) ({dedup('vGPU_device_memory_limit_in_bytes', HAMI_POD)})",
-                  "{{podnamespace}}/{{podname}} limit"),
-        ), NO_HAMI.format(what="vGPU monitor, vGPU_device_memory_*"), unit="bytes"),
+            Query(f"sum by (namespace, pod) (gpufed:hami_vgpu_memory_used:bytes{{{HAMI_POD}}})",
+                  "{{namespace}}/{{pod}} used"),
+            Query(f"sum by (namespace, pod) (gpufed:hami_vgpu_memory_limit:bytes{{{HAMI_POD}}})",
+                  "{{namespace}}/{{pod}} limit"),
+        ), "Recording rules gpufed:hami_vgpu_memory_{used,limit}:bytes (hami_vgpu_memory_*_bytes, "
+           "legacy vGPU_device_memory_*_in_bytes). " + NO_HAMI.format(what="vGPU monitor"), unit="bytes"),
         Panel("vGPU memory used % of limit", "timeseries", (Query(
-            "max by (podnamespace, podname, ctrname) "
+            "max by (namespace, pod, container) "
             f"(gpufed:vgpu_container_memory_used:ratio{{{HAMI_POD}}})",
-            "{{podnamespace}}/{{podname}}/{{ctrname}}"),),
+            "{{namespace}}/{{pod}}/{{container}}"),),
             "Recording rule gpufed:vgpu_container_memory_used:ratio. "
             + NO_HAMI.format(what="vGPU monitor"), unit="percentunit", min=0, max=1),
     ))
@@ -125,10 +129,9 @@ def pod_dashboard() -> Dashboard:
 
 
 # Namespaces from every source that knows one: quotas, HAMi allocations, attributed GPUs.
-# The variable's regex /namespace="..."/ also matches HAMi's podnamespace="...".
 NAMESPACE_UNION = (
     'count by (namespace) (kube_resourcequota{resource=~".*nvidia\\\\.com/.*"})'
-    ' or count by (podnamespace) (vGPUMemoryAllocated)'
+    ' or count by (namespace) (gpufed:hami_vgpu_memory_allocated:bytes)'
     ' or count by (namespace) (' + dcgm.any_name("DCGM_FI_DEV_GPU_UTIL", 'pod!=""') + ')'
 )
 
@@ -149,29 +152,35 @@ def quota_dashboard() -> Dashboard:
     ))
     hami = Row("HAMi scheduler", (
         Panel("HAMi quota used (limit in the limit column)", "table", (Query(
-            'max by (quotanamespace, quotaName, limit) (QuotaUsed{quotanamespace=~"$namespace"})',
+            "max by (namespace, quota_name, limit) "
+            '(gpufed:hami_resource_quota_used{namespace=~"$namespace"})',
             instant=True),),
-            "HAMi scheduler's QuotaUsed: the value is what the namespace uses, the `limit` label is its "
+            "HAMi scheduler's hami_resource_quota_used (legacy QuotaUsed), recording rule "
+            "gpufed:hami_resource_quota_used: the value is what the namespace uses, the `limit` label is its "
             "ResourceQuota limit (HAMi exports the limit as a label, not a series). "
             + NO_HAMI.format(what="scheduler, port 31993"), width=12),
         Panel("vGPU allocated per namespace", "timeseries", (
-            Query(f"sum by (podnamespace) ({dedup('vGPUMemoryAllocated', HAMI_NS)})",
-                  "{{podnamespace}} memory"),
-        ), "GPU memory HAMi allocated to each namespace's containers (vGPUMemoryAllocated). "
+            Query(f"sum by (namespace) (gpufed:hami_vgpu_memory_allocated:bytes{{{HAMI_NS}}})",
+                  "{{namespace}} memory"),
+        ), "GPU memory HAMi allocated to each namespace's containers (hami_vgpu_memory_allocated_bytes, "
+           "legacy vGPUMemoryAllocated; recording rule gpufed:hami_vgpu_memory_allocated:bytes). "
            + NO_HAMI.format(what="scheduler"), unit="bytes", width=12, stacked=True),
         Panel("GPU memory allocated by region", "timeseries", (Query(
             'gpufed:region_gpu_memory_allocated:ratio{region=~"$region"}', "{{cluster}}/{{region}}"),),
-            "Recording rule gpufed:region_gpu_memory_allocated:ratio (GPUDeviceMemoryAllocated / "
-            "GPUDeviceMemoryLimit). " + NO_HAMI.format(what="scheduler"), unit="percentunit", min=0,
-            max=1, width=8),
+            "Recording rule gpufed:region_gpu_memory_allocated:ratio (hami_gpu_memory_allocated_bytes / "
+            "hami_gpu_memory_limit_bytes, legacy GPUDeviceMemory*). " + NO_HAMI.format(what="scheduler"),
+            unit="percentunit", min=0, max=1, width=8),
         Panel("GPU memory allocated vs limit per node", "timeseries", (
-            Query(f"sum by (nodeid) ({dedup('GPUDeviceMemoryAllocated', REGION)})", "{{nodeid}} allocated"),
-            Query(f"sum by (nodeid) ({dedup('GPUDeviceMemoryLimit', REGION)})", "{{nodeid}} limit"),
-        ), NO_HAMI.format(what="scheduler, GPUDeviceMemory*"), unit="bytes", width=8),
+            Query(f"sum by (node) (gpufed:hami_gpu_memory_allocated:bytes{{{REGION}}})",
+                  "{{node}} allocated"),
+            Query(f"sum by (node) (gpufed:hami_gpu_memory_limit:bytes{{{REGION}}})", "{{node}} limit"),
+        ), "Recording rules gpufed:hami_gpu_memory_{allocated,limit}:bytes (hami_gpu_memory_*_bytes, "
+           "legacy GPUDeviceMemory*). " + NO_HAMI.format(what="scheduler"), unit="bytes", width=8),
         Panel("Containers sharing a GPU", "timeseries", (Query(
-            'topk(20, max by (nodeid, deviceidx) (GPUDeviceSharedNum{region=~"$region"}))',
-            "{{nodeid}} GPU {{deviceidx}}"),), "Top 20 GPUs by containers sharing them "
-            "(GPUDeviceSharedNum). " + NO_HAMI.format(what="scheduler"), width=8),
+            'topk(20, max by (node, device_index) (gpufed:hami_gpu_shared:count{region=~"$region"}))',
+            "{{node}} GPU {{device_index}}"),), "Top 20 GPUs by containers sharing them "
+            "(hami_gpu_shared_count, legacy GPUDeviceSharedNum). " + NO_HAMI.format(what="scheduler"),
+            width=8),
         Panel("HAMi scheduler latency (Filter, Score, Bind)", "timeseries", tuple(Query(
             "histogram_quantile(0.99, sum by (le, extension_point) (max without (shard, replica) (rate("
             f"{STEP_SECONDS}{{{HAMI_PROFILE}, extension_point=\"{point}\", "
@@ -201,10 +210,12 @@ def quota_dashboard() -> Dashboard:
             "{{namespace}}"),), "Framebuffer used on the namespace's GPUs. " + NO_ATTRIBUTION,
             unit="bytes", width=8, stacked=True),
         Panel("HAMi-format GPU memory per node", "timeseries", (Query(
-            "sum by (node) (max by (node, device_index) "
-            '(hami_host_gpu_memory_used_bytes{region=~"$region"}))', "{{node}}"),),
-            "HAMi's vGPU monitor host series (v2.9+ name; gpufed-exporter writes it too, family `hami`, "
-            "on by default, with HAMi's labels), so this works without HAMi's device monitor.",
+            "sum by (node) (max by (node, device_uuid) "
+            '(gpufed:hami_host_gpu_memory_used:bytes{region=~"$region"}))', "{{node}}"),),
+            "HAMi's vGPU monitor host series hami_host_gpu_memory_used_bytes (legacy HostGPUMemoryUsage; "
+            "recording rule gpufed:hami_host_gpu_memory_used:bytes). gpufed-exporter writes it too "
+            "(family `hami`, on by default, with HAMi's labels), so this works without HAMi's device "
+            "monitor.",
             unit="bytes", width=8),
     ))
     return Dashboard(

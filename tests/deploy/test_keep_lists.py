@@ -34,8 +34,12 @@ TOKEN = {"controller": {"token": {"value": "a-token-0123456789abcdef"}}}
 
 #: metric name (full match) -> the job that produces it. HAMi v2.10: the scheduler exports
 #: allocations and quotas, the device-plugin monitor host and container usage.
+#: v2.9+ names (cmd/scheduler/metrics.go, cmd/vGPUmonitor/metrics.go) before the legacy ones.
 PRODUCERS: list[tuple[str, str]] = [
-    (r"DCGM_FI_.*|gpufed_(gpu|nvlink|exporter)_.*|hami_.*", "gpu"),  # hami_*: gpufed-exporter's HAMi family
+    (r"hami_(gpu|node|vgpu_memory_allocated|vgpu_core|resource_quota)_.*", "hami-scheduler"),
+    (r"hami_(vgpu_memory_(used|limit|context|module|buffer)|container|mig)_.*", "hami-device-plugin"),
+    # hami_host_*: gpufed-exporter's HAMi family
+    (r"DCGM_FI_.*|gpufed_(gpu|nvlink|exporter)_.*|hami_.*", "gpu"),
     (r"node_.*", "node"),
     (r"GPUDevice.*|vGPUPods.*|vGPUMemoryAllocated|vGPUCore.*|QuotaUsed", "hami-scheduler"),
     (r"HostGPU.*|HostCore.*|vGPU_device_.*|Device_.*", "hami-device-plugin"),
@@ -109,11 +113,13 @@ def read_by_job() -> dict[str, dict[str, set[str]]]:
 
 
 def test_the_derivation_finds_every_jobs_series(read_by_job: dict[str, dict[str, set[str]]]) -> None:
-    # not a no-op: the producers' series are read somewhere, QuotaUsed by the quota dashboard
+    # not a no-op: the producers' series are read somewhere, both spellings of HAMi's quota by
+    # the record the quota dashboard reads
     # (node-exporter's are read through up{job="node"} and records only)
     assert set(read_by_job) >= {"gpu", "hami-scheduler", "hami-device-plugin", "kube-state-metrics",
                                 "training-operator", "kube-scheduler"}
-    assert any("gpufed-quota.json" in where for where in read_by_job["hami-scheduler"]["QuotaUsed"])
+    for name in ("QuotaUsed", "hami_resource_quota_used"):
+        assert "hami.yml:gpufed:hami_resource_quota_used" in read_by_job["hami-scheduler"][name]
     assert len(read_by_job["gpu"]) >= 20
 
 

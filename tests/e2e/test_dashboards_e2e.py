@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import hami_series
 import pytest
 from conftest import wait_for
 from dashboard_stack import (
@@ -254,6 +255,33 @@ def test_parse_only_queries_name_real_panels() -> None:
             for panel in model["panels"] for target in panel.get("targets", [])}
     assert set(PARSE_ONLY) <= keys
     assert all(reason.strip() for reason in PARSE_ONLY.values())
+
+
+def test_hami_panels_read_v2_10_names_and_count_legacy_copies_once(stack: Stack) -> None:
+    """HAMi v2.10 names on every HAMi series, legacy copies of one container, GPU and quota
+    (``hami_series.LEGACY_TOO``): each panel's sums match the v2.10 series alone."""
+    values = dict.fromkeys(["region", "node", "gpu", "namespace", "pod", "shard"], ".*")
+    gib = hami_series.GIB
+
+    def by(uid: str, title: str, label: str, ref: int = 0) -> dict[str, float]:
+        panel = next(p for p in dashboards()[uid]["panels"] if p["title"] == title)
+        return {s["metric"][label]: float(s["value"][1])
+                for s in stack.query(substitute(panel["targets"][ref]["expr"], values))}
+
+    want = {"training": 80.0 * gib, "inference": 40.0 * gib}  # 40 GiB per container's GPU
+    got = wait_for(lambda: (lambda g: g if g == want else None)(
+        by("gpufed-quota", "vGPU allocated per namespace", "namespace")),
+        timeout=CONVERGE_S, what="HAMi allocation per namespace, legacy copy counted once")
+    assert got == want
+    assert by("gpufed-quota", "HAMi quota used (limit in the limit column)", "namespace") == {
+        ns: float(v) for ns, v in hami_series.QUOTA_USED.items()}
+    # three GPUs at 40 of 80 GiB on HAMi's node (exported_node: the target carries node too)
+    per_node = "GPU memory allocated vs limit per node"
+    assert by("gpufed-quota", per_node, "node") == {hami_series.NODE: 120.0 * gib}
+    assert by("gpufed-quota", per_node, "node", 1) == {hami_series.NODE: 240.0 * gib}
+    assert by("gpufed-quota", "Containers sharing a GPU", "device_index") == {"0": 2.0, "1": 1.0, "4": 1.0}
+    used = by("gpufed-workloads", "vGPU memory used vs limit", "pod")
+    assert used == {"llm-pretrain-0": 60.0 * gib, "chat-api-0": 30.0 * gib}  # 30 GiB per vGPU
 
 
 def test_hami_scheduler_latency_and_node_nvlink_panels_read_their_sources(stack: Stack) -> None:
