@@ -292,7 +292,18 @@ def size(spec: GpufedSpec, fleet: Fleet, costs: dict[str, LineCosts]) -> Sizing:
         )
     sized = [n for r, n in by_region.items() if any(x.name == r and x.shards is None for x in spec.regions)]
     cap = math.ceil(max(sized, default=0) / spec.sharding.targets_per_shard * SHARD_CAP_HEADROOM)
-    warnings = [
+    rule_s = rule_cpu * _evaluation_interval_s(spec)
+    too_slow = (
+        [
+            f"the rule pack takes about {rule_s:.0f} s an evaluation for {total:,} series (measured on"
+            f" {cost.measured_on.get('cpus', '?')} shared cores), past master.evaluation_interval"
+            f" {spec.master.evaluation_interval if spec.master else '30s'}: groups would miss evaluations;"
+            " lengthen the interval or split the series (Thanos Receive, tenants per region)"
+        ]
+        if rule_s > _evaluation_interval_s(spec)
+        else []
+    )
+    warnings = too_slow + [
         f"region {r!r}: a fixed {shards[r]} shards hold {math.ceil(n / shards[r])} nodes each"
         f" (targets_per_shard is {spec.sharding.targets_per_shard}); drop its `shards:` to size it"
         for r, n in by_region.items()

@@ -207,7 +207,7 @@ def test_chart_and_docs_tables_are_the_models() -> None:
     for path, (name, table) in module["wanted"]().items():
         from federation.sizing.tables import block
 
-        assert block(path.read_text(), name) == table, f"{path} ({name}): python scripts/sizing_tables.py --write"
+        assert block(path.read_text(), name) == table, f"{path} ({name}): scripts/sizing_tables.py --write"
 
 
 def test_the_master_pays_for_the_rule_pack() -> None:
@@ -221,11 +221,13 @@ def test_the_master_pays_for_the_rule_pack() -> None:
     master = sized.components[1]
     expected = rules.cpu_cores(series=master.series, evaluation_interval_s=30.0)
     assert sized.master_rule_cpu_cores == pytest.approx(expected, abs=1e-4)
-    assert master.cpu_request >= costs["3"].server.cpu_cores(samples_per_s=master.samples_per_s) + expected - 0.1
+    ingest = costs["3"].server.cpu_cores(samples_per_s=master.samples_per_s)
+    assert master.cpu_request >= ingest + expected - 0.1
     assert sized.master_rule_cpu_cores > size(spec, Fleet(nodes=500), costs).master_rule_cpu_cores
     assert spec.master is not None
     slower = spec.model_copy(update={"master": spec.master.model_copy(update={"evaluation_interval": "2m"})})
-    assert size(slower, Fleet(nodes=5000), costs).master_rule_cpu_cores == pytest.approx(expected / 4, abs=1e-4)
+    quarter = size(slower, Fleet(nodes=5000), costs).master_rule_cpu_cores
+    assert quarter == pytest.approx(expected / 4, abs=1e-4)
     off = spec.model_copy(update={"master": spec.master.model_copy(update={"rule_pack": False})})
     assert size(off, Fleet(nodes=5000), costs).master_rule_cpu_cores == 0
 
@@ -248,7 +250,8 @@ def test_the_bench_fits_the_rule_pack_and_writes_costs_json() -> None:
     assert fitted["rules"]["eval_base_s"] == pytest.approx(0.004, abs=1e-5)
     # The master's memory is fitted against what it ingests, not its head (which holds the records).
     assert fitted["coefficients"]["server"]["mib_per_1k_series"] == pytest.approx(2.5, abs=0.01)
-    result = {"version": "3.9.9", **fitted, "runs": [], "measured_on": {"machine": "m", "date": "d", "command": "c"}}
+    provenance = {"machine": "m", "date": "d", "command": "c"}
+    result = {"version": "3.9.9", **fitted, "runs": [], "measured_on": provenance}
     text = merge_costs(Path("federation/sizing/costs.py").with_name("costs.json").read_text(), result)
     merged = load_costs(text)
     assert merged["3"].version == "3.9.9" and merged["3"].rules.eval_s_per_1k_series == pytest.approx(0.0007)
