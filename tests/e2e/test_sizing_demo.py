@@ -1,10 +1,11 @@
-"""gpufed size against reality (issue 40): the demo at 60 and 200 nodes, each child's and the master's
-RSS as the OS reports it (``federation.demo.procstat``) next to the model's prediction for the
-same spec and fleet. Off by more than 1.5x either way fails.
+"""gpufed size against reality (issue 40): the demo at 60 and 200 nodes, each child's and the
+master's RSS as the OS reports it (``federation.demo.procstat``) next to the model's prediction
+for the same spec and fleet. Off by more than 1.5x either way fails. About 40-50 s a size.
 
 The model's memory is its request (the predicted steady RSS, rounded up to 64 MiB), so the
-comparison uses the unrounded prediction. The master also holds its own meta-monitoring and
-the rule pack's outputs, which the model does not count; the test shows how much that is.
+comparison uses the unrounded prediction. The model's master runs the rule pack (the cost bench
+measures it with the pack); the demo's master also holds its own meta-monitoring, which the
+model does not count.
 """
 
 from __future__ import annotations
