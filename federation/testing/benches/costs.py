@@ -19,8 +19,10 @@ evaluation through the window (median), gives the seconds one evaluation of the 
 a straight line through the sizes gives seconds per evaluation per 1,000 ingested series,
 which ``gpufed size`` turns into the master's rule CPU at the spec's evaluation interval.
 
-Memory is robust on a shared machine; CPU (seconds over the window / samples per second) is
-printed but noisy when other work shares the cores, so the committed figure is the worst run.
+RSS is the median of one reading an evaluation through the window (the master's rises and
+falls by a quarter with the rules' garbage). Memory is robust on a shared machine; CPU
+(seconds over the window / samples per second) is printed but noisy when other work shares
+the cores, so the committed figure is the worst run.
 """
 
 from __future__ import annotations
@@ -210,22 +212,23 @@ def measure(
             appended0 = _metric(client, master_url, "prometheus_tsdb_head_samples_appended_total")
             cpu0 = {name: procstat.read(p.pid) for name, p in zip(("master", "child"), procs, strict=True)}
             # One reading an evaluation: the pack's groups summed (each group's last evaluation).
+            # One reading an evaluation until the window is over and a full one-minute block is
+            # cut (bytes per sample; the first block is cut at a minute boundary and may hold a
+            # few seconds only): the pack's groups summed, and each process' RSS, whose Go heap
+            # rises and falls with the rules' garbage: the fit takes the medians.
+            full = 0.8 * 60 / interval_s
             rule_s: list[float] = []
-            while time.monotonic() - started < settle_s:
-                time.sleep(min(RULE_EVAL_S, max(0.0, settle_s - (time.monotonic() - started))))
+            rss: dict[str, list[float]] = {"master": [], "child": []}
+            while time.monotonic() - started < settle_s or (
+                _fullest(work / "master", full) is None and time.monotonic() - started < settle_s + 150
+            ):
+                time.sleep(RULE_EVAL_S)
                 with contextlib.suppress(httpx.HTTPError, ValueError, IndexError):
                     rule_s.append(_metric(client, master_url, RULE_DURATION))
-            # A full one-minute block gives bytes per sample (the first block is cut at a minute
-            # boundary and may hold a few seconds only): wait for one when it is due.
-            full = 0.8 * 60 / interval_s
-            with contextlib.suppress(CostsFailed):
-                wait_until(
-                    lambda: _fullest(work / "master", full),
-                    timeout=150,
-                    what="a full block",
-                    fail=CostsFailed,
-                    interval=1.0,
-                )
+                for name, proc in zip(("master", "child"), procs, strict=True):
+                    reading = procstat.read(proc.pid)
+                    if reading is not None:
+                        rss[name].append(reading.rss_mib)
             block = _fullest(work / "master", 0.0)
             window = time.monotonic() - started
             now = {name: procstat.read(p.pid) for name, p in zip(("master", "child"), procs, strict=True)}
@@ -246,7 +249,8 @@ def measure(
                 before, after = cpu0[name], now[name]
                 if before is None or after is None:
                     raise CostsFailed(f"the {name} Prometheus is gone: see {work}")
-                figures[f"{name}_rss_mib"] = after.rss_mib
+                figures[f"{name}_rss_mib"] = round(statistics.median(rss[name] or [after.rss_mib]), 1)
+                figures[f"{name}_rss_readings"] = len(rss[name])
                 figures[f"{name}_cpu_cores"] = round((after.cpu_s - before.cpu_s) / window, 3)
             meta = json.loads((block / "meta.json").read_text())["stats"] if block else {}
             samples, series = meta.get("numSamples", 0), meta.get("numSeries", 0)
