@@ -14,12 +14,24 @@ from alertmanager.models import AlertingSpec, AlertmanagerReleaseSpec, check_reg
 from federation.grafana.models import GrafanaSpec
 from federation.master_spec import MasterSpec
 from logs.models import LogsSpec
+from sharder.kernel.models import StrictModel
 from sharder.model.loading import parse_model, read_document
 from sharder.model.spec import FederationSpec, require_https
 from thanos.models import ThanosSpec
 
 
+class FleetSpec(StrictModel):
+    """The fleet the spec is for: what ``gpufed size``, ``render --target compose`` and the
+    controller's shard cap size from when no flag names it (flags win)."""
+
+    nodes: int = Field(ge=1, le=1_000_000, description="GPU nodes")
+    gpus_per_node: int = Field(default=8, ge=0, le=64)
+    pods_per_gpu: int = Field(default=0, ge=0, le=64, description="pods sharing each GPU (0: no pod labels)")
+    hami: bool = Field(default=True, description="the exporter serves the HAMi families")
+
+
 class GpufedSpec(FederationSpec):
+    fleet: FleetSpec | None = None
     alerting: AlertingSpec | None = None
     alertmanager: AlertmanagerReleaseSpec = Field(default_factory=AlertmanagerReleaseSpec)
     master: MasterSpec | None = None

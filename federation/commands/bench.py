@@ -439,9 +439,15 @@ def costs(
     gpus: Annotated[int, typer.Option(min=1, max=64, help="simulated GPUs per node")] = 8,
     interval: Annotated[int, typer.Option(min=2, max=60, help="scrape interval in seconds")] = 10,
     settle: Annotated[float, typer.Option(min=5, max=600, help="seconds measured per size")] = 45.0,
+    into: Annotated[
+        Path | None,
+        typer.Option(help="also write this line's fitted entry into a costs.json"
+                     " (federation/sizing/costs.json)", dir_okay=False),
+    ] = None,
 ) -> Result:
-    """Real Prometheus child (agent) and master on the simulated fleet: MiB per series and per sample/s."""
-    from federation.testing.benches.costs import CostsFailed, run_costs_bench
+    """Real Prometheus child (agent) and master on the simulated fleet: MiB per series and per sample/s,
+    the master's rule pack seconds per evaluation per series."""
+    from federation.testing.benches.costs import CostsFailed, merge_costs, run_costs_bench
 
     binary = os.environ.get(f"GPUFED_STACK{stack}_BIN")
     if not binary:
@@ -458,9 +464,12 @@ def costs(
         raise typer.BadParameter(f"two or more different sizes from 1 to 2000, got {sizes!r}",
                                  param_hint="--sizes")
     try:
-        return run_costs_bench(binary=found, sizes=counts, gpus=gpus, interval_s=interval,
-                               settle_s=settle)
-    except (CostsFailed, OSError) as exc:
+        result = run_costs_bench(binary=found, sizes=counts, gpus=gpus, interval_s=interval,
+                                 settle_s=settle)
+        if into is not None:
+            into.write_text(merge_costs(into.read_text() if into.exists() else None, result))
+        return result
+    except (CostsFailed, OSError, ValueError) as exc:
         raise BenchFailed(str(exc)) from exc
 
 

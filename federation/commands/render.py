@@ -25,7 +25,7 @@ from alertmanager.errors import AmtoolError
 from federation.master import pipeline
 from federation.sizing.compose_resources import compose_resources
 from federation.sizing.costs import load_costs
-from federation.sizing.model import Fleet, size
+from federation.sizing.model import fleet_of, size
 from sharder.engine.planning import Plan
 from sharder.kernel.errors import ConfigCheckError, SharderError
 from sharder.kernel.prometheus_versions import Release
@@ -98,7 +98,8 @@ def render_command(
     lock_timeout: LockTimeoutOpt = 30.0,
     fleet_nodes: Annotated[int | None, typer.Option(
         "--fleet-nodes", min=1, max=1_000_000,
-        help="--target compose: set each service's resources from `gpufed size` for this many nodes")] = None,
+        help="--target compose: set each service's resources from `gpufed size` for this many nodes"
+        " (default: the spec's fleet.nodes, else none are set)")] = None,
 ) -> None:
     """Assign targets to shards and write every child Prometheus config into OUT."""
     checker = None if no_check else Promtool.find()
@@ -118,8 +119,9 @@ def render_command(
             )
         loaded_spec, targets = pipeline.load_inputs(spec, inventory)
         resources = None
-        if fleet_nodes is not None:
-            resources = compose_resources(size(loaded_spec, Fleet(nodes=fleet_nodes), load_costs()))
+        fleet = fleet_of(loaded_spec, nodes=fleet_nodes) if target == "compose" else None
+        if fleet is not None:
+            resources = compose_resources(size(loaded_spec, fleet, load_costs()))
         if checker is not None:
             _same_line(checker, loaded_spec.prometheus.release())
         result = pipeline.render(

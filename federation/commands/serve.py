@@ -27,6 +27,8 @@ from federation.controller.http.client_address import ProxyListError, parse_trus
 from federation.controller.http.service import ServeSettings, SettingsError, build_service
 from federation.controller.load.tracking import LoadOptions
 from federation.controller.stores.store import StoreError
+from federation.sizing.costs import load_costs
+from federation.sizing.model import default_shard_cap
 from federation.spec import GpufedSpec, load_gpufed_spec
 from sharder.engine.sizing import Hysteresis
 from sharder.kernel.promtool import Promtool
@@ -239,13 +241,14 @@ def serve_command(
         int, typer.Option(min=1, help="registrations a token may send at once before --registry-rate applies")
     ] = 100_000,
     max_shards_per_region: Annotated[
-        int,
+        int | None,
         typer.Option(
             min=1,
-            max=10_000,
-            help="shards a sized region grows to at most; past it the registry refuses new nodes (429)",
+            max=100_000,
+            help="shards a sized region grows to at most; past it the registry refuses new nodes (429)"
+            " [default: 2000, or what the spec's fleet: needs with 1.5x headroom when more (gpufed size)]",
         ),
-    ] = 2000,
+    ] = None,
     read_rate: Annotated[
         float,
         typer.Option(
@@ -445,7 +448,11 @@ def serve_command(
         registry_burst=registry_burst,
         read_rate=read_rate,
         read_burst=read_burst,
-        hysteresis=Hysteresis(max_shards=max_shards_per_region),
+        hysteresis=Hysteresis(
+            max_shards=max_shards_per_region
+            if max_shards_per_region is not None
+            else default_shard_cap(loaded, load_costs())
+        ),
         child_urls=_child_urls(child_url or []),
         child_url_template=child_url_template,
     )

@@ -1,30 +1,31 @@
 """``gpufed size``: what a spec and a fleet need, per component, from measured costs.
 
 A thin edge over ``federation.sizing.model.size``: the spec (default the shipped example),
-the fleet from flags, a table for a person or one JSON object (``--json``). ``--compare``
-adds the fleet sizes of seed 002's sizing table next to the model's figures.
+the fleet from flags, else the spec's ``fleet:``, else 500 nodes; a table for a person or one
+JSON object (``--json``). ``--compare`` adds the fleet sizes of seed 002's sizing table next
+to the model's figures (``federation.sizing.seed``).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from federation.sizing import seed
 from federation.sizing.costs import load_costs
 from federation.sizing.helm_values import helm_values as chart_values
-from federation.sizing.model import Fleet, Sizing, size
+from federation.sizing.model import DEFAULT_NODES, Sizing, default_shard_cap, fleet_of, size
 from federation.spec import load_gpufed_spec
 from sharder.kernel.errors import SpecError
 from sharder.kernel.output import dump_yaml
 
 EXAMPLE_SPEC = Path("examples/federation.yaml")
-SEED_SIZES = (50, 200, 500, 1000, 5000)
-#: Seed 002's sizing table as issue #40 quotes it; its per-size rows are not in this repository.
+#: Seed 002's sizing table in a line (the data: ``federation.sizing.seed.SEED_002``).
 SEED_TABLE = "children 8C16G or 16C32G; master 16C32G to 64C128G; 2-4 Grafana replicas behind a load balancer"
 
 
@@ -60,25 +61,26 @@ def _table(sizing: Sizing) -> Table:
     return table
 
 
-def _compare(spec_path: Path, fleet: Fleet) -> Table:
-    spec = load_gpufed_spec(spec_path)
-    costs = load_costs()
-    table = Table(title="gpufed's model next to seed 002's table (" + SEED_TABLE + ")")
-    for column in ("nodes", "children", "child req MiB", "master req", "master disk GiB", "Thanos receive"):
-        table.add_column(column, justify="right")
-    for nodes in SEED_SIZES:
-        s = size(
-            spec, Fleet(nodes=nodes, gpus=fleet.gpus, pods_per_gpu=fleet.pods_per_gpu, hami=fleet.hami), costs
-        )
-        child, master = s.components[0], s.components[1]
-        receive = next((c for c in s.components if c.name == "thanos-receive"), None)
+def _compare(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="gpufed's model next to seed 002's table (as issue #40 quotes it)")
+    for column in (
+        "nodes", "children", "child req", "seed child", "master req (each)", "of seed's smallest",
+        "master disk GiB", "seed master", "Thanos receive", "Grafana", "seed Grafana",
+    ):
+        table.add_column(column, justify="left" if column.startswith("seed") else "right")
+    for r in rows:
         table.add_row(
-            str(nodes),
-            str(child.count),
-            str(child.memory_request_mib),
-            f"{master.cpu_request:g}C {master.memory_request_mib / 1024:.1f}G",
-            f"{master.disk_gib:g}",
-            str(receive.count) if receive else "-",
+            f"{r['nodes']:,}",
+            str(r["children"]),
+            f"{r['child_cpu_request']:g}C {r['child_memory_request_mib']}Mi",
+            r["seed_child"],
+            f"{r['master_cpu_request']:g}C {r['master_memory_request_mib'] / 1024:.2f}Gi",
+            f"{r['master_cpu_share_of_seed']:.1%} CPU, {r['master_memory_share_of_seed']:.1%} mem",
+            f"{r['master_disk_gib']:g}",
+            r["seed_master"],
+            str(r["thanos_receive"] or "-"),
+            str(r["grafana"] or "-"),
+            r["seed_grafana"],
         )
     return table
 
@@ -87,12 +89,25 @@ def size_command(
     spec: Annotated[
         Path | None, typer.Option(help="spec file (default examples/federation.yaml)", dir_okay=False)
     ] = None,
-    nodes: Annotated[int, typer.Option(min=1, max=1_000_000, help="GPU nodes")] = 500,
-    gpus: Annotated[int, typer.Option(min=0, max=64, help="GPUs per node")] = 8,
+    nodes: Annotated[
+        int | None,
+        typer.Option(
+            min=1, max=1_000_000, help=f"GPU nodes [default: the spec's fleet.nodes, else {DEFAULT_NODES}]"
+        ),
+    ] = None,
+    gpus: Annotated[
+        int | None, typer.Option(min=0, max=64, help="GPUs per node [default: fleet.gpus_per_node, else 8]")
+    ] = None,
     pods_per_gpu: Annotated[
-        int, typer.Option(min=0, max=64, help="pods sharing each GPU (0: no pod labels)")
-    ] = 0,
-    hami: Annotated[bool, typer.Option("--hami/--no-hami", help="the exporter's HAMi families")] = True,
+        int | None,
+        typer.Option(
+            min=0, max=64, help="pods sharing each GPU, 0: no pod labels [default: fleet.pods_per_gpu, or 0]"
+        ),
+    ] = None,
+    hami: Annotated[
+        bool | None,
+        typer.Option("--hami/--no-hami", help="the exporter's HAMi families [default: fleet.hami, else on]"),
+    ] = None,
     compare: Annotated[
         bool, typer.Option("--compare", help="also the seed's fleet sizes, side by side")
     ] = False,
@@ -111,17 +126,24 @@ def size_command(
         raise typer.Exit(2)
     try:
         loaded = load_gpufed_spec(path)
-        fleet = Fleet(nodes=nodes, gpus=gpus, pods_per_gpu=pods_per_gpu, hami=hami)
+        fleet = fleet_of(loaded, nodes=nodes, gpus=gpus, pods_per_gpu=pods_per_gpu, hami=hami) or fleet_of(
+            loaded, nodes=DEFAULT_NODES, gpus=gpus, pods_per_gpu=pods_per_gpu, hami=hami
+        )
+        assert fleet is not None
         sizing = size(loaded, fleet, load_costs())
         if helm_values is not None:
             helm_values.write_bytes(dump_yaml(chart_values(sizing)))
     except (SpecError, ValueError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
+    rows = seed.compare(loaded, load_costs(), template=fleet) if compare else []
     if as_json:
         document = sizing.document()
         document["spec"] = str(path)
         document["seed_table"] = SEED_TABLE
+        document["serve_default_max_shards_per_region"] = default_shard_cap(loaded, load_costs())
+        if compare:
+            document["compare"] = rows
         typer.echo(json.dumps(document, sort_keys=True))
         return
     console = Console()
@@ -130,13 +152,14 @@ def size_command(
         f"single master holds at most {sizing.single_master_max_series:,} series"
         f" ({'exceeded: Thanos receive takes over' if sizing.thanos_receive_needed else 'not reached'});"
         f" --max-shards-per-region {sizing.max_shards_per_region} fits this fleet with headroom"
+        f" (gpufed serve's default for this spec: {default_shard_cap(loaded, load_costs())})"
     )
     if sizing.not_modelled:
         console.print(f"not modelled (their series are not counted): jobs {', '.join(sizing.not_modelled)}")
     for warning in sizing.warnings:
         console.print(f"warning: {warning}")
     if compare:
-        console.print(_compare(path, fleet))
+        console.print(_compare(rows))
 
 
 def register(app: typer.Typer) -> None:

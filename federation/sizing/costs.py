@@ -3,7 +3,8 @@
 ``gpufed bench costs`` measures them (real Prometheus processes on the simulated fleet) and
 prints the same ``coefficients`` block this file holds, with the machine, version, date and
 command they came from; re-running it re-derives them. Memory per series is robust on a
-shared machine; CPU per sample/s is kept too but is noisy (see ``cpu_note``).
+shared machine; CPU per sample/s is kept too but is noisy (see ``cpu_note``). ``rules``: the
+seconds one evaluation of the shipped rule pack takes at the master, per 1,000 series.
 """
 
 from __future__ import annotations
@@ -35,6 +36,22 @@ class ProcessCost:
 
 
 @dataclass(frozen=True)
+class RuleCost:
+    """What one evaluation of the shipped rule pack takes at the master, in seconds."""
+
+    eval_base_s: float
+    eval_s_per_1k_series: float
+
+    def cpu_cores(self, *, series: float, evaluation_interval_s: float) -> float:
+        """Cores the pack keeps busy: one evaluation's seconds over the interval between them."""
+        return (self.eval_base_s + self.eval_s_per_1k_series * series / 1000) / evaluation_interval_s
+
+
+#: Costs measured before the bench ran the rule pack: no rule CPU.
+NO_RULES = RuleCost(eval_base_s=0.0, eval_s_per_1k_series=0.0)
+
+
+@dataclass(frozen=True)
 class LineCosts:
     line: str
     version: str
@@ -44,6 +61,7 @@ class LineCosts:
     chunk_bytes_per_series_chunk: float
     index_bytes_per_series_per_block: float
     measured_on: dict[str, Any]
+    rules: RuleCost = NO_RULES
 
 
 def _process(data: dict[str, Any], cpu: float) -> ProcessCost:
@@ -63,6 +81,7 @@ def load_costs(text: str | None = None) -> dict[str, LineCosts]:
     out = {}
     for line, entry in raw["lines"].items():
         coefficients, cpu = entry["coefficients"], entry["cpu_cores_per_1k_samples_per_s"]
+        rules = entry.get("rules")
         out[line] = LineCosts(
             line=line,
             version=entry["version"],
@@ -74,5 +93,11 @@ def load_costs(text: str | None = None) -> dict[str, LineCosts]:
                 coefficients["server"]["index_bytes_per_series_per_block"]
             ),
             measured_on=entry["measured_on"],
+            rules=RuleCost(
+                eval_base_s=float(rules["eval_base_s"]),
+                eval_s_per_1k_series=float(rules["eval_s_per_1k_series"]),
+            )
+            if rules
+            else NO_RULES,
         )
     return out

@@ -1,9 +1,11 @@
 """A values file for the chart (helm/gpufed) from a sizing, in the chart's own value names. Pure.
 
 Only names ``helm/gpufed/values.schema.json`` has are written: the children's shards per region
-and resources, the controller's resources, the master's replicas and storage (the chart has no
-master resources yet), Thanos Receive's replicas and storage when the model needs it. The
-result is checked against the schema by the tests.
+and resources, the controller's, the master's (replicas, storage, resources: ingest and the
+rule pack), Alertmanager's and the relay's resources (the demo's measured figures: they do not
+grow with the fleet), Thanos Receive's resources (what it needs once ``thanos.enabled``) and
+its replicas and storage when the model needs it. The result is checked against the schema by
+the tests, and the chart's defaults are this file for its stated fleet (a test recomputes them).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from federation.sizing.model import Component, Sizing
+from federation.sizing.model import ALERTMANAGER, RELAY, Component, Sizing
 
 #: The chart's bound on one region's shards (values.schema.json, children.perRegion).
 CHART_MAX_SHARDS = 500
@@ -43,11 +45,19 @@ def helm_values(sizing: Sizing) -> dict[str, Any]:
             "resources": _resources(by_name["child-prometheus"]),
         },
         "controller": {"resources": _resources(by_name["controller"])},
-        "master": {"replicas": master.count, "storage": f"{max(1, math.ceil(master.disk_gib))}Gi"},
+        "master": {
+            "replicas": master.count,
+            "storage": f"{max(1, math.ceil(master.disk_gib))}Gi",
+            "resources": _resources(master),
+        },
     }
-    receive = by_name.get("thanos-receive")
-    if receive is not None:
-        values["thanos"] = {
-            "receive": {"replicas": receive.count, "storage": f"{max(1, math.ceil(receive.disk_gib))}Gi"}
-        }
+    # Written whether or not the spec alerts: the chart turns them on with alertmanager.enabled.
+    for fixed, key in ((ALERTMANAGER, "alertmanager"), (RELAY, "dingtalk")):
+        values[key] = {"resources": _resources(by_name.get(fixed.name, fixed))}
+    if sizing.receive_if_enabled is not None:
+        receive: dict[str, Any] = {"resources": _resources(sizing.receive_if_enabled)}
+        if "thanos-receive" in by_name:
+            needed = by_name["thanos-receive"]
+            receive |= {"replicas": needed.count, "storage": f"{max(1, math.ceil(needed.disk_gib))}Gi"}
+        values["thanos"] = {"receive": receive}
     return values

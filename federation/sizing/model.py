@@ -5,23 +5,28 @@ measurements (``federation.sizing.costs``). A child holds the nodes of its shard
 spec's ``load_factor`` bound; the master holds every child's series once per replica of a
 shard (the ``replica`` external label keeps HA copies apart) and each master replica gets
 all of them (one ``remote_write`` per replica). Requests are the predicted RSS; limits add
-half again for WAL replay after a restart and compaction. Past ``MASTER_CEILING_MIB`` a
-single master is not enough and Thanos Receive takes the series (``thanos-receive``).
+half again for WAL replay after a restart and compaction. The master's CPU adds the shipped
+rule pack's: one evaluation's measured seconds for its series over ``evaluation_interval``.
+Past ``MASTER_CEILING_MIB`` a single master is not enough and Thanos Receive takes the series
+(``thanos-receive``).
 
-Components gpufed does not measure (Alertmanager, the relay, the controller, Grafana) get
-fixed small figures and ``basis: fixed``; only the gpu job (the series the exporter serves)
-is modelled, other jobs of the spec are listed in ``not_modelled``.
+Components the cost bench does not measure get fixed figures: Alertmanager and the relay
+the demo's measured ones (``basis: demo``: 37 MiB and 0.4% of a core per Alertmanager, 60 MiB
+and 1.5% for the relay, ``gpufed demo --nodes 200``; neither grows with the fleet's series),
+the controller and Grafana small starting points (``basis: fixed``). Only the gpu job (the
+series the exporter serves) is modelled, other jobs of the spec are listed in ``not_modelled``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from federation.sizing.costs import LineCosts
 from federation.sizing.series import node_series
 from federation.spec import GpufedSpec
+from sharder.engine.sizing import Hysteresis
 from sharder.kernel.models import parse_duration
 
 GPU_JOB = "gpu"
@@ -58,6 +63,33 @@ class Fleet:
             raise ValueError(f"--pods-per-gpu must be from 0 to 64, got {self.pods_per_gpu}")
 
 
+#: The fleet ``gpufed size`` sizes when neither a flag nor the spec's ``fleet:`` names one.
+DEFAULT_NODES = 500
+
+
+def fleet_of(
+    spec: GpufedSpec,
+    *,
+    nodes: int | None = None,
+    gpus: int | None = None,
+    pods_per_gpu: int | None = None,
+    hami: bool | None = None,
+) -> Fleet | None:
+    """The fleet to size: each flag given wins, else the spec's ``fleet:``; None when neither
+    names the nodes (the caller decides: ``gpufed size`` takes ``DEFAULT_NODES``, compose
+    writes no resources)."""
+    stated = spec.fleet
+    count = nodes if nodes is not None else (stated.nodes if stated is not None else None)
+    if count is None:
+        return None
+    return Fleet(
+        nodes=count,
+        gpus=gpus if gpus is not None else (stated.gpus_per_node if stated is not None else 8),
+        pods_per_gpu=pods_per_gpu if pods_per_gpu is not None else (stated.pods_per_gpu if stated else 0),
+        hami=hami if hami is not None else (stated.hami if stated is not None else True),
+    )
+
+
 @dataclass(frozen=True)
 class Component:
     name: str
@@ -72,6 +104,18 @@ class Component:
     basis: str = "measured"
 
 
+#: Measured in the demo (``gpufed demo --nodes 200``): 37 MiB and 0.4% of a core per
+#: Alertmanager, 60 MiB and 1.5% for the relay; what they hold grows with alerts, not series.
+ALERTMANAGER = Component(
+    name="alertmanager", count=1, cpu_request=0.01, cpu_limit=0.5, memory_request_mib=64,
+    memory_limit_mib=256, disk_gib=1.0, basis="demo",
+)
+RELAY = Component(
+    name="dingtalk-relay", count=1, cpu_request=0.02, cpu_limit=0.5, memory_request_mib=96,
+    memory_limit_mib=256, disk_gib=0.0, basis="demo",
+)
+
+
 @dataclass(frozen=True)
 class Sizing:
     fleet: Fleet
@@ -83,6 +127,9 @@ class Sizing:
     single_master_max_series: int
     thanos_receive_needed: bool
     max_shards_per_region: int
+    master_rule_cpu_cores: float = 0.0
+    #: Thanos Receive for this fleet, whether or not ``components`` has it (an install may turn it on).
+    receive_if_enabled: Component | None = None
     not_modelled: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -109,6 +156,10 @@ def _nodes_per_region(spec: GpufedSpec, nodes: int) -> dict[str, int]:
 
 def _retention_days(spec: GpufedSpec) -> float:
     return parse_duration(spec.master.retention) / SECONDS_PER_DAY if spec.master is not None else 15.0
+
+
+def _evaluation_interval_s(spec: GpufedSpec) -> float:
+    return parse_duration(spec.master.evaluation_interval) if spec.master is not None else 30.0
 
 
 def size(spec: GpufedSpec, fleet: Fleet, costs: dict[str, LineCosts]) -> Sizing:
@@ -170,7 +221,13 @@ def size(spec: GpufedSpec, fleet: Fleet, costs: dict[str, LineCosts]) -> Sizing:
     thanos = total > single_max
     days = _retention_days(spec)
     master_count = spec.master.replicas if spec.master is not None else 1
-    master_cpu = cost.server.cpu_cores(samples_per_s=total_sps)
+    # The rule pack reads every series the master holds, once an evaluation interval.
+    rule_cpu = (
+        cost.rules.cpu_cores(series=total, evaluation_interval_s=_evaluation_interval_s(spec))
+        if spec.master is None or spec.master.rule_pack
+        else 0.0
+    )
+    master_cpu = cost.server.cpu_cores(samples_per_s=total_sps) + rule_cpu
     # Past the ceiling the master keeps a short window and Receive holds the rest.
     master_series = min(total, single_max)
     master_rss = cost.server.rss_mib(series=master_series, samples_per_s=master_series / interval)
@@ -188,51 +245,26 @@ def size(spec: GpufedSpec, fleet: Fleet, costs: dict[str, LineCosts]) -> Sizing:
             samples_per_s=round(total_sps, 1),
         )
     )
-    if thanos:
-        per_receiver = int((RECEIVE_CEILING_MIB - cost.server.base_mib) / per_mib)
-        receivers = max(RECEIVE_REPLICATION, math.ceil(total * RECEIVE_REPLICATION / per_receiver))
-        held = total * RECEIVE_REPLICATION / receivers
-        rss = cost.server.rss_mib(series=held, samples_per_s=held / interval)
-        components.append(
-            Component(
-                name="thanos-receive",
-                count=receivers,
-                cpu_request=_cores(cost.server.cpu_cores(samples_per_s=held / interval)),
-                cpu_limit=_cores(4 * cost.server.cpu_cores(samples_per_s=held / interval)),
-                memory_request_mib=_mib(rss),
-                memory_limit_mib=_mib(rss * LIMIT_FACTOR),
-                disk_gib=round(
-                    max(held * bytes_per_series_day * 1.0 * 1.2 / 2**30, 1.0), 1
-                ),  # ~1 day before upload
-                series=int(held),
-                samples_per_s=round(held / interval, 1),
-            )
-        )
+    per_receiver = int((RECEIVE_CEILING_MIB - cost.server.base_mib) / per_mib)
+    receivers = max(RECEIVE_REPLICATION, math.ceil(total * RECEIVE_REPLICATION / per_receiver))
+    held = total * RECEIVE_REPLICATION / receivers
+    rss = cost.server.rss_mib(series=held, samples_per_s=held / interval)
+    receive = Component(
+        name="thanos-receive",
+        count=receivers,
+        cpu_request=_cores(cost.server.cpu_cores(samples_per_s=held / interval)),
+        cpu_limit=_cores(4 * cost.server.cpu_cores(samples_per_s=held / interval)),
+        memory_request_mib=_mib(rss),
+        memory_limit_mib=_mib(rss * LIMIT_FACTOR),
+        disk_gib=round(max(held * bytes_per_series_day * 1.0 * 1.2 / 2**30, 1.0), 1),  # ~1 day before upload
+        series=int(held),
+        samples_per_s=round(held / interval, 1),
+    )
+    if thanos or (spec.thanos is not None and spec.thanos.mode == "receive"):
+        components.append(receive)
     if spec.alerting is not None:
-        components.append(
-            Component(
-                name="alertmanager",
-                count=len(spec.alerting.replicas),
-                cpu_request=0.1,
-                cpu_limit=0.5,
-                memory_request_mib=128,
-                memory_limit_mib=256,
-                disk_gib=1.0,
-                basis="fixed",
-            )
-        )
-        components.append(
-            Component(
-                name="dingtalk-relay",
-                count=1,
-                cpu_request=0.1,
-                cpu_limit=0.5,
-                memory_request_mib=128,
-                memory_limit_mib=256,
-                disk_gib=0.0,
-                basis="fixed",
-            )
-        )
+        components.append(replace(ALERTMANAGER, count=len(spec.alerting.replicas)))
+        components.append(RELAY)
     components.append(
         Component(
             name="controller",
@@ -260,7 +292,18 @@ def size(spec: GpufedSpec, fleet: Fleet, costs: dict[str, LineCosts]) -> Sizing:
         )
     sized = [n for r, n in by_region.items() if any(x.name == r and x.shards is None for x in spec.regions)]
     cap = math.ceil(max(sized, default=0) / spec.sharding.targets_per_shard * SHARD_CAP_HEADROOM)
-    warnings = [
+    rule_s = rule_cpu * _evaluation_interval_s(spec)
+    too_slow = (
+        [
+            f"the rule pack takes about {rule_s:.0f} s an evaluation for {total:,} series (measured on"
+            f" {cost.measured_on.get('cpus', '?')} shared cores), past master.evaluation_interval"
+            f" {spec.master.evaluation_interval if spec.master else '30s'}: groups would miss evaluations;"
+            " lengthen the interval or split the series (Thanos Receive, tenants per region)"
+        ]
+        if rule_s > _evaluation_interval_s(spec)
+        else []
+    )
+    warnings = too_slow + [
         f"region {r!r}: a fixed {shards[r]} shards hold {math.ceil(n / shards[r])} nodes each"
         f" (targets_per_shard is {spec.sharding.targets_per_shard}); drop its `shards:` to size it"
         for r, n in by_region.items()
@@ -278,5 +321,19 @@ def size(spec: GpufedSpec, fleet: Fleet, costs: dict[str, LineCosts]) -> Sizing:
         single_master_max_series=single_max,
         thanos_receive_needed=thanos,
         max_shards_per_region=max(cap, 1),
+        master_rule_cpu_cores=round(rule_cpu, 4),
+        receive_if_enabled=receive,
         not_modelled=sorted(j.name for j in spec.jobs if j.name != GPU_JOB),
     )
+
+
+def default_shard_cap(spec: GpufedSpec, costs: dict[str, LineCosts]) -> int:
+    """``--max-shards-per-region`` when the flag is not given: the controller's generic cap
+    (``Hysteresis.max_shards``, a guard against a runaway register token), raised to what the
+    spec's stated ``fleet:`` needs with ``SHARD_CAP_HEADROOM`` when that is more. Never lower:
+    a fleet that grows past its stated size still registers up to the generic cap."""
+    floor = Hysteresis().max_shards
+    fleet = fleet_of(spec)
+    if fleet is None:
+        return floor
+    return max(floor, size(spec, fleet, costs).max_shards_per_region)

@@ -427,3 +427,29 @@ def test_fleet_nodes_sets_resources_from_the_model(config: dict[str, Any]) -> No
     master_mib = int(wanted["master"]["limits"]["memory"].removesuffix("M"))
     assert masters and all(int(s["deploy"]["resources"]["limits"]["memory"]) == master_mib * 2**20
                            for s in masters)
+
+
+def test_the_specs_fleet_sizes_compose_when_no_flag_does(tmp_path: Path) -> None:
+    """A ``fleet:`` in the spec gives compose the model's resources without ``--fleet-nodes``;
+    the flag, when given, wins over it."""
+    from federation.sizing.compose_resources import compose_resources
+    from federation.sizing.costs import load_costs
+    from federation.sizing.model import Fleet, size
+    from federation.spec import load_gpufed_spec
+
+    document = yaml.safe_load(SPEC.read_text())
+    document["fleet"] = {"nodes": 3000, "gpus_per_node": 8}
+    spec = tmp_path / "federation.yaml"
+    spec.write_text(yaml.safe_dump(document))
+    loaded = load_gpufed_spec(spec)
+
+    def child_resources(*flags: str) -> Any:
+        out = tmp_path / f"render{len(flags)}" / "out"
+        result = invoke("render", "--spec", spec, "--target", "compose", "--out", out, "--no-check", *flags)
+        assert result.exit_code == 0, result.output
+        services = yaml.safe_load((out / "compose" / "monitoring.yml").read_text())["services"]
+        return next(s["deploy"]["resources"] for name, s in services.items() if name.startswith("child-"))
+
+    for flags, nodes in (((), 3000), (("--fleet-nodes", "40"), 40)):
+        want = compose_resources(size(loaded, Fleet(nodes=nodes), load_costs()))["child"]
+        assert child_resources(*flags) == want, flags

@@ -114,10 +114,14 @@ def test_each_components_resources_and_placement_reach_its_pods(chart: helm.Char
             assert spec[key] == PLACEMENT[key], (path, key)
 
 
-def test_the_defaults_give_the_master_its_measured_size() -> None:
+def test_the_defaults_size_the_master_for_the_stated_fleet() -> None:
+    """The master's default resources come from `gpufed size` for the chart's stated 100-node
+    fleet (tests/federation/test_sizing.py compares every sized value); here: they are set, and
+    the limit stands above the request (the model's 1.5x, rounded to 64 MiB)."""
     master = yaml.safe_load((CHART / "values.yaml").read_text())["master"]
-    # 771 MiB measured at 600 nodes (README): the request must hold it
-    assert master["resources"]["requests"]["memory"] == "1Gi"
+    request = int(master["resources"]["requests"]["memory"].removesuffix("Mi"))
+    limit = int(master["resources"]["limits"]["memory"].removesuffix("Mi"))
+    assert request >= 64 and limit > request, master["resources"]
 
 
 def test_children_retention_reaches_the_agents_flag(chart: helm.Chart) -> None:

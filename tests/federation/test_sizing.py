@@ -84,7 +84,7 @@ def test_cli_json_lists_every_component() -> None:
         ):
             assert key in c
     human = CliRunner().invoke(app, ["size", "--nodes", "500", "--compare"], env={"COLUMNS": "200"})
-    assert human.exit_code == 0 and "5000" in human.output and "max-shards-per-region" in human.output
+    assert human.exit_code == 0 and "5,000" in human.output and "max-shards-per-region" in human.output
 
 
 @pytest.mark.parametrize("args", [["--spec", "nope.yaml"], ["--nodes", "0"], ["--gpus", "99"]])
@@ -159,36 +159,167 @@ def test_helm_values_use_the_charts_own_names(tmp_path: Path, nodes: int) -> Non
 CHART_FLEET_NODES = 100
 
 
-def test_chart_defaults_come_from_the_model_for_their_stated_fleet() -> None:
-    """values.yaml's children and controller resources are the model's, for the fleet its comment names."""
-    from federation.sizing.helm_values import helm_values
-    from federation.spec import GpufedSpec
+def _chart_values() -> dict[str, Any]:
+    return yaml.safe_load(Path("helm/gpufed/values.yaml").read_text())
 
+
+#: values.yaml paths whose defaults are `gpufed size --helm-values` for the stated fleet.
+CHART_SIZED = (
+    ("children", "perRegion"),
+    ("children", "resources"),
+    ("controller", "resources"),
+    ("master", "resources"),
+    ("alertmanager", "resources"),
+    ("dingtalk", "resources"),
+    ("thanos", "receive", "resources"),
+)
+
+
+def _at(values: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for key in path:
+        values = values[key]
+    return values
+
+
+def test_chart_defaults_come_from_the_model_for_their_stated_fleet(tmp_path: Path) -> None:
+    """values.yaml's sized defaults are what `gpufed size --helm-values` writes for the fleet its
+    comments name, on the chart's own `federation`: a change to the model or the costs fails here."""
     text = Path("helm/gpufed/values.yaml").read_text()
-    assert f"Sized for a {CHART_FLEET_NODES}-node fleet" in text
+    assert text.count(f"Sized for a {CHART_FLEET_NODES}-node fleet") >= 3
     values = yaml.safe_load(text)
-    spec = GpufedSpec.model_validate(values["federation"])
-    wanted = helm_values(size(spec, Fleet(nodes=CHART_FLEET_NODES), load_costs()))
-    assert values["children"]["perRegion"] == wanted["children"]["perRegion"]
-    assert values["children"]["resources"] == wanted["children"]["resources"]
-    assert values["controller"]["resources"] == wanted["controller"]["resources"]
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(values["federation"]))
+    out = tmp_path / "values.yaml"
+    _register()
+    result = CliRunner().invoke(app, ["size", "--spec", str(tmp_path / "spec.yaml"), "--nodes",
+                                      str(CHART_FLEET_NODES), "--helm-values", str(out)])
+    assert result.exit_code == 0, result.output
+    wanted = yaml.safe_load(out.read_text())
+    for path in CHART_SIZED:
+        assert _at(values, path) == _at(wanted, path), path
 
 
-def test_chart_readme_table_is_the_models() -> None:
-    """The chart README's sizing rows: the model for the chart's spec without fixed shards."""
-    from federation.spec import GpufedSpec
+def test_chart_and_docs_tables_are_the_models() -> None:
+    """The chart README's and docs/sizing.md's tables are rendered from the model now (the script
+    that writes them exits 1 when they drifted)."""
+    import runpy
 
-    raw = yaml.safe_load(Path("helm/gpufed/values.yaml").read_text())["federation"]
-    for region in raw["regions"]:
-        region.pop("shards", None)
-    spec = GpufedSpec.model_validate(raw)
-    rows = re.findall(r"^\| ([\d,]+) \| (\d+) \| (\d+)m, (\d+)Mi / (\d+)Mi \| (\d+)m, (\d+)Mi / (\d+)Mi \|",
-                      Path("helm/gpufed/README.md").read_text(), flags=re.M)
-    assert len(rows) == 5
+    module = runpy.run_path("scripts/sizing_tables.py")
+    for path, (name, table) in module["wanted"]().items():
+        from federation.sizing.tables import block
+
+        assert block(path.read_text(), name) == table, f"{path} ({name}): scripts/sizing_tables.py --write"
+
+
+def test_the_master_pays_for_the_rule_pack() -> None:
+    """The master's CPU is ingest plus the rule pack's measured seconds per evaluation over the
+    spec's evaluation interval; a spec without the pack, or a slower interval, costs less."""
+    spec = load_gpufed_spec(EXAMPLE)
+    costs = load_costs()
+    rules = costs["3"].rules
+    assert rules.eval_s_per_1k_series > 0, "costs.json has no rule pack cost: gpufed bench costs --into"
+    sized = size(spec, Fleet(nodes=5000), costs)
+    master = sized.components[1]
+    expected = rules.cpu_cores(series=master.series, evaluation_interval_s=30.0)
+    assert sized.master_rule_cpu_cores == pytest.approx(expected, abs=1e-4)
+    ingest = costs["3"].server.cpu_cores(samples_per_s=master.samples_per_s)
+    assert master.cpu_request >= ingest + expected - 0.1
+    assert sized.master_rule_cpu_cores > size(spec, Fleet(nodes=500), costs).master_rule_cpu_cores
+    assert spec.master is not None
+    slower = spec.model_copy(update={"master": spec.master.model_copy(update={"evaluation_interval": "2m"})})
+    quarter = size(slower, Fleet(nodes=5000), costs).master_rule_cpu_cores
+    assert quarter == pytest.approx(expected / 4, abs=1e-4)
+    off = spec.model_copy(update={"master": spec.master.model_copy(update={"rule_pack": False})})
+    assert size(off, Fleet(nodes=5000), costs).master_rule_cpu_cores == 0
+
+
+def test_the_bench_fits_the_rule_pack_and_writes_costs_json() -> None:
+    from federation.testing.benches.costs import fit_costs, merge_costs
+
+    def run(nodes: int) -> dict[str, Any]:
+        series = nodes * 266.0
+        return {
+            "nodes": nodes, "interval_s": 10, "child_series": series, "master_series": series * 1.1,
+            "ingested_series": series, "master_samples_per_s": series / 10,
+            "child_rss_mib": 80 + 3.0 * series / 1000, "master_rss_mib": 90 + 2.5 * series / 1000,
+            "child_cpu_cores": 0.01, "master_cpu_cores": 0.02,
+            "rule_eval_s": 0.004 + 0.0007 * series / 1000,
+        }
+
+    fitted = fit_costs([run(60), run(240)])
+    assert fitted["rules"]["eval_s_per_1k_series"] == pytest.approx(0.0007, abs=1e-6)
+    assert fitted["rules"]["eval_base_s"] == pytest.approx(0.004, abs=1e-5)
+    # The master's memory is fitted against what it ingests, not its head (which holds the records).
+    assert fitted["coefficients"]["server"]["mib_per_1k_series"] == pytest.approx(2.5, abs=0.01)
+    provenance = {"machine": "m", "date": "d", "command": "c"}
+    result = {"version": "3.9.9", **fitted, "runs": [], "measured_on": provenance}
+    text = merge_costs(Path("federation/sizing/costs.py").with_name("costs.json").read_text(), result)
+    merged = load_costs(text)
+    assert merged["3"].version == "3.9.9" and merged["3"].rules.eval_s_per_1k_series == pytest.approx(0.0007)
+    assert merged["2"] == load_costs()["2"]  # the other line is kept
+
+
+def test_the_spec_states_the_fleet_and_flags_win(tmp_path: Path) -> None:
+    document = yaml.safe_load(EXAMPLE.read_text())
+    document["fleet"] = {"nodes": 1000, "gpus_per_node": 4, "pods_per_gpu": 2}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(document))
+    _register()
+
+    def fleet(*args: str) -> dict[str, Any]:
+        result = CliRunner().invoke(app, ["size", "--spec", str(path), "--json", *args])
+        assert result.exit_code == 0, result.output
+        return dict(json.loads(result.output)["fleet"])
+
+    assert fleet() == {"nodes": 1000, "gpus": 4, "pods_per_gpu": 2, "hami": True}
+    assert fleet("--nodes", "50", "--gpus", "8") == {"nodes": 50, "gpus": 8, "pods_per_gpu": 2, "hami": True}
+    assert json.loads(
+        CliRunner().invoke(app, ["size", "--json"]).output
+    )["fleet"]["nodes"] == 500  # neither: the example spec states none
+    document["fleet"] = {"nodes": 0}
+    path.write_text(yaml.safe_dump(document))
+    bad = CliRunner().invoke(app, ["size", "--spec", str(path)])
+    assert bad.exit_code == 2 and "fleet.nodes" in bad.output and "Traceback" not in bad.output
+
+
+def test_compare_puts_the_seed_table_beside_the_model() -> None:
+    from federation.sizing.seed import SEED_002
+
+    _register()
+    result = CliRunner().invoke(app, ["size", "--compare", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)["compare"]
+    assert [r["nodes"] for r in rows] == [50, 200, 500, 1000, 5000] == list(SEED_002.sizes)
+    spec, costs = load_gpufed_spec(EXAMPLE), load_costs()
     for row in rows:
-        s = size(spec, Fleet(nodes=int(row[0].replace(",", ""))), load_costs())
-        child, master = s.components[0], s.components[1]
-        assert [int(x) for x in row[1:]] == [
-            child.count, round(child.cpu_request * 1000), child.memory_request_mib, child.memory_limit_mib,
-            round(master.cpu_request * 1000), master.memory_request_mib, master.memory_limit_mib,
-        ], row
+        master = size(spec, Fleet(nodes=row["nodes"]), costs).components[1]
+        assert row["master_memory_request_mib"] == master.memory_request_mib
+        assert row["master_memory_share_of_seed"] == round(master.memory_request_mib / (32 * 1024), 4)
+        assert row["seed_master"] == "16C32G to 64C128G" and row["seed_child"] == "8C16G or 16C32G"
+    assert rows[0]["children"] < rows[-1]["children"]
+
+
+def test_150000_nodes_on_the_example_spec_fit_or_are_told_the_value() -> None:
+    """Issue 40: 300,000 targets (150,000 nodes) on the shipped spec got a bare 429. With the
+    generic cap the refusal names the setting and the value that fits; with the fleet stated in
+    the spec, the controller's default cap holds it."""
+    from federation.sizing.model import default_shard_cap
+    from federation.spec import FleetSpec
+    from sharder.engine.sizing import Hysteresis, region_refusal
+
+    spec, costs = load_gpufed_spec(EXAMPLE), load_costs()
+    nodes = 150_000
+    per_region = nodes // len(spec.regions)  # the sized regions get a third each
+    known = {f"n{i}" for i in range(per_region - 1000)}
+    new = [f"n{i}" for i in range(per_region - 1000, per_region)]
+    assert default_shard_cap(spec, costs) == Hysteresis().max_shards  # no fleet stated
+    refused = region_refusal(spec, Hysteresis(max_shards=default_shard_cap(spec, costs)), "cn-beijing",
+                             known=known, new=new)
+    fits = -(-per_region // spec.sharding.targets_per_shard)
+    assert refused is not None and f"--max-shards-per-region={fits} would fit" in refused
+    stated = spec.model_copy(update={"fleet": FleetSpec(nodes=nodes)})
+    cap = default_shard_cap(stated, costs)
+    assert cap >= fits * 1.4 and cap == size(stated, Fleet(nodes=nodes), costs).max_shards_per_region
+    assert region_refusal(spec, Hysteresis(max_shards=cap), "cn-beijing", known=known, new=new) is None
+    _register()
+    shown = CliRunner().invoke(app, ["size", "--nodes", str(nodes)], env={"COLUMNS": "200"})
+    assert f"--max-shards-per-region {cap} fits" in shown.output

@@ -12,8 +12,17 @@ samples/s. The master runs with 1-minute blocks (``--storage.tsdb.min-block-dura
 hidden flag both lines have) so a real compacted block is cut within the run: its
 ``meta.json`` samples and its bytes give bytes per sample, hence disk per series-day.
 
-Memory is robust on a shared machine; CPU (seconds over the window / samples per second) is
-printed but noisy when other work shares the cores, and is not committed as a coefficient.
+The master also runs the shipped rule pack (``federation/rules/*.yml``, as the master bundle
+carries it) every ``RULE_EVAL_S``: its memory is then part of the master's fit, and the sum of
+``prometheus_rule_group_last_duration_seconds`` over the pack's groups, sampled once an
+evaluation through the window (median), gives the seconds one evaluation of the pack takes;
+a straight line through the sizes gives seconds per evaluation per 1,000 ingested series,
+which ``gpufed size`` turns into the master's rule CPU at the spec's evaluation interval.
+
+RSS is the median of one reading an evaluation through the window (the master's rises and
+falls by a quarter with the rules' garbage). Memory is robust on a shared machine; CPU
+(seconds over the window / samples per second) is printed but noisy when other work shares
+the cores, so the committed figure is the worst run.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import datetime
 import json
 import os
 import platform
+import statistics
 import subprocess
 import tempfile
 import time
@@ -38,10 +48,15 @@ from exporter.settings import ExporterSettings
 from federation.localrun import procstat
 from federation.localrun.loopback import free_port
 from federation.localrun.waiting import wait_until
+from federation.master.render import load_rule_pack
 from sharder.kernel.prometheus_versions import binary_release
 
 #: The demo spec's gpu job keep list (federation/demo/default-spec.yaml).
 KEEP = ["DCGM_FI_.*", "gpufed_.*", "up", "scrape_.*"]
+#: The master's rule evaluation interval in the bench (the spec's default is 30 s; one
+#: evaluation's seconds do not depend on it, and 15 s gives more evaluations to take a median of).
+RULE_EVAL_S = 15
+RULE_DURATION = "prometheus_rule_group_last_duration_seconds"
 
 
 class CostsFailed(RuntimeError):
@@ -139,7 +154,15 @@ def measure(
         ],
     }
     (work / "child.yml").write_text(yaml.safe_dump(child_config))
-    (work / "master.yml").write_text(yaml.safe_dump({"global": {"scrape_interval": "60s"}}))
+    rules = work / "rules"
+    rules.mkdir()
+    for name, data in load_rule_pack().items():
+        (rules / name).write_bytes(data)
+    master_config = {
+        "global": {"scrape_interval": "60s", "evaluation_interval": f"{RULE_EVAL_S}s"},
+        "rule_files": [str(rules / "*.yml")],
+    }
+    (work / "master.yml").write_text(yaml.safe_dump(master_config))
     client = httpx.Client(timeout=10)
     try:
         with _processes() as procs:
@@ -188,18 +211,24 @@ def measure(
             started = time.monotonic()
             appended0 = _metric(client, master_url, "prometheus_tsdb_head_samples_appended_total")
             cpu0 = {name: procstat.read(p.pid) for name, p in zip(("master", "child"), procs, strict=True)}
-            time.sleep(settle_s)
-            # A full one-minute block gives bytes per sample (the first block is cut at a minute
-            # boundary and may hold a few seconds only): wait for one when it is due.
+            # One reading an evaluation: the pack's groups summed (each group's last evaluation).
+            # One reading an evaluation until the window is over and a full one-minute block is
+            # cut (bytes per sample; the first block is cut at a minute boundary and may hold a
+            # few seconds only): the pack's groups summed, and each process' RSS, whose Go heap
+            # rises and falls with the rules' garbage: the fit takes the medians.
             full = 0.8 * 60 / interval_s
-            with contextlib.suppress(CostsFailed):
-                wait_until(
-                    lambda: _fullest(work / "master", full),
-                    timeout=150,
-                    what="a full block",
-                    fail=CostsFailed,
-                    interval=1.0,
-                )
+            rule_s: list[float] = []
+            rss: dict[str, list[float]] = {"master": [], "child": []}
+            while time.monotonic() - started < settle_s or (
+                _fullest(work / "master", full) is None and time.monotonic() - started < settle_s + 150
+            ):
+                time.sleep(RULE_EVAL_S)
+                with contextlib.suppress(httpx.HTTPError, ValueError, IndexError):
+                    rule_s.append(_metric(client, master_url, RULE_DURATION))
+                for name, proc in zip(("master", "child"), procs, strict=True):
+                    reading = procstat.read(proc.pid)
+                    if reading is not None:
+                        rss[name].append(reading.rss_mib)
             block = _fullest(work / "master", 0.0)
             window = time.monotonic() - started
             now = {name: procstat.read(p.pid) for name, p in zip(("master", "child"), procs, strict=True)}
@@ -211,12 +240,17 @@ def measure(
                 "child_series": _metric(client, child_url, "prometheus_agent_active_series"),
                 "master_series": _metric(client, master_url, "prometheus_tsdb_head_series"),
                 "master_samples_per_s": round(appended / window, 1),
+                # The master's head also holds the rules' records: the fit's x is what it ingests.
+                "ingested_series": _metric(client, child_url, "prometheus_agent_active_series"),
+                "rule_eval_s": round(statistics.median(rule_s), 4) if rule_s else None,
+                "rule_eval_readings": len(rule_s),
             }
             for name in ("child", "master"):
                 before, after = cpu0[name], now[name]
                 if before is None or after is None:
                     raise CostsFailed(f"the {name} Prometheus is gone: see {work}")
-                figures[f"{name}_rss_mib"] = after.rss_mib
+                figures[f"{name}_rss_mib"] = round(statistics.median(rss[name] or [after.rss_mib]), 1)
+                figures[f"{name}_rss_readings"] = len(rss[name])
                 figures[f"{name}_cpu_cores"] = round((after.cpu_s - before.cpu_s) / window, 3)
             meta = json.loads((block / "meta.json").read_text())["stats"] if block else {}
             samples, series = meta.get("numSamples", 0), meta.get("numSeries", 0)
@@ -242,6 +276,11 @@ def _fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
+def _ingested(run: dict[str, Any]) -> float:
+    """Series the master ingests (runs before the rule pack ran have only its head's count)."""
+    return float(run.get("ingested_series") or run["master_series"])
+
+
 def binary_version(binary: str) -> str:
     """The release ``prometheus --version`` names (never assumed from the path)."""
     out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30, check=False)
@@ -260,7 +299,7 @@ def fit_costs(all_runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     fast = [r for r in all_runs if r["interval_s"] < slowest and r["nodes"] == runs[-1]["nodes"]]
     child_base, child_per = _fit([r["child_series"] / 1000 for r in runs], [r["child_rss_mib"] for r in runs])
     master_base, master_per = _fit(
-        [r["master_series"] / 1000 for r in runs], [r["master_rss_mib"] for r in runs]
+        [_ingested(r) / 1000 for r in runs], [r["master_rss_mib"] for r in runs]
     )
     child_per_ksps = master_per_ksps = 0.0
     if fast:
@@ -282,6 +321,12 @@ def fit_costs(all_runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         else (0.0, max((r["chunk_bytes_per_sample"] for r in blocks), default=0.0))
     )
     index = [r["index_bytes_per_series"] for r in all_runs if r.get("index_bytes_per_series")]
+    evaluated = [r for r in all_runs if r.get("rule_eval_s") is not None]
+    rule_base, rule_per = (
+        _fit([_ingested(r) / 1000 for r in evaluated], [r["rule_eval_s"] for r in evaluated])
+        if len({_ingested(r) for r in evaluated}) > 1
+        else (0.0, 0.0)
+    )
     per_k = [r for r in all_runs if r["master_samples_per_s"]]
     return {
         "coefficients": {
@@ -307,6 +352,14 @@ def fit_costs(all_runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 max(r["master_cpu_cores"] / (r["master_samples_per_s"] / 1000) for r in per_k), 4
             ),
             "note": "the worst run; noisy where other work shares the cores (2 shared cores here)",
+        },
+        "rules": {
+            "pack": sorted(load_rule_pack()),
+            "eval_base_s": round(max(0.0, rule_base), 5),
+            "eval_s_per_1k_series": round(max(0.0, rule_per), 6),
+            "note": f"seconds one evaluation of the shipped rule pack takes at the master (sum of"
+            f" {RULE_DURATION} over its groups, median of one reading an evaluation), per 1,000"
+            " ingested series; the model divides by the spec's master.evaluation_interval",
         },
     }
 
@@ -362,3 +415,15 @@ def run_costs_bench(
 
 def _cpus() -> int:
     return len(os.sched_getaffinity(0))
+
+
+#: What ``costs.json`` keeps of a bench result, per release line.
+ENTRY_KEYS = ("version", "coefficients", "cpu_cores_per_1k_samples_per_s", "rules", "runs", "measured_on")
+
+
+def merge_costs(text: str | None, result: dict[str, Any]) -> str:
+    """``costs.json`` (or a new one) with ``result``'s line replaced: what ``--into`` writes."""
+    document: dict[str, Any] = json.loads(text) if text else {"about": "", "lines": {}}
+    line = result["version"].split(".")[0]
+    document["lines"][line] = {key: result[key] for key in ENTRY_KEYS}
+    return json.dumps(document, indent=1, sort_keys=True) + "\n"
