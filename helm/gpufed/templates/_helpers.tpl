@@ -210,6 +210,11 @@ HAMi's jobs, the Alertmanager pods). A key the user set in .Values.federation wi
 {{- $_ := set $byRegion $region (printf "%s://%s-{ordinal}.%s.%s.svc:9090" $scheme $set $set $ns) -}}
 {{- end -}}
 {{- $monitoring := dict "child_url_by_region" $byRegion "masters" $masters "controllers" (list (printf "%s-controller.%s.svc:%d" $fullname $ns (int .Values.controller.port))) -}}
+{{- if .Values.tls.enabled -}}
+{{- /* every region with children is in child_url_by_region; the fallback (the spec's default
+host) must say https too once the children serve TLS */ -}}
+{{- $_ := set $monitoring "child_url" "https://child-{child}:9090" -}}
+{{- end -}}
 {{- $defaults := dict "replicas" (int .Values.master.replicas) "retention" .Values.master.retention "data_dir" "/prometheus" "monitoring" $monitoring -}}
 {{- $_ := set $spec "master" (merge (deepCopy ($spec.master | default dict)) $defaults) -}}
 {{- end -}}
