@@ -243,7 +243,7 @@ plain), the controller's HTTP SD, the children's writes to the masters (Thanos R
 is not rendered: plain with thanos.enabled), the Alertmanagers and the relay */ -}}
 {{- $hops := dict "scrape" (list "gpu") "http_sd" true "remote_write" (not .Values.thanos.enabled) "long_term" false "alertmanager" (and .Values.alertmanager.enabled true) "relay" (and .Values.dingtalk.enabled true) -}}
 {{- $serve := dict "cert_file" (printf "%s/tls.crt" $m) "key_file" (printf "%s/tls.key" $m) "client_auth_type" .Values.tls.clientAuthType -}}
-{{- $_ := set $spec "tls" (dict "ca_file" (printf "%s/ca.crt" $m) "cert_file" (printf "%s/tls.crt" $m) "key_file" (printf "%s/tls.key" $m) "server_name" (include "gpufed.exporterServerName" .) "hops" $hops "serve" $serve) -}}
+{{- $_ := set $spec "tls" (dict "ca_file" (printf "%s/ca.crt" $m) "cert_file" (printf "%s/%s" $m .Values.tls.clientCertFile) "key_file" (printf "%s/%s" $m .Values.tls.clientKeyFile) "server_name" (include "gpufed.exporterServerName" .) "hops" $hops "serve" $serve) -}}
 {{- end -}}
 {{- if and .Values.grafana.server.enabled (hasKey $spec "grafana") -}}
 {{- $grafana := deepCopy ($spec.grafana | default dict) -}}
