@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import shutil
+import ssl
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,6 +30,12 @@ CHART = ROOT / "helm" / "gpufed"
 RELEASE, NAMESPACE = "gpufed", "monitoring"
 #: StatefulSet replicas left out (CPU): one master runs; every child runs (each owns a shard).
 MAX_REPLICAS = {f"{RELEASE}-master": 1}
+#: ``--tls``: the Secret ``tls.existingSecret`` names, made from ``gpufed certs``' files, and the
+#: name every client checks in the servers' certificate (the chart's: the exporter Service's).
+TLS_SECRET = f"{RELEASE}-tls"
+TLS_SERVER_NAME = f"{RELEASE}-exporter.{NAMESPACE}.svc"
+TLS_VALUES = {"enabled": True, "existingSecret": TLS_SECRET, "clientCertFile": "client.crt",
+              "clientKeyFile": "client.key"}
 
 
 def default_region() -> str:
@@ -37,11 +44,15 @@ def default_region() -> str:
     return str(values["federation"]["regions"][0]["name"])
 
 
-def render(*, token: str, region: str) -> list[dict[str, Any]]:
-    """``helm template gpufed helm/gpufed -n monitoring`` with only a token and the default region."""
+def render(*, token: str, region: str, tls: bool = False) -> list[dict[str, Any]]:
+    """``helm template gpufed helm/gpufed -n monitoring`` with only a token and the default region
+    (and, with ``tls``, ``tls.enabled`` with an existing Secret: see ``tls_secret``)."""
     import helm_python as helm
 
-    values = {"controller": {"token": {"value": token}}, "discovery": {"defaultRegion": region}}
+    values: dict[str, Any] = {"controller": {"token": {"value": token}},
+                              "discovery": {"defaultRegion": region}}
+    if tls:
+        values["tls"] = dict(TLS_VALUES)
     out = helm.Chart.load(CHART).render(values, name=RELEASE, namespace=NAMESPACE)
     return [
         doc
@@ -52,8 +63,28 @@ def render(*, token: str, region: str) -> list[dict[str, Any]]:
     ]
 
 
-def query(run: HelmRun, expr: str, master: str = f"{RELEASE}-master-0") -> list[dict[str, Any]]:
-    status, body = run.http_get(master, 9090, f"/api/v1/query?query={quote(expr)}")
+def tls_secret(folder: Path) -> tuple[dict[str, Any], ssl.SSLContext]:
+    """``gpufed certs folder --host <exporter Service>`` as the Secret an operator would make
+    (``kubectl create secret generic --from-file``: the server pair as tls.crt/tls.key, the
+    client pair as client.crt/client.key, ca.crt), and a client context presenting the pair."""
+    from webconfig.certs import make_certs
+
+    make_certs(folder, hosts=[TLS_SERVER_NAME], client_name="prometheus", days=2, ca_days=2)
+    keys = {"ca.crt": "ca.crt", "tls.crt": "server.crt", "tls.key": "server.key",
+            "client.crt": "client.crt", "client.key": "client.key"}
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+              "metadata": {"name": TLS_SECRET, "namespace": NAMESPACE},
+              "stringData": {key: (folder / name).read_text() for key, name in keys.items()}}
+    context = ssl.create_default_context(cafile=str(folder / "ca.crt"))
+    context.load_cert_chain(str(folder / "client.crt"), str(folder / "client.key"))
+    return secret, context
+
+
+def query(
+    run: HelmRun, expr: str, master: str = f"{RELEASE}-master-0", *, tls: ssl.SSLContext | None = None
+) -> list[dict[str, Any]]:
+    status, body = run.http_get(master, 9090, f"/api/v1/query?query={quote(expr)}",
+                                tls=None if tls is None else (tls, TLS_SERVER_NAME))
     if status != 200:
         raise HelmRunError(f"{master} answered {status} to {expr}: {body[:200]!r}")
     return list(json.loads(body)["data"]["result"])
@@ -70,9 +101,9 @@ def expected_targets(run: HelmRun) -> dict[str, str]:
     return out
 
 
-def targets_up(run: HelmRun, region: str) -> dict[str, Any]:
+def targets_up(run: HelmRun, region: str, *, tls: ssl.SSLContext | None = None) -> dict[str, Any]:
     expected = expected_targets(run)
-    series = query(run, 'up{job=~"gpu|node"} == 1')
+    series = query(run, 'up{job=~"gpu|node"} == 1', tls=tls)
     up = {(s["metric"].get("instance"), s["metric"].get("job")) for s in series}
     regions = {s["metric"].get("instance"): s["metric"].get("region") for s in series}
     missing = sorted(f"{job} {i}" for i, job in expected.items() if (i, job) not in up)
@@ -95,12 +126,17 @@ def run_helm_bench(
     timeout: float = 110.0,
     say: Callable[[str], None] = lambda line: None,
     keep: Path | None = None,
+    tls: bool = False,
 ) -> dict[str, Any]:
     where = Path(tempfile.mkdtemp(prefix="gpufed-helm-")) if keep is None else keep
     started = time.monotonic()
     region = default_region()
     try:
-        objects = render(token=secrets.token_hex(16), region=region)
+        objects = render(token=secrets.token_hex(16), region=region, tls=tls)
+        client: ssl.SSLContext | None = None
+        if tls:
+            secret, client = tls_secret(where / "certs")
+            objects.append(secret)
         run = HelmRun(
             objects=objects,
             namespace=NAMESPACE,
@@ -118,7 +154,7 @@ def run_helm_bench(
             leader_s = round(time.monotonic() - started, 1)
             targets = wait(
                 lambda: (lambda t: t if not t["missing"] and not t["wrong_region"] else None)(
-                    targets_up(run, region)
+                    targets_up(run, region, tls=client)
                 ),
                 timeout=timeout,
                 what="every Node's targets up at the master",
@@ -127,6 +163,7 @@ def run_helm_bench(
                 **{k: v for k, v in targets.items() if k not in ("missing", "wrong_region")},
                 "alerts_delivered": 0,  # a token-only install renders no Alertmanager or relay
                 "default_region": region,
+                "tls": tls,
                 "leader": holder,
                 "nodes": nodes,
                 "pods": len(run.pods),
