@@ -232,3 +232,35 @@ def test_config_sync_py_fetches_with_the_client_certificate_and_reloads(
         assert not list((tmp_path / "config").glob("*.tmp"))
     finally:
         server.stop()
+
+
+def test_the_python_probe_presents_the_client_certificate(chart: helm.Chart, tmp_path: Path) -> None:
+    """The controller's and relay's exec probe, run against a server requiring client certificates."""
+    pki = Pki(tmp_path)
+    server_leaf, client_leaf = pki.server(), pki.client()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki.ca_file))
+    context.load_cert_chain(str(server_leaf.cert), str(server_leaf.key))
+    context.verify_mode = ssl.CERT_REQUIRED
+    objects = render(chart, values(ALL_VALUES))
+    probe = container(find(objects, "Deployment", "-controller"), "controller")["readinessProbe"]
+    command = probe["exec"]["command"]
+    assert command[:2] == ["python3", "-c"] and probe["timeoutSeconds"] == 5
+    server = LoopbackHTTPServer(FakeController, ssl_context=context).start()
+    FakeController.files = {"/readyz": b"ok"}
+    http_config = tmp_path / "http-client.yml"
+
+    def run(*, cert: bool) -> int:
+        tls = {"ca_file": str(pki.ca_file), "server_name": "localhost"}
+        if cert:
+            tls |= {"cert_file": str(client_leaf.cert), "key_file": str(client_leaf.key)}
+        http_config.write_text(yaml.safe_dump({"tls_config": tls}))
+        code = (command[2].replace("/etc/gpufed/web/http-client.yml", str(http_config))
+                .replace("https://127.0.0.1:8080", server.url))
+        return subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(ROOT)},
+                              capture_output=True, timeout=60, check=False).returncode
+
+    try:
+        assert run(cert=True) == 0
+        assert run(cert=False) != 0
+    finally:
+        server.stop()
