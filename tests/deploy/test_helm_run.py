@@ -137,7 +137,8 @@ def test_the_rendered_workloads_discover_unlabelled_nodes_and_the_master_has_eve
 def test_with_tls_every_hop_speaks_mtls_and_the_master_has_every_target_up(tmp_path: Path) -> None:
     """``tls.enabled`` with an existing Secret from ``gpufed certs``: the controller serves HTTP SD
     and calls the children and the master over TLS, the children scrape the exporters and write
-    to the master with the client certificate, the config sync fetches and reloads over TLS."""
+    to the master with the client certificate, the master sends alerts to the Alertmanagers over
+    TLS, the config sync fetches and reloads over TLS."""
     region = bench.default_region()
     objects = bench.render(token=secrets.token_hex(16), region=region, tls=True)
     secret, client = bench.tls_secret(tmp_path / "certs")
@@ -175,5 +176,15 @@ def test_with_tls_every_hop_speaks_mtls_and_the_master_has_every_target_up(tmp_p
                 assert t["health"] == "up", t
                 schemes[t["labels"]["job"]] = t["scrapeUrl"].split(":", 1)[0]
         assert schemes == {"gpu": "https", "node": "http"}  # node-exporter serves plain HTTP
+        # the master sends to both Alertmanagers over mTLS (their config synced over TLS too)
+        alerting = wait(
+            lambda: (lambda a: a if a["alertmanagers_with_watchdog"] == a["alertmanagers"] else None)(
+                bench.alerting_over_tls(run, client)
+            ),
+            timeout=STEP_TIMEOUT_S,
+            what="the Watchdog at every Alertmanager",
+        )
+        assert alerting == {
+            "alertmanagers": 2, "alertmanagers_https_at_master": 2, "alertmanagers_with_watchdog": 2}
         assert not run.failures()
     assert run.network.existing() == []
