@@ -18,6 +18,7 @@ COPY federation federation
 COPY thanos thanos
 COPY alertmanager alertmanager
 COPY logs logs
+COPY webconfig webconfig
 RUN pip install --no-cache-dir --require-hashes --no-deps -r requirements/runtime.txt \
     && pip install --no-cache-dir --no-deps --no-build-isolation . && rm -rf /src \
     && mkdir -p /var/lib/gpufed && chown 65534:65534 /var/lib/gpufed

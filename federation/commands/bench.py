@@ -417,6 +417,7 @@ def helm(
     nodes: Annotated[int, typer.Option(min=1, max=50, help="Nodes, no region label")]
     = 2,
     timeout: Annotated[float, typer.Option(min=10, max=1800, help="seconds each step may take")] = 110.0,
+    tls: Annotated[bool, typer.Option(help="tls.enabled, an existing Secret from gpufed certs")] = False,
 ) -> Result:
     """The chart rendered with only a token and discovery.defaultRegion, its workloads run as pods (root)."""
     from federation.testing.benches.helm import run_helm_bench
@@ -427,7 +428,7 @@ def helm(
         raise BenchFailed("the Helm runner needs root (ip netns, unshare --mount)")
     signal.signal(signal.SIGTERM, _raise_interrupt)  # a CI timeout unwinds: namespaces and processes go
     try:
-        return run_helm_bench(nodes=nodes, timeout=timeout, say=_say)
+        return run_helm_bench(nodes=nodes, timeout=timeout, say=_say, tls=tls)
     except (HelmRunError, PodError, OSError) as exc:
         raise BenchFailed(str(exc)) from exc
 

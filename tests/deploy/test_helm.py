@@ -247,12 +247,13 @@ def test_controller_knows_every_child_pod(chart: helm.Chart, values_file: Path, 
         for o in objects if o["kind"] == "StatefulSet" and "-child-" in o["metadata"]["name"]
         for i in range(o["spec"]["replicas"])
     }
-    hosts = {url.removeprefix("http://").removesuffix(":9090") for url in urls.values()}
+    scheme = "https://" if values(values_file).get("tls", {}).get("enabled") else "http://"
+    hosts = {url.removeprefix(scheme).removesuffix(":9090") for url in urls.values()}
     assert hosts == pods
     # the pod that runs a child fetches that child's config: config-sync.sh's naming
     script = find(objects, "ConfigMap", "-scripts")["data"]["config-sync.sh"]
     for child, url in urls.items():
-        pod = url.removeprefix("http://").split(".")[0]
+        pod = url.removeprefix(scheme).split(".")[0]
         region = next(r for r in chart_regions(objects) if pod.startswith(f"gpufed-child-{r}-"))
         rf = str(assignment.replication_factor)
         done = subprocess.run(["sh", "-c", script.split("fetch() {")[0] + 'echo "$CHILD"'],

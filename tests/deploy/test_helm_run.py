@@ -132,3 +132,59 @@ def test_the_rendered_workloads_discover_unlabelled_nodes_and_the_master_has_eve
     assert run.network.existing() == []
     assert not [pid for pid in pids if _alive(pid)]
     assert not (tmp_path / "run" / "root").exists()
+
+
+def test_with_tls_every_hop_speaks_mtls_and_the_master_has_every_target_up(tmp_path: Path) -> None:
+    """``tls.enabled`` with an existing Secret from ``gpufed certs``: the controller serves HTTP SD
+    and calls the children and the master over TLS, the children scrape the exporters and write
+    to the master with the client certificate, the master sends alerts to the Alertmanagers over
+    TLS, the config sync fetches and reloads over TLS."""
+    region = bench.default_region()
+    objects = bench.render(token=secrets.token_hex(16), region=region, tls=True)
+    secret, client = bench.tls_secret(tmp_path / "certs")
+    run = HelmRun(
+        objects=[*objects, secret],
+        namespace=bench.NAMESPACE,
+        nodes=[f"gpu-node-{i:03d}" for i in range(NODES)],
+        workdir=tmp_path / "run",
+        max_replicas=bench.MAX_REPLICAS,
+        say=lambda line: None,
+    )
+    tls = (client, bench.TLS_SERVER_NAME)
+    with run:
+        try:
+            targets = wait(
+                lambda: (lambda t: t if not t["missing"] and not t["wrong_region"] else None)(
+                    bench.targets_up(run, region, tls=client)
+                ),
+                timeout=2 * STEP_TIMEOUT_S,
+                what="every target up at the master over TLS",
+            )
+        except HelmRunError:
+            logs = sorted((tmp_path / "run" / "logs").glob("*.log"))
+            tails = {p.name: p.read_text()[-1500:] for p in logs}
+            pytest.fail(f"targets not up; failures {run.failures()}; logs {json.dumps(tails)[:20000]}")
+        assert targets["targets_up_at_master"] == targets["targets_expected"] == 2 * NODES
+        # the master and the children serve TLS only: a plain request is answered 400 by Go's server
+        assert run.http_get("gpufed-master-0", 9090, "/-/ready")[0] == 400
+        schemes = {}
+        for pod in (p for p in run.pods if p.startswith("gpufed-child-")):
+            assert run.http_get(pod, 9090, "/-/ready")[0] == 400
+            status, body = run.http_get(pod, 9090, "/api/v1/targets?state=active", tls=tls)
+            assert status == 200
+            for t in json.loads(body)["data"]["activeTargets"]:
+                assert t["health"] == "up", t
+                schemes[t["labels"]["job"]] = t["scrapeUrl"].split(":", 1)[0]
+        assert schemes == {"gpu": "https", "node": "http"}  # node-exporter serves plain HTTP
+        # the master sends to both Alertmanagers over mTLS (their config synced over TLS too)
+        alerting = wait(
+            lambda: (lambda a: a if a["alertmanagers_with_watchdog"] == a["alertmanagers"] else None)(
+                bench.alerting_over_tls(run, client)
+            ),
+            timeout=STEP_TIMEOUT_S,
+            what="the Watchdog at every Alertmanager",
+        )
+        assert alerting == {
+            "alertmanagers": 2, "alertmanagers_https_at_master": 2, "alertmanagers_with_watchdog": 2}
+        assert not run.failures()
+    assert run.network.existing() == []

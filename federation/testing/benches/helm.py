@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import shutil
+import ssl
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,6 +30,25 @@ CHART = ROOT / "helm" / "gpufed"
 RELEASE, NAMESPACE = "gpufed", "monitoring"
 #: StatefulSet replicas left out (CPU): one master runs; every child runs (each owns a shard).
 MAX_REPLICAS = {f"{RELEASE}-master": 1}
+#: ``--tls``: the Secret ``tls.existingSecret`` names, made from ``gpufed certs``' files, and the
+#: name every client checks in the servers' certificate (the chart's: the exporter Service's).
+TLS_SECRET = f"{RELEASE}-tls"
+TLS_SERVER_NAME = f"{RELEASE}-exporter.{NAMESPACE}.svc"
+TLS_VALUES = {"enabled": True, "existingSecret": TLS_SECRET, "clientCertFile": "client.crt",
+              "clientKeyFile": "client.key"}
+#: ``--tls`` also runs the Alertmanagers, so the master -> Alertmanager hop runs too. Not the
+#: relay: the controller masks a DingTalk robot URL in the dingtalk.yml it serves (the URL is
+#: the credential), so the chart's relay cannot start from it; its webhook goes nowhere here.
+TLS_ALERTING = {
+    "federation": {"alerting": {
+        "robots": [{"name": "sre", "url": "https://oapi.dingtalk.com/robot/send?access_token=${DINGTALK_TOKEN}",
+                    "secret": "${DINGTALK_SECRET}"}],
+        "receivers": [{"name": "sre", "robots": ["sre"]}],
+        "default_receiver": "sre",
+        "relay_url": "http://relay.invalid:8060",
+    }},
+    "alertmanager": {"enabled": True, "replicas": 2},
+}
 
 
 def default_region() -> str:
@@ -37,11 +57,16 @@ def default_region() -> str:
     return str(values["federation"]["regions"][0]["name"])
 
 
-def render(*, token: str, region: str) -> list[dict[str, Any]]:
-    """``helm template gpufed helm/gpufed -n monitoring`` with only a token and the default region."""
+def render(*, token: str, region: str, tls: bool = False) -> list[dict[str, Any]]:
+    """``helm template gpufed helm/gpufed -n monitoring`` with only a token and the default region
+    (and, with ``tls``, ``tls.enabled`` with an existing Secret: see ``tls_secret``)."""
     import helm_python as helm
 
-    values = {"controller": {"token": {"value": token}}, "discovery": {"defaultRegion": region}}
+    values: dict[str, Any] = {"controller": {"token": {"value": token}},
+                              "discovery": {"defaultRegion": region}}
+    if tls:
+        values["tls"] = dict(TLS_VALUES)
+        values.update(TLS_ALERTING)
     out = helm.Chart.load(CHART).render(values, name=RELEASE, namespace=NAMESPACE)
     return [
         doc
@@ -52,8 +77,28 @@ def render(*, token: str, region: str) -> list[dict[str, Any]]:
     ]
 
 
-def query(run: HelmRun, expr: str, master: str = f"{RELEASE}-master-0") -> list[dict[str, Any]]:
-    status, body = run.http_get(master, 9090, f"/api/v1/query?query={quote(expr)}")
+def tls_secret(folder: Path) -> tuple[dict[str, Any], ssl.SSLContext]:
+    """``gpufed certs folder --host <exporter Service>`` as the Secret an operator would make
+    (``kubectl create secret generic --from-file``: the server pair as tls.crt/tls.key, the
+    client pair as client.crt/client.key, ca.crt), and a client context presenting the pair."""
+    from webconfig.certs import make_certs
+
+    make_certs(folder, hosts=[TLS_SERVER_NAME], client_name="prometheus", days=2, ca_days=2)
+    keys = {"ca.crt": "ca.crt", "tls.crt": "server.crt", "tls.key": "server.key",
+            "client.crt": "client.crt", "client.key": "client.key"}
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+              "metadata": {"name": TLS_SECRET, "namespace": NAMESPACE},
+              "stringData": {key: (folder / name).read_text() for key, name in keys.items()}}
+    context = ssl.create_default_context(cafile=str(folder / "ca.crt"))
+    context.load_cert_chain(str(folder / "client.crt"), str(folder / "client.key"))
+    return secret, context
+
+
+def query(
+    run: HelmRun, expr: str, master: str = f"{RELEASE}-master-0", *, tls: ssl.SSLContext | None = None
+) -> list[dict[str, Any]]:
+    status, body = run.http_get(master, 9090, f"/api/v1/query?query={quote(expr)}",
+                                tls=None if tls is None else (tls, TLS_SERVER_NAME))
     if status != 200:
         raise HelmRunError(f"{master} answered {status} to {expr}: {body[:200]!r}")
     return list(json.loads(body)["data"]["result"])
@@ -70,9 +115,9 @@ def expected_targets(run: HelmRun) -> dict[str, str]:
     return out
 
 
-def targets_up(run: HelmRun, region: str) -> dict[str, Any]:
+def targets_up(run: HelmRun, region: str, *, tls: ssl.SSLContext | None = None) -> dict[str, Any]:
     expected = expected_targets(run)
-    series = query(run, 'up{job=~"gpu|node"} == 1')
+    series = query(run, 'up{job=~"gpu|node"} == 1', tls=tls)
     up = {(s["metric"].get("instance"), s["metric"].get("job")) for s in series}
     regions = {s["metric"].get("instance"): s["metric"].get("region") for s in series}
     missing = sorted(f"{job} {i}" for i, job in expected.items() if (i, job) not in up)
@@ -85,6 +130,21 @@ def targets_up(run: HelmRun, region: str) -> dict[str, Any]:
     }
 
 
+def alerting_over_tls(run: HelmRun, client: ssl.SSLContext) -> dict[str, Any]:
+    """The master's Alertmanagers (their URLs' scheme) and those holding its Watchdog alert, read
+    over TLS: the master -> Alertmanager hop works when every one has it."""
+    tls = (client, TLS_SERVER_NAME)
+    status, body = run.http_get(f"{RELEASE}-master-0", 9090, "/api/v1/alertmanagers", tls=tls)
+    active = json.loads(body)["data"]["activeAlertmanagers"] if status == 200 else []
+    holding = 0
+    pods = sorted(p for p, pod in run.pods.items() if pod.workload == f"StatefulSet/{RELEASE}-alertmanager")
+    for pod in pods:
+        status, body = run.http_get(pod, 9093, "/api/v2/alerts", tls=tls)
+        holding += status == 200 and any(a["labels"].get("alertname") == "Watchdog" for a in json.loads(body))
+    return {"alertmanagers": len(pods), "alertmanagers_https_at_master":
+            sum(a["url"].startswith("https://") for a in active), "alertmanagers_with_watchdog": holding}
+
+
 def leader(run: HelmRun) -> str:
     return run.lease_holder(f"{RELEASE}-controller")
 
@@ -95,12 +155,17 @@ def run_helm_bench(
     timeout: float = 110.0,
     say: Callable[[str], None] = lambda line: None,
     keep: Path | None = None,
+    tls: bool = False,
 ) -> dict[str, Any]:
     where = Path(tempfile.mkdtemp(prefix="gpufed-helm-")) if keep is None else keep
     started = time.monotonic()
     region = default_region()
     try:
-        objects = render(token=secrets.token_hex(16), region=region)
+        objects = render(token=secrets.token_hex(16), region=region, tls=tls)
+        client: ssl.SSLContext | None = None
+        if tls:
+            secret, client = tls_secret(where / "certs")
+            objects.append(secret)
         run = HelmRun(
             objects=objects,
             namespace=NAMESPACE,
@@ -118,15 +183,26 @@ def run_helm_bench(
             leader_s = round(time.monotonic() - started, 1)
             targets = wait(
                 lambda: (lambda t: t if not t["missing"] and not t["wrong_region"] else None)(
-                    targets_up(run, region)
+                    targets_up(run, region, tls=client)
                 ),
                 timeout=timeout,
                 what="every Node's targets up at the master",
             )
+            alerting: dict[str, Any] = {}
+            if client is not None:
+                alerting = wait(
+                    lambda: (lambda a: a if a["alertmanagers_with_watchdog"] == a["alertmanagers"] else None)(
+                        alerting_over_tls(run, client)
+                    ),
+                    timeout=timeout,
+                    what="the master's Watchdog at every Alertmanager over TLS",
+                )
             result = {
                 **{k: v for k, v in targets.items() if k not in ("missing", "wrong_region")},
-                "alerts_delivered": 0,  # a token-only install renders no Alertmanager or relay
+                **alerting,
+                "alerts_delivered": 0,  # no relay runs (a token-only install; with --tls, see TLS_ALERTING)
                 "default_region": region,
+                "tls": tls,
                 "leader": holder,
                 "nodes": nodes,
                 "pods": len(run.pods),

@@ -73,7 +73,13 @@ call with (dict "ctx" $ "image" <string or map>)
 {{- end -}}
 
 {{- define "gpufed.controllerURL" -}}
-http://{{ include "gpufed.fullname" . }}-controller.{{ .Release.Namespace }}.svc:{{ .Values.controller.port }}
+{{ include "gpufed.scheme" . }}://{{ include "gpufed.fullname" . }}-controller.{{ .Release.Namespace }}.svc:{{ .Values.controller.port }}
+{{- end -}}
+
+{{/* The scheme of every in-release URL: https once tls.enabled (every server of the release
+serves TLS then; docs/tls-install.md) */}}
+{{- define "gpufed.scheme" -}}
+{{- ternary "https" "http" (.Values.tls.enabled | default false) -}}
 {{- end -}}
 
 {{/*
@@ -82,9 +88,18 @@ already checked by promtool/amtool, into /config; a changed file triggers a relo
 call with (dict "ctx" $ "name" "sync" "files" (list ...) "loop" true "reload" "http://...")
 */}}
 {{- define "gpufed.configSync" -}}
+{{- $tls := .ctx.Values.tls.enabled -}}
 - name: {{ .name }}
+  {{- if $tls }}
+  # TLS: the controller and the local server require the client certificate, which busybox's
+  # wget cannot present; gpufed's image runs the same steps with Python (http-client.yml)
+  image: {{ include "gpufed.image" .ctx }}
+  imagePullPolicy: {{ .ctx.Values.image.pullPolicy }}
+  command: ["python3", "/scripts/config-sync.py"]
+  {{- else }}
   image: {{ include "gpufed.componentImage" (dict "ctx" .ctx "name" "busybox") }}
   command: ["sh", "/scripts/config-sync.sh"]
+  {{- end }}
   env:
     - name: GPUFED_URL
       value: {{ include "gpufed.controllerURL" .ctx | quote }}
@@ -93,7 +108,10 @@ call with (dict "ctx" $ "name" "sync" "files" (list ...) "loop" true "reload" "h
     - name: LOOP_SECONDS
       value: {{ if .loop }}{{ .ctx.Values.children.syncInterval | quote }}{{ else }}"0"{{ end }}
     - name: RELOAD_URL
-      value: {{ .reload | default "" | quote }}
+      value: {{ ternary (.reload | default "" | replace "http://" "https://") (.reload | default "") $tls | quote }}
+    {{- if $tls }}
+    - {name: HTTP_CONFIG_FILE, value: {{ include "gpufed.webConfigDir" .ctx }}/http-client.yml}
+    {{- end }}
     - name: GPUFED_READ_TOKEN  # read scope: the controller's budget never throttles its own install
       valueFrom:
         secretKeyRef: {name: {{ .ctx.Values.controller.token.existingSecret | default (printf "%s-controller-token" (include "gpufed.fullname" .ctx)) }}, key: GPUFED_READ_TOKEN, optional: true}
@@ -103,9 +121,18 @@ call with (dict "ctx" $ "name" "sync" "files" (list ...) "loop" true "reload" "h
   volumeMounts:
     - {name: config, mountPath: /config}
     - {name: scripts, mountPath: /scripts, readOnly: true}
+    {{- if $tls }}
+    - {name: web-config, mountPath: {{ include "gpufed.webConfigDir" .ctx }}, readOnly: true}
+    {{- include "gpufed.tlsMount" .ctx | nindent 4 }}
+    {{- end }}
   resources:
+    {{- if $tls }}
+    requests: {cpu: 10m, memory: 32Mi}
+    limits: {memory: 96Mi}   # Python, pydantic and yaml (webconfig.client) loaded
+    {{- else }}
     requests: {cpu: 10m, memory: 16Mi}
     limits: {memory: 32Mi}
+    {{- end }}
 {{- end -}}
 
 {{/* Thanos Receive hashrings: every receive pod by its stable DNS name; ketama, as gpufed
@@ -138,13 +165,14 @@ HAMi's jobs, the Alertmanager pods). A key the user set in .Values.federation wi
 {{- range $i := until (int .Values.master.replicas) -}}
 {{- $masters = append $masters (printf "%s-master-%d.%s-master.%s.svc:9090" $fullname $i $fullname $ns) -}}
 {{- end -}}
+{{- $scheme := include "gpufed.scheme" . -}}
 {{- if not (hasKey $spec "remote_write") -}}
 {{- $writes := list -}}
 {{- if .Values.thanos.enabled -}}
 {{- $writes = append $writes (dict "name" "thanos-receive" "url" (printf "http://%s-thanos-receive.%s.svc:19291/api/v1/receive" $fullname $ns)) -}}
 {{- else if .Values.master.enabled -}}
 {{- range $i, $m := $masters -}}
-{{- $writes = append $writes (dict "name" (printf "master-%d" $i) "url" (printf "http://%s/api/v1/write" $m)) -}}
+{{- $writes = append $writes (dict "name" (printf "master-%d" $i) "url" (printf "%s://%s/api/v1/write" $scheme $m)) -}}
 {{- end -}}
 {{- end -}}
 {{- $_ := set $spec "remote_write" $writes -}}
@@ -179,9 +207,14 @@ HAMi's jobs, the Alertmanager pods). A key the user set in .Values.federation wi
 {{- $byRegion := dict -}}
 {{- range $region, $count := .Values.children.perRegion -}}
 {{- $set := include "gpufed.childSet" (dict "ctx" $ "region" $region) -}}
-{{- $_ := set $byRegion $region (printf "http://%s-{ordinal}.%s.%s.svc:9090" $set $set $ns) -}}
+{{- $_ := set $byRegion $region (printf "%s://%s-{ordinal}.%s.%s.svc:9090" $scheme $set $set $ns) -}}
 {{- end -}}
 {{- $monitoring := dict "child_url_by_region" $byRegion "masters" $masters "controllers" (list (printf "%s-controller.%s.svc:%d" $fullname $ns (int .Values.controller.port))) -}}
+{{- if .Values.tls.enabled -}}
+{{- /* every region with children is in child_url_by_region; the fallback (the spec's default
+host) must say https too once the children serve TLS */ -}}
+{{- $_ := set $monitoring "child_url" "https://child-{child}:9090" -}}
+{{- end -}}
 {{- $defaults := dict "replicas" (int .Values.master.replicas) "retention" .Values.master.retention "data_dir" "/prometheus" "monitoring" $monitoring -}}
 {{- $_ := set $spec "master" (merge (deepCopy ($spec.master | default dict)) $defaults) -}}
 {{- end -}}
@@ -193,7 +226,7 @@ HAMi's jobs, the Alertmanager pods). A key the user set in .Values.federation wi
 {{- end -}}
 {{- $alerting := merge (dict "replicas" $replicas) (deepCopy $spec.alerting) -}}
 {{- if and .Values.dingtalk.enabled (not (hasKey $alerting "relay_url")) -}}
-{{- $_ := set $alerting "relay_url" (printf "http://%s-dingtalk.%s.svc:%d" $fullname $ns (int .Values.dingtalk.port)) -}}
+{{- $_ := set $alerting "relay_url" (printf "%s://%s-dingtalk.%s.svc:%d" $scheme $fullname $ns (int .Values.dingtalk.port)) -}}
 {{- end -}}
 {{- $_ := set $spec "alerting" $alerting -}}
 {{- end -}}
@@ -205,8 +238,12 @@ HAMi's jobs, the Alertmanager pods). A key the user set in .Values.federation wi
 {{- end -}}
 {{- if and .Values.tls.enabled (not (hasKey $spec "tls")) -}}
 {{- $m := .Values.tls.mountPath -}}
-{{- $hops := dict "scrape" (list "gpu") "http_sd" false "remote_write" false "long_term" false "alertmanager" false "relay" false -}}
-{{- $_ := set $spec "tls" (dict "ca_file" (printf "%s/ca.crt" $m) "cert_file" (printf "%s/tls.crt" $m) "key_file" (printf "%s/tls.key" $m) "server_name" (include "gpufed.exporterServerName" .) "hops" $hops) -}}
+{{- /* every hop the release serves: the exporters (job gpu; node-exporter and other jobs stay
+plain), the controller's HTTP SD, the children's writes to the masters (Thanos Receive's TLS
+is not rendered: plain with thanos.enabled), the Alertmanagers and the relay */ -}}
+{{- $hops := dict "scrape" (list "gpu") "http_sd" true "remote_write" (not .Values.thanos.enabled) "long_term" false "alertmanager" (and .Values.alertmanager.enabled true) "relay" (and .Values.dingtalk.enabled true) -}}
+{{- $serve := dict "cert_file" (printf "%s/tls.crt" $m) "key_file" (printf "%s/tls.key" $m) "client_auth_type" .Values.tls.clientAuthType -}}
+{{- $_ := set $spec "tls" (dict "ca_file" (printf "%s/ca.crt" $m) "cert_file" (printf "%s/%s" $m .Values.tls.clientCertFile) "key_file" (printf "%s/%s" $m .Values.tls.clientKeyFile) "server_name" (include "gpufed.exporterServerName" .) "hops" $hops "serve" $serve) -}}
 {{- end -}}
 {{- if and .Values.grafana.server.enabled (hasKey $spec "grafana") -}}
 {{- $grafana := deepCopy ($spec.grafana | default dict) -}}
@@ -278,6 +315,43 @@ children check in the exporters' certificate (they scrape pod IPs) */}}
 {{- if .Values.tls.enabled }}
 - {name: tls, mountPath: {{ .Values.tls.mountPath }}, readOnly: true}
 {{- end }}
+{{- end -}}
+
+{{/* Where the <release>-web-config ConfigMap is mounted: web-config.yml (what every server of
+the release serves, exporter-toolkit's format) and http-client.yml (Prometheus' http_config:
+what gpufed's own clients and the probes present) */}}
+{{- define "gpufed.webConfigDir" -}}
+/etc/gpufed/web
+{{- end -}}
+
+{{/* The web-config volume and its mount (tls.enabled only) */}}
+{{- define "gpufed.webConfigVolume" -}}
+{{- if .Values.tls.enabled }}
+- name: web-config
+  configMap: {name: {{ include "gpufed.fullname" . }}-web-config}
+{{- end }}
+{{- end -}}
+
+{{- define "gpufed.webConfigMount" -}}
+{{- if .Values.tls.enabled }}
+- {name: web-config, mountPath: {{ include "gpufed.webConfigDir" . }}, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{/* A kubelet probe of a server that requires client certificates (the kubelet presents
+none): the image's own client with http-client.yml. call with (dict "ctx" $ "kind"
+"prometheus|alertmanager|gpufed" "port" 9090 "path" "/-/ready") */}}
+{{- define "gpufed.tlsProbe" -}}
+{{- $client := printf "%s/http-client.yml" (include "gpufed.webConfigDir" .ctx) -}}
+exec:
+  {{- if eq .kind "prometheus" }}
+  command: [promtool, check, {{ ternary "healthy" "ready" (eq .path "/-/healthy") }}, "--url=https://127.0.0.1:{{ .port }}", "--http.config.file={{ $client }}"]
+  {{- else if eq .kind "alertmanager" }}
+  command: [amtool, "--alertmanager.url=https://127.0.0.1:{{ .port }}", "--http.config.file={{ $client }}", config, show]
+  {{- else }}
+  command: [python3, -c, "import pathlib, urllib.request; from webconfig import client; urllib.request.urlopen('https://127.0.0.1:{{ .port }}{{ .path }}', timeout=4, context=client.client_context(pathlib.Path('{{ $client }}')))"]
+  {{- end }}
+timeoutSeconds: 5
 {{- end -}}
 
 {{/* The files Alertmanager reads secrets from, as federation.alerting names them (WeCom

@@ -247,6 +247,15 @@ class HelmRun:
                 (folder / relative).parent.mkdir(parents=True, exist_ok=True)
                 (folder / relative).write_text(text)
             binds.append(sandbox.Bind(folder, target, read_only))
+        # a mount under another volume (/etc/gpufed/tls under the spec's /etc/gpufed): its mount
+        # point is made in that volume first, as the container runtime does, and the outer volume
+        # is bound first (a read-only volume takes no new directory once bound)
+        folders = {b.target: b.source for b in binds}
+        for bind in binds:
+            for outer, source in folders.items():
+                if bind.target.startswith(outer.rstrip("/") + "/") and source.is_relative_to(base):
+                    (source / bind.target[len(outer.rstrip("/")) + 1:]).mkdir(parents=True, exist_ok=True)
+        binds.sort(key=lambda b: b.target.rstrip("/").count("/"))
         if pod.service_account:
             folder = base / "serviceaccount"
             folder.mkdir(parents=True, exist_ok=True)
@@ -285,11 +294,17 @@ class HelmRun:
 
     # --- reading -----------------------------------------------------------------------------------
 
-    def http_get(self, pod: str, port: int, path: str, *, timeout: float = 5.0) -> tuple[int, bytes]:
-        """GET ``path`` from ``pod``'s address, inside its network namespace."""
+    def http_get(
+        self, pod: str, port: int, path: str, *, timeout: float = 5.0,
+        tls: tuple[ssl.SSLContext, str] | None = None,
+    ) -> tuple[int, bytes]:
+        """GET ``path`` from ``pod``'s address, inside its network namespace; over TLS with
+        ``tls`` (a client context and the name checked in the server's certificate)."""
         member = self._member(pod)
         address = self.network.members[member].address
         sock = sandbox.connect_in(self.network.path(member), address, port, timeout=timeout)
+        if tls is not None:
+            sock = tls[0].wrap_socket(sock, server_hostname=tls[1])
         conn = http.client.HTTPConnection(address, port, timeout=timeout)
         conn.sock = sock
         try:
