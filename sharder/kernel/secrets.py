@@ -179,10 +179,36 @@ def _mask_pairs(component: str, mask: str) -> str:
     return "".join(pieces)
 
 
+QUERY_CREDENTIAL_WEBHOOKS = (
+    ("oapi.dingtalk.com", "/robot/", "access_token"),
+    ("qyapi.weixin.qq.com", "/cgi-bin/webhook/", "key"),
+)
+"""Robot webhooks whose credential is one query parameter (DingTalk ``access_token``, WeCom
+``key``): with that parameter a reference (``${DINGTALK_SRE_TOKEN}``, which the relay fills from
+its environment) the URL holds no secret and is served as it is, so a relay that syncs its file
+from the controller (the chart) can use it."""
+
+
+def _reference_only_robot(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    host = (parts.hostname or "").lower()
+    for robot_host, prefix, credential in QUERY_CREDENTIAL_WEBHOOKS:
+        if host == robot_host and parts.path.startswith(prefix):
+            pairs = _pairs(parts.query)
+            given = [v for n, v in pairs if n == credential]
+            return (bool(given) and all(is_reference(v) for v in given)
+                    and not any(_secret_pair(n, v) for n, v in pairs)
+                    and "@" not in parts.netloc and not parts.fragment)
+    return False
+
+
 def mask_url(url: str, mask: str) -> str:
     """``url`` with userinfo and key-like query, path-parameter and fragment values replaced by
-    ``mask`` (references kept)."""
-    if webhook_credential(url):
+    ``mask`` (references kept); a webhook whose path is the credential masked whole."""
+    if webhook_credential(url) and not _reference_only_robot(url):
         return mask
     try:
         parts = urlsplit(url)

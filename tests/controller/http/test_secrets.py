@@ -119,6 +119,20 @@ def test_literal_secrets_in_rendered_files_are_masked() -> None:
     assert redact_file("x.yml", b"secret: ${FROM_ENV}\n") == b"secret: ${FROM_ENV}\n"
 
 
+def test_a_robot_url_whose_token_is_a_reference_is_served_as_it_is() -> None:
+    """The chart's relay syncs dingtalk.yml from the controller and fills ``${...}`` from its
+    environment: masking the whole URL (a robot URL's query is its credential) left it
+    ``url: <redacted>`` and the relay refused to start. A literal token still masks it whole."""
+    dingtalk = (b"robots:\n  sre:\n    secret: ${DINGTALK_SRE_SECRET}\n"
+                b"    url: https://oapi.dingtalk.com/robot/send?access_token=${DINGTALK_SRE_TOKEN}\n")
+    assert redact_file("alertmanager/dingtalk.yml", dingtalk) == dingtalk
+    wecom = b"url: https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=${WECOM_KEY}\n"
+    assert redact_file("alertmanager/dingtalk.yml", wecom) == wecom
+    for literal in (b"access_token=abc0123literal", b"access_token=${T}&secret=abc0123literal"):
+        shown = redact_file("a.yml", b"url: https://oapi.dingtalk.com/robot/send?" + literal + b"\n")
+        assert b"abc0123literal" not in shown and b"oapi.dingtalk.com" not in shown
+
+
 class Rejecting:
     """A promtool stand-in that refuses one child's config."""
 
