@@ -174,19 +174,6 @@ def render_rules(spec: GpufedSpec) -> dict[str, Any]:
     rules = [
         {"record": SILENT_LAST_SEEN, "expr": _silent_last_seen(per_job, other, memory)},
         {"record": SILENT, "expr": f"{SILENT_LAST_SEEN} * 0 + 1\n"},
-        # Only targets with a silent copy can be unknown: those, less the ones that still have
-        # a fresh copy. Each join keeps the small side (silent copies and their targets) on
-        # the side Prometheus builds its map of.
-        {
-            "record": "gpufed:target_unknown:bool",
-            "expr": (
-                f"group without (shard, replica) ({SILENT})\n"
-                "  unless ignoring (shard, replica) (\n"
-                f"    (up unless {SILENT})\n"
-                f"      and ignoring (shard, replica) group without (shard, replica) ({SILENT})\n"
-                "  )\n"
-            ),
-        },
         # The newest sample per shard, aggregated before the one join: the copies still in
         # the lookback, else (a shard whose every copy left it) the silent copies carried.
         {
@@ -200,13 +187,23 @@ def render_rules(spec: GpufedSpec) -> dict[str, Any]:
                 ")\n"
             ),
         },
-        # The few unknown targets on the left of `or` (the side Prometheus keeps a map of);
-        # no target is on both sides.
+        # Per copy: a silent one counts 0, a fresh one its `up` (0 or 1); the silent copies
+        # (few) on the left of `or`, the side Prometheus keeps a map of. The max per target
+        # is then its fresh copies' `up`, or 0 when every copy is silent.
         {
             "record": "gpufed:target_up:fresh",
             "expr": (
-                "gpufed:target_unknown:bool * 0\n"
-                f"  or max without (shard, replica) (up unless {SILENT})\n"
+                f"max without (shard, replica) ({SILENT} * 0 or (up unless {SILENT}))\n"
+            ),
+        },
+        # Unknown: a target with a silent copy that reads 0 and has no fresh copy reading 0
+        # (a fresh one reading 1 would make it 1). Each side is filtered down to the few
+        # targets concerned before it is joined.
+        {
+            "record": "gpufed:target_unknown:bool",
+            "expr": (
+                f"(group without (shard, replica) ({SILENT}) and gpufed:target_up:fresh == 0)\n"
+                f"  unless ignoring (shard, replica) (up == 0 unless {SILENT})\n"
             ),
         },
         # After target_up:fresh: a rule reads the rules above it at the same evaluation.
