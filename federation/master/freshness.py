@@ -175,7 +175,10 @@ def render_rules(spec: GpufedSpec) -> dict[str, Any]:
         {"record": SILENT_LAST_SEEN, "expr": _silent_last_seen(per_job, other, memory)},
         {"record": SILENT, "expr": f"{SILENT_LAST_SEEN} * 0 + 1\n"},
         # The newest sample per shard, aggregated before the one join: the copies still in
-        # the lookback, else (a shard whose every copy left it) the silent copies carried.
+        # the lookback, else (a shard whose every copy left it) the silent copies carried,
+        # which are older than any copy in the lookback. One exception: a silent copy whose
+        # `up` then got a staleness marker is carried but newer than the rest; where a job's
+        # bound is below the shard bound its shard can read silent up to that gap sooner.
         {
             "record": "gpufed:shard_silent:bool",
             "expr": (

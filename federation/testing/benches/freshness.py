@@ -222,6 +222,8 @@ def run_freshness_bench(
                     "speedup_fastest": round(_seconds(groups, kind="baseline", key="fastest")
                                              / _seconds(groups, kind="rules", key="fastest"), 2),
                     "baseline_unknown_targets": count("baseline:target_unknown:bool"),
+                    # Series each group keeps in the head: memory, whatever the CPU does.
+                    "baseline_record_series": count('{__name__=~"baseline:.+"}'),
                 }
             return compared | {
                 "targets": targets,
@@ -233,6 +235,7 @@ def run_freshness_bench(
                 "groups": {str(g["name"]): _timing(g) for g in groups},
                 "freshness_vs_raw_up": ratio,
                 "unknown_targets": count("gpufed:target_unknown:bool"),
+                "record_series": count('{__name__=~"gpufed:.+"}'),
                 "fresh_up_targets": count("gpufed:target_up:fresh == 1"),
                 "prepare_s": round(load_s, 1),
             }
