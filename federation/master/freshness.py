@@ -32,6 +32,8 @@ evaluation, not three per copy:
 * ``gpufed:shard_silent:bool``: a shard whose newest sample of any target is older than
   ``shard_bound`` (the shortest job bound, at least the longest interval + slack): its
   child or its remote_write is gone. ``FederationShardMissing`` fires on it.
+* ``gpufed:region_targets_by_up:count``: per (cluster, region) and ``up`` ("0" or "1"),
+  how many of the spec's targets read that in ``gpufed:target_up:fresh``.
 * ``gpufed:region_targets_down:ratio``: per (cluster, region), the share of the spec's
   targets down or unknown. ``FederationScrapeBlackout`` fires on it.
 
@@ -84,6 +86,7 @@ DEFAULT_SEND_DEADLINE_S = 5.0
 MEMORY_S = 3600.0
 SILENT_LAST_SEEN = "gpufed:up_copy:silent_last_seen_seconds"
 SILENT = "gpufed:up_copy:silent"
+BY_UP = "gpufed:region_targets_by_up:count"
 HEADER = (
     b"# Rendered by federation/master/freshness.py from the spec; do not edit. The copy in\n"
     b"# federation/rules/ (and helm/gpufed/rules/) is the rendering of examples/federation.yaml.\n"
@@ -210,13 +213,18 @@ def render_rules(spec: GpufedSpec) -> dict[str, Any]:
             ),
         },
         # After target_up:fresh: a rule reads the rules above it at the same evaluation.
-        # A region with none down reads 0 (not absent), so dashboards can plot it; a sum of
-        # 0/1 over a count is the same float as the count of zeros over the count.
+        # One read of the per-target record counts both values per region (a few series);
+        # the ratio is read from those. A region with none down reads 0 (not absent), so
+        # dashboards can plot it; counts over counts are the same floats as before.
+        {
+            "record": BY_UP,
+            "expr": f'count_values by (cluster, region) ("up", {scraped})\n',
+        },
         {
             "record": "gpufed:region_targets_down:ratio",
             "expr": (
-                f"sum by (cluster, region) ({scraped} == bool 0)\n"
-                f"  / count by (cluster, region) ({scraped})\n"
+                f'(sum without (up) ({BY_UP}{{up="0"}}) or sum without (up) ({BY_UP}) * 0)\n'
+                f"  / sum without (up) ({BY_UP})\n"
             ),
         },
     ]

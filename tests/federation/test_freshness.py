@@ -62,7 +62,7 @@ def test_master_bundle_carries_the_spec_own_bounds(line: int, tmp_path: Path) ->
     assert bundle[f"{RULES_DIR}/{freshness.FILE_NAME}"] != SHIPPED.read_bytes()
     # Shard and region records read the spec's jobs, never the master's own scrapes.
     jobs = "|".join(sorted(job.name for job in spec.jobs))
-    assert f'sum by (cluster, region) (gpufed:target_up:fresh{{job=~"{jobs}"}} == bool 0)' in text
+    assert f'count_values by (cluster, region) ("up", gpufed:target_up:fresh{{job=~"{jobs}"}})' in text
     assert f'{{shard!="", job=~"{jobs}"}}' in text and "gpufed-child" not in text
     path = tmp_path / freshness.FILE_NAME
     path.write_text(text)
