@@ -351,8 +351,9 @@ def live(
 
 
 def freshness(
-    targets: Annotated[int, typer.Option(min=1, max=2_000_000, help="up series written (10% go silent)")]
+    targets: Annotated[int, typer.Option(min=1, max=2_000_000, help="targets pushed (10% go silent)")]
     = 100_000,
+    replicas: Annotated[int, typer.Option(min=1, max=4, help="copies of each target's up (HA: 2)")] = 1,
     minutes: Annotated[float, typer.Option(min=0.25, max=60, help="minutes of history per series")] = 3.0,
     rules: Annotated[Path | None, typer.Option(
         help="rule file to time (default: the shipped federation/rules/freshness.yml)")] = None,
@@ -362,7 +363,7 @@ def freshness(
     """The rule pack's freshness records in a real Prometheus: evaluation time against one raw `up` read."""
     from federation.testing.benches.freshness import BASELINE, RULES, run_freshness_bench
 
-    return run_freshness_bench(targets=targets, minutes=minutes, rules=rules or RULES,
+    return run_freshness_bench(targets=targets, replicas=replicas, minutes=minutes, rules=rules or RULES,
                                baseline=baseline or BASELINE)
 
 

@@ -51,8 +51,8 @@ def federation_dashboard() -> Dashboard:
             "Share of each child's targets answering scrapes (mean of `up`).", unit="percentunit",
             min=0, max=1, width=8),
         Panel("Targets down", "table", (Query(
-            f"max by (shard, replica, job, node, instance) (up{{{TARGETS}}} and gpufed:up_copy:silent == 0"
-            f" or (gpufed:up_copy:silent{{{TARGETS}}} == 1) * 0) == 0", instant=True),),
+            f"max by (shard, replica, job, node, instance) (up{{{TARGETS}}} unless gpufed:up_copy:silent"
+            f" or gpufed:up_copy:silent{{{TARGETS}}} * 0) == 0", instant=True),),
             "Targets not answering scrapes, or unknown (their child's samples stopped reaching the master:"
             " rule pack freshness records), with the child that owns them. Empty when every target is up.",
             width=12, height=6),

@@ -14,20 +14,26 @@ scraped series; the slack covers a batch that waits for its deadline before it i
 Jobs the spec does not name (the master's meta-monitoring, jobs added by hand) share one
 bound over the largest interval anywhere in the spec.
 
-Records (``copy`` = one child's series of a target: ``shard``/``replica`` tell copies apart):
+Records (``copy`` = one child's series of a target: ``shard``/``replica`` tell copies apart).
+Only the per-target record holds every target; the per-copy records hold only the silent
+copies (a fresh copy has no series), so a healthy fleet costs one write per target and
+evaluation, not three per copy:
 
-* ``gpufed:up_copy:last_seen_seconds``: the timestamp of a copy's newest ``up`` sample.
-  While ``up`` is in the 5-minute lookback it is ``timestamp(up)``; after that the record
-  carries its own previous value (an instant selector, no range scan) for a copy that was
-  already silent, for at most an hour after its last sample. A target removed on purpose
-  gets a staleness marker from its child while it is still fresh, and is dropped.
-* ``gpufed:up_copy:silent``: 1 for a copy whose newest sample is older than its job's
-  bound (its child died, its remote_write stopped), 0 when fresh.
+* ``gpufed:up_copy:silent_last_seen_seconds``: a silent copy's newest sample time (older
+  than its job's bound: its child died, its remote_write stopped). While ``up`` is in the
+  5-minute lookback it is ``timestamp(up)``; after that the record carries its own previous
+  value (an instant selector, no range scan), for at most an hour after its last sample. A
+  target removed on purpose gets a staleness marker from its child while it is still fresh,
+  so it never had a series here, and is dropped.
+* ``gpufed:up_copy:silent``: 1 for each silent copy; no series for a fresh one (until
+  issue #40 it was 0 there: read ``unless gpufed:up_copy:silent`` for fresh copies).
 * ``gpufed:target_unknown:bool``: 1 for a target none of whose copies is fresh.
 * ``gpufed:target_up:fresh``: a target's ``up`` over its fresh copies, 0 when unknown.
 * ``gpufed:shard_silent:bool``: a shard whose newest sample of any target is older than
   ``shard_bound`` (the shortest job bound, at least the longest interval + slack): its
   child or its remote_write is gone. ``FederationShardMissing`` fires on it.
+* ``gpufed:region_targets_by_up:count``: per (cluster, region) and ``up`` ("0" or "1"),
+  how many of the spec's targets read that in ``gpufed:target_up:fresh``.
 * ``gpufed:region_targets_down:ratio``: per (cluster, region), the share of the spec's
   targets down or unknown. ``FederationScrapeBlackout`` fires on it.
 
@@ -49,10 +55,12 @@ the copy since its bound passed; a sample exactly 5 minutes old (2.x keeps it, 3
 changes nothing. The bounds themselves (3 missed scrapes + the send deadline) count scrapes,
 not samples in a window.
 
-Cost: instant selectors and ``timestamp(up)`` only, a few operations per ``up`` series
-and evaluation; nothing scans a range. A master down for more than the 5-minute lookback
-forgets the silent copies (they come back as unknown only while their ``up`` is in the
-lookback).
+Cost: instant selectors and ``timestamp(up)`` only; nothing scans a range. Each rule reads
+``up`` at most once, aggregates per shard before it joins, keeps the small side of each
+join where Prometheus builds its map, and only ``target_up:fresh`` writes a series per
+target (``gpufed bench freshness`` times it beside the pre-#40 group in one Prometheus).
+A master down for more than the 5-minute lookback forgets the silent copies (they come
+back as unknown only while their ``up`` is in the lookback).
 
 Pure: a typed spec in, bytes out. ``federation/rules/freshness.yml`` is this rendering of
 ``examples/federation.yaml`` (the static pack the Helm chart's PrometheusRule ships); the
@@ -76,7 +84,9 @@ MISSED_SCRAPES = 3
 DEFAULT_SEND_DEADLINE_S = 5.0
 #: How long a silent copy stays visible after its last sample.
 MEMORY_S = 3600.0
-LAST_SEEN = "gpufed:up_copy:last_seen_seconds"
+SILENT_LAST_SEEN = "gpufed:up_copy:silent_last_seen_seconds"
+SILENT = "gpufed:up_copy:silent"
+BY_UP = "gpufed:region_targets_by_up:count"
 HEADER = (
     b"# Rendered by federation/master/freshness.py from the spec; do not edit. The copy in\n"
     b"# federation/rules/ (and helm/gpufed/rules/) is the rendering of examples/federation.yaml.\n"
@@ -136,11 +146,21 @@ def scraped_jobs(spec: GpufedSpec) -> str:
     return "|".join(sorted(job.name for job in spec.jobs))
 
 
-def _silent(per_job: dict[str, str], other: str) -> str:
-    """1 for a copy whose newest sample is older than its job's bound, else 0."""
+def _silent_last_seen(per_job: dict[str, str], other: str, memory: str) -> str:
+    """A silent copy's newest sample time, per job's bound; fresh copies get no series.
+
+    ``timestamp(up)`` while the copy is in the lookback, else its own previous value (an
+    instant selector: the previous evaluation), which exists only for a copy that was
+    already silent: a copy that got a staleness marker while fresh is dropped.
+    """
     names = "|".join(per_job)
-    parts = [f'{LAST_SEEN}{{job="{name}"}} < bool time() - {_plain(b)}' for name, b in per_job.items()]
-    parts.append(f'{LAST_SEEN}{{job!~"{names}"}} < bool time() - {_plain(other)}')
+    selectors = [(f'job="{name}"', bound) for name, bound in per_job.items()]
+    selectors.append((f'job!~"{names}"', other))
+    parts = [
+        f"(timestamp(up{{{sel}}}) or {SILENT_LAST_SEEN}{{{sel}}} > time() - {memory})"
+        f" < time() - {_plain(bound)}"
+        for sel, bound in selectors
+    ]
     return "\n  or ".join(parts) + "\n"
 
 
@@ -155,47 +175,56 @@ def render_rules(spec: GpufedSpec) -> dict[str, Any]:
     shard_targets = f'shard!="", job=~"{jobs}"'
     scraped = f'gpufed:target_up:fresh{{job=~"{jobs}"}}'
     rules = [
-        # Its own last value (an instant selector: the previous evaluation) carries a
-        # silent copy past the lookback; a copy that was fresh at the previous evaluation
-        # and has no `up` now got a staleness marker (removed on purpose) and is dropped.
-        {
-            "record": LAST_SEEN,
-            "expr": (
-                "timestamp(up)\n"
-                f"  or ({LAST_SEEN} > time() - {memory} and gpufed:up_copy:silent == 1)\n"
-            ),
-        },
-        {"record": "gpufed:up_copy:silent", "expr": _silent(per_job, other)},
-        {
-            "record": "gpufed:target_unknown:bool",
-            "expr": "min without (shard, replica) (gpufed:up_copy:silent) == 1\n",
-        },
+        {"record": SILENT_LAST_SEEN, "expr": _silent_last_seen(per_job, other, memory)},
+        {"record": SILENT, "expr": f"{SILENT_LAST_SEEN} * 0 + 1\n"},
+        # The newest sample per shard, aggregated before the one join: the copies still in
+        # the lookback, else (a shard whose every copy left it) the silent copies carried,
+        # which are older than any copy in the lookback. One exception: a silent copy whose
+        # `up` then got a staleness marker is carried but newer than the rest; where a job's
+        # bound is below the shard bound its shard can read silent up to that gap sooner.
         {
             "record": "gpufed:shard_silent:bool",
             "expr": (
-                f"group by (cluster, region, shard) (\n"
-                f"  max by (cluster, region, shard) ({LAST_SEEN}{{{shard_targets}}})"
-                f" < time() - {_plain(shard_bound(spec))}\n"
+                "group by (cluster, region, shard) (\n"
+                "  (\n"
+                f"    max by (cluster, region, shard) (timestamp(up{{{shard_targets}}}))\n"
+                f"      or max by (cluster, region, shard) ({SILENT_LAST_SEEN}{{{shard_targets}}})\n"
+                f"  ) < time() - {_plain(shard_bound(spec))}\n"
                 ")\n"
             ),
         },
+        # Per copy: a silent one counts 0, a fresh one its `up` (0 or 1); the silent copies
+        # (few) on the left of `or`, the side Prometheus keeps a map of. The max per target
+        # is then its fresh copies' `up`, or 0 when every copy is silent.
         {
             "record": "gpufed:target_up:fresh",
             "expr": (
-                "max without (shard, replica) (up and gpufed:up_copy:silent == 0)\n"
-                "  or gpufed:target_unknown:bool * 0\n"
+                f"max without (shard, replica) ({SILENT} * 0 or (up unless {SILENT}))\n"
+            ),
+        },
+        # Unknown: a target with a silent copy that reads 0 and has no fresh copy reading 0
+        # (a fresh one reading 1 would make it 1). Each side is filtered down to the few
+        # targets concerned before it is joined.
+        {
+            "record": "gpufed:target_unknown:bool",
+            "expr": (
+                f"(group without (shard, replica) ({SILENT}) and gpufed:target_up:fresh == 0)\n"
+                f"  unless ignoring (shard, replica) (up == 0 unless {SILENT})\n"
             ),
         },
         # After target_up:fresh: a rule reads the rules above it at the same evaluation.
-        # A region with none down reads 0 (not absent), so dashboards can plot it.
+        # One read of the per-target record counts both values per region (a few series);
+        # the ratio is read from those. A region with none down reads 0 (not absent), so
+        # dashboards can plot it; counts over counts are the same floats as before.
+        {
+            "record": BY_UP,
+            "expr": f'count_values by (cluster, region) ("up", {scraped})\n',
+        },
         {
             "record": "gpufed:region_targets_down:ratio",
             "expr": (
-                "(\n"
-                f"  count by (cluster, region) ({scraped} == 0)\n"
-                f"    or count by (cluster, region) ({scraped}) * 0\n"
-                ")\n"
-                f"  / count by (cluster, region) ({scraped})\n"
+                f'(sum without (up) ({BY_UP}{{up="0"}}) or sum without (up) ({BY_UP}) * 0)\n'
+                f"  / sum without (up) ({BY_UP})\n"
             ),
         },
     ]

@@ -57,11 +57,12 @@ def test_master_bundle_carries_the_spec_own_bounds(line: int, tmp_path: Path) ->
     spec = GpufedSpec.model_validate(yaml.safe_load(demo.read_text()))
     bundle = render_master_bundle(spec, rule_pack=load_rule_pack())
     text = bundle[f"{RULES_DIR}/{freshness.FILE_NAME}"].decode()
-    assert 'gpufed:up_copy:last_seen_seconds{job="gpu"} < bool time() - 16' in text  # 3 x 5s + 1s deadline
+    # 3 x 5s + 1s deadline
+    assert 'gpufed:up_copy:silent_last_seen_seconds{job="gpu"} > time() - 3600) < time() - 16' in text
     assert bundle[f"{RULES_DIR}/{freshness.FILE_NAME}"] != SHIPPED.read_bytes()
     # Shard and region records read the spec's jobs, never the master's own scrapes.
     jobs = "|".join(sorted(job.name for job in spec.jobs))
-    assert f'count by (cluster, region) (gpufed:target_up:fresh{{job=~"{jobs}"}} == 0)' in text
+    assert f'count_values by (cluster, region) ("up", gpufed:target_up:fresh{{job=~"{jobs}"}})' in text
     assert f'{{shard!="", job=~"{jobs}"}}' in text and "gpufed-child" not in text
     path = tmp_path / freshness.FILE_NAME
     path.write_text(text)
