@@ -2,8 +2,10 @@
 
 Where a registration becomes an SD answer (follow it top to bottom):
 
-1. intake: ``PUT /v1/registry/...`` -> ``sharder.sources.registry.BuiltinRegistry`` (and the
-   file/Consul/Kubernetes sources) push into ``sharder.live.reconcile.Reconciler``;
+1. intake: ``PUT /v1/registry/...`` -> ``sharder.sources.registry.BuiltinRegistry``, which
+   offers each change to ``sharder.live.reconcile.Reconciler.offer`` (checked and applied
+   under the loop's lock on the request's thread, the worker woken); the file/Consul/
+   Kubernetes sources push into the same loop from their own threads;
 2. placement: the worker (``loop.Worker``, woken by ``live.inbox``) runs
    ``live.route.Route.tick``: the reconciler debounces, applies grace and hysteresis, and
    places the change with its incremental engine, the operator's overrides being data it
@@ -31,7 +33,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import Any
 
 from federation.controller.base import changing, plans
@@ -61,13 +62,12 @@ from federation.controller.stores.store import (
 )
 from federation.controller.views import ReadViews
 from federation.spec import GpufedSpec
-from sharder.engine import planning, sizing
+from sharder.engine import planning
 from sharder.engine.assignment import Assignment
 from sharder.engine.step import Step
 from sharder.live.reconcile import Reconciler
 from sharder.model.inventory import Target
 from sharder.sources.discovery_metrics import DiscoveryMetrics
-from sharder.sources.registry import SOURCE as REGISTRY
 from sharder.sources.registry import BuiltinRegistry
 
 log = logging.getLogger(__name__)
@@ -114,17 +114,11 @@ class Controller:
         )
         self.reconciler.set_overrides(**overrides_of(stored.desired))
         self.registry = BuiltinRegistry(
-            sink=self.reconciler,
+            loop=self.reconciler,
             jobs=self.jobs,
             ttl_s=options.registry_ttl_s,
-            endpoint_owner=partial(self.reconciler.endpoint_owner, excluding=REGISTRY),
             max_entries=options.registry_max_entries,
             regions=spec.region_names(),
-            journal=lambda gone: self.pipeline.journal({REGISTRY: gone}),
-            region_room=lambda region, nodes: sizing.region_refusal(
-                spec, options.hysteresis, region, known=self.reconciler.nodes_in(region), new=nodes
-            ),
-            on_accepted=partial(self.discovery.heartbeat, REGISTRY),
         )
         self.sources: list[Any] = [self.registry]
         self.children = Children(
@@ -156,7 +150,7 @@ class Controller:
         )  # fmt: skip
         self.worker = Worker(
             inbox=Inbox(self.reconciler, options), route=self.route, adoption=self.adoption,
-            replication=self.replication, children=self.children,
+            replication=self.replication, children=self.children, registry=self.registry,
         )  # fmt: skip
         self.views = ReadViews(
             spec=spec, pipeline=self.pipeline, reconciler=self.reconciler, children=self.children,
@@ -196,8 +190,8 @@ class Controller:
     def start(self, sources: Sequence[Any] = ()) -> None:
         self.sources = [self.registry, *sources]
         loops: list[Callable[[threading.Event], None]] = [
-            self.worker.run,
-            *(s.run for s in self.sources),
+            self.worker.run,  # it expires the registry, which has no thread of its own
+            *(s.run for s in sources),
         ]
         if self.probe is not None:
             loops.append(lambda stop: self.children.health_loop(stop, lambda: self.state.assignment))
