@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 from conftest import wait_for
 
@@ -40,6 +41,13 @@ def record(obj: Any, name: str, threads: dict[str, set[threading.Thread]]) -> No
     setattr(obj, name, wrapper)
 
 
+async def put(
+    harness: ControllerHarness, client: httpx.AsyncClient, identity: str, body: dict[str, Any]
+) -> int:
+    answer = await client.put(f"/v1/registry/targets/{identity}", json=body, headers=harness.auth())
+    return answer.status_code
+
+
 async def served(harness: ControllerHarness) -> bytes | None:
     """The SD bytes of the child that scrapes the target, once it is listed."""
     async with harness.client() as client:
@@ -61,12 +69,11 @@ def test_a_registration_reaches_the_sd_bytes_with_one_thread_hand_off(tmp_path: 
         record(controller.reconciler, "step", threads)
         record(controller.publication, "publish", threads)
 
-        async def put() -> int:
+        async def register() -> int:
             async with harness.client() as client:
-                answer = await client.put(f"/v1/registry/targets/{IDENTITY}", json=BODY, headers=harness.auth())
-                return answer.status_code
+                return await put(harness, client, IDENTITY, BODY)
 
-        assert asyncio.run(put()) == 201
+        assert asyncio.run(register()) == 201
         wait_for(lambda: asyncio.run(served(harness)), timeout=30, what="the target in its child's SD bytes")
         running = [t.name for t in threading.enumerate()]
     finally:
@@ -107,15 +114,8 @@ def test_back_to_back_single_puts_never_overshoot_the_region_cap(tmp_path: Path)
 
     async def run() -> list[int]:
         async with harness.client() as client:
-            codes = []
-            for i in range(20):
-                identity, body = node_body(i)
-                answer = await client.put(f"/v1/registry/targets/{identity}", json=body, headers=harness.auth())
-                codes.append(answer.status_code)
-            identity, body = node_body(0)
-            again = await client.put(f"/v1/registry/targets/{identity}", json=body, headers=harness.auth())
-            codes.append(again.status_code)
-            return codes
+            codes = [await put(harness, client, *node_body(i)) for i in range(20)]
+            return [*codes, await put(harness, client, *node_body(0))]
 
     codes = asyncio.run(run())
     assert codes[:6] == [201] * 6 and codes[6:20] == [429] * 14 and codes[20] == 200, codes
@@ -133,20 +133,11 @@ def test_a_node_offered_then_withdrawn_before_a_step_frees_its_room(tmp_path: Pa
 
     async def run() -> list[int]:
         async with harness.client() as client:
-            codes = []
-            for i in range(6):
-                identity, body = node_body(i)
-                answer = await client.put(f"/v1/registry/targets/{identity}", json=body, headers=harness.auth())
-                codes.append(answer.status_code)
+            codes = [await put(harness, client, *node_body(i)) for i in range(6)]
             gone = await client.delete(f"/v1/registry/targets/{node_body(5)[0]}", headers=harness.auth())
-            codes.append(gone.status_code)
-            identity, body = node_body(6)
-            codes.append((await client.put(f"/v1/registry/targets/{identity}", json=body,
-                                           headers=harness.auth())).status_code)
+            codes += [gone.status_code, await put(harness, client, *node_body(6))]
             harness.tick()
-            codes.append((await client.put(f"/v1/registry/targets/{identity}", json=body,
-                                           headers=harness.auth())).status_code)
-            return codes
+            return [*codes, await put(harness, client, *node_body(6))]
 
     codes = asyncio.run(run())
     assert codes == [201] * 6 + [204, 429, 201], codes
