@@ -1,7 +1,10 @@
 """The reconcile loop: target sets pushed by sources -> one debounced, sticky assignment.
 
 Pipeline: sources (``sharder.sources.*``, one thread each) push *full* target sets into
-:meth:`Reconciler.on_change`; :meth:`Reconciler.tick` (called by :meth:`Reconciler.run`
+:meth:`Reconciler.on_change`; the built-in registry, which must answer each registration,
+offers its deltas through :meth:`Reconciler.offer` on the caller's thread (checked against
+the merged view and applied in one step under the lock, or refused as a value,
+``sharder.live.offers``); :meth:`Reconciler.tick` (called by :meth:`Reconciler.run`
 or by a test with a fake clock) merges them, applies grace periods and shard-count
 hysteresis, and assigns through ``assign_fn`` (sticky ``sharder.engine.assigning.assign`` unless
 the controller injects its own). Plain Python, no I/O: time comes from ``clock``.
