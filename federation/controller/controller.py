@@ -2,8 +2,10 @@
 
 Where a registration becomes an SD answer (follow it top to bottom):
 
-1. intake: ``PUT /v1/registry/...`` -> ``sharder.sources.registry.BuiltinRegistry`` (and the
-   file/Consul/Kubernetes sources) push into ``sharder.live.reconcile.Reconciler``;
+1. intake: ``PUT /v1/registry/...`` -> ``sharder.sources.registry.BuiltinRegistry``, which
+   offers each change to ``sharder.live.reconcile.Reconciler.offer`` (checked and applied
+   under the loop's lock on the request's thread, the worker woken); the file/Consul/
+   Kubernetes sources push into the same loop from their own threads;
 2. placement: the worker (``loop.Worker``, woken by ``live.inbox``) runs
    ``live.route.Route.tick``: the reconciler debounces, applies grace and hysteresis, and
    places the change with its incremental engine, the operator's overrides being data it
@@ -31,7 +33,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import Any
 
 from federation.controller.base import changing, plans
@@ -39,9 +40,10 @@ from federation.controller.base.errors import Conflict, Unavailable
 from federation.controller.base.metrics import ControllerMetrics
 from federation.controller.base.options import ControllerOptions
 from federation.controller.base.plans import ApplyResult, PlannedChange
-from federation.controller.base.state import AuditEntry, ControllerState, Handover, overrides_of
+from federation.controller.base.state import AuditEntry, ControllerState, overrides_of
 from federation.controller.ha.adoption import Adoption
 from federation.controller.ha.replicating import Replication
+from federation.controller.live import place
 from federation.controller.live.children import Children
 from federation.controller.live.inbox import Inbox
 from federation.controller.live.pipeline import Pipeline
@@ -61,13 +63,11 @@ from federation.controller.stores.store import (
 )
 from federation.controller.views import ReadViews
 from federation.spec import GpufedSpec
-from sharder.engine import planning, sizing
-from sharder.engine.assignment import Assignment
+from sharder.engine import planning
 from sharder.engine.step import Step
 from sharder.live.reconcile import Reconciler
 from sharder.model.inventory import Target
 from sharder.sources.discovery_metrics import DiscoveryMetrics
-from sharder.sources.registry import SOURCE as REGISTRY
 from sharder.sources.registry import BuiltinRegistry
 
 log = logging.getLogger(__name__)
@@ -114,17 +114,11 @@ class Controller:
         )
         self.reconciler.set_overrides(**overrides_of(stored.desired))
         self.registry = BuiltinRegistry(
-            sink=self.reconciler,
+            loop=self.reconciler,
             jobs=self.jobs,
             ttl_s=options.registry_ttl_s,
-            endpoint_owner=partial(self.reconciler.endpoint_owner, excluding=REGISTRY),
             max_entries=options.registry_max_entries,
             regions=spec.region_names(),
-            journal=lambda gone: self.pipeline.journal({REGISTRY: gone}),
-            region_room=lambda region, nodes: sizing.region_refusal(
-                spec, options.hysteresis, region, known=self.reconciler.nodes_in(region), new=nodes
-            ),
-            on_accepted=partial(self.discovery.heartbeat, REGISTRY),
         )
         self.sources: list[Any] = [self.registry]
         self.children = Children(
@@ -156,7 +150,7 @@ class Controller:
         )  # fmt: skip
         self.worker = Worker(
             inbox=Inbox(self.reconciler, options), route=self.route, adoption=self.adoption,
-            replication=self.replication, children=self.children,
+            replication=self.replication, children=self.children, registry=self.registry,
         )  # fmt: skip
         self.views = ReadViews(
             spec=spec, pipeline=self.pipeline, reconciler=self.reconciler, children=self.children,
@@ -168,11 +162,8 @@ class Controller:
     # ---- the committed state (the pipeline's) and adopting a stored one (``ha.adoption``) ----
     @property
     def state(self) -> ControllerState:
+        """The committed state (the pipeline's): it changes only through the pipeline's doors."""
         return self.pipeline.state
-
-    @state.setter
-    def state(self, state: ControllerState) -> None:
-        self.pipeline.state = state
 
     def restore(self) -> None:
         self.adoption.restore()
@@ -196,15 +187,15 @@ class Controller:
     def start(self, sources: Sequence[Any] = ()) -> None:
         self.sources = [self.registry, *sources]
         loops: list[Callable[[threading.Event], None]] = [
-            self.worker.run,
-            *(s.run for s in self.sources),
+            self.worker.run,  # it expires the registry, which has no thread of its own
+            *(s.run for s in sources),
         ]
         if self.probe is not None:
             loops.append(lambda stop: self.children.health_loop(stop, lambda: self.state.assignment))
         if self.publisher is not None:
             loops.append(self.publication.config_loop)
         if self.load is not None:
-            loops.append(lambda stop: self.load_policy.loop(stop, self))
+            loops.append(self._load_loop)
         self._threads = [
             threading.Thread(
                 target=loop, args=(self._stop,), daemon=True, name=getattr(loop, "__qualname__", "loop")
@@ -229,29 +220,12 @@ class Controller:
         """Finish hand-overs whose new children scrape the target (``Route.settle``)."""
         return self.worker.settle()
 
-    # ---- an operator's commit (plan apply) -------------------------------------------------
-    def _commit(self, state: ControllerState, *, audit: AuditEntry | None) -> None:
-        """Commit through the pipeline; a lost check-and-set or fence: the stored state wins."""
-        try:
-            self.pipeline.commit(state, audit=audit)
-        except (StoreConflict, FencedOut):
-            self.adoption.resync()
-            raise
-
     def _known_targets(self) -> Mapping[str, Target]:
         return self.reconciler.target_map
 
     # ---- what the API and the tests reach through the façade ------------------------------
     def publish_configs(self) -> bool:
         return self.publication.publish_configs()
-
-    # ---- hand-overs (``settling``) ------------------------------------------------------------
-    def _handovers(
-        self, previous: Assignment | None, current: Assignment, targets: Mapping[str, Target]
-    ) -> list[Handover]:
-        return self.settler.for_change(
-            previous, current, existing=self.state.handovers, targets=targets, touched=None, now=self._wall()
-        )
 
     # ---- operator changes -------------------------------------------------------------------
     def current_version(self) -> str:
@@ -280,25 +254,28 @@ class Controller:
             targets = self._known_targets()
             assignment = self.planner.placement(planned, state, targets)
             plan = planning.diff(state.assignment, assignment)
-            handovers = self._handovers(state.assignment, assignment, targets)
+            step = place.plan_step(state.assignment, assignment, plan, targets)
+            handovers = self.settler.for_change(
+                step.base, step.assignment, existing=state.handovers, targets=step.targets, touched=None,
+                now=self._wall(),
+            )  # fmt: skip
             new, audit = self.planner.applied(
                 planned, state, assignment=assignment, plan=plan, handovers=handovers, actor=actor
             )
-            try:
-                self._commit(new, audit=audit)
+            try:  # commit -> the loop builds on it -> publish, as a registration's step goes
+                self.route.carry_plan(step, new, audit=audit, desired=planned.desired)
             except StoreConflict as exc:
+                self.adoption.resync()  # the stored state wins
                 raise Conflict(
                     f"another writer changed the state meanwhile ({exc}); plan again",
                     current_version=self.current_version(),
                 ) from exc
             except FencedOut as exc:
+                self.adoption.resync()
                 leader = self.replication.leader()
                 raise Unavailable(f"this replica lost the leadership ({exc})", leader=leader) from exc
-            self.reconciler.set_overrides(**overrides_of(planned.desired))
-            self.reconciler.adopt(assignment)
             self.metrics.rebalances.labels(result="applied").inc()
             self.metrics.moves.labels(cause="rebalance").inc(plan.counts.moved)
-            self.pipeline.publish(targets)
             return ApplyResult(applied=True, version=version, plan=plan, message="applied")
 
     def audit(self, *, limit: int, before_id: int | None) -> list[AuditEntry]:
@@ -314,7 +291,25 @@ class Controller:
         return self.load_policy.report(self.state)
 
     def auto_rebalance(self) -> ApplyResult | None:
-        return self.load_policy.auto_rebalance(self)
+        """Plan and apply the load-aware change the policy wants, if its plan helps; None
+        when nothing was applied."""
+        wanted = self.load_policy.wanted(self.state)
+        if wanted is None:
+            return None
+        planned = self.plan(wanted.change)
+        if not self.load_policy.helps(wanted, planned):
+            return None
+        return self.apply(planned.version, actor="auto-rebalance")
+
+    def _load_loop(self, stop: threading.Event) -> None:
+        """Read the children's load every interval; rebalance when the policy wants it."""
+        assert self.load is not None
+        while not stop.wait(self.load.options.interval_s):
+            try:
+                if self.load_policy.observe(self.state):
+                    self.auto_rebalance()
+            except Exception:  # a bad reading must not end the loop
+                log.exception("load reading failed")
 
     # ---- reads (views over the committed state and its targets) ------------------------------
     @property

@@ -3,7 +3,9 @@
 What wakes it is the inbox's (``live.inbox``); what a pass runs is ordered here, each
 component handed what it needs and nothing called back: as the leader, one reconcile step
 along the route (``live.route``: place -> commit -> publish) and, when due, settled
-hand-overs; as a follower, the leader's newest stored state (``ha.adoption``). A change of
+hand-overs; as a follower, the leader's newest stored state (``ha.adoption``). In either
+role, once a second, the built-in registry's expired entries go (``BuiltinRegistry.expire``:
+the registry has no thread; what expires is offered to the loop like a DELETE). A change of
 role takes over first (``Adoption.take_over``); a lost check-and-set or fence adopts the
 stored state (``Adoption.resync``), and the loop places on top of it at the next pass.
 """
@@ -20,6 +22,7 @@ from federation.controller.live.inbox import Inbox, paused
 from federation.controller.live.route import Route
 from federation.controller.stores.store import FencedOut, StoreConflict
 from sharder.engine.step import Step
+from sharder.sources.registry import BuiltinRegistry
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +36,10 @@ class Worker:
         adoption: Adoption,
         replication: Replication,
         children: Children,
+        registry: BuiltinRegistry,
     ) -> None:
         self.inbox, self.route, self.adoption = inbox, route, adoption
-        self.replication, self.children = replication, children
+        self.replication, self.children, self.registry = replication, children, registry
 
     def run(self, stop: threading.Event) -> None:
         while (wake := self.inbox.wait(stop)) is not None:
@@ -45,6 +49,8 @@ class Worker:
                 log.exception("controller loop iteration failed")
 
     def one_pass(self, *, idle: bool) -> None:
+        if self.inbox.expiry_due():
+            self.registry.expire()
         leading = self.replication.may_write()
         if leading and not self.replication.leading:
             self.adoption.take_over()  # raises: still a follower here, tried again next pass

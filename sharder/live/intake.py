@@ -1,7 +1,8 @@
 """What a discovery source pushes, screened before the reconcile loop takes it.
 
 Every source (file, Consul, Kubernetes, the built-in registry) reaches the loop through
-``Reconciler.on_change`` (a whole set) or ``on_delta`` (what changed); both skip targets in
+``Reconciler.on_change`` (a whole set), ``on_delta`` or ``offer`` (what changed; the
+registry's offers may be refused); all skip targets in
 regions the spec does not know, and ``on_change`` keeps the first of duplicate identities.
 What was skipped is logged and counted per source and reason, never raised: one bad entry
 must not stop a fleet's discovery.

@@ -1,7 +1,10 @@
 """The reconcile loop: target sets pushed by sources -> one debounced, sticky assignment.
 
 Pipeline: sources (``sharder.sources.*``, one thread each) push *full* target sets into
-:meth:`Reconciler.on_change`; :meth:`Reconciler.tick` (called by :meth:`Reconciler.run`
+:meth:`Reconciler.on_change`; the built-in registry, which must answer each registration,
+offers its deltas through :meth:`Reconciler.offer` on the caller's thread (checked against
+the merged view and applied in one step under the lock, or refused as a value,
+``sharder.live.offers``); :meth:`Reconciler.tick` (called by :meth:`Reconciler.run`
 or by a test with a fake clock) merges them, applies grace periods and shard-count
 hysteresis, and assigns through ``assign_fn`` (sticky ``sharder.engine.assigning.assign`` unless
 the controller injects its own). Plain Python, no I/O: time comes from ``clock``.
@@ -50,9 +53,10 @@ from sharder.engine.step import Step
 from sharder.engine.targetsets import Delta, NodeCounts, count_nodes, nodes_after
 from sharder.kernel import documents
 from sharder.kernel.errors import SharderError
-from sharder.live import intake
+from sharder.live import intake, offers
 from sharder.live.intake import DiscoveryObserver
 from sharder.live.merging import MergedSources
+from sharder.live.offers import EndpointOwned, Refusal, RegionCapped
 from sharder.live.persisting import LastKnownStore, SetPersister
 from sharder.live.placer import AssignFn, Placer, sticky_assign
 from sharder.model.inventory import Target, sort_targets
@@ -109,6 +113,8 @@ class Reconciler:
         self._prepared: Assignment | None = None
         self._nodes: dict[str, Counter[str]] | None = None
         """region -> node -> targets, of what is placed (None: count at the next tick)."""
+        self._offered = offers.PendingNodes()
+        """Nodes offered (``offer``) and not placed yet, for the region cap."""
         self.generation = 0
         """Counts the changes sources pushed: a loop that waits compares it (no lost wake-up)."""
 
@@ -169,17 +175,70 @@ class Reconciler:
             self._mark_dirty()
 
     def on_delta(self, source: str, *, upserted: Sequence[Target], removed: Sequence[str]) -> None:
-        """What changed in ``source``'s set (the built-in registry knows): the cost of the
-        change, not of the set. Targets in unknown regions are skipped as ``on_change`` does."""
+        """What changed in ``source``'s set (a source that knows): the cost of the change,
+        not of the set. Targets in unknown regions are skipped as ``on_change`` does."""
         kept = intake.screen_delta(source, upserted, regions=self._regions, observer=self._observer)
         with self._wake:
-            changed, same_endpoint = self.sources.apply_delta(
-                source, upserted=kept, removed=removed, applied=self._applied, now=self._clock()
-            )
-            self._persister.note(source).update(changed)
-            size = len(self.sources.sets[source])
-            if changed:
-                self._mark_dirty()
+            size, same_endpoint = self._apply_delta(source, kept, removed)
+        self._delta_taken(source, size, same_endpoint)
+
+    def offer(self, source: str, *, upserted: Sequence[Target], removed: Sequence[str]) -> Refusal | None:
+        """A change the source must answer for (the built-in registry's PUT, batch, DELETE):
+        checked and applied in one step under the loop's lock, then the inbox is woken.
+
+        Refused, nothing applied: an upserted target's endpoint served by another source
+        (:class:`~sharder.live.offers.EndpointOwned`), or new nodes that would grow a sized
+        region past ``--max-shards-per-region`` (:class:`~sharder.live.offers.RegionCapped`),
+        counting the nodes placed and those offered since (``offers.PendingNodes``), so
+        back-to-back offers between two steps cannot overshoot the cap. ``upserted`` may
+        hold unchanged targets (a refresh): they are checked, not applied again."""
+        kept = intake.screen_delta(source, upserted, regions=self._regions, observer=self._observer)
+        with self._wake:
+            refusal = self._refusal(source, kept)
+            if refusal is not None:
+                return refusal
+            before = self.generation
+            size, same_endpoint = self._apply_delta(source, kept, removed)
+            changed = self.generation != before
+        if changed or same_endpoint:  # a refresh that changed nothing reports nothing
+            self._delta_taken(source, size, same_endpoint)
+        return None
+
+    def _refusal(self, source: str, upserted: Sequence[Target]) -> Refusal | None:
+        """Why ``upserted`` may not join (lock held), or None."""
+        for target in upserted:
+            owner = self.sources.endpoint_owner(target, excluding=source)
+            if owner is not None:
+                return EndpointOwned(
+                    reason=f"endpoint of {target.identity!r} is served by identity {owner[1]!r} ({owner[0]})",
+                    target=target,
+                    source=owner[0],
+                    identity=owner[1],
+                )
+        for region, nodes in sorted(_nodes_by_region(upserted).items()):
+            known = self._offered.known(region, self.nodes_in(region))
+            why = sizing.region_refusal(self.spec, self._sizer.rules, region, known=known, new=nodes)
+            if why is not None:
+                return RegionCapped(reason=why, region=region)
+        return None
+
+    def _apply_delta(
+        self, source: str, upserted: Sequence[Target], removed: Sequence[str]
+    ) -> tuple[int, int]:
+        """Apply a delta (lock held); (the source's size after it, upserts skipped because
+        another identity of the source serves their endpoint)."""
+        changed, same_endpoint = self.sources.apply_delta(
+            source, upserted=upserted, removed=removed, applied=self._applied, now=self._clock()
+        )
+        self._persister.note(source).update(changed)
+        if changed:
+            self._mark_dirty()
+            fresh = [t for t in upserted if t.identity in changed]
+            for region, nodes in _nodes_by_region(fresh).items():
+                self._offered.note(region, nodes, placed=self.nodes_in(region), generation=self.generation)
+        return len(self.sources.sets[source]), same_endpoint
+
+    def _delta_taken(self, source: str, size: int, same_endpoint: int) -> None:
         if same_endpoint:
             log.warning(
                 "discovery source=%s skipped targets reason=duplicate_endpoint count=%d",
@@ -193,7 +252,7 @@ class Reconciler:
 
     def endpoint_owner(self, target: Target, *, excluding: str) -> tuple[str, str] | None:
         """(source, identity) of another identity serving ``target``'s endpoint outside
-        ``excluding`` (the registry asks before it accepts an entry), else None."""
+        ``excluding`` (the registry names it in a batch's errors), else None."""
         with self._lock:
             return self.sources.endpoint_owner(target, excluding=excluding)
 
@@ -226,10 +285,12 @@ class Reconciler:
         with self._lock:
             self._first_dirty = None
             targets, delta = self.sources.effective(self._applied, now)
+            placing = self.generation  # every offer up to it is in ``targets``
         nodes = self._nodes_after(delta)
         counts = self._sizer.counts_of(nodes.counts, now=now)
         same = not (delta[0] or delta[1] or delta[2])
         if same and counts == self._sizer.applied and self._assignment is not None:
+            self._forget_offered(placing)
             return None
         try:
             placed = self.placer.place(
@@ -252,6 +313,7 @@ class Reconciler:
         with self._lock:
             self._assignment, self._applied = new, targets
             self._nodes = nodes.nodes
+            self._offered.placed(placing)
             self._sizer.applied = counts
             self.assignments += 1
             sets = self._persister.take(now, self.sources.sets, every=True) if self._sets_in_steps else {}
@@ -264,8 +326,13 @@ class Reconciler:
         return Step(base=previous, assignment=new, summary=summary, touched=placed.touched,
                     changed=placed.changed, targets=MappingProxyType(targets), sets=sets)  # fmt: skip
 
+    def _forget_offered(self, upto: int) -> None:
+        """Nothing to place: the offers up to ``upto`` are placed or gone again."""
+        with self._lock:
+            self._offered.placed(upto)
+
     def nodes_in(self, region: str) -> Collection[str]:
-        """The distinct nodes of ``region`` placed now (for the registry's region cap)."""
+        """The distinct nodes of ``region`` placed now (for the region cap)."""
         nodes = self._nodes
         if nodes is None:  # a racing tick may build it too: the same counts, twice
             nodes = self._nodes = count_nodes(self._applied.values())
@@ -443,3 +510,10 @@ class Reconciler:
             return True
         shrink = self._sizer.next_shrink_at()
         return shrink is not None and now >= shrink
+
+
+def _nodes_by_region(targets: Iterable[Target]) -> dict[str, set[str]]:
+    by_region: dict[str, set[str]] = {}
+    for target in targets:
+        by_region.setdefault(target.region, set()).add(target.node)
+    return by_region

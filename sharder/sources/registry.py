@@ -7,9 +7,19 @@ its last PUT, so an exporter that dies without deregistering goes the way a fail
 check would (then the reconcile loop's grace period applies).
 
 It is one discovery source named ``registry``, but unlike the polling sources it knows
-exactly what changed: it pushes deltas (:meth:`DeltaSink.on_delta`), so one registration
-among a million costs one entry's work downstream. A PUT equal to the stored entry only
-extends its TTL and pushes nothing (the cheap refresh exporters do every ``ttl_s / 3``).
+exactly what changed, and it must answer for it: a 409 when another source serves the
+endpoint, a 429 when new nodes would grow a sized region past its shard cap. Both are facts
+of the loop's merged view, so each change is offered to the loop
+(:meth:`sharder.live.reconcile.Reconciler.offer`), which checks and applies it in one step
+under its lock, on the caller's thread, and wakes the controller's worker; a
+:class:`~sharder.live.offers.Refusal` comes back as this module's error and nothing is
+stored. One registration among a million costs one entry's work downstream; a PUT equal to
+the stored entry only extends its TTL (the cheap refresh exporters do every ``ttl_s / 3``).
+
+The registry has no thread: :meth:`BuiltinRegistry.expire` is called by its host (the
+controller's worker, once a second) and costs the entries that expire, not the registry.
+What must be durable before it is answered (a deletion's journal) and the discovery
+heartbeat are the HTTP routes' (``federation.controller.http.routes_registry``).
 """
 
 from __future__ import annotations
@@ -18,10 +28,12 @@ import bisect
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 from sharder.kernel.errors import InventoryError, SpecError, clip, preview
+from sharder.live.offers import EndpointOwned, Refusal, RegionCapped
+from sharder.live.reconcile import Reconciler
 from sharder.model.addresses import normalise_identity
 from sharder.model.endpoints import EndpointIndex, endpoint_of, show
 from sharder.model.inventory import Target
@@ -33,26 +45,12 @@ MAX_ERRORS = 100
 """A batch names at most this many bad entries (the count says how many there were)."""
 
 
-class DeltaSink(Protocol):
-    """Where the registry pushes; ``sharder.live.reconcile.Reconciler`` implements it."""
-
-    def on_change(self, source: str, targets: Iterable[Target], *, version: str | None = None) -> None: ...
-
-    def on_delta(self, source: str, *, upserted: Sequence[Target], removed: Sequence[str]) -> None: ...
-
-    def on_error(self, source: str, reason: str) -> None: ...
-
-
 class IdentityMismatch(InventoryError):
     pass
 
 
 class EndpointTaken(InventoryError):
     """Another identity already serves this endpoint (409): one endpoint, one target."""
-
-
-EndpointOwner = Callable[[Target], "tuple[str, str] | None"]
-"""(source, identity) serving a target's endpoint in another source (the reconcile loop knows)."""
 
 
 class RegistryFull(InventoryError):
@@ -90,15 +88,16 @@ class BatchResult:
     deleted: int
 
 
-@dataclass
-class _Pending:
-    """Changes not yet pushed: identity -> target (put) or None (deleted)."""
+@dataclass(frozen=True)
+class Batch:
+    """A batch validated and checked (:meth:`BuiltinRegistry.check_batch`), to apply next
+    (:meth:`BuiltinRegistry.apply_batch`); ``deleting`` is what to journal in between."""
 
-    changes: dict[str, Target | None] = field(default_factory=dict)
-
-
-Journal = Callable[[Mapping[str, Target | None]], None]
-"""Writes identity -> None (deleted) to the state store before a deletion is acknowledged."""
+    targets: tuple[Target, ...]
+    gone: tuple[str, ...]
+    """Identities to delete, normalised."""
+    deleting: tuple[str, ...]
+    """Those of ``gone`` registered when it was checked: what a journal must hold first."""
 
 
 class BuiltinRegistry:
@@ -107,44 +106,31 @@ class BuiltinRegistry:
     def __init__(
         self,
         *,
-        sink: DeltaSink,
+        loop: Reconciler,
         jobs: Mapping[str, JobSpec],
         ttl_s: float = 90.0,
         clock: Callable[[], float] = time.monotonic,
         max_entries: int = 2_000_000,
-        endpoint_owner: EndpointOwner | None = None,
         regions: Collection[str] = (),
-        journal: Journal | None = None,
-        region_room: Callable[[str, set[str]], str | None] | None = None,
-        on_accepted: Callable[[], None] | None = None,
     ) -> None:
-        self._sink = sink
-        # Every accepted write (a change or a plain TTL refresh): the registry is being fed.
-        # Discovery health reads this, not the last change: a stable fleet refreshes
-        # without changing anything, and is healthy.
-        self._on_accepted = on_accepted
-        self._endpoint_owner = endpoint_owner
+        self._loop = loop
         self._endpoints = EndpointIndex(jobs)
         self._jobs = jobs
         self._regions = frozenset(regions)
         """Empty: any region (a registry built without a spec, in tests)."""
-        self._journal = journal
-        self._region_room = region_room
-        """(region, nodes) -> why those nodes may not join it (a sized region at its shard cap)."""
         self.ttl_s = ttl_s
         self._clock = clock
         self.max_entries = max_entries
         self._entries: dict[str, Entry] = {}
+        """identity -> entry, in the order they expire (a refresh moves its entry to the
+        end; the TTL is one for all and the clock monotonic), so ``expire`` reads the front."""
         self.members = 0
         """Bumped when an identity comes or goes (what the sorted listing is cached on)."""
         self.revision = 0
         """Bumped when an entry's target changes too (the listing's ETag)."""
         self._listing: tuple[int, list[str]] = (-1, [])
         self._lock = threading.Lock()
-        self._push_lock = threading.Lock()  # keeps pushes in the order of their changes
-        self._pending = _Pending()
-        self._dirty = threading.Event()
-        self._running = False
+        """Held over the loop's ``offer``: a change is stored here exactly when the loop took it."""
 
     def seed(self, targets: Iterable[Target]) -> None:
         """Entries persisted before a restart, each with a fresh TTL (their exporters re-PUT).
@@ -168,8 +154,6 @@ class BuiltinRegistry:
                 value=identity,
                 source=SOURCE,
             )
-        self._check_elsewhere(target)
-        self._check_regions([target])
         with self._lock:
             created = identity not in self._entries
             if created and len(self._entries) >= self.max_entries:
@@ -177,57 +161,53 @@ class BuiltinRegistry:
             other = self._endpoints.owner(endpoint_of(target, self._jobs))
             if other is not None and other != identity:
                 raise _taken(target, other, SOURCE, self._jobs)
-            changed = self._store(target)
-        if changed:
-            self._push()
-        self._accepted()
+            self._offer([target], [])
+            self._store(target)
         return target, created
 
-    def batch(self, puts: Sequence[Any], deletes: Sequence[Any]) -> BatchResult:
-        """Validate every entry first; apply all or nothing (``BatchInvalid`` names each bad one)."""
+    def check_batch(self, puts: Sequence[Any], deletes: Sequence[Any]) -> Batch:
+        """Validate every entry of a batch and check it fits (``BatchInvalid`` names each bad
+        one; ``RegistryFull``, ``EndpointTaken``); nothing is applied yet."""
         targets, errors = self._validate(puts, deletes)
         if errors:
             raise BatchInvalid(errors, total=len(errors))
-        gone = [normalise_identity(str(d)) for d in deletes]
-        self._check_regions(targets)
+        gone = tuple(normalise_identity(str(d)) for d in deletes)
         with self._lock:
             self._check_room(targets, gone)
             self._check_endpoints(targets, gone)
-        self._write_deletions(gone)
+            deleting = tuple(i for i in gone if i in self._entries)
+        return Batch(targets=tuple(targets), gone=gone, deleting=deleting)
+
+    def apply_batch(self, batch: Batch) -> BatchResult:
+        """Apply a checked batch, all or nothing: checked again (a PUT may have taken an
+        endpoint or the room since), offered to the loop, then stored."""
+        targets, gone = batch.targets, batch.gone
         with self._lock:
             fresh = self._check_room(targets, gone)
-            self._check_endpoints(targets, gone)  # a PUT may have taken one since
-            deleted = 0
-            for identity in gone:  # first: a put may re-use a deleted entry's endpoint
-                if self._entries.pop(identity, None) is not None:
-                    self._endpoints.discard(identity)
-                    self._pending.changes[identity] = None
-                    self._member_changed()
-                    deleted += 1
-            changed = sum(self._store(t) for t in targets)
-        if changed or deleted:
-            self._push()
-        self._accepted()
-        return BatchResult(put=len(targets), created=len(fresh), deleted=deleted)
+            self._check_endpoints(targets, gone)
+            leaving = [i for i in dict.fromkeys(gone) if i in self._entries]
+            self._offer(targets, leaving)
+            for identity in leaving:  # first: a put may re-use a deleted entry's endpoint
+                self._forget(identity)
+            for target in targets:
+                self._store(target)
+        return BatchResult(put=len(targets), created=len(fresh), deleted=len(leaving))
+
+    def registered(self, identities: Iterable[str]) -> list[str]:
+        """Those of ``identities`` registered now, normalised (what a deletion journals)."""
+        wanted = [normalise_identity(i) for i in identities]
+        with self._lock:
+            return [i for i in dict.fromkeys(wanted) if i in self._entries]
 
     def delete(self, identity: str) -> bool:
-        """Forget ``identity``; durable (journalled) before it returns True."""
+        """Forget ``identity`` (the caller journalled it first, when it must be durable)."""
         identity = normalise_identity(identity)
-        self._write_deletions([identity])
         with self._lock:
-            found = self._entries.pop(identity, None) is not None
+            found = identity in self._entries
             if found:
-                self._member_changed()
-                self._endpoints.discard(identity)
-                self._pending.changes[identity] = None
-        if found:
-            self._push()
-        self._accepted()
+                self._offer([], [identity])
+                self._forget(identity)
         return found
-
-    def _accepted(self) -> None:
-        if self._on_accepted is not None:
-            self._on_accepted()
 
     def entries(self) -> list[tuple[Target, float]]:
         """(target, seconds until it expires), by identity."""
@@ -256,37 +236,20 @@ class BuiltinRegistry:
             return [e.target for e in self._entries.values()]
 
     def expire(self) -> int:
-        """Drop entries past their TTL; how many went."""
+        """Drop entries past their TTL; how many went. Reads the entries from the front (the
+        first to expire) and stops at the first one alive: it costs what expires."""
         now = self._clock()
         with self._lock:
-            gone = [i for i, e in self._entries.items() if e.expires_at <= now]
-            for identity in gone:
-                del self._entries[identity]
-                self._member_changed()
-                self._endpoints.discard(identity)
-                self._pending.changes[identity] = None
-        if gone:
-            self._push()
+            gone: list[str] = []
+            for identity, entry in self._entries.items():
+                if entry.expires_at > now:
+                    break
+                gone.append(identity)
+            if gone:
+                self._offer([], gone)
+                for identity in gone:
+                    self._forget(identity)
         return len(gone)
-
-    def poll_once(self) -> int:
-        return self.expire()
-
-    def run(self, stop: threading.Event) -> None:
-        """Push changes as they come, coalesced, and expire entries every second."""
-        self._running = True
-        next_expiry = self._clock() + 1.0
-        try:
-            while not stop.is_set():
-                if self._dirty.wait(timeout=max(0.0, min(1.0, next_expiry - self._clock()))):
-                    self._dirty.clear()
-                    self._send()
-                if self._clock() >= next_expiry:
-                    next_expiry = self._clock() + 1.0
-                    self.expire()
-        finally:
-            self._running = False
-            self._send()
 
     # ---- internals -------------------------------------------------------------------------
     def _check_room(self, targets: Sequence[Target], gone: Sequence[str]) -> set[str]:
@@ -296,16 +259,6 @@ class BuiltinRegistry:
         if len(self._entries) + len(fresh) - leaving > self.max_entries:
             raise self._full()
         return fresh
-
-    def _write_deletions(self, identities: Sequence[str]) -> None:
-        """Store the deletions first: a restart must not bring back what a caller was told is
-        gone (the reconcile loop saves its sets only every few seconds)."""
-        if self._journal is None:
-            return
-        with self._lock:
-            known = [i for i in identities if i in self._entries]
-        if known:
-            self._journal(dict.fromkeys(known))
 
     def _admit(self, target: Target) -> Target:
         """Refuse what the render could not place: a job the spec does not define (it would
@@ -326,10 +279,25 @@ class BuiltinRegistry:
             )
         return target
 
+    def _offer(self, targets: Sequence[Target], gone: Sequence[str]) -> None:
+        """Offer a change to the loop (lock held): checked and applied there, or refused
+        with nothing applied (raised as this module's error)."""
+        refusal = self._loop.offer(SOURCE, upserted=targets, removed=gone)
+        if refusal is not None:
+            raise self._refused(refusal)
+
+    def _refused(self, refusal: Refusal) -> InventoryError:
+        if isinstance(refusal, EndpointOwned):
+            return _taken(refusal.target, refusal.identity, refusal.source, self._jobs)
+        if isinstance(refusal, RegionCapped):
+            return RegionFull(refusal.reason, field="region", value=refusal.region, source=SOURCE)
+        return InventoryError(refusal.reason, source=SOURCE)
+
     def _store(self, target: Target) -> bool:
-        """Store with a fresh TTL (lock held); True when the target itself changed."""
+        """Store with a fresh TTL, last in expiry order (lock held); True when the target
+        itself changed."""
         identity = target.identity
-        old = self._entries.get(identity)
+        old = self._entries.pop(identity, None)
         changed = old is None or old.target != target
         if changed:
             self._endpoints.add(target)  # callers checked the endpoint is free
@@ -337,11 +305,16 @@ class BuiltinRegistry:
             old.target if old and not changed else target, self._clock() + self.ttl_s
         )
         if changed:
-            self._pending.changes[identity] = target
             self.revision += 1
             if old is None:
                 self.members += 1
         return changed
+
+    def _forget(self, identity: str) -> None:
+        """Remove a registered entry (lock held)."""
+        del self._entries[identity]
+        self._endpoints.discard(identity)
+        self._member_changed()
 
     def _member_changed(self) -> None:
         self.members += 1
@@ -390,12 +363,6 @@ class BuiltinRegistry:
             if other is not None and other != target.identity and other not in gone:
                 raise _taken(target, other, SOURCE, self._jobs)
 
-    def _check_elsewhere(self, target: Target) -> None:
-        if self._endpoint_owner is not None:
-            found = self._endpoint_owner(target)
-            if found is not None:
-                raise _taken(target, found[1], found[0], self._jobs)
-
     def _endpoint_taken(self, target: Target, batch: dict[Any, str], freed: set[str]) -> str | None:
         """Why a batch entry's endpoint is taken (in the batch, the registry, another source), or None."""
         endpoint = endpoint_of(target, self._jobs)
@@ -406,23 +373,10 @@ class BuiltinRegistry:
             held = self._endpoints.owner(endpoint)
         if held is not None and held != target.identity and held not in freed:
             return str(_taken(target, held, SOURCE, self._jobs).reason)
-        try:
-            self._check_elsewhere(target)
-        except EndpointTaken as exc:
-            return str(exc.reason)
+        found = self._loop.endpoint_owner(target, excluding=SOURCE)
+        if found is not None:
+            return str(_taken(target, found[1], found[0], self._jobs).reason)
         return None
-
-    def _check_regions(self, targets: Sequence[Target]) -> None:
-        """``RegionFull`` when new nodes would grow a sized region past its shard cap."""
-        if self._region_room is None:
-            return
-        by_region: dict[str, set[str]] = {}
-        for target in targets:
-            by_region.setdefault(target.region, set()).add(target.node)
-        for region, nodes in sorted(by_region.items()):
-            why = self._region_room(region, nodes)
-            if why is not None:
-                raise RegionFull(why, field="region", value=region, source=SOURCE)
 
     def _full(self) -> RegistryFull:
         return RegistryFull(
@@ -430,23 +384,6 @@ class BuiltinRegistry:
             "(--registry-max-entries); deregister some or raise the limit",
             source=SOURCE,
         )
-
-    def _push(self) -> None:
-        """Something changed: push now, or let the running loop push it (coalescing a burst)."""
-        if self._running:
-            self._dirty.set()
-        else:
-            self._send()
-
-    def _send(self) -> None:
-        with self._push_lock:
-            with self._lock:
-                changes, self._pending = self._pending.changes, _Pending()
-            if not changes:
-                return
-            upserted = [t for t in changes.values() if t is not None]
-            removed = [i for i, t in changes.items() if t is None]
-            self._sink.on_delta(SOURCE, upserted=upserted, removed=removed)
 
 
 def _taken(target: Target, other: str, where: str, jobs: Mapping[str, JobSpec]) -> EndpointTaken:

@@ -3,10 +3,17 @@
 Each registration is validated by the registry (``sharder.sources.registry``) with the same
 words as an inventory; writes need a ``register`` (or ``write``) token and are rate-limited
 per token (``app.state.limiter``: a batch of N costs what N single calls do).
+
+A write runs forward on the request's thread: the registry offers the change to the reconcile
+loop (``Reconciler.offer``: checked and applied under its lock, the worker woken), and the
+route itself writes what must be durable before the answer (a deletion's journal, one fenced
+``Pipeline.journal``) and the discovery heartbeat (the registry is being fed: a refresh that
+changes nothing keeps it healthy).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -14,6 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from federation.controller.base import errors
+from federation.controller.controller import Controller
 from federation.controller.http import cursors
 from federation.controller.http.api_deps import Ctl, Registrar
 from federation.controller.http.http_guards import problem
@@ -21,7 +29,7 @@ from federation.controller.http.ratelimit import RateLimiter
 from federation.controller.http.read_guard import Reader, etag, metered, not_modified
 from federation.controller.http.redact import mask_labels
 from sharder.sources.lastknown import target_document
-from sharder.sources.registry import BatchInvalid, EndpointTaken, IdentityMismatch
+from sharder.sources.registry import SOURCE, BatchInvalid, EndpointTaken, IdentityMismatch
 
 router = APIRouter()
 MAX_PAGE = 1000
@@ -55,6 +63,7 @@ def register(
         return problem(422, "Invalid target", str(exc), field="identity")
     except EndpointTaken as exc:
         return problem(409, "Endpoint taken", str(exc), field="address")
+    controller.discovery.heartbeat(SOURCE)
     return JSONResponse(
         {"identity": target.identity, "expires_in_s": controller.registry.ttl_s},
         status_code=201 if created else 200,
@@ -66,12 +75,16 @@ def register_batch(body: RegistryBatch, caller: Registrar, controller: Ctl, limi
     """Many registrations in one request, all or nothing (``gpufed-exporter fleet``).
     Rate-limited per entry: a batch of N costs what N single calls do."""
     limiter.take(caller.name, max(1, len(body.put) + len(body.delete)))
+    registry = controller.registry
     try:
-        result = controller.registry.batch(body.put, body.delete)
+        batch = registry.check_batch(body.put, body.delete)
+        _journal(controller, batch.deleting)  # durable before anything is applied or answered
+        result = registry.apply_batch(batch)
     except BatchInvalid as exc:
         return problem(422, "Invalid batch", str(exc), errors=exc.errors, invalid=exc.total)
     except EndpointTaken as exc:  # taken by a PUT while the batch was being checked
         return problem(409, "Endpoint taken", str(exc), field="address")
+    controller.discovery.heartbeat(SOURCE)
     return JSONResponse(
         {
             "put": result.put,
@@ -85,9 +98,20 @@ def register_batch(body: RegistryBatch, caller: Registrar, controller: Ctl, limi
 @router.delete("/v1/registry/targets/{identity:path}", tags=["registry"], status_code=204)
 def deregister(identity: str, caller: Registrar, controller: Ctl, limiter: Limiter) -> Response:
     limiter.take(caller.name)
-    if not controller.registry.delete(identity):
+    _journal(controller, controller.registry.registered([identity]))
+    found = controller.registry.delete(identity)
+    controller.discovery.heartbeat(SOURCE)
+    if not found:
         raise errors.NotFound(f"no registered target {identity!r}")
     return Response(status_code=204)
+
+
+def _journal(controller: Controller, identities: Sequence[str]) -> None:
+    """Store deletions first: a restart must not bring back what a caller was told is gone
+    (the loop stores its sets with its next step). One fenced call: a deposed leader writes
+    none of it (503)."""
+    if identities:
+        controller.pipeline.journal({SOURCE: dict.fromkeys(identities)})
 
 
 @router.get("/v1/registry/targets", tags=["registry"], response_model=None)

@@ -3,7 +3,8 @@
 The first stage of the live route (**inbox** -> place -> commit -> publish). The worker
 (``loop``) sleeps here until a source pushes a change, the reconciler has work due
 (debounce, grace, hysteresis) or a periodic pass is due (settle hand-overs as the leader,
-follow the stored state as a follower); never a fixed polling rate. :meth:`Inbox.wait`
+follow the stored state as a follower, expire the built-in registry's entries); never a
+fixed polling rate. :meth:`Inbox.wait`
 answers with a :class:`Wake`; what the pass then runs is the worker's. This module only
 keeps the clock of those passes: it holds no component and calls none back.
 :func:`paused` runs a pass with the cyclic GC paused.
@@ -23,6 +24,8 @@ from sharder.live.reconcile import Reconciler
 
 FREEZE_AFTER_S = 0.5
 """A pass this long built a lot (a first placement, a full one): what it built stays."""
+EXPIRE_EVERY_S = 1.0
+"""How often the registry's expired entries go (a TTL is 90 s by default)."""
 
 
 @dataclass(frozen=True)
@@ -40,14 +43,14 @@ class Inbox:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._reconciler, self._options, self._clock = reconciler, options, clock
-        self._settle_at = self._refresh_at = 0.0
+        self._settle_at = self._refresh_at = self._expire_at = 0.0
 
     def wait(self, stop: threading.Event) -> Wake | None:
         """Sleep until something is due; None once ``stop`` is set."""
         seen = self._reconciler.generation
         due = self._reconciler.next_due()
         if due is None or due > 0:
-            periodic = min(self._settle_at, self._refresh_at) - self._clock()
+            periodic = min(self._settle_at, self._refresh_at, self._expire_at) - self._clock()
             self._reconciler.wait_for_change(seen, periodic if due is None else min(due, periodic))
         return None if stop.is_set() else Wake(idle=due is None)
 
@@ -56,6 +59,14 @@ class Inbox:
         if self._clock() < self._refresh_at:
             return False
         self._refresh_at = self._clock() + self._options.refresh_interval_s
+        return True
+
+    def expiry_due(self) -> bool:
+        """Any pass: is it time to expire the registry's entries (then counted)?"""
+        now = self._clock()
+        if now < self._expire_at:
+            return False
+        self._expire_at = now + EXPIRE_EVERY_S
         return True
 
     def settle_due(self, *, leading: bool) -> bool:

@@ -6,8 +6,9 @@ handed the value the one before returned: the reconciler's frozen
 :class:`~sharder.engine.step.Step`, the state :func:`~federation.controller.live.place.state_after`
 makes of it, the one fenced commit (``Pipeline.commit``: state, audit, the step's set
 changes) and the publication of what it touched. Finished hand-overs go the same way
-(``settle``). Nothing here calls back: a lost check-and-set or fence propagates to the
-caller, which adopts the stored state (``ha.adoption``).
+(``settle``), and so does an operator's applied plan (``carry_plan``: a step of its own,
+after which the loop builds on it). Nothing here calls back: a lost check-and-set or fence
+propagates to the caller, which adopts the stored state (``ha.adoption``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from federation.controller.base.metrics import ControllerMetrics
+from federation.controller.base.state import AuditEntry, ControllerState, Desired, overrides_of
 from federation.controller.live.pipeline import Pipeline
 from federation.controller.live.place import state_after
 from federation.controller.live.settling import HandoverSettler
@@ -57,6 +59,17 @@ class Route:
             self.reconciler.requeue_set_changes(step.sets)  # written with the next step
             raise
         self.metrics.moves.labels(cause="discovery").inc(step.summary.counts.moved)
+        self.pipeline.publish(step.targets, changed=step.sd_delta_of(base))
+
+    def carry_plan(
+        self, step: Step, state: ControllerState, *, audit: AuditEntry | None, desired: Desired
+    ) -> None:
+        """An applied plan, forward (the pipeline's lock held): commit its state, make its
+        assignment and overrides the loop's base (nothing placed again), then publish."""
+        base = self.pipeline.state.assignment
+        self.pipeline.commit(state, audit=audit, changed=step.delta_of(base), sets=step.sets)
+        self.reconciler.set_overrides(**overrides_of(desired))
+        self.reconciler.adopt(step.assignment)
         self.pipeline.publish(step.targets, changed=step.sd_delta_of(base))
 
     def settle(self) -> int:

@@ -1,40 +1,44 @@
 """Load policy: measured load turns into weights, and weights reach placement only through a plan.
 
-The policy reads the children's load (``load.LoadTracker``) on its own thread and, when
-the auto-rebalance threshold says so, plans a load-aware change and applies it through
-the same :class:`Operator` calls the REST API uses (``plan``/``apply``), so an automatic
-rebalance is audited and fenced like an operator's.
+The policy reads the children's load (``load.LoadTracker``) and, when the auto-rebalance
+threshold says so, answers with the change to plan (:meth:`LoadPolicy.wanted`, a
+:class:`Rebalance` value) and whether the plan made of it helps (:meth:`LoadPolicy.helps`).
+It holds nothing of the façade and calls nothing back: the façade's load loop plans and
+applies through the same ``plan``/``apply`` the REST API uses, so an automatic rebalance is
+audited and fenced like an operator's.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 from federation.controller.base import changing
 from federation.controller.base.errors import Invalid, NotFound
-from federation.controller.base.plans import ApplyResult, PlannedChange
+from federation.controller.base.plans import PlannedChange
 from federation.controller.base.state import ControllerState
 from federation.controller.live.children import Children
 from federation.controller.load import tracking
 from federation.spec import GpufedSpec
+from sharder.engine.assignment import Assignment
 from sharder.kernel.models import parse_duration
 from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
 
 
-class Operator(Protocol):
-    """What the policy acts through (the controller façade)."""
+@dataclass(frozen=True)
+class Rebalance:
+    """A load-aware change the policy wants planned: ``change`` to plan, and what a plan of it
+    must beat (``worst`` max/mean samples per second over the regions of ``assignment``)."""
 
-    state: ControllerState
-
-    def plan(self, change: changing.ChangeRequest) -> PlannedChange: ...
-
-    def apply(self, version: str, *, actor: str) -> ApplyResult: ...
+    change: changing.ChangeRequest
+    assignment: Assignment
+    targets: Mapping[str, Target]
+    worst: float
 
 
 class LoadPolicy:
@@ -94,9 +98,10 @@ class LoadPolicy:
             assignment=state.assignment, targets=self._targets(), current=state.desired.weights
         )
 
-    def auto_rebalance(self, operator: Operator) -> ApplyResult | None:
-        """Apply a load-aware plan if the policy allows it and it helps; None when nothing was applied."""
-        load, assignment = self.load, operator.state.assignment
+    def wanted(self, state: ControllerState) -> Rebalance | None:
+        """The load-aware change to plan now, if the policy allows one (threshold, cooldown,
+        this replica writes); None otherwise. Asking starts the cooldown."""
+        load, assignment = self.load, state.assignment
         if load is None or assignment is None or not self._can_write():
             return None
         threshold = load.options.auto_rebalance_imbalance
@@ -111,19 +116,15 @@ class LoadPolicy:
             return None
         self._auto_rebalanced_at = time.monotonic()  # also after a plan that does not help
         reason = f"auto: samples/s max/mean {worst:.2f} above {threshold:g}"
-        planned = operator.plan(changing.ChangeRequest(use_observed_weights=True, reason=reason))
-        after = load.region_imbalance(assignment, targets, plan=planned.plan)
-        if not planned.plan.changed or max(after.values(), default=0.0) >= worst:
-            log.info("auto rebalance skipped: the plan would not lower max/mean %.2f", worst)
-            return None
-        log.info("auto rebalance: %s; applying %s", reason, planned.version)
-        return operator.apply(planned.version, actor="auto-rebalance")
+        change = changing.ChangeRequest(use_observed_weights=True, reason=reason)
+        return Rebalance(change=change, assignment=assignment, targets=targets, worst=worst)
 
-    def loop(self, stop: threading.Event, operator: Operator) -> None:
-        assert self.load is not None
-        while not stop.wait(self.load.options.interval_s):
-            try:
-                if self.observe(operator.state):
-                    self.auto_rebalance(operator)
-            except Exception:  # a bad reading must not end the loop
-                log.exception("load reading failed")
+    def helps(self, wanted: Rebalance, planned: PlannedChange) -> bool:
+        """Does ``planned`` (made of ``wanted.change``) lower the worst region's imbalance?"""
+        assert self.load is not None  # ``wanted`` answers None without a load tracker
+        after = self.load.region_imbalance(wanted.assignment, wanted.targets, plan=planned.plan)
+        if not planned.plan.changed or max(after.values(), default=0.0) >= wanted.worst:
+            log.info("auto rebalance skipped: the plan would not lower max/mean %.2f", wanted.worst)
+            return False
+        log.info("auto rebalance: %s; applying %s", wanted.change.reason, planned.version)
+        return True

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -82,6 +82,10 @@ class Commit:
 
 
 class StateStore(Protocol):
+    """The controller's store: one door in (:meth:`apply`, a fenced :class:`Commit`), reads
+    out. Backends keep their own writers (a state's rows, a source's sets) as helpers behind
+    ``apply``; nothing in the controller writes past it."""
+
     def apply(self, commit: Commit, *, fence: int | None) -> ControllerState | None:
         """Write ``commit`` (a writer with a ``fence`` older than the newest recorded writes
         none of it: ``FencedOut``); returns the state with its new ``revision`` (None for a
@@ -92,27 +96,8 @@ class StateStore(Protocol):
         """The stored state, or None before the first write."""
         ...
 
-    def save(
-        self,
-        state: ControllerState,
-        *,
-        expected_revision: int | None,
-        audit: AuditEntry | None = None,
-        fence: int | None = None,
-        changed: Changed | None = None,
-    ) -> ControllerState:
-        """Write ``state`` (and ``audit``) at once if the stored revision is
-        ``expected_revision`` (None: nothing stored yet); returns it with ``revision`` bumped.
-        ``changed`` (a hint a store may ignore): the assignment this one was made from and
-        the identities whose placement may differ, so a store can write only those."""
-        ...
-
     def audit_log(self, *, limit: int = 100, before_id: int | None = None) -> list[AuditEntry]:
         """Newest first; ``before_id`` pages back."""
-        ...
-
-    def save_sets(self, sets: Mapping[str, Sequence[Target]]) -> None:
-        """Persist the discovery sources' last known sets (a restart during an outage)."""
         ...
 
     def load_sets(self) -> dict[str, list[Target]]: ...

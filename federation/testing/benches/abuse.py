@@ -77,7 +77,8 @@ def _serve(
     listed = _targets(targets if registered else 0)
     documents = [{**target_document(t), "identity": t.identity} for t in listed]
     for start in range(0, len(documents), BATCH):
-        controller.registry.batch(documents[start : start + BATCH], [])
+        registry = controller.registry
+        registry.apply_batch(registry.check_batch(documents[start : start + BATCH], []))
     with controller._lock:
         controller.reconciler.tick()
     controller.publication.publish_configs()  # the bundle and its file_sd lists, as the config loop would

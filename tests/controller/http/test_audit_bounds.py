@@ -109,9 +109,7 @@ async def test_an_old_oversized_row_is_cut_when_read(harness: ControllerHarness)
         moved=0,
         detail={"change": {"unpin": [f"id-{i}-" + "y" * 990 for i in range(1000)], "reason": "z" * 5000}},
     )
-    controller.state = controller.store.save(
-        controller.state, expected_revision=controller.state.revision, audit=raw
-    )
+    controller.pipeline.commit(controller.state, audit=raw)  # the one door: stored as it is
     async with harness.client() as client:
         (entry,) = (await client.get("/v1/audit", params={"limit": 1}, headers=harness.auth())).json()[
             "entries"

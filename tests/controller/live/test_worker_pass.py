@@ -1,6 +1,7 @@
 """One pass of the controller's worker (``federation.controller.loop``), forward: a new
 leader takes over before its first step, a leader steps and settles when due, a follower
-refreshes from the store when due, and a lost fence adopts the stored state."""
+refreshes from the store when due, a lost fence adopts the stored state, and in either role
+the registry's expired entries go once a second (the registry has no thread of its own)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def worker(*, fail: type[Exception] | None = None) -> tuple[Worker, Replication,
     inbox = Inbox(None, options, clock=lambda: clock[0])  # type: ignore[arg-type]
     made = Worker(
         inbox=inbox, route=Recorder(calls, fail), adoption=Recorder(calls),  # type: ignore[arg-type]
-        replication=replication, children=None,  # type: ignore[arg-type]
+        replication=replication, children=None, registry=Recorder(calls),  # type: ignore[arg-type]
     )  # fmt: skip
     return made, replication, calls, clock
 
@@ -58,27 +59,31 @@ def worker(*, fail: type[Exception] | None = None) -> tuple[Worker, Replication,
 def test_a_new_leader_takes_over_once_then_steps_and_settles_when_due() -> None:
     w, replication, calls, clock = worker()
     w.one_pass(idle=False)
-    assert calls == ["take_over", "tick", "share", "settle"] and replication.leading
+    assert calls == ["expire", "take_over", "tick", "share", "settle"] and replication.leading
     calls.clear()
-    w.one_pass(idle=True)  # settling is not due again for 5 s; no second take-over
+    w.one_pass(idle=True)  # settling is not due again for 5 s, expiry for 1 s; no second take-over
     assert calls == ["tick"]
-    clock[0] += 5
+    clock[0] += 1
+    calls.clear()
+    w.one_pass(idle=True)
+    assert calls == ["expire", "tick"]
+    clock[0] += 4
     calls.clear()
     w.one_pass(idle=False)
-    assert calls == ["tick", "share", "settle"]
+    assert calls == ["expire", "tick", "share", "settle"]
 
 
 def test_a_follower_refreshes_from_the_store_only_when_due() -> None:
     w, replication, calls, clock = worker()
     replication.writes = False
     w.one_pass(idle=True)
-    assert calls == ["refresh_from_store", "share"] and not replication.leading
+    assert calls == ["expire", "refresh_from_store", "share"] and not replication.leading
     calls.clear()
     w.one_pass(idle=True)
     assert calls == []
     clock[0] += 2
     w.one_pass(idle=True)
-    assert calls == ["refresh_from_store", "share"]
+    assert calls == ["expire", "refresh_from_store", "share"]
 
 
 @pytest.mark.parametrize("lost", [FencedOut, StoreError])
@@ -86,5 +91,5 @@ def test_a_lost_fence_adopts_the_stored_state_and_a_store_error_does_not(lost: t
     w, _, calls, _ = worker(fail=lost)
     with pytest.raises(lost):
         w.one_pass(idle=False)
-    expected = ["take_over", "tick", "resync"] if lost is FencedOut else ["take_over", "tick"]
+    expected = ["expire", "take_over", "tick"] + (["resync"] if lost is FencedOut else [])
     assert calls == expected
