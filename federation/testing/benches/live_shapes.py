@@ -39,6 +39,10 @@ class Shape:
     spec: Path
     regions: tuple[str, ...]
     discovery: str
+    targets_per_shard: int = 1
+    """Nodes a sized region's shard holds (``sharding.targets_per_shard``)."""
+    sized_regions: int = 1
+    """Regions whose shard count follows the fleet (no fixed ``shards``)."""
 
 
 def shape_spec(
@@ -77,7 +81,9 @@ def shape_spec(
         raise ShapeError("--spec: the spec names no regions")
     out = workdir / "served-spec.yaml"
     out.write_text(yaml.safe_dump(document, sort_keys=False))
-    return Shape(spec=out, regions=regions, discovery=mode)
+    per_shard = int((document.get("sharding") or {}).get("targets_per_shard") or 12)
+    sized = sum(1 for region in document.get("regions") or [] if region.get("shards") is None)
+    return Shape(spec=out, regions=regions, discovery=mode, targets_per_shard=per_shard, sized_regions=sized)
 
 
 @dataclass
