@@ -121,6 +121,16 @@ class Publication:
                     else:
                         self._config_wake.set()
 
+    def first_bundle_done(self) -> bool:
+        """The first bundle's render and check ended (published or failed), and nothing is
+        due or being written (``StartUp``); True without a publisher."""
+        if self.publisher is None:
+            return True
+        with self._config_lock:
+            idle = self._config_due is None and not self._rendering and self._lists_due is None
+        status = self.publisher.status
+        return idle and (status.version > 0 or status.failed_version > 0)
+
     def publish_configs(self) -> bool:
         """Render and check the bundle of the newest assignment (outside the state lock).
         False when nothing was due or it failed (the old bundle stays served)."""
