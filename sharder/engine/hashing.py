@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
+from array import array
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, chain, repeat
 from operator import rshift
@@ -57,7 +58,7 @@ class Ring:
     version in ``sharder.engine.assigning``.
     """
 
-    __slots__ = ("_shift", "owners", "positions", "slice_owners", "slice_slots")
+    __slots__ = ("_by_shard", "_shards", "_shift", "owners", "positions", "slice_owners", "slice_slots")
 
     def __init__(self, shards: Sequence[str], *, vnodes: int) -> None:
         # Packing owner into the low bits lets one int sort do the work of a tuple sort;
@@ -69,6 +70,8 @@ class Ring:
             for point in ring_points(shard, vnodes)
         )
         mask = (1 << width) - 1
+        self._shards = len(shards)
+        self._by_shard: array[int] | None = None
         self.positions: list[int] = [p >> width for p in packed]
         self.owners: list[int] = [p & mask for p in packed]
         size = len(self.positions)
@@ -104,6 +107,38 @@ class Ring:
         """Shard indices of the vnodes from ``slot`` on, wrapping round once."""
         owners = self.owners
         return map(owners.__getitem__, chain(range(slot, len(owners)), range(slot)))
+
+    def first_fitting(self, slot: int, load: Sequence[int], room: int, *, scan: int = 256) -> int:
+        """``next((s for s in clockwise(slot) if load[s] <= room), -1)``, found without a walk
+        round the ring when few shards have room (a fleet of full shards: 12 nodes a child
+        leaves only a handful with room, and the walk passed most of a million vnodes): the
+        first ``scan`` vnodes one by one, then, per shard with room, its first vnode from
+        ``slot`` on (a binary search over its own vnodes), the nearest of those winning."""
+        owners = self.owners
+        size = len(owners)
+        for i in range(slot, min(size, slot + scan)):
+            if load[owners[i]] <= room:
+                return owners[i]
+        free = [s for s, held in enumerate(load) if held <= room]
+        if not free or not size:
+            return -1
+        by_shard = self.vnodes_by_shard()
+        per = size // self._shards
+        best = 2 * size
+        for shard in free:
+            lo, hi = shard * per, (shard + 1) * per
+            k = bisect.bisect_left(by_shard, slot, lo, hi)
+            at = by_shard[k] if k < hi else by_shard[lo] + size  # wrapped round
+            best = min(best, at)
+        return owners[best % size]
+
+    def vnodes_by_shard(self) -> array[int]:
+        """Vnode indices grouped by shard (each shard's ``vnodes`` of them, ascending), built
+        once per ring when first needed: 4 bytes a vnode."""
+        if self._by_shard is None:
+            owners = self.owners
+            self._by_shard = array("I", sorted(range(len(owners)), key=owners.__getitem__))
+        return self._by_shard
 
 
 def rendezvous_seeds(shards: Sequence[str]) -> list[int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import random
 
 import pytest
 from hypothesis import given, settings
@@ -103,3 +104,17 @@ def test_rendezvous_winner_heads_its_ranking(point: int) -> None:
     ranking = rendezvous_ranking(point, seeds)
     assert sorted(ranking) == list(range(7))
     assert ranking[0] == rendezvous_winner(point, seeds)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_first_fitting_is_the_first_clockwise_shard_with_room(seed: int) -> None:
+    """The shortcut over the ring (few shards with room) answers what the walk answers."""
+    rng = random.Random(seed)
+    names = [f"s-{i}" for i in range(rng.randint(1, 60))]
+    ring = Ring(names, vnodes=16)
+    for _ in range(40):
+        load = [rng.choice((96, 96, 96, 88, 104)) for _ in names]
+        room = rng.choice((80, 88, 96))
+        slot = rng.randrange(len(ring))
+        walked = next((s for s in ring.clockwise(slot) if load[s] <= room), -1)
+        assert ring.first_fitting(slot, load, room, scan=rng.choice((0, 3, 256))) == walked

@@ -64,6 +64,7 @@ class Publication:
         self._rendering = False
         """A bundle is being rendered and written (``_config_lock``): lists wait for it."""
         self._config_key: object = None
+        self._key_held: tuple[object, object, object] | None = None
         self._config_at = float("-inf")
         self._lists = filesd.ListCache()
         """file_sd: the lists written last, per shard (re-encodes only what changed)."""
@@ -86,7 +87,7 @@ class Publication:
             previous=self.sd,
             changed=changed,
         )
-        load, sizes = assignment.load(), assignment.sizes()
+        load, sizes = assignment.totals()  # read-only: no copy of every shard's figures
         same_shards = before.assignment is not None and before.assignment.shards == assignment.shards
         shards = filesd.changed_shards(before, self.sd) if same_shards else assignment.shards.keys()
         rows = [(assignment.shards[s].region, s, sizes[s], load[s]) for s in shards if s in assignment.shards]
@@ -98,7 +99,7 @@ class Publication:
         self.metrics.handovers_in_flight.set(len(state.handovers))
         self.metrics.ready.set(1)
         if self.publisher is not None:
-            key = config_key(self.spec, assignment)
+            key = self._key_of(assignment)
             now = time.monotonic()
             stale = now >= self._config_at + self.options.config_refresh_s
             if key != self._config_key or stale:
@@ -120,6 +121,15 @@ class Publication:
                         self.publish_lists()
                     else:
                         self._config_wake.set()
+
+    def _key_of(self, assignment: Assignment) -> object:
+        """:func:`config_key`, sorted once per shard set (an incremental step keeps the
+        shards' dict: no sort of every shard per change)."""
+        held = self._key_held
+        extra = (assignment.replication_factor, tuple(assignment.drained))
+        if held is None or held[0] is not assignment.shards or held[1] != extra:
+            held = self._key_held = (assignment.shards, extra, config_key(self.spec, assignment))
+        return held[2]
 
     def first_bundle_done(self) -> bool:
         """The first bundle's render and check ended (published or failed), and nothing is
