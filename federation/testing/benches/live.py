@@ -260,7 +260,10 @@ def shard_cap(targets: int, regions: int, per_shard: int) -> int:
 
 
 def bundle_published(http: httpx.Client) -> bool:
-    status = http.get("/v1/configs").json().get("status") or {}
+    answer = http.get("/v1/configs")
+    if answer.status_code != 200:  # a controller still starting may answer 5xx: not yet
+        return False
+    status = answer.json().get("status") or {}
     return bool(status.get("version")) and bool(status.get("ok"))
 
 
