@@ -13,9 +13,11 @@ benchmarks can compare our movement with the classic ``hashmod``/``keep`` shardi
 from __future__ import annotations
 
 import bisect
-import functools
 import hashlib
+import threading
+import weakref
 from array import array
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, chain, repeat
 from operator import rshift
@@ -58,7 +60,8 @@ class Ring:
     version in ``sharder.engine.assigning``.
     """
 
-    __slots__ = ("_by_shard", "_shards", "_shift", "owners", "positions", "slice_owners", "slice_slots")
+    __slots__ = ("__weakref__", "_by_shard", "_shards", "_shift", "owners", "positions", "slice_owners",
+                 "slice_slots")  # fmt: skip
 
     def __init__(self, shards: Sequence[str], *, vnodes: int) -> None:
         # Packing owner into the low bits lets one int sort do the work of a tuple sort;
@@ -175,8 +178,29 @@ def hashmod(values: Sequence[str], modulus: int, *, separator: str = ";") -> int
     return int.from_bytes(digest[8:], "big") % modulus
 
 
-@functools.lru_cache(maxsize=32)
+_RINGS: weakref.WeakValueDictionary[tuple[tuple[str, ...], int], Ring] = weakref.WeakValueDictionary()
+_RECENT: OrderedDict[tuple[tuple[str, ...], int], Ring] = OrderedDict()
+_KEEP_RECENT = 3
+_RINGS_LOCK = threading.Lock()
+
+
 def shared_ring(shards: tuple[str, ...], *, vnodes: int) -> Ring:
-    """The ring over ``shards``, built once per shard set and kept: read paths (why does
-    this target sit on that shard?) ask per request, and building a ring costs milliseconds."""
-    return Ring(shards, vnodes=vnodes)
+    """The ring over ``shards``, one object per shard set for everyone who asks: the
+    placement, the incremental engine and the read paths (why does this target sit on that
+    shard?, asked per request). A ring of a million targets' region is about 130 MiB, and
+    each of them building its own (or a cache keeping every shard set it saw after a region
+    grew) was much of the memory the first changes added (issue #44). Held as long as a
+    user holds it, plus the last ``_KEEP_RECENT`` asked for (a follower's reads)."""
+    key = (shards, vnodes)
+    with _RINGS_LOCK:
+        ring = _RINGS.get(key)
+    if ring is None:
+        built = Ring(shards, vnodes=vnodes)  # outside the lock: seconds at a million
+        with _RINGS_LOCK:
+            ring = _RINGS.setdefault(key, built)
+    with _RINGS_LOCK:
+        _RECENT[key] = ring
+        _RECENT.move_to_end(key)
+        while len(_RECENT) > _KEEP_RECENT:
+            _RECENT.popitem(last=False)
+    return ring

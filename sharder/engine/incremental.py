@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from sharder.engine import assigning, overriding
 from sharder.engine.assignment import Assignment
 from sharder.engine.fill import Fill, base_capacity, keep_limit
-from sharder.engine.hashing import Ring, key_hash
+from sharder.engine.hashing import Ring, key_hash, shared_ring
 from sharder.kernel.errors import AssignmentError
 from sharder.model.inventory import Target
 from sharder.model.spec import FederationSpec
@@ -257,7 +257,7 @@ class IncrementalAssigner:
             size = len(names)
             self._regions[region] = _Region(
                 names=names,
-                ring=Ring(names, vnodes=assigning.VNODES),
+                ring=shared_ring(tuple(names), vnodes=assigning.VNODES),  # the placement's own
                 pinned_load=[0] * size,
                 member_load=[0] * size,
                 members=[[] for _ in range(size)],

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Mapping
 
+from federation.controller.base import heap
 from federation.controller.base.metrics import ControllerMetrics
 from federation.controller.base.options import ControllerOptions
 from federation.controller.base.state import ControllerState
@@ -156,6 +157,7 @@ class Publication:
             with self._config_lock:
                 self._rendering = False
             self.publish_lists()  # changes placed while the bundle was rendered
+            heap.trim()  # a bundle of every child is built and dropped: give the pages back
 
     def _publish_bundle(self, due: tuple[int, Assignment, list[Target]]) -> bool:
         if self.publisher is None:
