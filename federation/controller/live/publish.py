@@ -37,6 +37,12 @@ from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
 
+REFRESH_SHARE = 20
+"""A refresh waits at least this many times the last render's seconds: at 300,000 targets
+a render of 8,338 children took a minute of a core on a loaded host, and one every 5
+minutes held file_sd lists behind it (served p99 60 s) and was most of the CPU the
+change phase measured (issue #44)."""
+
 
 class Publication:
     def __init__(
@@ -66,6 +72,8 @@ class Publication:
         """A bundle is being rendered and written (``_config_lock``): lists wait for it."""
         self._config_key: object = None
         self._key_held: tuple[object, object, object] | None = None
+        self._render_s = 0.0
+        """How long the last bundle took to render, check and write (paces the refresh)."""
         self._config_at = float("-inf")
         self._lists = filesd.ListCache()
         """file_sd: the lists written last, per shard (re-encodes only what changed)."""
@@ -102,7 +110,10 @@ class Publication:
         if self.publisher is not None:
             key = self._key_of(assignment)
             now = time.monotonic()
-            stale = now >= self._config_at + self.options.config_refresh_s
+            # a refresh (nothing the configs depend on changed) re-renders every child: at
+            # most 1/REFRESH_SHARE of the time, however long a render of this fleet takes
+            every = max(self.options.config_refresh_s, REFRESH_SHARE * self._render_s)
+            stale = now >= self._config_at + every
             if key != self._config_key or stale:
                 self._config_key, self._config_at = key, now
                 with self._config_lock:
@@ -151,9 +162,11 @@ class Publication:
         if due is None:
             self.publish_lists()
             return False
+        started = time.monotonic()
         try:
             return self._publish_bundle(due)
         finally:
+            self._render_s = time.monotonic() - started
             with self._config_lock:
                 self._rendering = False
             self.publish_lists()  # changes placed while the bundle was rendered
