@@ -144,3 +144,11 @@ def test_bench_live_sweeps_sizes_one_row_each_then_a_summary() -> None:
 def test_bench_live_refuses_bad_sizes(sizes: str) -> None:
     result = CliRunner().invoke(_app(), ["live", "--sizes", sizes, "--json"])
     assert result.exit_code == 2 and "--sizes" in result.output
+
+
+def test_bench_live_says_when_a_fleet_cannot_fit_serves_shard_cap() -> None:
+    """Past --max-shards-per-region's bound every new node would be refused (429): the bench
+    says so before it starts a controller, naming the sizing that fits."""
+    result = CliRunner().invoke(_app(), ["live", "--targets", "80000", "--targets-per-shard", "1",
+                                         "--changes", "1", "--json"])  # fmt: skip
+    assert result.exit_code == 1 and "--targets-per-shard" in result.output and "13334" in result.output

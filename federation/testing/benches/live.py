@@ -270,8 +270,8 @@ def place_more(http: httpx.Client, *, first: int, count: int, rate: float, regio
 
 
 def shard_cap(targets: int, regions: int, per_shard: int) -> int:
-    """A ``--max-shards-per-region`` that fits ``targets`` (two per node) on ``regions``
-    regions of ``per_shard`` nodes a shard, with room to grow, within serve's bound."""
+    """A ``--max-shards-per-region`` that fits ``targets`` (two per node) spread over
+    ``regions`` regions, ``per_shard`` nodes a shard, with room to grow, within serve's bound."""
     nodes_per_region = math.ceil(targets / 2 / max(1, regions))
     return min(SHIPPED_MAX_SHARDS, max(2000, math.ceil(nodes_per_region / max(1, per_shard) * 1.25)))
 
@@ -439,7 +439,17 @@ def run_live_bench(
         if via == "registry":
             entries = [_node_entry(i, job, regions) for i in range(nodes) for job in ("gpu", "node")]
         followed = inventory if via == "file" else None
-        cap = max_shards_per_region or shard_cap(expected, shape.sized_regions, shape.targets_per_shard)
+        # the fleet is spread over every region (write_fleet), fixed ones included
+        cap = max_shards_per_region or shard_cap(expected, len(regions), shape.targets_per_shard)
+        wanted = math.ceil(expected / 2 / len(regions) / shape.targets_per_shard)
+        if max_shards_per_region is None and wanted > cap:
+            # a sized region past serve's cap refuses every new node: the changes would fail
+            raise LiveBenchError(
+                f"{expected} targets need about {wanted} shards per sized region of "
+                f"{shape.targets_per_shard} nodes, past gpufed serve's --max-shards-per-region "
+                f"bound ({SHIPPED_MAX_SHARDS}): pass --targets-per-shard "
+                f"{math.ceil(shape.targets_per_shard * wanted * 1.25 / SHIPPED_MAX_SHARDS)} or more"
+            )
         standin = start_store(store, workdir)
         serve = ServeProcess(workdir, spec=shape.spec, inventory=followed, debounce_s=debounce_s,
                              store=standin, extra_args=("--max-shards-per-region", str(cap)))  # fmt: skip

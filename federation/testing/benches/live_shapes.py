@@ -41,8 +41,6 @@ class Shape:
     discovery: str
     targets_per_shard: int = 1
     """Nodes a sized region's shard holds (``sharding.targets_per_shard``)."""
-    sized_regions: int = 1
-    """Regions whose shard count follows the fleet (no fixed ``shards``)."""
 
 
 def shape_spec(
@@ -82,8 +80,7 @@ def shape_spec(
     out = workdir / "served-spec.yaml"
     out.write_text(yaml.safe_dump(document, sort_keys=False))
     per_shard = int((document.get("sharding") or {}).get("targets_per_shard") or 12)
-    sized = sum(1 for region in document.get("regions") or [] if region.get("shards") is None)
-    return Shape(spec=out, regions=regions, discovery=mode, targets_per_shard=per_shard, sized_regions=sized)
+    return Shape(spec=out, regions=regions, discovery=mode, targets_per_shard=per_shard)
 
 
 @dataclass
