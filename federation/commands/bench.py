@@ -330,22 +330,40 @@ def live(
     = None,
     targets_per_shard: Annotated[int | None, typer.Option(min=1, help="override the spec's sharding size")]
     = None,
+    sizes: Annotated[str | None, typer.Option(
+        help="a sweep: targets per run, e.g. 10000,100000,300000 (one JSON row each, then a summary)")]
+    = None,
+    rss_after_changes: Annotated[int | None, typer.Option(
+        min=1, max=62_500, help="registrations placed before rss_mib_after_changes (default: --changes)")]
+    = None,
+    max_shards_per_region: Annotated[int | None, typer.Option(
+        min=1, max=10_000, help="serve's --max-shards-per-region (default: one that fits the fleet)")] = None,
+    anchors: Annotated[bool, typer.Option(help="run the in-process engine anchors after each run")] = True,
 ) -> Result:
-    """A real `gpufed serve`: registration -> its child's SD answer, CPU, RSS, ready, batch rate."""
+    """A real `gpufed serve`: registration -> its child's SD answer, CPU per change, RSS, ready, settle."""
     _one_of(via, VIA, "--via")
     _one_of(inventory_format, FORMATS, "--inventory-format")
     _one_of(store, STORES, "--store")
     if discovery is not None:
         _one_of(discovery, DISCOVERY, "--discovery")
-    from federation.testing.benches.live import LiveBenchError, run_live_bench
+    if rss_after_changes is not None and rss_after_changes < changes:
+        raise typer.BadParameter(f"at least --changes ({changes}), got {rss_after_changes}",
+                                 param_hint="--rss-after-changes")
+    sweep = _sizes(sizes, low=2, high=1_000_000) if sizes is not None else None
+    from federation.testing.benches.live import LiveBenchError, run_live_bench, run_live_sweep
 
     # SIGTERM (a CI timeout) unwinds like Ctrl-C, so the serve process and the temp dir go too.
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    options: dict[str, Any] = dict(changes=changes, rate=rate, via=via, debounce_s=debounce, batch=batch,
+                   change_timeout_s=change_timeout, inventory_format=inventory_format, spec=spec, store=store,
+                   discovery=discovery, targets_per_shard=targets_per_shard,
+                   rss_after_changes=rss_after_changes, max_shards_per_region=max_shards_per_region,
+                   anchors=anchors)  # fmt: skip
     try:
-        return run_live_bench(targets=targets, changes=changes, rate=rate, via=via, debounce_s=debounce,
-                              batch=batch, change_timeout_s=change_timeout, inventory_format=inventory_format,
-                              spec=spec, store=store, discovery=discovery,
-                              targets_per_shard=targets_per_shard)
+        if sweep is not None:  # each row as it is done: a sweep cut short keeps what it measured
+            return run_live_sweep(sizes=sweep, emit=lambda row: typer.echo(json.dumps(row, sort_keys=True)),
+                                  **options)  # fmt: skip
+        return run_live_bench(targets=targets, **options)
     except (LiveBenchError, TimeoutError) as exc:
         raise BenchFailed(str(exc)) from exc
 
@@ -473,6 +491,18 @@ def costs(
         return result
     except (CostsFailed, OSError, ValueError) as exc:
         raise BenchFailed(str(exc)) from exc
+
+
+def _sizes(text: str, *, low: int, high: int) -> list[int]:
+    """``--sizes`` of ``gpufed bench live``: distinct counts in order, each within low..high."""
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter(f"expected numbers such as 10000,100000, got {text!r}",
+                                 param_hint="--sizes") from exc
+    if not counts or len(set(counts)) < len(counts) or min(counts) < low or max(counts) > high:
+        raise typer.BadParameter(f"distinct sizes from {low} to {high}, got {text!r}", param_hint="--sizes")
+    return counts
 
 
 def _one_of(value: str, allowed: tuple[str, ...], flag: str) -> None:

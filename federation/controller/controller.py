@@ -52,6 +52,7 @@ from federation.controller.live.publish import Publication
 from federation.controller.live.publisher import Publisher
 from federation.controller.live.route import Route
 from federation.controller.live.settling import HandoverSettler
+from federation.controller.live.startup import Readiness, StartUp
 from federation.controller.load import tracking
 from federation.controller.load.policy import LoadPolicy
 from federation.controller.loop import Worker
@@ -156,6 +157,11 @@ class Controller:
             spec=spec, pipeline=self.pipeline, reconciler=self.reconciler, children=self.children,
             load=load, discovery=self.discovery,
         )  # fmt: skip
+        self.startup = StartUp(
+            published=lambda: self.ready,
+            work_done=lambda: self.publication.first_bundle_done()
+            and (self.reconciler.prepared or not self.replication.may_write()),
+        )
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -186,6 +192,7 @@ class Controller:
 
     def start(self, sources: Sequence[Any] = ()) -> None:
         self.sources = [self.registry, *sources]
+        self.startup.arm()  # /readyz: "settling" until the work started here has ended
         loops: list[Callable[[threading.Event], None]] = [
             self.worker.run,  # it expires the registry, which has no thread of its own
             *(s.run for s in sources),
@@ -317,6 +324,11 @@ class Controller:
         """HTTP SD answers for an assignment are published (a commit alone is not enough: a
         first SD build of a million targets takes seconds after it)."""
         return self.state.assignment is not None and self.publication.sd.assignment is not None
+
+    def readiness(self) -> Readiness:
+        """``starting`` (no SD answers yet), ``settling`` (SD served, start-up work in
+        flight: ``live.startup``) or ``ready``."""
+        return self.startup.state()
 
     def discovery_rows(self) -> list[dict[str, Any]]:
         names = [getattr(s, "name", "?") for s in self.sources]

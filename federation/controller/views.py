@@ -257,11 +257,28 @@ def _ring_owner(assignment: Assignment, identity: str, region: str) -> str | Non
     from sharder.engine.assigning import VNODES
     from sharder.engine.hashing import key_hash, shared_ring
 
-    active = [
-        s
-        for s, i in sorted(assignment.shards.items(), key=lambda kv: kv[1].index)
-        if i.region == region and s not in assignment.drained
-    ]
+    active = _active_shards(assignment).get(region)
     if not active:
         return None
-    return active[shared_ring(tuple(active), vnodes=VNODES).primary(key_hash(identity))]
+    return active[shared_ring(active, vnodes=VNODES).primary(key_hash(identity))]
+
+
+_ACTIVE: list[tuple[object, tuple[str, ...], dict[str, tuple[str, ...]]]] = []
+"""The last shard set's live shards per region, in index order: ``explain`` is polled per
+request (a client waiting for its registration), and sorting 12,501 shards each time made
+a poll cost the fleet. Held for one ``shards`` dict (the engine keeps it across changes)."""
+
+
+def _active_shards(assignment: Assignment) -> dict[str, tuple[str, ...]]:
+    drained = tuple(assignment.drained)
+    held = _ACTIVE[0] if _ACTIVE else None
+    if held is not None and held[0] is assignment.shards and held[1] == drained:
+        return held[2]
+    out: dict[str, list[str]] = {}
+    gone = set(drained)
+    for shard, info in sorted(assignment.shards.items(), key=lambda kv: kv[1].index):
+        if shard not in gone:
+            out.setdefault(info.region, []).append(shard)
+    regions = {region: tuple(names) for region, names in out.items()}
+    _ACTIVE[:] = [(assignment.shards, drained, regions)]
+    return regions

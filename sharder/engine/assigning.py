@@ -49,7 +49,13 @@ from typing import Protocol
 from sharder.engine import overriding
 from sharder.engine.assignment import Assignment, ShardInfo
 from sharder.engine.fill import Fill, Order, base_capacity, keep_limit
-from sharder.engine.hashing import Ring, key_hashes, rendezvous_ranking, rendezvous_seeds, rendezvous_winner
+from sharder.engine.hashing import (
+    key_hashes,
+    rendezvous_ranking,
+    rendezvous_seeds,
+    rendezvous_winner,
+    shared_ring,
+)
 from sharder.kernel.errors import AssignmentError
 from sharder.model.inventory import Target
 from sharder.model.spec import FederationSpec, shard_id
@@ -153,7 +159,7 @@ def place(
     if not keys:
         return []
     hashes = key_hashes(keys)
-    ring = Ring(shards, vnodes=vnodes)
+    ring = shared_ring(tuple(shards), vnodes=vnodes)  # the engine and the read paths reuse it
     fill = new_fill(weights, order=ring_order(hashes, keys), shards=len(shards), load_factor=load_factor)
     return run_stages(
         fill,

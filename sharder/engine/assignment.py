@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import (
@@ -64,6 +65,11 @@ class Assignment(BaseModel):
         """shard -> how many targets it has."""
         return dict(self._tally()[1])
 
+    def totals(self) -> tuple[Mapping[str, int], Mapping[str, int]]:
+        """(load, size) per shard without a copy: the cached dicts, read-only by contract."""
+        load, size = self._tally()
+        return load, size
+
     def _tally(self) -> Totals:
         totals = _cached(self)
         if totals is None:
@@ -82,8 +88,11 @@ class Assignment(BaseModel):
         before = _cached(previous)
         if before is None or _cached(self) is not None:
             return
-        load = {s: before[0].get(s, 0) for s in self.shards}
-        size = {s: before[1].get(s, 0) for s in self.shards}
+        if self.shards is previous.shards:  # the same shard set: a copy at C speed, no pass
+            load, size = dict(before[0]), dict(before[1])
+        else:
+            load = {s: before[0].get(s, 0) for s in self.shards}
+            size = {s: before[1].get(s, 0) for s in self.shards}
         for identity in touched:
             was = previous.targets.get(identity)
             if was is not None and was in load:
@@ -107,7 +116,7 @@ _TALLIES: OrderedDict[int, tuple[Assignment, Totals]] = OrderedDict()
 """(load, size) per shard of the few newest assignments, by object: a frozen assignment's
 totals cannot go stale, and the live path asks for them several times per change.
 Outside the model so that equality and serialisation stay the fields'."""
-_KEEP = 8
+_KEEP = 2
 _GUARD = threading.Lock()
 
 

@@ -149,13 +149,19 @@ class Fill:
         """``wanted`` with -1 wherever the target is already placed."""
         return [-1 if r >= 0 else w for r, w in zip(self.result, wanted, strict=True)]
 
-    def walk(self, candidates: Callable[[int], Iterable[int]]) -> None:
-        """Each unplaced target, in ring order, takes its first candidate with room."""
+    def walk(
+        self, candidates: Callable[[int], Iterable[int]], *, first: Callable[[int, int], int] | None = None
+    ) -> None:
+        """Each unplaced target, in ring order, takes its first candidate with room.
+        ``first(j, room)``: that candidate found another way (-1: none), the same answer."""
         load, weights, result = self.load, self.weights, self.result
         for j in self.order(list(compress(count(), map((-1).__eq__, result)))):
             weight = weights[j]
             room = self.cap - weight
-            shard = next((s for s in candidates(j) if load[s] <= room), -1)
+            if first is not None:
+                shard = first(j, room)
+            else:
+                shard = next((s for s in candidates(j) if load[s] <= room), -1)
             if shard < 0:
                 self.cap = min(load) + weight
                 room = self.cap - weight

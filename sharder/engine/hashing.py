@@ -13,8 +13,11 @@ benchmarks can compare our movement with the classic ``hashmod``/``keep`` shardi
 from __future__ import annotations
 
 import bisect
-import functools
 import hashlib
+import threading
+import weakref
+from array import array
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, chain, repeat
 from operator import rshift
@@ -57,7 +60,8 @@ class Ring:
     version in ``sharder.engine.assigning``.
     """
 
-    __slots__ = ("_shift", "owners", "positions", "slice_owners", "slice_slots")
+    __slots__ = ("__weakref__", "_by_shard", "_shards", "_shift", "owners", "positions", "slice_owners",
+                 "slice_slots")  # fmt: skip
 
     def __init__(self, shards: Sequence[str], *, vnodes: int) -> None:
         # Packing owner into the low bits lets one int sort do the work of a tuple sort;
@@ -69,6 +73,8 @@ class Ring:
             for point in ring_points(shard, vnodes)
         )
         mask = (1 << width) - 1
+        self._shards = len(shards)
+        self._by_shard: array[int] | None = None
         self.positions: list[int] = [p >> width for p in packed]
         self.owners: list[int] = [p & mask for p in packed]
         size = len(self.positions)
@@ -105,6 +111,38 @@ class Ring:
         owners = self.owners
         return map(owners.__getitem__, chain(range(slot, len(owners)), range(slot)))
 
+    def first_fitting(self, slot: int, load: Sequence[int], room: int, *, scan: int = 256) -> int:
+        """``next((s for s in clockwise(slot) if load[s] <= room), -1)``, found without a walk
+        round the ring when few shards have room (a fleet of full shards: 12 nodes a child
+        leaves only a handful with room, and the walk passed most of a million vnodes): the
+        first ``scan`` vnodes one by one, then, per shard with room, its first vnode from
+        ``slot`` on (a binary search over its own vnodes), the nearest of those winning."""
+        owners = self.owners
+        size = len(owners)
+        for i in range(slot, min(size, slot + scan)):
+            if load[owners[i]] <= room:
+                return owners[i]
+        free = [s for s, held in enumerate(load) if held <= room]
+        if not free or not size:
+            return -1
+        by_shard = self.vnodes_by_shard()
+        per = size // self._shards
+        best = 2 * size
+        for shard in free:
+            lo, hi = shard * per, (shard + 1) * per
+            k = bisect.bisect_left(by_shard, slot, lo, hi)
+            at = by_shard[k] if k < hi else by_shard[lo] + size  # wrapped round
+            best = min(best, at)
+        return owners[best % size]
+
+    def vnodes_by_shard(self) -> array[int]:
+        """Vnode indices grouped by shard (each shard's ``vnodes`` of them, ascending), built
+        once per ring when first needed: 4 bytes a vnode."""
+        if self._by_shard is None:
+            owners = self.owners
+            self._by_shard = array("I", sorted(range(len(owners)), key=owners.__getitem__))
+        return self._by_shard
+
 
 def rendezvous_seeds(shards: Sequence[str]) -> list[int]:
     """Per-shard seeds for rendezvous (highest random weight) hashing."""
@@ -140,8 +178,29 @@ def hashmod(values: Sequence[str], modulus: int, *, separator: str = ";") -> int
     return int.from_bytes(digest[8:], "big") % modulus
 
 
-@functools.lru_cache(maxsize=32)
+_RINGS: weakref.WeakValueDictionary[tuple[tuple[str, ...], int], Ring] = weakref.WeakValueDictionary()
+_RECENT: OrderedDict[tuple[tuple[str, ...], int], Ring] = OrderedDict()
+_KEEP_RECENT = 3
+_RINGS_LOCK = threading.Lock()
+
+
 def shared_ring(shards: tuple[str, ...], *, vnodes: int) -> Ring:
-    """The ring over ``shards``, built once per shard set and kept: read paths (why does
-    this target sit on that shard?) ask per request, and building a ring costs milliseconds."""
-    return Ring(shards, vnodes=vnodes)
+    """The ring over ``shards``, one object per shard set for everyone who asks: the
+    placement, the incremental engine and the read paths (why does this target sit on that
+    shard?, asked per request). A ring of a million targets' region is about 130 MiB, and
+    each of them building its own (or a cache keeping every shard set it saw after a region
+    grew) was much of the memory the first changes added (issue #44). Held as long as a
+    user holds it, plus the last ``_KEEP_RECENT`` asked for (a follower's reads)."""
+    key = (shards, vnodes)
+    with _RINGS_LOCK:
+        ring = _RINGS.get(key)
+    if ring is None:
+        built = Ring(shards, vnodes=vnodes)  # outside the lock: seconds at a million
+        with _RINGS_LOCK:
+            ring = _RINGS.setdefault(key, built)
+    with _RINGS_LOCK:
+        _RECENT[key] = ring
+        _RECENT.move_to_end(key)
+        while len(_RECENT) > _KEEP_RECENT:
+            _RECENT.popitem(last=False)
+    return ring

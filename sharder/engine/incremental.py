@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from sharder.engine import assigning, overriding
 from sharder.engine.assignment import Assignment
 from sharder.engine.fill import Fill, base_capacity, keep_limit
-from sharder.engine.hashing import Ring, key_hash
+from sharder.engine.hashing import Ring, key_hash, shared_ring
 from sharder.kernel.errors import AssignmentError
 from sharder.model.inventory import Target
 from sharder.model.spec import FederationSpec
@@ -257,7 +257,7 @@ class IncrementalAssigner:
             size = len(names)
             self._regions[region] = _Region(
                 names=names,
-                ring=Ring(names, vnodes=assigning.VNODES),
+                ring=shared_ring(tuple(names), vnodes=assigning.VNODES),  # the placement's own
                 pinned_load=[0] * size,
                 member_load=[0] * size,
                 members=[[] for _ in range(size)],
@@ -276,6 +276,7 @@ class IncrementalAssigner:
                 state.members[shard].append((key_hash(identity), identity))
                 state.member_load[shard] += weight
         for state in self._regions.values():
+            state.ring.vnodes_by_shard()  # indexed now, not by the first change (``first_fitting``)
             for members in state.members:
                 members.sort()
         self._index_of = index_of
@@ -383,7 +384,10 @@ class IncrementalAssigner:
         )
         ring = state.ring
         fill.offer(ring.owners_of([member[0] for member, _ in unplaced]))
-        fill.walk(lambda j: ring.clockwise(ring.slot(unplaced[j][0][0])))
+        fill.walk(
+            lambda j: ring.clockwise(ring.slot(unplaced[j][0][0])),
+            first=lambda j, room: ring.first_fitting(ring.slot(unplaced[j][0][0]), loads, room),
+        )
         for (member, weight), shard in zip(unplaced, fill.result, strict=True):
             bisect.insort(state.members[shard], member)
             state.member_load[shard] += weight

@@ -114,6 +114,9 @@ class PlanSummary:
 def summarize(old: Assignment | None, new: Assignment, *, only: set[str] | None = None) -> PlanSummary:
     """:func:`diff`'s counts and shard lists, without the per-target lists."""
     moved, fresh, gone = _changes(old, new, only)
+    if old is not None and old.shards is new.shards:  # the shard set kept (an incremental step)
+        return PlanSummary(counts=_counts(old, new, moved=len(moved), added=len(fresh), removed=len(gone)),
+                           added_shards=[], removed_shards=[])  # fmt: skip
     ordered = _ordered(old, new)
     return PlanSummary(
         counts=_counts(old, new, moved=len(moved), added=len(fresh), removed=len(gone)),
@@ -127,8 +130,13 @@ def _ordered(old: Assignment | None, new: Assignment) -> list[str]:
 
 
 def _counts(old: Assignment | None, new: Assignment, *, moved: int, added: int, removed: int) -> PlanCounts:
-    old_shards = set(old.shards) if old is not None else set()
     kept = len(new.targets) - added
+    if old is not None and old.shards is new.shards:  # no pass over the shards of a kept set
+        shards_added = shards_removed = 0
+    else:
+        old_shards = set(old.shards) if old is not None else set()
+        shards_added = len(new.shards.keys() - old_shards)
+        shards_removed = len(old_shards - new.shards.keys())
     return PlanCounts(
         targets_before=len(old.targets) if old is not None else 0,
         targets_after=len(new.targets),
@@ -136,8 +144,8 @@ def _counts(old: Assignment | None, new: Assignment, *, moved: int, added: int, 
         added=added,
         removed=removed,
         unchanged=kept - moved,
-        shards_added=len(new.shards.keys() - old_shards),
-        shards_removed=len(old_shards - new.shards.keys()),
+        shards_added=shards_added,
+        shards_removed=shards_removed,
         moved_fraction=moved / kept if kept else 0.0,
     )
 

@@ -410,6 +410,14 @@ class Reconciler:
         self.placer.prepare(previous, self._applied, self._sizer.applied)
         return True
 
+    @property
+    def prepared(self) -> bool:
+        """The assignment placed now is indexed for the engine (or cannot be, or there is
+        none): the first change pays for no index (what a settling controller waits for)."""
+        with self._lock:
+            current = self._assignment
+            return current is None or self._prepared is current or self.placer.engine is not None
+
     def wait_for_change(self, seen: int, timeout: float) -> bool:
         """Block until a source pushes a change after ``generation`` was ``seen``, or
         ``timeout`` passes; True on a change. What a driving loop sleeps on (no polling)."""

@@ -17,7 +17,7 @@ from federation.testing.benches.live import percentile, post_batch, registration
 KEYS = {
     "change_to_served_p50_s", "change_to_served_p99_s", "controller_cpu_share", "rss_mib", "ready_s",
     "registry_batch_per_s", "engine_incremental_change_s", "engine_full_assign_s", "debounce_s",
-    "load_average",
+    "load_average", "cpu_ms_per_change", "rss_mib_after_changes", "settle_s", "rss_mib_settled",
 }  # fmt: skip
 
 
@@ -38,6 +38,8 @@ def test_bench_live_prints_the_named_keys_with_sane_values() -> None:
     assert figures["targets"] == 500 and figures["changes_missed"] == 0 and figures["debounce_s"] == 0.2
     assert 0 < figures["change_to_served_p50_s"] <= figures["change_to_served_p99_s"] < 30
     assert figures["controller_cpu_share"] >= 0 and figures["rss_mib"] > 10 and figures["ready_s"] > 0
+    assert figures["cpu_ms_per_change"] > 0 and figures["settle_s"] >= figures["ready_s"]
+    assert figures["rss_after_changes"] == 5 and figures["rss_mib_after_changes"] > 10
     assert figures["engine_incremental_change_s"] > 0 and figures["engine_full_assign_s"] > 0
     if figures["registry_batch_per_s"] is None:  # a controller without the batch route says why
         assert "/v1/registry/batch" in figures["registry_batch_error"]
@@ -122,3 +124,31 @@ def test_bench_live_runs_the_shipped_spec_on_a_shared_store(store: str, discover
 def test_bench_live_refuses_an_unknown_store_or_discovery(flag: str, value: str) -> None:
     result = CliRunner().invoke(_app(), ["live", flag, value, "--json"])
     assert result.exit_code == 2 and flag in result.output and value in result.output
+
+
+@pytest.mark.e2e
+def test_bench_live_sweeps_sizes_one_row_each_then_a_summary() -> None:
+    result = CliRunner().invoke(_app(), ["live", "--sizes", "200,400", "--changes", "2", "--rate", "4",
+                                         "--debounce", "0.2", "--batch", "0", "--no-anchors",
+                                         "--rss-after-changes", "3", "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    assert [row.get("size") for row in rows[:2]] == [200, 400] and rows[1]["targets"] == 400
+    assert all(row["rss_after_changes"] == 3 and row["cpu_ms_per_change"] > 0 for row in rows[:2])
+    summary = rows[2]
+    assert summary["sizes"] == [200, 400] and summary["cpu_ms_per_change_ratio"]["200"] == 1.0
+    assert summary["cpu_ms_per_change"]["400"] == rows[1]["cpu_ms_per_change"]
+
+
+@pytest.mark.parametrize("sizes", ["10,x", "1", "500,500", "2000000"])
+def test_bench_live_refuses_bad_sizes(sizes: str) -> None:
+    result = CliRunner().invoke(_app(), ["live", "--sizes", sizes, "--json"])
+    assert result.exit_code == 2 and "--sizes" in result.output
+
+
+def test_bench_live_says_when_a_fleet_cannot_fit_serves_shard_cap() -> None:
+    """Past --max-shards-per-region's bound every new node would be refused (429): the bench
+    says so before it starts a controller, naming the sizing that fits."""
+    result = CliRunner().invoke(_app(), ["live", "--targets", "80000", "--targets-per-shard", "1",
+                                         "--changes", "1", "--json"])  # fmt: skip
+    assert result.exit_code == 1 and "--targets-per-shard" in result.output and "13334" in result.output

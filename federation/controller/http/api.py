@@ -182,8 +182,16 @@ def create_app(
     async def readyz() -> JSONResponse:
         # Readiness is about HTTP SD, which a failed config render does not stop; the
         # failure is a field here, in /v1/status and gpufed_controller_config_render_ok.
-        ready = controller.ready
-        body: dict[str, Any] = {"ready": ready, "assignment_version": controller.state.assignment_version}
+        # "settling": SD is served but the start-up work (first bundle, the engine's index)
+        # goes on: 503, told apart from "starting" so an orchestrator can tell the two.
+        state = controller.readiness()
+        ready = state == "ready"
+        body: dict[str, Any] = {"ready": ready, "state": state,
+                                "assignment_version": controller.state.assignment_version}  # fmt: skip
+        if state == "settling":
+            body["settling"] = True
+        if controller.startup.settled_after_s is not None:
+            body["settled_after_s"] = controller.startup.settled_after_s
         if store_health is not None:  # a store that stopped answering: let the orchestrator act
             body["store"] = store_health.report()
             ready = ready and body["store"]["answering"]

@@ -36,7 +36,10 @@ EMPTY = b"[]\n"
 
 
 def changed_shards(before: SdSnapshot, after: SdSnapshot) -> set[str]:
-    """Shards whose members differ between two snapshots (an unchanged shard keeps its object)."""
+    """Shards whose members differ between two snapshots (an unchanged shard keeps its object);
+    ``after.rebuilt`` when ``after`` was built over ``before`` (``sdcache.build``'s delta)."""
+    if after.rebuilt is not None and after.built_over == id(before):
+        return set(after.rebuilt)
     return {shard for shard, answers in after.shards.items() if before.shards.get(shard) is not answers}
 
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from federation.controller.base import heap
 from federation.controller.base.options import ControllerOptions
 from sharder.kernel.documents import gc_paused
 from sharder.live.reconcile import Reconciler
@@ -94,4 +95,5 @@ def paused(work: Callable[[], object]) -> object:
         result = work()
     if time.monotonic() - started >= FREEZE_AFTER_S:
         gc.freeze()
+        heap.trim()  # what the long pass built and dropped goes back to the OS
     return result

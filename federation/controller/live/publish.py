@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Mapping
 
+from federation.controller.base import heap
 from federation.controller.base.metrics import ControllerMetrics
 from federation.controller.base.options import ControllerOptions
 from federation.controller.base.state import ControllerState
@@ -35,6 +36,12 @@ from sharder.engine.assignment import Assignment
 from sharder.model.inventory import Target
 
 log = logging.getLogger(__name__)
+
+REFRESH_SHARE = 20
+"""A refresh waits at least this many times the last render's seconds: at 300,000 targets
+a render of 8,338 children took a minute of a core on a loaded host, and one every 5
+minutes held file_sd lists behind it (served p99 60 s) and was most of the CPU the
+change phase measured (issue #44)."""
 
 
 class Publication:
@@ -64,6 +71,9 @@ class Publication:
         self._rendering = False
         """A bundle is being rendered and written (``_config_lock``): lists wait for it."""
         self._config_key: object = None
+        self._key_held: tuple[object, object, object] | None = None
+        self._render_s = 0.0
+        """How long the last bundle took to render, check and write (paces the refresh)."""
         self._config_at = float("-inf")
         self._lists = filesd.ListCache()
         """file_sd: the lists written last, per shard (re-encodes only what changed)."""
@@ -86,7 +96,7 @@ class Publication:
             previous=self.sd,
             changed=changed,
         )
-        load, sizes = assignment.load(), assignment.sizes()
+        load, sizes = assignment.totals()  # read-only: no copy of every shard's figures
         same_shards = before.assignment is not None and before.assignment.shards == assignment.shards
         shards = filesd.changed_shards(before, self.sd) if same_shards else assignment.shards.keys()
         rows = [(assignment.shards[s].region, s, sizes[s], load[s]) for s in shards if s in assignment.shards]
@@ -98,9 +108,12 @@ class Publication:
         self.metrics.handovers_in_flight.set(len(state.handovers))
         self.metrics.ready.set(1)
         if self.publisher is not None:
-            key = config_key(self.spec, assignment)
+            key = self._key_of(assignment)
             now = time.monotonic()
-            stale = now >= self._config_at + self.options.config_refresh_s
+            # a refresh (nothing the configs depend on changed) re-renders every child: at
+            # most 1/REFRESH_SHARE of the time, however long a render of this fleet takes
+            every = max(self.options.config_refresh_s, REFRESH_SHARE * self._render_s)
+            stale = now >= self._config_at + every
             if key != self._config_key or stale:
                 self._config_key, self._config_at = key, now
                 with self._config_lock:
@@ -121,6 +134,25 @@ class Publication:
                     else:
                         self._config_wake.set()
 
+    def _key_of(self, assignment: Assignment) -> object:
+        """:func:`config_key`, sorted once per shard set (an incremental step keeps the
+        shards' dict: no sort of every shard per change)."""
+        held = self._key_held
+        extra = (assignment.replication_factor, tuple(assignment.drained))
+        if held is None or held[0] is not assignment.shards or held[1] != extra:
+            held = self._key_held = (assignment.shards, extra, config_key(self.spec, assignment))
+        return held[2]
+
+    def first_bundle_done(self) -> bool:
+        """The first bundle's render and check ended (published or failed), and nothing is
+        due or being written (``StartUp``); True without a publisher."""
+        if self.publisher is None:
+            return True
+        with self._config_lock:
+            idle = self._config_due is None and not self._rendering and self._lists_due is None
+        status = self.publisher.status
+        return idle and (status.version > 0 or status.failed_version > 0)
+
     def publish_configs(self) -> bool:
         """Render and check the bundle of the newest assignment (outside the state lock).
         False when nothing was due or it failed (the old bundle stays served)."""
@@ -130,12 +162,15 @@ class Publication:
         if due is None:
             self.publish_lists()
             return False
+        started = time.monotonic()
         try:
             return self._publish_bundle(due)
         finally:
+            self._render_s = time.monotonic() - started
             with self._config_lock:
                 self._rendering = False
             self.publish_lists()  # changes placed while the bundle was rendered
+            heap.trim()  # a bundle of every child is built and dropped: give the pages back
 
     def _publish_bundle(self, due: tuple[int, Assignment, list[Target]]) -> bool:
         if self.publisher is None:

@@ -124,6 +124,12 @@ class SdSnapshot:
     assignment: Assignment | None = None
     """What it was built from (the base the next build's ``changed`` is relative to)."""
     handovers: tuple[Handover, ...] = ()
+    rebuilt: frozenset[str] | None = None
+    """The shards whose answers are new against the ``previous`` it was built over (None:
+    not known, compare them): what the metrics and file_sd lists rewrite, found without a
+    pass over every shard."""
+    built_over: int = 0
+    """``id`` of that ``previous`` (not a reference: snapshots must not chain)."""
 
     def answer(self, child: str, job: str | None = None) -> bytes | None:
         """The bytes for a child (or shard) and optional job; None when unknown."""
@@ -155,19 +161,28 @@ def build(
     shards they touch are looked at, so one registration costs one shard, not the fleet."""
     jobs = sorted(jobs)
     handing_over = tuple(handovers)
-    members = None
     touched: dict[str, set[str]] = {}
     if changed is not None and previous is not None and previous.assignment is changed[0]:
-        members = _members_after(previous, assignment, targets, handing_over, set(changed[1]), touched)
-    if members is None:
-        members = {shard: {} for shard in assignment.shards}
-        for identity, shard in assignment.targets.items():
-            target = targets.get(identity)
-            if target is not None:
-                members[shard][identity] = target
-        for shard, identities in handover.outgoing(handing_over).items():
-            bucket = members.setdefault(shard, {})
-            bucket.update((i, targets[i]) for i in sorted(identities) if i in targets)
+        rebuilt = _members_after(previous, assignment, targets, handing_over, set(changed[1]), touched)
+        if rebuilt is not None:  # the same shard set: the rest is the previous snapshot's
+            kept = dict(previous.shards)  # one copy at C speed, not a pass per shard
+            renewed = set()
+            for shard, key in rebuilt.items():
+                was = kept[shard]
+                if not (was.members is key or was.members == key):
+                    kept[shard] = _answers(key, jobs, was, touched.get(shard))
+                    renewed.add(shard)
+            return SdSnapshot(version=version, shards=kept, child_shard=previous.child_shard,
+                              assignment=assignment, handovers=handing_over,
+                              rebuilt=frozenset(renewed), built_over=id(previous))  # fmt: skip
+    members: dict[str, dict[str, Target]] = {shard: {} for shard in assignment.shards}
+    for identity, shard in assignment.targets.items():
+        target = targets.get(identity)
+        if target is not None:
+            members[shard][identity] = target
+    for shard, identities in handover.outgoing(handing_over).items():
+        bucket = members.setdefault(shard, {})
+        bucket.update((i, targets[i]) for i in sorted(identities) if i in targets)
     shards: dict[str, ShardAnswers] = {}
     child_shard: dict[str, str] = {}
     for shard, key in members.items():
@@ -299,11 +314,15 @@ def _members_after(
     changed: set[str],
     touched: dict[str, set[str]],
 ) -> dict[str, dict[str, Target]] | None:
-    """Members per shard from ``previous``'s, rebuilding only the shards ``changed`` touches;
-    None when the shard set changed (then everything is rebuilt). ``touched`` gets, per
-    rebuilt shard, every identity whose group may differ (what ``_spliced`` re-encodes)."""
+    """Members of the shards ``changed`` touches (the others keep ``previous``'s); None when
+    the shard set changed (then everything is rebuilt). ``touched`` gets, per rebuilt shard,
+    every identity whose group may differ (what ``_spliced`` re-encodes)."""
     base = previous.assignment
-    if base is None or not base.shards.keys() == assignment.shards.keys() == previous.shards.keys():
+    if base is None or base.replication_factor != assignment.replication_factor:
+        return None
+    if not (base.shards is assignment.shards or base.shards.keys() == assignment.shards.keys()):
+        return None  # the incremental engine keeps the shards' dict: no pass over it then
+    if len(previous.shards) != len(base.shards):  # built from ``base``: it holds them all, and no other
         return None
     was_out, now_out = handover.outgoing(previous.handovers), handover.outgoing(handovers)
     if any(shard not in assignment.shards for shard in now_out):
@@ -313,10 +332,10 @@ def _members_after(
     if previous.handovers != handovers:  # only the shards whose outgoing set changed
         affected.update(s for s in was_out.keys() | now_out.keys() if was_out.get(s) != now_out.get(s))
     members: dict[str, dict[str, Target]] = {}
-    for shard, answers in previous.shards.items():
-        if shard not in affected:
-            members[shard] = answers.members
-            continue
+    for shard in affected:
+        answers = previous.shards.get(shard)
+        if answers is None:
+            return None
         leaving, arriving = was_out.get(shard, set()), now_out.get(shard, set())
         bucket = dict(answers.members)
         for identity in (*changed, *leaving):

@@ -69,6 +69,7 @@ from federation.controller.stores.consul_sets import ConsulSets
 from federation.controller.stores.store import (
     Changed,
     Commit,
+    StateDocuments,
     StoreConflict,
     StoreError,
     apply_in_order,
@@ -76,7 +77,6 @@ from federation.controller.stores.store import (
     check_fence,
     check_head,
     newest_audit,
-    without_placements,
 )
 from sharder.model.inventory import Target
 
@@ -106,6 +106,7 @@ class ConsulStore(ConsulKV):
         self._lock = threading.RLock()
         self._audit_writes = 0
         self._blocks: kvblocks.Blocks = {}
+        self._documents = StateDocuments()
         """The members of ``_blocks_of`` per shard, as stored (a change updates its shards only)."""
         self._blocks_of: Any = None
         self._block_cache: dict[str, kvblocks.Members] = {}  # digest -> members, for reads
@@ -293,7 +294,7 @@ class ConsulStore(ConsulKV):
             revision = (found or 0) + 1
             stored = state.model_copy(update={"revision": revision})
             blocks, named = self._write_blocks(head, stored.assignment, changed, generation=revision)
-            rest = without_placements(stored).model_dump_json()
+            rest = self._documents.json(stored)
             payload = f'{{"blocks":{json.dumps(named, sort_keys=True)},"state":{rest}}}'.encode()
             described = self._write_blob(
                 "state-chunks", kvblob.encode(payload, chunk_bytes=self.chunk_bytes), generation=revision

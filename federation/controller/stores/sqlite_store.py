@@ -39,9 +39,9 @@ from federation.controller.stores.store import (
     Changed,
     Commit,
     FencedOut,
+    StateDocuments,
     StoreConflict,
     StoreError,
-    without_placements,
 )
 from sharder.engine.assignment import Assignment
 from sharder.engine.step import SetChanges
@@ -86,6 +86,7 @@ class SqliteStore:
         self._guard = threading.Lock()
         self._write = threading.Lock()  # one writer at a time keeps the caches equal to the rows
         self._placed: Placed | None = None
+        self._documents = StateDocuments()
         """What ``placements`` holds (None: not read yet)."""
         self._members: dict[str, dict[str, Target]] | None = None
         self._deleted = 0
@@ -206,7 +207,7 @@ class SqliteStore:
                         "INSERT INTO state (id, revision, fence, body) VALUES (1, ?, ?, ?) "
                         "ON CONFLICT (id) DO UPDATE SET revision = excluded.revision, "
                         "fence = COALESCE(excluded.fence, state.fence), body = excluded.body",
-                        (stored.revision, fence, without_placements(stored).model_dump_json()),
+                        (stored.revision, fence, self._documents.json(stored)),
                     )
                     if audit is not None:
                         db.execute(

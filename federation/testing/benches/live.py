@@ -18,12 +18,21 @@ three times run from just before the PUT (all polled every 20 ms):
   HTTP SD, ``<data-dir>/rendered/children/<child>/targets/gpu.json`` with file_sd.
 
 ``ready_s`` runs from the process start until ``/readyz`` says 200 in a poll after which
-every child's SD answer holds every target (the bench's own count is not in it); with
+every child's SD answer holds every target (the bench's own count is not in it; it runs
+after the settle below, so its thousands of GETs are not taken for start-up work); with
 file_sd also the first config bundle must be on disk (``/v1/configs``).
+``settle_s`` runs from the process start until the start-up work has ended, as seen from
+outside: after ``ready_s``, the first of ``QUIET_WINDOWS`` consecutive ``QUIET_WINDOW_S``
+windows in which the controller used under ``QUIET_CPU_SHARE`` of a core (its own
+``/metrics``; the bench sends nothing then). A controller whose ``/readyz`` means settled has
+``settle_s`` close to ``ready_s``.
 ``change_to_served_s`` lists each change's time in order (a stall shows where it was). CPU
 share and RSS come from the controller's own ``/metrics`` (``process_cpu_seconds_total``
 plus ``gpufed_controller_subprocess_cpu_seconds_total``, its promtool runs, over the wall
-seconds of the change phase; ``process_resident_memory_bytes``). Then one
+seconds of the change phase; ``process_resident_memory_bytes``); ``cpu_ms_per_change`` is that
+CPU over the change phase divided by the changes. ``rss_mib_after_changes`` is the RSS once
+``rss_after_changes`` registrations have been placed (the timed ones, then untimed ones at
+the same rate until the count is reached). Then one
 ``POST /v1/registry/batch`` of ``batch`` entries gives ``registry_batch_per_s`` (null, with
 ``registry_batch_error``, when the controller has no batch route or refuses it). After the
 process is stopped, the anchors run in this process on the same targets: one change through
@@ -65,6 +74,12 @@ BATCH_ROUTE = "/v1/registry/batch"
 BATCH_CHUNK = 5000  # about 0.55 MB of JSON: under the API's 1 MiB body limit
 MAX_TARGETS = 1_000_000
 PUT_WORKERS = 8
+QUIET_WINDOW_S = 1.0
+QUIET_WINDOWS = 2
+QUIET_CPU_SHARE = 0.2
+"""Settled: this many windows in a row under this share of a core (promtool runs included)."""
+SHIPPED_MAX_SHARDS = 10_000
+"""``gpufed serve --max-shards-per-region`` at most (its option's bound)."""
 
 
 class LiveBenchError(RuntimeError):
@@ -126,7 +141,7 @@ class ServeProcess:
 
     def __init__(
         self, workdir: Path, *, spec: Path, inventory: Path | None, debounce_s: float,
-        store: StoreStandin | None = None,
+        store: StoreStandin | None = None, extra_args: tuple[str, ...] = (),
     ) -> None:  # fmt: skip
         self.log = workdir / "serve.log"
         args = [sys.executable, "-m", "federation.commands.cli", "serve", "--spec", str(spec),
@@ -135,6 +150,7 @@ class ServeProcess:
                 "--log-level", "warning"]  # fmt: skip
         if inventory is not None:
             args += ["--inventory", str(inventory)]
+        args += list(extra_args)
         extra_env = {}
         if store is not None:
             args += list(store.args)
@@ -203,8 +219,69 @@ def wait_served(
     return said_ready[0]
 
 
+def wait_said_ready(http: httpx.Client, serve: ServeProcess, *, timeout: float, files: bool) -> float:
+    """When (monotonic) ``/readyz`` first said 200 (with ``files``, and a bundle was out)."""
+    said: list[float] = []
+
+    def ready() -> bool:
+        serve.check_alive()
+        if http.get("/readyz").status_code != 200 or (files and not bundle_published(http)):
+            return False
+        # when the answer came: a request sent while the process was still placing waits in
+        # the listen backlog (a 1M start answered a poll sent at 4.5 s minutes later)
+        said.append(time.monotonic())
+        return True
+
+    wait_until(ready, timeout=timeout, what="/readyz", interval=0.2)
+    return said[0]
+
+
+def wait_settled(http: httpx.Client, serve: ServeProcess, *, timeout: float) -> float:
+    """When (monotonic) the controller's CPU fell quiet: the start of the first of
+    ``QUIET_WINDOWS`` windows in a row in which it used under ``QUIET_CPU_SHARE`` of a core."""
+    deadline = time.monotonic() + timeout
+    quiet: list[float] = []
+    last, at = process_figures(http).cpu_s, time.monotonic()
+    while time.monotonic() < deadline:
+        serve.check_alive()
+        time.sleep(QUIET_WINDOW_S)
+        cpu, now = process_figures(http).cpu_s, time.monotonic()
+        quiet = [*quiet, at] if (cpu - last) / (now - at) < QUIET_CPU_SHARE else []
+        if len(quiet) >= QUIET_WINDOWS:
+            return quiet[0]
+        last, at = cpu, now
+    raise LiveBenchError(f"the controller did not fall quiet within {timeout:.0f} s:\n{serve.tail()}")
+
+
+def place_more(http: httpx.Client, *, first: int, count: int, rate: float, regions: tuple[str, ...],
+               timeout: float) -> None:  # fmt: skip
+    """``count`` more registrations (untimed, at ``rate``), then wait until the last is listed."""
+    began = time.monotonic()
+    identity = ""
+    for k in range(count):
+        time.sleep(max(0.0, began + k / rate - time.monotonic()))
+        identity, fields = registration(first + k, prefix="10.250", node="live", regions=regions)
+        answer = http.put(f"/v1/registry/targets/{quote(identity, safe='')}", json=fields)
+        if answer.status_code not in (200, 201):
+            raise LiveBenchError(f"PUT {identity} answered {answer.status_code}: {answer.text[:300]}")
+    if identity:
+        path = f"/v1/targets/{quote(identity, safe='')}"
+        wait_until(lambda: http.get(path).status_code == 200 and bool(http.get(path).json().get("children")),
+                   timeout=timeout, what=f"{identity} listed", interval=POLL_S)  # fmt: skip
+
+
+def shard_cap(targets: int, regions: int, per_shard: int) -> int:
+    """A ``--max-shards-per-region`` that fits ``targets`` (two per node) spread over
+    ``regions`` regions, ``per_shard`` nodes a shard, with room to grow, within serve's bound."""
+    nodes_per_region = math.ceil(targets / 2 / max(1, regions))
+    return min(SHIPPED_MAX_SHARDS, max(2000, math.ceil(nodes_per_region / max(1, per_shard) * 1.25)))
+
+
 def bundle_published(http: httpx.Client) -> bool:
-    status = http.get("/v1/configs").json().get("status") or {}
+    answer = http.get("/v1/configs")
+    if answer.status_code != 200:  # a controller still starting may answer 5xx: not yet
+        return False
+    status = answer.json().get("status") or {}
     return bool(status.get("version")) and bool(status.get("ok"))
 
 
@@ -334,8 +411,14 @@ def run_live_bench(
     *, targets: int, changes: int, rate: float, via: str = "file", debounce_s: float = 1.0,
     batch: int = 20_000, change_timeout_s: float = 60.0, ready_timeout_s: float = 900.0,
     inventory_format: str = "yaml", spec: Path | str | None = None, store: str = "sqlite",
-    discovery: str | None = None, targets_per_shard: int | None = None,
+    discovery: str | None = None, targets_per_shard: int | None = None, rss_after_changes: int | None = None,
+    max_shards_per_region: int | None = None, anchors: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
+    """One size: the figures the module docstring names. ``rss_after_changes`` (at least
+    ``changes``; None: ``changes``); ``max_shards_per_region`` (None: one that fits)."""
+    rss_after = changes if rss_after_changes is None else rss_after_changes
+    if rss_after < changes:
+        raise ValueError(f"rss_after_changes: expected at least changes ({changes}), got {rss_after}")
     if via not in ("file", "registry"):
         raise ValueError(f"via: expected 'file' or 'registry', got {via!r}")
     if not 2 <= targets <= MAX_TARGETS:
@@ -357,25 +440,43 @@ def run_live_bench(
         if via == "registry":
             entries = [_node_entry(i, job, regions) for i in range(nodes) for job in ("gpu", "node")]
         followed = inventory if via == "file" else None
+        # the fleet is spread over every region (write_fleet), fixed ones included
+        cap = max_shards_per_region or shard_cap(expected, len(regions), shape.targets_per_shard)
+        wanted = math.ceil(expected / 2 / len(regions) / shape.targets_per_shard)
+        if max_shards_per_region is None and wanted > cap:
+            # a sized region past serve's cap refuses every new node: the changes would fail
+            raise LiveBenchError(
+                f"{expected} targets need about {wanted} shards per sized region of "
+                f"{shape.targets_per_shard} nodes, past gpufed serve's --max-shards-per-region "
+                f"bound ({SHIPPED_MAX_SHARDS}): pass --targets-per-shard "
+                f"{math.ceil(shape.targets_per_shard * wanted * 1.25 / SHIPPED_MAX_SHARDS)} or more"
+            )
         standin = start_store(store, workdir)
         serve = ServeProcess(workdir, spec=shape.spec, inventory=followed, debounce_s=debounce_s,
-                             store=standin)  # fmt: skip
+                             store=standin, extra_args=("--max-shards-per-region", str(cap)))  # fmt: skip
         http = httpx.Client(base_url=serve.url, timeout=30, headers={"Authorization": f"Bearer {TOKEN}"},
                             limits=httpx.Limits(max_connections=64))  # fmt: skip
         result: dict[str, Any] = {
             "targets": expected, "via": via, "changes": changes, "rate_per_s": rate, "debounce_s": debounce_s,
             "inventory_format": inventory_format if via == "file" else None,
             "spec": "builtin" if spec == BUILTIN else str(spec or "examples/federation.yaml"),
-            "store": store, "discovery": shape.discovery,
+            "store": store, "discovery": shape.discovery, "max_shards_per_region": cap,
+            "rss_after_changes": rss_after,
         }  # fmt: skip
         child_file = (lambda child: serve.child_file(child, "gpu")) if shape.discovery == "file_sd" else None
         try:
             if via == "registry":
                 wait_until(lambda: _up(http, serve), timeout=ready_timeout_s, what="/healthz", interval=0.2)
                 result["preregistered_with"] = preregister(http, entries)
-            ready = wait_served(http, serve, expected=expected, timeout=ready_timeout_s,
-                                files=child_file is not None)  # fmt: skip
+            # settle first, with nothing but /readyz and /metrics asked (counting every
+            # child's SD answer is the bench's own load: thousands of GETs at 300k)
+            said = wait_said_ready(http, serve, timeout=ready_timeout_s, files=child_file is not None)
+            settled = wait_settled(http, serve, timeout=ready_timeout_s)
+            result["rss_mib_settled"] = round(process_figures(http).rss_mib, 1)
+            ready = said if served_count(http) >= expected else wait_served(
+                http, serve, expected=expected, timeout=ready_timeout_s, files=child_file is not None)
             result["ready_s"] = round(ready - serve.started, 3)
+            result["settle_s"] = round(max(settled, ready) - serve.started, 3)
             rows = http.get("/v1/shards").json()["shards"]
             result["shards"] = len(rows)
             result["children"] = sum(len(row["children"]) for row in rows)
@@ -386,9 +487,13 @@ def run_live_bench(
             result.update(summarize(timed, timeout=change_timeout_s))
             result.update(
                 controller_cpu_share=round((after.cpu_s - before.cpu_s) / wall, 4),
+                cpu_ms_per_change=round((after.cpu_s - before.cpu_s) * 1000 / changes, 2),
                 rss_mib=round(after.rss_mib, 1),
                 load_average_changes=[round(x, 2) for x in os.getloadavg()],
             )
+            place_more(http, first=changes, count=rss_after - changes, rate=rate, regions=regions,
+                       timeout=change_timeout_s)  # fmt: skip
+            result["rss_mib_after_changes"] = round(process_figures(http).rss_mib, 1)
             batch_entries = [registration(i, prefix="10.240", node="batch", regions=regions)
                              for i in range(batch)]  # fmt: skip
             seconds, error = post_batch(http, batch_entries) if batch else (None, "skipped (--batch 0)")
@@ -400,7 +505,8 @@ def run_live_bench(
             http.close()
             serve.stop()
             standin.stop()
-        result.update(engine_anchors(shape.spec, inventory))
+        if anchors:
+            result.update(engine_anchors(shape.spec, inventory))
     result["load_average"] = [round(x, 2) for x in os.getloadavg()]
     return result
 
@@ -418,3 +524,29 @@ def _node_entry(i: int, job: str, regions: tuple[str, ...] = REGIONS) -> tuple[s
     body = {"address": address, "port": port, "job": job, "node": f"gpu-{i:05d}",
             "region": regions[i % len(regions)], "gpus": 8 if i % 4 else 4}  # fmt: skip
     return f"{address}:{port}", body
+
+
+def run_live_sweep(
+    *, sizes: list[int], emit: Callable[[dict[str, Any]], None], **options: Any
+) -> dict[str, Any]:
+    """:func:`run_live_bench` at each of ``sizes`` (targets) in turn, ``emit`` called with each
+    row as it is done; the answer compares each size's per-change figures with the smallest's."""
+    rows = []
+    for size in sizes:
+        row = {"size": size, **run_live_bench(targets=size, **options)}
+        emit(row)
+        rows.append(row)
+    base = rows[0]
+
+    def ratio(row: dict[str, Any], key: str) -> float | None:
+        a, b = row.get(key), base.get(key)
+        return round(a / b, 3) if isinstance(a, int | float) and isinstance(b, int | float) and b else None
+
+    keys = ("cpu_ms_per_change", "change_to_served_p99_s", "served_p99_s", "rss_mib_after_changes",
+            "ready_s", "settle_s", "shards")  # fmt: skip
+    return {
+        "sizes": sizes,
+        **{key: {str(r["size"]): r.get(key) for r in rows} for key in keys},
+        "cpu_ms_per_change_ratio": {str(r["size"]): ratio(r, "cpu_ms_per_change") for r in rows},
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }

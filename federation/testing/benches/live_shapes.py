@@ -39,6 +39,8 @@ class Shape:
     spec: Path
     regions: tuple[str, ...]
     discovery: str
+    targets_per_shard: int = 1
+    """Nodes a sized region's shard holds (``sharding.targets_per_shard``)."""
 
 
 def shape_spec(
@@ -77,7 +79,8 @@ def shape_spec(
         raise ShapeError("--spec: the spec names no regions")
     out = workdir / "served-spec.yaml"
     out.write_text(yaml.safe_dump(document, sort_keys=False))
-    return Shape(spec=out, regions=regions, discovery=mode)
+    per_shard = int((document.get("sharding") or {}).get("targets_per_shard") or 12)
+    return Shape(spec=out, regions=regions, discovery=mode, targets_per_shard=per_shard)
 
 
 @dataclass

@@ -132,3 +132,22 @@ def test_the_list_cache_writes_what_the_full_render_writes_across_changes(tmp_pa
     rendered = on_disk(tmp_path / "data" / "rendered")
     lists = {path: content for path, content in full_render(harness).items() if "/targets/" in path}
     assert {path: rendered[path] for path in lists} == lists
+
+
+def test_a_refresh_waits_twenty_renders_so_a_slow_render_is_not_redone_often(tmp_path: Path) -> None:
+    """With nothing the configs depend on changed, the bundle is rendered again only after
+    ``config_refresh_s`` and at least REFRESH_SHARE times the last render's seconds."""
+    from federation.controller.base.options import ControllerOptions
+    from federation.controller.live import publish
+
+    harness = build(tmp_path, options=ControllerOptions(debounce_s=0.0, grace_s=0.0, config_refresh_s=0.0))
+    publication = harness.controller.publication
+    harness.feed(fleet(4))
+    assert publication._config_due is not None  # the first bundle
+    assert harness.controller.publish_configs()
+    publication._render_s = 1000.0  # as if that render had taken 1,000 s
+    harness.feed(fleet(5))  # one more target: the same children, so only a refresh could render
+    assert publication._config_due is None
+    publication._config_at -= publish.REFRESH_SHARE * 1000.0 + 1
+    harness.feed(fleet(6))
+    assert publication._config_due is not None  # due again once 20 renders' time has passed

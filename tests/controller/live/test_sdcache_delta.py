@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from federation.controller.live import sdcache
+from federation.controller.live import filesd, sdcache
 from federation.controller.live.handover import Handover, reconcile
 from sharder.children.render import target_groups
 from sharder.engine.assigning import assign
@@ -58,6 +58,10 @@ def test_a_delta_build_equals_a_full_build(seed: int) -> None:
             s: (a.answer_all(), a.by_job) for s, a in full.shards.items()
         }
         assert delta.child_shard == full.child_shard
+        # the shards it names as rebuilt are exactly those whose answers are new objects
+        compared = {s for s, a in delta.shards.items() if snapshot.shards.get(s) is not a}
+        assert delta.rebuilt is not None and set(delta.rebuilt) == compared
+        assert filesd.changed_shards(snapshot, delta) == compared
         snapshot = delta
     assert assign(SPEC, list(current.values()), previous=before) == assignment
 

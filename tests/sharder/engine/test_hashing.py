@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import random
 
 import pytest
 from hypothesis import given, settings
@@ -16,6 +17,7 @@ from sharder.engine.hashing import (
     rendezvous_seeds,
     rendezvous_winner,
     ring_points,
+    shared_ring,
 )
 
 # From prometheus/prometheus model/relabel/relabel_test.go, TestRelabel: a hashmod rule
@@ -103,3 +105,35 @@ def test_rendezvous_winner_heads_its_ranking(point: int) -> None:
     ranking = rendezvous_ranking(point, seeds)
     assert sorted(ranking) == list(range(7))
     assert ranking[0] == rendezvous_winner(point, seeds)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_first_fitting_is_the_first_clockwise_shard_with_room(seed: int) -> None:
+    """The shortcut over the ring (few shards with room) answers what the walk answers."""
+    rng = random.Random(seed)
+    names = [f"s-{i}" for i in range(rng.randint(1, 60))]
+    ring = Ring(names, vnodes=16)
+    for _ in range(40):
+        load = [rng.choice((96, 96, 96, 88, 104)) for _ in names]
+        room = rng.choice((80, 88, 96))
+        slot = rng.randrange(len(ring))
+        walked = next((s for s in ring.clockwise(slot) if load[s] <= room), -1)
+        assert ring.first_fitting(slot, load, room, scan=rng.choice((0, 3, 256))) == walked
+
+
+def test_a_shared_ring_is_one_object_per_shard_set_and_goes_when_nobody_holds_it() -> None:
+    import gc
+    import weakref
+
+    from sharder.engine import hashing
+
+    names = tuple(f"shared-{i}" for i in range(5))
+    ring = shared_ring(names, vnodes=8)
+    assert shared_ring(tuple(list(names)), vnodes=8) is ring  # an equal tuple, the same ring
+    assert shared_ring(names, vnodes=16) is not ring
+    gone = weakref.ref(ring)
+    del ring
+    for k in range(hashing._KEEP_RECENT):  # pushed out of the recent few
+        shared_ring((f"other-{k}",), vnodes=8)
+    gc.collect()
+    assert gone() is None
