@@ -8,7 +8,7 @@ import asyncio
 import threading
 from pathlib import Path
 
-from federation.demo.waiting import wait_until
+from federation.localrun.waiting import wait_until
 from tests.controller.harness import ControllerHarness, build, fleet
 
 
