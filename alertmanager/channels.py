@@ -16,6 +16,21 @@ from pydantic import Field, field_validator, model_validator
 from sharder.kernel import prometheus_versions
 from sharder.kernel.models import StrictModel, parse_duration
 
+
+def local_anchor(value: str, *, zone: str) -> str:
+    """A digest period's anchor: a local ISO date and time (no offset: ``zone`` applies) in
+    years a clock can hold; the spec and the relay's config check it the same way."""
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise ValueError(
+            f"anchor is a local ISO date and time such as 2024-01-01T09:00:00, got {value!r}") from exc
+    if parsed.tzinfo is not None:
+        raise ValueError(f"anchor is a local time ({zone} applies); drop the offset")
+    if not 1971 <= parsed.year < 9000:
+        raise ValueError("anchor must lie between 1971 and 9000")
+    return value
+
 ENV_REF = "${"
 
 
@@ -121,14 +136,7 @@ class InfoDigestSpec(StrictModel):
     @field_validator("anchor")
     @classmethod
     def _anchor(cls, value: str) -> str:
-        try:
-            parsed = datetime.fromisoformat(value)
-        except ValueError as exc:
-            raise ValueError(
-                f"anchor is an ISO date and time such as 2024-01-01T09:00:00, got {value!r}") from exc
-        if parsed.tzinfo is not None:
-            raise ValueError("anchor is a local time (alerting.timezone applies); drop the offset")
-        return value
+        return local_anchor(value, zone="alerting.timezone")
 
     def period_seconds(self) -> float:
         return parse_duration(self.period)

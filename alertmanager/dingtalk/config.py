@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs, urlsplit
@@ -41,6 +40,7 @@ from pydantic import (
     field_validator,
 )
 
+from alertmanager.channels import local_anchor
 from alertmanager.dingtalk.errors import ConfigError
 
 #: DingTalk rejects bodies over 20,000 bytes; we stay below with room for JSON framing.
@@ -141,16 +141,7 @@ class DigestConfig(BaseModel):
     @field_validator("anchor")
     @classmethod
     def _anchor(cls, value: str) -> str:
-        try:
-            parsed = datetime.fromisoformat(value)
-        except ValueError as exc:
-            raise ValueError(
-                f"anchor is a local ISO date and time such as 2024-01-01T09:00:00: {exc}") from None
-        if parsed.tzinfo is not None:
-            raise ValueError("anchor is a local time in the relay's timezone; drop the offset")
-        if not 1971 <= parsed.year < 9000:
-            raise ValueError("anchor must lie between 1971 and 9000")
-        return value
+        return local_anchor(value, zone="the relay's timezone")
 
 
 class RelayConfig(BaseModel):
