@@ -62,33 +62,29 @@ class Promtool:
     def check(self, root: Path, config: str, *, agent: bool = False) -> None:
         # Run in root with a relative path so promtool's messages name the path the user
         # will see after the swap, not the staging dir.
-        args = [self.binary, "check", "config", *(["--agent"] if agent else []), config]
-        try:
-            done = subprocess.run(
-                args, cwd=root, capture_output=True, text=True, timeout=self.timeout, check=False
-            )
-        except FileNotFoundError as exc:
-            raise ConfigCheckError(f"promtool not found at {self.binary!r}", path=config) from exc
-        except subprocess.TimeoutExpired as exc:
-            raise ConfigCheckError(f"promtool timed out after {self.timeout:g}s", path=config) from exc
+        done = self._run(root, config, ["check", "config", *(["--agent"] if agent else []), config])
         if done.returncode != 0:
             raise ConfigCheckError(_failure_message(done.stdout, done.stderr), path=config)
 
     def check_web_config(self, root: Path, config: str) -> None:
         """``promtool check web-config``: exporter-toolkit's parser, which also reads the
         certificate and key files the document names."""
-        args = [self.binary, "check", "web-config", config]
+        done = self._run(root, config, ["check", "web-config", config])
+        if done.returncode != 0:
+            message = _failure_message(done.stdout, done.stderr).replace("check config", "check web-config")
+            raise ConfigCheckError(message, path=config)
+
+    def _run(self, root: Path, config: str, args: list[str]) -> subprocess.CompletedProcess[str]:
+        """promtool with ``args`` in ``root``; a missing binary or a timeout is a ConfigCheckError."""
         try:
-            done = subprocess.run(
-                args, cwd=root, capture_output=True, text=True, timeout=self.timeout, check=False
+            return subprocess.run(
+                [self.binary, *args], cwd=root, capture_output=True, text=True, timeout=self.timeout,
+                check=False,
             )
         except FileNotFoundError as exc:
             raise ConfigCheckError(f"promtool not found at {self.binary!r}", path=config) from exc
         except subprocess.TimeoutExpired as exc:
             raise ConfigCheckError(f"promtool timed out after {self.timeout:g}s", path=config) from exc
-        if done.returncode != 0:
-            message = _failure_message(done.stdout, done.stderr).replace("check config", "check web-config")
-            raise ConfigCheckError(message, path=config)
 
     def check_many(self, root: Path, configs: list[str], *, agent: bool = False) -> list[str]:
         """One process for all of ``configs``; all of them when it did not pass (promtool's
