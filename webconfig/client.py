@@ -34,10 +34,9 @@ import threading
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import ValidationError, model_validator
 
-from webconfig.model import TLS_VERSIONS, NonEmpty, WebConfigError, _Strict, describe
+from webconfig.model import TLS_VERSIONS, NonEmpty, WebConfigError, _Strict, describe, load_mapping
 from webconfig.tls import _VERSIONS
 
 log = logging.getLogger(__name__)
@@ -78,14 +77,7 @@ class HTTPClientConfig(_Strict):
 
 
 def parse(text: str, *, source: str = "<http config>") -> HTTPClientConfig:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise WebConfigError(f"{source}: not YAML: {exc}") from exc
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise WebConfigError(f"{source}: expected a mapping with tls_config, got {type(data).__name__}")
+    data = load_mapping(text, source=source, expected="with tls_config")
     for key in UNSUPPORTED:
         if key in data:
             raise WebConfigError(f"{source}: {key}: not supported by gpufed's clients (they send bearer "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -220,17 +220,25 @@ def _where(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(part) for part in loc) or "(top level)"
 
 
-def parse(text: str, *, source: str = "<web config>") -> WebConfig:
-    """YAML text -> ``WebConfig``; an empty file is the empty config (plain HTTP, no auth)."""
+def load_mapping(text: str, *, source: str, expected: str) -> dict[str, Any]:
+    """YAML text -> its top-level mapping (an empty file is an empty one); anything else is one
+    WebConfigError naming ``source`` and what was ``expected``."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise WebConfigError(f"{source}: not YAML: {exc}") from exc
     if data is None:
-        data = {}
+        return {}
     if not isinstance(data, dict):
-        raise WebConfigError(f"{source}: expected a mapping of tls_server_config, http_server_config, "
-                             f"basic_auth_users, rate_limit; got {type(data).__name__} {data!r:.60}")
+        raise WebConfigError(
+            f"{source}: expected a mapping {expected}; got {type(data).__name__} {data!r:.60}")
+    return data
+
+
+def parse(text: str, *, source: str = "<web config>") -> WebConfig:
+    """YAML text -> ``WebConfig``; an empty file is the empty config (plain HTTP, no auth)."""
+    data = load_mapping(text, source=source,
+                        expected="of tls_server_config, http_server_config, basic_auth_users, rate_limit")
     try:
         return WebConfig.model_validate(data)
     except ValidationError as exc:
