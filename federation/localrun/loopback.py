@@ -1,10 +1,13 @@
 """Loopback helpers, the one place gpufed keeps them: ports and small HTTP servers.
 
 ``free_port`` is for processes that take a port number on their command line (Prometheus,
-Alertmanager, a child of the demo): the OS picks a free port, the socket closes and the
-process binds the number soon after (a race the OS rarely loses on loopback). A server we
-start in this process takes a listening socket from ``listening_socket`` instead (uvicorn's
-``Server.run(sockets=[...])``), so nothing can take its port in between.
+Alertmanager, a child of the demo): the number is free now and the process binds it soon
+after. Two things could take it in between, and ``free_port`` keeps both away: it picks
+below the kernel's ephemeral range (``ip_local_port_range``), where outgoing connections
+never take a local port, and it holds a lock file for the number for a minute, so another
+gpufed process (a parallel test worker, a second demo) does not hand out the same one.
+A server we start in this process takes a listening socket from ``listening_socket``
+instead (uvicorn's ``Server.run(sockets=[...])``), so nothing can take its port in between.
 
 ``LoopbackHTTPServer`` runs a ``LoopbackHandler`` subclass (``http.server``, one thread per
 request) on 127.0.0.1 in a daemon thread: the demo's DingTalk sink and child router, and
@@ -13,12 +16,19 @@ the stand-ins and small servers of the tests and benches.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import random
 import socket
 import ssl
 import sys
+import tempfile
 import threading
+import time
+from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
@@ -29,9 +39,59 @@ def listening_socket(host: str = LOOPBACK) -> socket.socket:
     return socket.create_server((host, 0))
 
 
+RESERVATION_S = 60.0
+"""How long ``free_port`` keeps a number from other gpufed processes: the process it was
+picked for binds it within this time (a child or Alertmanager starts in seconds)."""
+
+_LOWEST_PICKED = 20000
+_reservations: deque[tuple[float, int]] = deque()  # (monotonic time, lock fd), oldest first
+_reservations_lock = threading.Lock()
+
+
+def _ephemeral_floor() -> int:
+    """The first port of the kernel's ephemeral range (32768 when it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _reserve(port: int) -> bool:
+    """Take the machine-wide lock file for ``port``; False when another process holds it."""
+    folder = Path(tempfile.gettempdir()) / f"gpufed-ports-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    fd = os.open(folder / str(port), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    now = time.monotonic()
+    with _reservations_lock:
+        while _reservations and now - _reservations[0][0] > RESERVATION_S:
+            os.close(_reservations.popleft()[1])
+        _reservations.append((now, fd))
+    return True
+
+
+def _bindable(host: str, port: int) -> bool:
+    try:
+        with socket.create_server((host, port)):
+            return True
+    except OSError:
+        return False
+
+
 def free_port(host: str = LOOPBACK) -> int:
-    """A port nothing listens on now, for a process that binds it by number."""
-    with socket.create_server((host, 0)) as sock:
+    """A port nothing listens on now and no other gpufed process was just given, for a
+    process that binds it by number."""
+    floor = _ephemeral_floor()
+    if floor - _LOWEST_PICKED >= 1000:
+        for _ in range(200):
+            port = random.randrange(_LOWEST_PICKED, floor)
+            if _reserve(port) and _bindable(host, port):  # bound-free checked once we hold it
+                return port
+    with socket.create_server((host, 0)) as sock:  # a narrow or odd range: the kernel's pick
         return int(sock.getsockname()[1])
 
 
