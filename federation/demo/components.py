@@ -125,7 +125,8 @@ def alertmanager(
     return Launch(
         name=f"alertmanager-{name.removeprefix('am-')}",
         argv=(binary, f"--config.file={config}", f"--storage.path={storage}", *loopback(flags),
-              "--log.level=warn", *_web(tls)),
+              "--log.level=warn", *_web(tls),
+              *(() if tls is None else (f"--cluster.tls-config={tls.cluster_config}",))),
         ready_url=url(port, "/-/ready", tls=tls is not None),
     )
 

@@ -118,6 +118,8 @@ class TlsFiles:
     """``config/tls/web-config.yml``: ``--web.config.file`` of every server (client certs required)."""
     http_config: Path
     """``config/tls/http-client.yml``: the CA and client certificate of every gpufed client."""
+    cluster_config: Path
+    """``config/tls/cluster-tls.yml``: the Alertmanagers' ``--cluster.tls-config`` (gossip over mTLS)."""
 
 
 def tls_section(certs: Path) -> dict[str, Any]:

@@ -67,7 +67,7 @@ from sharder.kernel.errors import SharderError
 from sharder.kernel.output import dump_yaml
 from sharder.kernel.prometheus_versions import check_binary
 from sharder.kernel.promtool import Promtool
-from sharder.kernel.tls import HTTP_CLIENT_FILE, WEB_CONFIG_FILE
+from sharder.kernel.tls import CLUSTER_TLS_FILE, HTTP_CLIENT_FILE, WEB_CONFIG_FILE
 from sharder.model.loading import parse_model, parse_target
 from webconfig.certs import CertsError, make_certs
 
@@ -299,7 +299,8 @@ class DemoStack:
             raise DemoError(f"--tls: {exc}") from exc
         config = self.data / "config"
         self.tls = plan.TlsFiles(certs=certs, web_config=config / WEB_CONFIG_FILE,
-                                 http_config=config / HTTP_CLIENT_FILE)
+                                 http_config=config / HTTP_CLIENT_FILE,
+                                 cluster_config=config / CLUSTER_TLS_FILE)
         # The demo's own calls (readiness, figures, the shard map) present the client certificate.
         context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
         context.load_cert_chain(str(certs / "client.crt"), str(certs / "client.key"))

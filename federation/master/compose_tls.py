@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from sharder.kernel.errors import OutputError
-from sharder.kernel.tls import HTTP_CLIENT_FILE, WEB_CONFIG_FILE, TlsSpec
+from sharder.kernel.tls import CLUSTER_TLS_FILE, HTTP_CLIENT_FILE, WEB_CONFIG_FILE, TlsSpec
 
 TLS_MOUNT = "/etc/gpufed/tls"
 TLS_DIR_HELP = "the certificate folder (gpufed certs) mounted at /etc/gpufed/tls"
@@ -74,6 +74,8 @@ def secure(services: dict[str, dict[str, Any]], kinds: dict[str, str], *, tls: T
                                               "--url=https://127.0.0.1:9090", client])
         elif kind == "alertmanager":
             service["command"].append(web)
+            if tls.cluster_tls_config() is not None:  # the replicas' gossip over mutual TLS
+                service["command"].append(f"--cluster.tls-config={tree}/{CLUSTER_TLS_FILE}")
             service["healthcheck"] = _health(["CMD", "amtool", "--alertmanager.url=https://127.0.0.1:9093",
                                               client, "config", "show"])
         elif kind == "relay" and tls.hops.relay:

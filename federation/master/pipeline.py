@@ -13,6 +13,7 @@ passing ``parts=``; the sharder never imports them.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -36,7 +37,7 @@ from sharder.engine.assignment import Assignment
 from sharder.kernel import output
 from sharder.kernel.errors import OutputError
 from sharder.kernel.promtool import ConfigChecker, WebConfigChecker, check_all
-from sharder.kernel.tls import HTTP_CLIENT_FILE, WEB_CONFIG_FILE
+from sharder.kernel.tls import CLUSTER_TLS_FILE, HTTP_CLIENT_FILE, WEB_CONFIG_FILE
 from sharder.model.inventory import Target
 from sharder.model.loading import StaticFileSource
 from thanos.render import render_thanos_bundle
@@ -62,14 +63,31 @@ def alerting_part(spec: GpufedSpec, targets: list[Target], assignment: Assignmen
 
 def tls_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
     """``tls/web-config.yml`` (the children's, the master's and the Alertmanagers'
-    ``--web.config.file``) and ``tls/http-client.yml`` (health checks' client) when the
-    spec's ``tls`` section has ``serve``."""
+    ``--web.config.file``), ``tls/http-client.yml`` (health checks' client) and
+    ``tls/cluster-tls.yml`` (the Alertmanagers' ``--cluster.tls-config``, unless the ``gossip``
+    hop is off) when the spec's ``tls`` section has ``serve``."""
     del targets, assignment
     document = spec.tls.web_config() if spec.tls is not None else None
     if spec.tls is None or document is None:
         return {}
-    return {WEB_CONFIG_FILE: output.dump_yaml(document),
-            HTTP_CLIENT_FILE: output.dump_yaml(spec.tls.http_client_config())}
+    bundle = {WEB_CONFIG_FILE: output.dump_yaml(document),
+              HTTP_CLIENT_FILE: output.dump_yaml(spec.tls.http_client_config())}
+    gossip = spec.tls.cluster_tls_config(peer_name=_gossip_peer_name(spec))
+    if gossip is not None:
+        bundle[CLUSTER_TLS_FILE] = output.dump_yaml(gossip)
+    return bundle
+
+
+def _gossip_peer_name(spec: GpufedSpec) -> str | None:
+    """The first Alertmanager replica's host name (not an IP): the name gossip checks."""
+    if spec.alerting is None:
+        return None
+    host = spec.alerting.replicas[0].host
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return host
+    return None
 
 
 def master_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:

@@ -12,6 +12,7 @@
         long_term: true                        # master -> Thanos Receive / VictoriaMetrics
         alertmanager: true                     # master -> every Alertmanager replica
         relay: true                            # Alertmanager -> the DingTalk relay
+        gossip: true                           # Alertmanager <-> Alertmanager (with serve only)
       serve:                                   # optional: children, master and Alertmanagers serve
         cert_file: /etc/gpufed/tls/server.crt  #   TLS from tls/web-config.yml (--web.config.file)
         key_file: /etc/gpufed/tls/server.key
@@ -47,6 +48,9 @@ WEB_CONFIG_FILE = "tls/web-config.yml"
 #: An HTTP client config (Prometheus' ``http_config``) with the section's ``tls_config``: what
 #: ``promtool check ready`` and ``amtool`` read (``--http.config.file``) in health checks.
 HTTP_CLIENT_FILE = "tls/http-client.yml"
+#: Alertmanager's gossip TLS (``--cluster.tls-config``): each replica serves the ``serve``
+#: certificate to its peers and presents the client certificate to them (mutual TLS).
+CLUSTER_TLS_FILE = "tls/cluster-tls.yml"
 
 
 def _absolute(path: str) -> str:
@@ -69,6 +73,9 @@ class TlsHops(StrictModel):
     long_term: bool = True
     alertmanager: bool = True
     relay: bool = True
+    gossip: bool = Field(
+        default=True, description="Alertmanager replicas' cluster mesh (--cluster.tls-config); needs serve"
+    )
 
 
 class TlsServeSpec(StrictModel):
@@ -143,3 +150,22 @@ class TlsSpec(StrictModel):
         if serve.min_version is not None:
             server["min_version"] = serve.min_version
         return {"tls_server_config": server}
+
+    def cluster_tls_config(self, peer_name: str | None = None) -> dict[str, Any] | None:
+        """Alertmanager's ``--cluster.tls-config`` document (gossip over mutual TLS), or None
+        when the replicas gossip in the clear (no ``serve``, or the ``gossip`` hop off).
+
+        Both sides of the mesh in one file: the server part is the web config's, the client
+        part the section's client settings, so a replica joins only peers that trust it.
+        Gossip dials the peers' IP addresses (memberlist resolves ``--cluster.peer`` names
+        first), so without ``server_name`` the client checks ``peer_name`` (a replica's host
+        name, in the one server certificate every replica serves) instead of an IP that no
+        certificate from ``gpufed certs --host <service>`` carries.
+        """
+        web = self.web_config()
+        if web is None or not self.hops.gossip:
+            return None
+        client = self.client_config()
+        if "server_name" not in client and peer_name is not None:
+            client["server_name"] = peer_name
+        return {"tls_server_config": web["tls_server_config"], "tls_client_config": client}

@@ -203,7 +203,8 @@ def test_with_tls_every_hop_says_https_but_the_dingtalk_stand_in() -> None:
 
 def test_with_tls_every_server_serves_the_web_config_and_every_client_the_client_file() -> None:
     tls = plan.TlsFiles(certs=Path("/d/tls"), web_config=Path("/d/config/tls/web-config.yml"),
-                        http_config=Path("/d/config/tls/http-client.yml"))
+                        http_config=Path("/d/config/tls/http-client.yml"),
+                        cluster_config=Path("/d/config/tls/cluster-tls.yml"))
     web = f"--web.config.file={tls.web_config}"
     controller = components.controller(spec=Path("/d/spec.yaml"), data_dir=Path("/d/c"), port=1, token="t",
                                        child_urls={"region-0-0": "https://127.0.0.1:2"},
@@ -223,3 +224,6 @@ def test_with_tls_every_server_serves_the_web_config_and_every_client_the_client
     for launch in (controller, fleet, *others):
         assert launch.ready_url is not None and launch.ready_url.startswith("https://127.0.0.1:"), launch.name
         assert launch.argv.count(web) == 1, launch.name
+    gossip = [launch.name for launch in (controller, fleet, *others)
+              if f"--cluster.tls-config={tls.cluster_config}" in launch.argv]
+    assert gossip == ["alertmanager-0"]

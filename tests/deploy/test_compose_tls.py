@@ -92,6 +92,7 @@ def test_servers_run_the_rendered_web_config_and_tls_health_checks(config: dict[
             assert f"--http.config.file={TREE}/tls/http-client.yml" in service["healthcheck"]["test"]
         elif name.startswith("alertmanager-"):
             assert web in service["command"], name
+            assert f"--cluster.tls-config={TREE}/tls/cluster-tls.yml" in service["command"], name
             assert service["healthcheck"]["test"][1] == "amtool"
     controller = command_text(services["gpufed-controller"])
     assert f"--web.config.file {TREE}/tls/web-config.yml" in controller
@@ -154,3 +155,16 @@ def test_a_node_serves_and_registers_with_the_rendered_files(config: dict[str, A
     missing = compose("--env-file", str(env), "-f", "node.yml", "-f", "node-tls.yml", "config", "--quiet",
                       cwd=ROOT / "compose")
     assert missing.returncode != 0 and "GPUFED_TLS_DIR" in missing.stderr
+
+
+def test_the_alertmanagers_gossip_over_mtls_checking_a_replica_name_of_the_certificate(
+        config: dict[str, Any]) -> None:
+    """Gossip dials peers by IP: the rendered client side names a replica's host (one of
+    ``gpufed certs --host``'s names), since the spec's tls section sets no server_name."""
+    tree = Path(config["tree"])
+    gossip = yaml.safe_load((tree / "tls" / "cluster-tls.yml").read_text())
+    web = yaml.safe_load((tree / "tls" / "web-config.yml").read_text())
+    assert gossip["tls_server_config"] == web["tls_server_config"]
+    assert gossip["tls_client_config"] == {
+        "ca_file": "/etc/gpufed/tls/ca.crt", "cert_file": "/etc/gpufed/tls/client.crt",
+        "key_file": "/etc/gpufed/tls/client.key", "server_name": "alertmanager-0"}

@@ -178,13 +178,15 @@ def test_with_tls_every_hop_speaks_mtls_and_the_master_has_every_target_up(tmp_p
         assert schemes == {"gpu": "https", "node": "http"}  # node-exporter serves plain HTTP
         # the master sends to both Alertmanagers over mTLS (their config synced over TLS too)
         alerting = wait(
-            lambda: (lambda a: a if a["alertmanagers_with_watchdog"] == a["alertmanagers"] else None)(
+            lambda: (lambda a: a if a["alertmanagers_with_watchdog"] == a["alertmanagers_meshed"]
+                     == a["alertmanagers"] else None)(
                 bench.alerting_over_tls(run, client)
             ),
             timeout=STEP_TIMEOUT_S,
             what="the Watchdog at every Alertmanager",
         )
-        assert alerting == {
-            "alertmanagers": 2, "alertmanagers_https_at_master": 2, "alertmanagers_with_watchdog": 2}
+        assert alerting == {  # and gossip with each other over mTLS (cluster-tls.yml)
+            "alertmanagers": 2, "alertmanagers_https_at_master": 2, "alertmanagers_with_watchdog": 2,
+            "alertmanagers_meshed": 2}
         assert not run.failures()
     assert run.network.existing() == []

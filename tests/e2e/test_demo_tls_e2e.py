@@ -94,6 +94,23 @@ def test_an_alert_reaches_the_dingtalk_stand_in_through_the_relay_over_tls(stack
     assert stack.sink.snapshot().rejected == []
 
 
+def test_the_alertmanagers_gossip_with_each_other_over_mutual_tls(stack: DemoStack) -> None:
+    assert stack.tls is not None
+    flag = f"--cluster.tls-config={stack.tls.cluster_config}"
+    assert stack.tls.cluster_config.is_file()
+
+    def meshed() -> list[int] | None:
+        peers = [len(stack.http.get(stack.url(web, "/api/v2/status")).json()["cluster"].get("peers") or [])
+                 for web, _ in stack.ports.alertmanagers]
+        return peers if all(count == len(stack.ports.alertmanagers) for count in peers) else None
+
+    wait_for(meshed, timeout=CONVERGE_S, interval=0.5, what="both Alertmanagers in one gossip mesh")
+    names = [name for name in stack.supervisor.names() if name.startswith("alertmanager-")]
+    commands = [Path(f"/proc/{stack.supervisor.get(name).pid}/cmdline").read_bytes().split(b"\0")
+                for name in names]
+    assert commands and all(flag.encode() in argv for argv in commands), commands
+
+
 def test_the_controller_reaches_its_children_with_its_client_certificate(stack: DemoStack) -> None:
     def reachable() -> list[dict[str, Any]] | None:
         rows = stack.http.get(stack.controller_url + "/v1/shards").json()["shards"]

@@ -25,7 +25,7 @@ from federation.master.render import MASTER_FILE
 from federation.spec import GpufedSpec
 from sharder.kernel.errors import SpecError
 from sharder.kernel.promtool import Promtool
-from sharder.kernel.tls import HTTP_CLIENT_FILE, WEB_CONFIG_FILE
+from sharder.kernel.tls import CLUSTER_TLS_FILE, HTTP_CLIENT_FILE, WEB_CONFIG_FILE
 from sharder.model.loading import parse_model
 from webconfig.certs import make_certs
 
@@ -134,6 +134,21 @@ def test_web_config_is_exporter_toolkits(rendered: Path, certs: Path) -> None:
     from webconfig.serving import load_web_config
 
     assert load_web_config(rendered / WEB_CONFIG_FILE).ssl_context is not None
+
+
+def test_the_alertmanagers_gossip_file_pairs_the_web_config_with_the_client_settings(
+        rendered: Path, certs: Path) -> None:
+    assert read(rendered, CLUSTER_TLS_FILE) == {
+        "tls_server_config": read(rendered, WEB_CONFIG_FILE)["tls_server_config"],
+        "tls_client_config": client_tls(certs)}  # the spec's server_name wins over a replica's
+
+
+def test_gossip_stays_plain_when_its_hop_is_off_or_nothing_serves_tls(certs: Path) -> None:
+    document = tls_document(certs)
+    document["tls"]["hops"] = {"gossip": False}
+    assert CLUSTER_TLS_FILE not in pipeline.tls_part(load(document), [], None)  # type: ignore[arg-type]
+    del document["tls"]["serve"], document["tls"]["hops"]
+    assert pipeline.tls_part(load(document), [], None) == {}  # type: ignore[arg-type]
 
 
 def test_a_web_config_with_a_missing_certificate_is_refused_by_the_check(certs: Path, tmp_path: Path) -> None:

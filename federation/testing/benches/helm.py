@@ -131,18 +131,23 @@ def targets_up(run: HelmRun, region: str, *, tls: ssl.SSLContext | None = None) 
 
 
 def alerting_over_tls(run: HelmRun, client: ssl.SSLContext) -> dict[str, Any]:
-    """The master's Alertmanagers (their URLs' scheme) and those holding its Watchdog alert, read
-    over TLS: the master -> Alertmanager hop works when every one has it."""
+    """The master's Alertmanagers (their URLs' scheme), those holding its Watchdog alert and those
+    that see every replica in their gossip mesh (``--cluster.tls-config``), read over TLS: the
+    master -> Alertmanager hop works when every one has the alert, the gossip when every one
+    is meshed."""
     tls = (client, TLS_SERVER_NAME)
     status, body = run.http_get(f"{RELEASE}-master-0", 9090, "/api/v1/alertmanagers", tls=tls)
     active = json.loads(body)["data"]["activeAlertmanagers"] if status == 200 else []
-    holding = 0
+    holding = meshed = 0
     pods = sorted(p for p, pod in run.pods.items() if pod.workload == f"StatefulSet/{RELEASE}-alertmanager")
     for pod in pods:
         status, body = run.http_get(pod, 9093, "/api/v2/alerts", tls=tls)
         holding += status == 200 and any(a["labels"].get("alertname") == "Watchdog" for a in json.loads(body))
+        status, body = run.http_get(pod, 9093, "/api/v2/status", tls=tls)
+        meshed += status == 200 and len(json.loads(body)["cluster"].get("peers") or []) == len(pods)
     return {"alertmanagers": len(pods), "alertmanagers_https_at_master":
-            sum(a["url"].startswith("https://") for a in active), "alertmanagers_with_watchdog": holding}
+            sum(a["url"].startswith("https://") for a in active), "alertmanagers_with_watchdog": holding,
+            "alertmanagers_meshed": meshed}
 
 
 def leader(run: HelmRun) -> str:

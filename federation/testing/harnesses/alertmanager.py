@@ -49,9 +49,10 @@ class AlertmanagerHA:
 
     def __init__(self, alerting: AlertingSpec, *, config: bytes | None = None, peer_timeout: str = "1s",
                  binary: str = "prometheus-alertmanager", web_config: Path | None = None,
-                 client: httpx.Client | None = None) -> None:
+                 client: httpx.Client | None = None, cluster_tls_config: Path | None = None) -> None:
         """``web_config``: run every replica with ``--web.config.file`` (then ``urls`` are https);
-        ``client``: what the harness's own calls go through (a client certificate, a CA)."""
+        ``client``: what the harness's own calls go through (a client certificate, a CA);
+        ``cluster_tls_config``: every replica gossips over it (``--cluster.tls-config``)."""
         self.alerting = alerting
         self.config = config if config is not None else dump_yaml(render_alertmanager_config(alerting))
         self.flags = ha.all_replica_flags(alerting)
@@ -61,6 +62,7 @@ class AlertmanagerHA:
         self.config_path = self.dir / "alertmanager.yml"
         self.procs: list[subprocess.Popen[bytes]] = []
         self.web_config = web_config
+        self.cluster_tls_config = cluster_tls_config
         self.client = client if client is not None else httpx.Client(timeout=30)
         self._own_client = client is None
         scheme = "https" if web_config is not None else "http"
@@ -73,7 +75,9 @@ class AlertmanagerHA:
                 args = [self.binary, f"--config.file={self.config_path}",
                         f"--storage.path={self.dir / f'data-{name}'}", *flags, *FAST_GOSSIP,
                         f"--cluster.peer-timeout={self.peer_timeout}", "--log.level=warn",
-                        *([f"--web.config.file={self.web_config}"] if self.web_config else [])]
+                        *([f"--web.config.file={self.web_config}"] if self.web_config else []),
+                        *([f"--cluster.tls-config={self.cluster_tls_config}"]
+                          if self.cluster_tls_config else [])]
                 with (self.dir / f"{name}.log").open("wb") as log:
                     self.procs.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT))
             self._wait_clustered()
