@@ -134,8 +134,8 @@ def test_every_hop_the_release_serves_is_on_and_every_server_serves_the_web_conf
     spec = parse_model(GpufedSpec, yaml.safe_load(text), source="federation.yaml")
     assert spec.tls is not None and spec.tls.serve is not None
     hops = spec.tls.hops
-    assert (hops.scrape, hops.http_sd, hops.remote_write, hops.alertmanager, hops.relay) == (
-        ["gpu"], True, True, True, True)
+    assert (hops.scrape, hops.http_sd, hops.remote_write, hops.alertmanager, hops.relay, hops.gossip) == (
+        ["gpu", "node"], True, True, True, True, True)
     assert spec.tls.web_config() == {"tls_server_config": {
         "cert_file": "/etc/gpufed/tls/tls.crt", "key_file": "/etc/gpufed/tls/tls.key",
         "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": "/etc/gpufed/tls/ca.crt"}}
@@ -146,6 +146,7 @@ def test_every_hop_the_release_serves_is_on_and_every_server_serves_the_web_conf
         "master": container(find(objects, "StatefulSet", "-master"), "prometheus"),
         "alertmanager": container(find(objects, "StatefulSet", "-alertmanager"), "alertmanager"),
         "relay": container(find(objects, "StatefulSet", "-dingtalk"), "relay"),
+        "node-exporter": container(find(objects, "DaemonSet", "-node-exporter"), "node-exporter"),
     }
     for name, c in serving.items():
         args = c["args"]
@@ -158,8 +159,7 @@ def test_every_hop_the_release_serves_is_on_and_every_server_serves_the_web_conf
     assert calls and all(url.startswith("https://") for url in calls), calls
 
     # the kubelet presents no client certificate: no TLS server is probed with httpGet
-    # (node-exporter serves plain HTTP: the scrape hop names only the gpu job)
-    for workload in (w for w in workloads(objects) if not w["metadata"]["name"].endswith("-node-exporter")):
+    for workload in workloads(objects):
         for c in workload["spec"]["template"]["spec"]["containers"]:
             for probe in ("readinessProbe", "livenessProbe"):
                 assert "httpGet" not in c.get(probe, {}), (workload["metadata"]["name"], c["name"], probe)

@@ -238,10 +238,10 @@ host) must say https too once the children serve TLS */ -}}
 {{- end -}}
 {{- if and .Values.tls.enabled (not (hasKey $spec "tls")) -}}
 {{- $m := .Values.tls.mountPath -}}
-{{- /* every hop the release serves: the exporters (job gpu; node-exporter and other jobs stay
-plain), the controller's HTTP SD, the children's writes to the masters (Thanos Receive's TLS
+{{- /* every hop the release serves: the exporters (job gpu, and job node when this chart runs
+node-exporter; other jobs stay plain), the controller's HTTP SD, the children's writes to the masters (Thanos Receive's TLS
 is not rendered: plain with thanos.enabled), the Alertmanagers and the relay */ -}}
-{{- $hops := dict "scrape" (list "gpu") "http_sd" true "remote_write" (not .Values.thanos.enabled) "long_term" false "alertmanager" (and .Values.alertmanager.enabled true) "relay" (and .Values.dingtalk.enabled true) -}}
+{{- $hops := dict "scrape" (ternary (list "gpu" "node") (list "gpu") (and .Values.nodeExporter.enabled true)) "http_sd" true "remote_write" (not .Values.thanos.enabled) "long_term" false "alertmanager" (and .Values.alertmanager.enabled true) "relay" (and .Values.dingtalk.enabled true) -}}
 {{- $serve := dict "cert_file" (printf "%s/tls.crt" $m) "key_file" (printf "%s/tls.key" $m) "client_auth_type" .Values.tls.clientAuthType -}}
 {{- $_ := set $spec "tls" (dict "ca_file" (printf "%s/ca.crt" $m) "cert_file" (printf "%s/%s" $m .Values.tls.clientCertFile) "key_file" (printf "%s/%s" $m .Values.tls.clientKeyFile) "server_name" (include "gpufed.exporterServerName" .) "hops" $hops "serve" $serve) -}}
 {{- end -}}
