@@ -8,13 +8,32 @@ docs/alerting.md describes both. Pure models: nothing here reads a file or a sec
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sharder.kernel import prometheus_versions
+from sharder.kernel import prometheus_versions, secrets
 from sharder.kernel.models import StrictModel, parse_duration
+
+_SMARTHOST = re.compile(r"^(?P<host>[A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>\d{1,5})$")
+_ADDRESS = re.compile(r"^[^\s@<>,;\"]+@[^\s@<>,;\"]+$")
+
+
+def email_address(value: str, what: str) -> str:
+    """A bare ``user@host`` (no display name, no header injection), or ValueError naming it."""
+    if not _ADDRESS.match(value):
+        raise ValueError(f"{what} must be an address like ops@example.com, got {value[:80]!r}")
+    return value
+
+
+def smarthost(value: str) -> str:
+    """``host:port`` of an SMTP server (Alertmanager's ``smarthost``), or ValueError."""
+    match = _SMARTHOST.match(value)
+    if match is None or not 0 < int(match.group("port")) < 65536:
+        raise ValueError(f"smarthost must be host:port (e.g. smtp.example.com:587), got {value[:80]!r}")
+    return value
 
 
 def local_anchor(value: str, *, zone: str) -> str:
@@ -116,6 +135,47 @@ class WeComSpec(StrictModel):
         return self
 
 
+class DigestEmailSpec(StrictModel):
+    """The digest also as one e-mail a period, sent by the relay over SMTP (seed 002: info
+    alerts to a weekly e-mail digest); every robot's info alerts, each listed once."""
+
+    to: list[str] = Field(min_length=1)
+    sender: str = Field(alias="from")
+    smarthost: str = Field(description="host:port of the SMTP server")
+    require_tls: bool = True
+    auth_username: str | None = None
+    auth_password: str | None = Field(default=None, description="${NAME}: the relay expands it")
+
+    @field_validator("to")
+    @classmethod
+    def _to(cls, value: list[str]) -> list[str]:
+        return [email_address(address, "email.to") for address in value]
+
+    @field_validator("sender")
+    @classmethod
+    def _sender(cls, value: str) -> str:
+        return email_address(value, "email.from")
+
+    @field_validator("smarthost")
+    @classmethod
+    def _smarthost(cls, value: str) -> str:
+        return smarthost(value)
+
+    @field_validator("auth_password")
+    @classmethod
+    def _password(cls, value: str | None) -> str | None:
+        if value is not None and not secrets.is_reference(value):
+            raise ValueError(f"{secrets.LITERAL}: the SMTP password is {secrets.shape(value)};"
+                             " write ${NAME} (the relay expands it)")
+        return value
+
+    @model_validator(mode="after")
+    def _login(self) -> DigestEmailSpec:
+        if (self.auth_username is None) != (self.auth_password is None):
+            raise ValueError("email.auth_username and email.auth_password go together")
+        return self
+
+
 class InfoDigestSpec(StrictModel):
     """The relay's digest: ``info`` alerts to a robot are batched into one message a period.
 
@@ -125,6 +185,7 @@ class InfoDigestSpec(StrictModel):
 
     period: str = "7d"
     anchor: str = Field(default="2024-01-01T09:00:00", description="ISO local date and time, no offset")
+    email: DigestEmailSpec | None = Field(default=None, description="also one e-mail a period")
 
     @field_validator("period")
     @classmethod

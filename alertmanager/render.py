@@ -297,6 +297,8 @@ def render_relay_config(alerting: AlertingSpec) -> dict[str, Any]:
     if alerting.info_digest is not None:
         out["digest"] = {"period": f"{alerting.info_digest.period_seconds():g}s",
                          "anchor": alerting.info_digest.anchor}
+        if alerting.info_digest.email is not None:  # ${ENV} kept: the relay expands the password
+            out["digest"]["email"] = alerting.info_digest.email.model_dump(by_alias=True, exclude_none=True)
     return out
 
 

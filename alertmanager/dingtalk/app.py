@@ -27,9 +27,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from alertmanager.dingtalk import digest, memory
+from alertmanager.dingtalk import digest, mail, memory
 from alertmanager.dingtalk.client import DingTalkClient, Sender, redact
-from alertmanager.dingtalk.config import DigestConfig, RelayConfig, load_config
+from alertmanager.dingtalk.config import DigestConfig, DigestEmailConfig, RelayConfig, load_config
 from alertmanager.dingtalk.dedup import Deduplicator
 from alertmanager.dingtalk.errors import (
     ConfigError,
@@ -189,6 +189,8 @@ async def handle_webhook(relay: Relay, robot: str, body: bytes) -> dict[str, Any
         batched = [a for a in message.alerts if digest.is_digested(a)]
         rest = [a for a in message.alerts if not digest.is_digested(a)]
         relay.digests.add(robot, batched)
+        if config.digest.email is not None:  # the e-mail digest lists each alert once, whichever robot
+            relay.digests.add(digest.EMAIL, batched)
         relay.metrics.digest_alerts.labels(robot).inc(len(batched))
         if not rest:
             await save_memory(relay)
@@ -247,18 +249,25 @@ async def handle_webhook(relay: Relay, robot: str, body: bytes) -> dict[str, Any
 
 
 async def flush_digests(relay: Relay) -> int:
-    """Send every digest batch whose period ended, one message per robot; returns how many
-    DingTalk took. A batch that fails stays (with anything newer) for the next call."""
+    """Send every digest batch whose period ended, one message per robot (and one e-mail with
+    ``digest.email``); returns how many were taken. A batch that fails stays (with anything
+    newer) for the next call."""
     changed = False
-    for robot in relay.digests.forget(relay.config.robots):
+    email = relay.config.digest.email if relay.config.digest is not None else None
+    keep = [*relay.config.robots, *([digest.EMAIL] if email is not None else [])]
+    for robot in relay.digests.forget(keep):
         changed = True
-        log.warning("robot %s is no longer configured: its digest batch is dropped", robot)
+        log.warning("%s is no longer configured: its digest batch is dropped",
+                    "digest.email" if robot == digest.EMAIL else f"robot {robot}")
     sent = 0
     for robot in relay.digests.due():
         batch = relay.digests.take(robot)
         if batch is None:
             continue
         changed = True
+        if robot == digest.EMAIL and email is not None:
+            sent += await _mail_digest(relay, email, batch)
+            continue
         part = digest.render_digest(relay.config.robots[robot], batch, period=relay.digests.config.period,
                                     zone=relay.config.timezone, limit=relay.config.max_message_bytes)
         try:
@@ -275,6 +284,25 @@ async def flush_digests(relay: Relay) -> int:
     if changed:
         await save_memory(relay)
     return sent
+
+
+async def _mail_digest(relay: Relay, email: DigestEmailConfig, batch: digest.Batch) -> int:
+    """The e-mail digest over SMTP (in a thread: smtplib blocks); 1 when the smarthost took it."""
+    subject, body = digest.render_email(batch, period=relay.digests.config.period, zone=relay.config.timezone)
+    try:
+        refused = await asyncio.to_thread(mail.send, email, mail.message(email, subject=subject, body=body))
+    except mail.MailError as exc:
+        relay.digests.give_back(digest.EMAIL, batch)
+        relay.metrics.digest_email_failures.inc()
+        log.warning("e-mail digest of %d alert(s) not sent, kept for the next try: %s",
+                    len(batch.entries) + batch.dropped, exc.detail)
+        return 0
+    if refused:
+        log.warning("e-mail digest: %s refused %s (sent to the others)", email.smarthost, refused)
+    relay.metrics.digests_sent.labels(digest.EMAIL).inc()
+    log.info("e-mail digest of %d info alert(s) sent to %s", len(batch.entries) + batch.dropped,
+             [a for a in email.to if a not in refused])
+    return 1
 
 
 async def _digest_timer(relay: Relay) -> None:

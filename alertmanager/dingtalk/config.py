@@ -9,7 +9,15 @@ environment, not in the file; they are held as ``SecretStr`` and never printed.
     alertmanager_url: http://alertmanager:9093
     grafana_url: http://grafana:3000
     dedup_window: 60s
-    digest: {period: 7d, anchor: "2024-01-01T09:00:00"}   # info alerts: one message a week
+    digest:                      # info alerts: one message a week per robot
+      period: 7d
+      anchor: "2024-01-01T09:00:00"
+      email:                     # optional: the week's info alerts also as one e-mail
+        to: [sre@example.com]
+        from: gpufed@example.com
+        smarthost: smtp.example.com:587
+        auth_username: gpufed
+        auth_password: ${SMTP_PASSWORD}
     robots:
       cn-beijing:
         url: https://oapi.dingtalk.com/robot/send?access_token=${DINGTALK_BJ_TOKEN}
@@ -38,9 +46,10 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
-from alertmanager.channels import local_anchor
+from alertmanager.channels import email_address, local_anchor, smarthost
 from alertmanager.dingtalk.errors import ConfigError
 
 #: DingTalk rejects bodies over 20,000 bytes; we stay below with room for JSON framing.
@@ -124,6 +133,50 @@ class RobotConfig(BaseModel):
         return _refuse_placeholder(value, "secret")
 
 
+class DigestEmailConfig(BaseModel):
+    """The digest also as one e-mail a period: every robot's info alerts, each listed once.
+
+    Sent by the relay itself over SMTP (STARTTLS unless ``require_tls`` is false, as
+    Alertmanager's ``email_configs``); the password comes from the environment (``${ENV}``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    to: list[str] = Field(min_length=1)
+    sender: str = Field(alias="from")
+    smarthost: str
+    require_tls: bool = True
+    auth_username: str | None = None
+    auth_password: SecretStr | None = None
+    timeout: Duration = 10.0
+
+    @field_validator("to")
+    @classmethod
+    def _to(cls, value: list[str]) -> list[str]:
+        return [email_address(address, "email.to") for address in value]
+
+    @field_validator("sender")
+    @classmethod
+    def _sender(cls, value: str) -> str:
+        return email_address(value, "email.from")
+
+    @field_validator("smarthost")
+    @classmethod
+    def _smarthost(cls, value: str) -> str:
+        return smarthost(value)
+
+    @field_validator("auth_password")
+    @classmethod
+    def _password(cls, value: SecretStr | None) -> SecretStr | None:
+        return _refuse_placeholder(value, "email.auth_password")
+
+    @model_validator(mode="after")
+    def _login(self) -> DigestEmailConfig:
+        if (self.auth_username is None) != (self.auth_password is None):
+            raise ValueError("email.auth_username and email.auth_password go together")
+        return self
+
+
 class DigestConfig(BaseModel):
     """``info`` alerts batched into one message per robot and period (``digest``).
 
@@ -137,6 +190,7 @@ class DigestConfig(BaseModel):
     anchor: str = "2024-01-01T09:00:00"
     # How often the relay looks for a period that ended; a digest is at most this late.
     check_every: Annotated[float, BeforeValidator(parse_duration), Field(ge=1)] = 60.0
+    email: DigestEmailConfig | None = None
 
     @field_validator("anchor")
     @classmethod

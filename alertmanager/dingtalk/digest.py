@@ -36,6 +36,9 @@ from alertmanager.dingtalk.render import Part, finish
 
 Clock = Callable[[], float]
 DIGEST_SEVERITY = "info"
+#: The batch of ``digest.email`` beside the robots' (a name no robot can have: ``@``):
+#: every robot's info alerts, each alert once.
+EMAIL = "@email"
 #: Alerts one batch keeps in full; more are counted, not listed (a flood must not grow the
 #: memory file without bound).
 MAX_ENTRIES = 500
@@ -194,7 +197,7 @@ def render_digest(robot: RobotConfig, batch: Batch, *, period: float, zone: str,
     def when(seconds: float) -> str:
         return datetime.fromtimestamp(seconds, tz).strftime("%Y-%m-%d %H:%M")
 
-    entries = sorted(batch.entries.values(), key=lambda e: (not e.firing, e.alertname, e.where, e.starts_at))
+    entries = _ordered(batch)
     total = len(entries) + batch.dropped
     start = batch.due - period
     title = f"[DIGEST:{total}] info alerts"
@@ -202,15 +205,7 @@ def render_digest(robot: RobotConfig, batch: Batch, *, period: float, zone: str,
             f"{sum(e.firing for e in entries)} still firing, {sum(not e.firing for e in entries)} resolved")
     quiet = robot.model_copy(update={"mentions": robot.mentions.model_copy(
         update={"mobiles": [], "user_ids": [], "all_on_critical": False})})
-    lines: list[str] = []
-    for entry in entries:
-        ended = f"resolved {when(entry.ends_at)}" if entry.ends_at else "resolved"
-        state = "firing" if entry.firing else ended
-        times = f" ({entry.episodes} times)" if entry.episodes > 1 else ""
-        where = f" {entry.where}" if entry.where else ""
-        summary = f": {entry.summary}" if entry.summary else ""
-        since = when(entry.starts_at)
-        lines.append(f"- **{entry.alertname}**{times}{where}{summary} (since {since}, {state})")
+    lines = [f"- {_line(entry, when, bold=True)}" for entry in entries]
 
     def part(shown: int) -> Part:
         more = total - shown
@@ -233,6 +228,41 @@ def render_digest(robot: RobotConfig, batch: Batch, *, period: float, zone: str,
         shown -= 1
         message = part(shown)
     return replace(message, alerts=total)
+
+
+def render_email(batch: Batch, *, period: float, zone: str) -> tuple[str, str]:
+    """The e-mail digest: a subject and a plain-text body listing every alert of the batch
+    (no size limit to keep under but ``MAX_ENTRIES``; dropped ones are counted)."""
+    tz = ZoneInfo(zone)
+
+    def when(seconds: float) -> str:
+        return datetime.fromtimestamp(seconds, tz).strftime("%Y-%m-%d %H:%M")
+
+    entries = _ordered(batch)
+    total = len(entries) + batch.dropped
+    start = batch.due - period
+    subject = f"[gpufed] {total} info alert(s), {when(start)} to {when(batch.due)}"
+    firing = sum(e.firing for e in entries)
+    lines = [f"{total} info alert(s) from {when(start)} to {when(batch.due)} ({zone}): "
+             f"{firing} still firing, {len(entries) - firing} resolved.", ""]
+    lines += [f"- {_line(entry, when, bold=False)}" for entry in entries]
+    if batch.dropped:
+        lines.append(f"- (+{batch.dropped} more, not kept: a batch lists at most {MAX_ENTRIES})")
+    return subject, "\n".join(lines) + "\n"
+
+
+def _ordered(batch: Batch) -> list[Entry]:
+    return sorted(batch.entries.values(), key=lambda e: (not e.firing, e.alertname, e.where, e.starts_at))
+
+
+def _line(entry: Entry, when: Callable[[float], str], *, bold: bool) -> str:
+    ended = f"resolved {when(entry.ends_at)}" if entry.ends_at else "resolved"
+    state = "firing" if entry.firing else ended
+    times = f" ({entry.episodes} times)" if entry.episodes > 1 else ""
+    where = f" {entry.where}" if entry.where else ""
+    summary = f": {entry.summary}" if entry.summary else ""
+    name = f"**{entry.alertname}**" if bold else entry.alertname
+    return f"{name}{times}{where}{summary} (since {when(entry.starts_at)}, {state})"
 
 
 def _summary(alert: Alert) -> str:

@@ -42,8 +42,12 @@ class RelayMetrics:
                                      "Info alerts (HA copies and repeats included) taken into a robot's"
                                      " digest batch instead of sent.",
                                      ["robot"], registry=registry)
-        self.digests_sent = Counter("gpufed_dingtalk_digests_sent", "Digest messages DingTalk accepted.",
-                                    ["robot"], registry=registry)
+        self.digests_sent = Counter("gpufed_dingtalk_digests_sent",
+                                    "Digest messages DingTalk accepted (robot=\"@email\": e-mails the"
+                                    " smarthost took).", ["robot"], registry=registry)
+        self.digest_email_failures = Counter("gpufed_dingtalk_digest_email_failures",
+                                             "E-mail digests the smarthost did not take (kept for the"
+                                             " next try).", registry=registry)
         self.reloads = Counter("gpufed_dingtalk_config_reloads", "Config reloads by result.",
                                ["result"], registry=registry)
 

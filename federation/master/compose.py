@@ -230,7 +230,8 @@ def render_compose_bundle(
             kinds[host] = "alertmanager"
         relay = files["alertmanager/dingtalk.yml"].decode()
         for var in sorted(set(ENV_NAME.findall(relay))):
-            env_vars[var] = f"${{{var}:?set {var}: a DingTalk robot secret the relay expands}}"
+            env_vars[var] = (f"${{{var}:?set {var}: a secret the relay expands"
+                             " (a robot token or secret, the SMTP password)}")
         services["gpufed-dingtalk"] = {
             **_service(IMAGES["gpufed"], host="gpufed-dingtalk",
                        command=["gpufed-dingtalk", "--config", f"{tree}/alertmanager/dingtalk.yml",

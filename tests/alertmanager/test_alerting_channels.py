@@ -156,11 +156,17 @@ def test_sms_is_a_plain_webhook_with_a_bearer_file() -> None:
 
 def test_the_relay_file_carries_the_digest_and_loads_in_the_relay() -> None:
     data = yaml.safe_load((CASE / render.RELAY_FILE).read_text())
-    assert data["digest"] == {"period": "604800s", "anchor": "2024-01-01T09:00:00"}
+    assert data["digest"] == {"period": "604800s", "anchor": "2024-01-01T09:00:00", "email": {
+        "to": ["sre@example.com"], "from": "gpufed@example.com", "smarthost": "smtp.example.com:587",
+        "require_tls": True, "auth_username": "gpufed", "auth_password": "${SMTP_PASSWORD}"}}
     env = {"DINGTALK_BJ_TOKEN": "bjtoken9f3a", "DINGTALK_BJ_SECRET": "bjsecret9f3a",
-           "DINGTALK_SH_TOKEN": "shtoken9f3a", "DINGTALK_SRE_TOKEN": "sretoken9f3a"}
+           "DINGTALK_SH_TOKEN": "shtoken9f3a", "DINGTALK_SRE_TOKEN": "sretoken9f3a",
+           "SMTP_PASSWORD": "smtppass9f3a"}
     relay = parse_config(data, env=env)
     assert relay.digest is not None and relay.digest.period == 7 * 86400
+    email = relay.digest.email
+    assert email is not None and email.sender == "gpufed@example.com" and email.to == ["sre@example.com"]
+    assert email.auth_password is not None and email.auth_password.get_secret_value() == "smtppass9f3a"
 
 
 def test_the_example_renders_no_digest_and_no_channel_route() -> None:
@@ -213,6 +219,14 @@ def _wecom(alerting: dict[str, Any]) -> dict[str, Any]:
      "from a minute to a year"),
     (lambda a: a.update(info_digest={"anchor": "2024-01-01T09:00:00+08:00"}), "alerting.info_digest.anchor",
      "drop the offset"),
+    (lambda a: a["info_digest"]["email"].update(auth_password="s3cr3t-value"),
+     "alerting.info_digest.email.auth_password", "the SMTP password is"),
+    (lambda a: a["info_digest"]["email"].update(to=["sre"]), "alerting.info_digest.email.to",
+     "must be an address like ops@example.com"),
+    (lambda a: a["info_digest"]["email"].update(smarthost="smtp.example.com"),
+     "alerting.info_digest.email.smarthost", "host:port"),
+    (lambda a: a["info_digest"]["email"].pop("auth_password"), "alerting.info_digest.email",
+     "go together"),
 ])
 def test_bad_channels_are_refused_naming_the_field(mutate: Any, field: str, words: str) -> None:
     message = spec_error(mutate)

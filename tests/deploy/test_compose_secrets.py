@@ -37,6 +37,7 @@ def channels_spec(path: Path) -> Path:
     alerting = document["alerting"]
     alerting["receivers"] += [r for r in channels["alerting"]["receivers"] if r["name"] != "sre"]
     alerting["severity_routes"] = channels["alerting"]["severity_routes"]
+    alerting["info_digest"] = channels["alerting"]["info_digest"]  # e-mailed, ${SMTP_PASSWORD}
     path.write_text(yaml.safe_dump(document), encoding="utf-8")
     return path
 
@@ -99,6 +100,15 @@ def test_each_path_in_the_rendered_config_is_a_file_of_the_mounted_folder(render
         assert host.read_text() == SECRETS[host.name], path
     # the rendered file passes Alertmanager 0.33.1's own check (0.28 refuses api_secret_file)
     Amtool(stack_tool(3, "amtool")).check_config(config_path)
+
+
+def test_the_relay_reads_the_smtp_password_of_the_email_digest_from_its_environment(
+        rendered: dict[str, Any]) -> None:
+    relay = rendered["config"]["services"]["gpufed-dingtalk"]
+    assert relay["environment"]["SMTP_PASSWORD"]  # compose resolved it from the env file
+    assert "SMTP_PASSWORD=" in (rendered["out"] / "compose" / ".env.example").read_text()
+    relay_file = yaml.safe_load((rendered["out"] / "alertmanager" / "dingtalk.yml").read_text())
+    assert relay_file["digest"]["email"]["auth_password"] == "${SMTP_PASSWORD}"
 
 
 def test_env_example_asks_for_the_folder_and_compose_refuses_without_it(rendered: dict[str, Any]) -> None:
