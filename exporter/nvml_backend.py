@@ -10,7 +10,7 @@ error leaves only that link's series out (`exporter.nvml_nvlink`). GPM values (a
 with GPM, the PCIe rates) come from `exporter.nvml_gpm`; MIG instances from
 `exporter.nvml_mig`, each with its own values. The nvml module is a constructor argument
 (default `import pynvml`), so tests hand in `tests/exporter/fake_nvml.py`. Measured on an
-H100 in exporter/MEASURED-H100.md.
+H100 in docs/measured-h100.md.
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ class NvmlBackend:
         """DCGM field 526 as DCGM 4.6.0 reads it: nvmlDeviceGetGridLicensableFeatures; 0 when
         licensing is not supported, else 1 if the vGPU feature's state is set. A driver that
         answers "not supported" leaves the series out, as DCGM does. The H100 in a
-        pass-through VM (driver 580.159.04, MEASURED-H100.md 2026-11-26) answered, and the
+        pass-through VM (driver 580.159.04, docs/measured-h100.md 2026-11-26) answered, and the
         series read 0."""
         nvml = self._nvml
         call = getattr(nvml, "nvmlDeviceGetGridLicensableFeatures", None)

@@ -93,7 +93,7 @@ class NvLinkReader:
         NVML_NVLINK_MAX_LINKS (36 in nvidia-ml-py 13) bounds every architecture; past a GPU's
         own links the driver answers InvalidArgument (or NotSupported), which ends the walk.
         An H100 SXM alone in a pass-through VM answered NotSupported from link 0 on
-        (exporter/MEASURED-H100.md, 2026-11-26), so it has no link series at all.
+        (docs/measured-h100.md, 2026-11-26), so it has no link series at all.
         """
         nvml = self._nvml
         count = 0

@@ -6,7 +6,7 @@ collections); one under `--load` (a command run in the background, e.g. a matmul
 one after `--xid` (a command that faults the GPU); per-thread CPU of the exporter over an
 idle window with no scrapes; client latency p50/p99 and process CPU over `--scrapes`
 keep-alive scrapes; RSS; SIGTERM to exit time. Scraped texts land in `--out`.
-Used for exporter/MEASURED-H100.md; with `-- gpufed-exporter --backend simulated` it runs
+Used for docs/measured-h100.md; with `-- gpufed-exporter --backend simulated` it runs
 anywhere.
 """
 

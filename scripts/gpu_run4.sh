@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device side of run 4 (exporter/MEASURED-H100.md: prepared 2026-11-25, run 2026-11-26): 4.x names
+# Device side of run 4 (docs/measured-h100.md: prepared 2026-11-25, run 2026-11-26): 4.x names
 # and the nvlink family on a real GPU, in one call of the device tool. Stage first, in an ignored
 # folder .gpu/ of the checkout the tool sends: .gpu/wheels (py3.12 wheels, gpufed from
 # `pip wheel --no-deps`), .gpu/src (a copy of this tree), then run `bash .gpu/src/scripts/gpu_run4.sh`

@@ -159,7 +159,7 @@ class _GpmSample:
     taken: int = 0  # order of sampling, so a metric between two samples needs sample1 first
 
 
-# What an H100 (driver 580.159.04) answered per field (exporter/measured-h100/probe-run2.json):
+# What an H100 (driver 580.159.04) answered per field (docs/measured/h100/probe-run2.json):
 # temperature, power and the replay counter come as unsigned int, ECC and energy as ull.
 _FIELD_TYPES = {82: NVML_VALUE_TYPE_UNSIGNED_INT, 94: NVML_VALUE_TYPE_UNSIGNED_INT,
                 186: NVML_VALUE_TYPE_UNSIGNED_INT}
@@ -255,7 +255,7 @@ class FakeNvml:
             nvlink_field = field_id in (38, 45, 52, 59, 138, 139, 161, 162)
             if nvlink_field and not gpu.nvlinks:
                 # a GPU without NVLink. Measured on an H100 alone in a pass-through VM
-                # (exporter/MEASURED-H100.md, 2026-11-26): the call succeeds and every per-link
+                # (docs/measured-h100.md, 2026-11-26): the call succeeds and every per-link
                 # slot (138/139/161/162, links 0-17) answers NotSupported (3). The all-links
                 # slots (scopeId UINT_MAX, 38-59) were not probed raw; the exporter wrote no
                 # series and logged nothing, which this answer reproduces

@@ -241,7 +241,7 @@ def test_nvlink_all_links_inactive_is_one_down_series_per_link() -> None:
 def test_nvlink_not_supported_as_the_h100_vm_answered(names: DcgmNames,
                                                       caplog: pytest.LogCaptureFixture) -> None:
     """What the H100 80GB HBM3 alone in a pass-through VM answered on 2026-11-26 (driver
-    580.159.04, exporter/measured-h100/run4/probe.json): NotSupported for the state of every
+    580.159.04, docs/measured/h100/run4/probe.json): NotSupported for the state of every
     link 0-35, for link 0's error counters, and in every slot of the per-link field batch
     (the all-links batch was not probed raw; the exporter wrote none of its series there).
     The exporter then writes no NVLink series at all (no `link_up 0` per link), logs

@@ -59,7 +59,7 @@ def test_devices_and_units(backend: NvmlBackend, nvml: FakeNvml) -> None:
 
 
 def test_default_set_fields_as_the_h100_answered() -> None:
-    """Issue #28's rows as the run-4 H100 answered them (exporter/measured-h100/run4,
+    """Issue #28's rows as the run-4 H100 answered them (docs/measured/h100/run4,
     `nvidia-smi -q`: FB Total 81559, Reserved 480, Used 0, Free 81079 MiB; no remapped rows;
     pass-through, so no vGPU licence): memory info v2 keeps the reservation out of `used`."""
     gpu = FakeGpu(uuid="GPU-2964922d-326e-a665-7aa7-9810a75d4c83", memory_used=0, memory_reserved=480 * 2**20,
