@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from sharder.kernel import prometheus_versions, secrets
 from sharder.kernel.models import StrictModel, parse_duration
@@ -21,19 +21,24 @@ _SMARTHOST = re.compile(r"^(?P<host>[A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\]):(?P<port
 _ADDRESS = re.compile(r"^[^\s@<>,;\"]+@[^\s@<>,;\"]+$")
 
 
-def email_address(value: str, what: str) -> str:
-    """A bare ``user@host`` (no display name, no header injection), or ValueError naming it."""
+def _email_address(value: str) -> str:
+    """A bare ``user@host`` (no display name, no header injection), or ValueError."""
     if not _ADDRESS.match(value):
-        raise ValueError(f"{what} must be an address like ops@example.com, got {value[:80]!r}")
+        raise ValueError(f"must be an address like ops@example.com, got {value[:80]!r}")
     return value
 
 
-def smarthost(value: str) -> str:
+def _smarthost(value: str) -> str:
     """``host:port`` of an SMTP server (Alertmanager's ``smarthost``), or ValueError."""
     match = _SMARTHOST.match(value)
     if match is None or not 0 < int(match.group("port")) < 65536:
         raise ValueError(f"smarthost must be host:port (e.g. smtp.example.com:587), got {value[:80]!r}")
     return value
+
+
+#: The e-mail digest's fields, checked the same way in the spec and in the relay's config.
+EmailAddress = Annotated[str, AfterValidator(_email_address)]
+Smarthost = Annotated[str, AfterValidator(_smarthost)]
 
 
 def local_anchor(value: str, *, zone: str) -> str:
@@ -139,27 +144,12 @@ class DigestEmailSpec(StrictModel):
     """The digest also as one e-mail a period, sent by the relay over SMTP (seed 002: info
     alerts to a weekly e-mail digest); every robot's info alerts, each listed once."""
 
-    to: list[str] = Field(min_length=1)
-    sender: str = Field(alias="from")
-    smarthost: str = Field(description="host:port of the SMTP server")
+    to: list[EmailAddress] = Field(min_length=1)
+    sender: EmailAddress = Field(alias="from")
+    smarthost: Smarthost = Field(description="host:port of the SMTP server")
     require_tls: bool = True
     auth_username: str | None = None
     auth_password: str | None = Field(default=None, description="${NAME}: the relay expands it")
-
-    @field_validator("to")
-    @classmethod
-    def _to(cls, value: list[str]) -> list[str]:
-        return [email_address(address, "email.to") for address in value]
-
-    @field_validator("sender")
-    @classmethod
-    def _sender(cls, value: str) -> str:
-        return email_address(value, "email.from")
-
-    @field_validator("smarthost")
-    @classmethod
-    def _smarthost(cls, value: str) -> str:
-        return smarthost(value)
 
     @field_validator("auth_password")
     @classmethod

@@ -49,7 +49,7 @@ from pydantic import (
     model_validator,
 )
 
-from alertmanager.channels import email_address, local_anchor, smarthost
+from alertmanager.channels import EmailAddress, Smarthost, local_anchor
 from alertmanager.dingtalk.errors import ConfigError
 
 #: DingTalk rejects bodies over 20,000 bytes; we stay below with room for JSON framing.
@@ -142,28 +142,13 @@ class DigestEmailConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    to: list[str] = Field(min_length=1)
-    sender: str = Field(alias="from")
-    smarthost: str
+    to: list[EmailAddress] = Field(min_length=1)
+    sender: EmailAddress = Field(alias="from")
+    smarthost: Smarthost
     require_tls: bool = True
     auth_username: str | None = None
     auth_password: SecretStr | None = None
     timeout: Duration = 10.0
-
-    @field_validator("to")
-    @classmethod
-    def _to(cls, value: list[str]) -> list[str]:
-        return [email_address(address, "email.to") for address in value]
-
-    @field_validator("sender")
-    @classmethod
-    def _sender(cls, value: str) -> str:
-        return email_address(value, "email.from")
-
-    @field_validator("smarthost")
-    @classmethod
-    def _smarthost(cls, value: str) -> str:
-        return smarthost(value)
 
     @field_validator("auth_password")
     @classmethod

@@ -192,11 +192,7 @@ def render_digest(robot: RobotConfig, batch: Batch, *, period: float, zone: str,
     The robot's keyword is added (DingTalk refuses a message without it); nobody is
     @-mentioned, a digest is not a page.
     """
-    tz = ZoneInfo(zone)
-
-    def when(seconds: float) -> str:
-        return datetime.fromtimestamp(seconds, tz).strftime("%Y-%m-%d %H:%M")
-
+    when = _clock(zone)
     entries = _ordered(batch)
     total = len(entries) + batch.dropped
     start = batch.due - period
@@ -233,11 +229,7 @@ def render_digest(robot: RobotConfig, batch: Batch, *, period: float, zone: str,
 def render_email(batch: Batch, *, period: float, zone: str) -> tuple[str, str]:
     """The e-mail digest: a subject and a plain-text body listing every alert of the batch
     (no size limit to keep under but ``MAX_ENTRIES``; dropped ones are counted)."""
-    tz = ZoneInfo(zone)
-
-    def when(seconds: float) -> str:
-        return datetime.fromtimestamp(seconds, tz).strftime("%Y-%m-%d %H:%M")
-
+    when = _clock(zone)
     entries = _ordered(batch)
     total = len(entries) + batch.dropped
     start = batch.due - period
@@ -249,6 +241,12 @@ def render_email(batch: Batch, *, period: float, zone: str) -> tuple[str, str]:
     if batch.dropped:
         lines.append(f"- (+{batch.dropped} more, not kept: a batch lists at most {MAX_ENTRIES})")
     return subject, "\n".join(lines) + "\n"
+
+
+def _clock(zone: str) -> Callable[[float], str]:
+    """Seconds since the epoch as the relay's local ``YYYY-MM-DD HH:MM``."""
+    tz = ZoneInfo(zone)
+    return lambda seconds: datetime.fromtimestamp(seconds, tz).strftime("%Y-%m-%d %H:%M")
 
 
 def _ordered(batch: Batch) -> list[Entry]:

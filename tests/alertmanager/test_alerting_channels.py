@@ -221,7 +221,7 @@ def _wecom(alerting: dict[str, Any]) -> dict[str, Any]:
      "drop the offset"),
     (lambda a: a["info_digest"]["email"].update(auth_password="s3cr3t-value"),
      "alerting.info_digest.email.auth_password", "the SMTP password is"),
-    (lambda a: a["info_digest"]["email"].update(to=["sre"]), "alerting.info_digest.email.to",
+    (lambda a: a["info_digest"]["email"].update(to=["sre"]), "alerting.info_digest.email.to[0]",
      "must be an address like ops@example.com"),
     (lambda a: a["info_digest"]["email"].update(smarthost="smtp.example.com"),
      "alerting.info_digest.email.smarthost", "host:port"),

@@ -169,9 +169,9 @@ def test_require_tls_sends_over_starttls_and_refuses_a_server_without_it(
 
 @pytest.mark.parametrize(("change", "message"), [
     ({"to": ["sre at example.com"]},
-     "email.to must be an address like ops@example.com, got 'sre at example.com'"),
+     "digest.email.to.0: Value error, must be an address like ops@example.com, got 'sre at example.com'"),
     ({"to": []}, "to"),
-    ({"from": "gpufed@example.com\r\nBcc: x@y.z"}, "email.from must be an address"),
+    ({"from": "gpufed@example.com\r\nBcc: x@y.z"}, "digest.email.from: Value error, must be an address"),
     ({"smarthost": "smtp.example.com"}, "smarthost must be host:port"),
     ({"smarthost": "smtp.example.com:70000"}, "smarthost must be host:port"),
     ({"auth_password": None}, "email.auth_username and email.auth_password go together"),
