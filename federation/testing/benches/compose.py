@@ -19,6 +19,7 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -40,13 +41,15 @@ NODE_FILE = ROOT / "compose" / "node.yml"
 NODE_ENV = ROOT / "compose" / "node.env.example"
 
 
-def render(spec: Path, where: Path) -> Path:
+def render(spec: Path, where: Path, *, check: bool = True) -> Path:
     """``gpufed render --target compose`` as compose/README.md runs it (no inventory: compose nodes
-    register themselves) into ``where/current``, a render root holding only rendered trees."""
+    register themselves) into ``where/current``, a render root holding only rendered trees.
+    ``check=False``: ``--no-check``, for a spec whose paths are the containers' (TLS files)."""
     where.mkdir(parents=True, exist_ok=True)
     gpufed = Path(sys.executable).parent / "gpufed"
     out = where / "current"
-    argv = [str(gpufed), "render", "--spec", str(spec), "--out", str(out), "--target", "compose", "--json"]
+    argv = [str(gpufed), "render", "--spec", str(spec), "--out", str(out), "--target", "compose", "--json",
+            *([] if check else ["--no-check"])]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     if done.returncode != 0:
         raise ComposeRunError(f"gpufed render failed: {done.stderr.strip() or done.stdout.strip()}")
@@ -107,8 +110,16 @@ def env_files(out: Path, spec: Path, *, nodes: int, where: Path) -> tuple[Path, 
     return env, node_values
 
 
-def query(run: ComposeRun, expr: str, master: str = "master-prometheus-0") -> list[dict[str, Any]]:
-    status, body = run.http_get(master, 9090, f"/api/v1/query?query={quote(expr)}")
+#: A client certificate's context and the server name it checks: how a caller reaches a
+#: compose run whose servers require TLS (the spec's ``tls`` section with ``serve``).
+Client = tuple[ssl.SSLContext, str]
+
+
+def query(run: ComposeRun, expr: str, master: str = "master-prometheus-0", *,
+          tls: Client | None = None) -> list[dict[str, Any]]:
+    context, name = tls if tls is not None else (None, None)
+    status, body = run.http_get(master, 9090, f"/api/v1/query?query={quote(expr)}", tls=context,
+                                hostname=name)
     if status != 200:
         raise ComposeRunError(f"{master} answered {status} to {expr}: {body[:200]!r}")
     return list(json.loads(body)["data"]["result"])
@@ -122,7 +133,8 @@ def node_addresses(run: ComposeRun) -> dict[str, str]:
     }
 
 
-def targets_up(run: ComposeRun, master: str = "master-prometheus-0") -> dict[str, Any]:
+def targets_up(run: ComposeRun, master: str = "master-prometheus-0", *,
+               tls: Client | None = None) -> dict[str, Any]:
     """Each node's ``gpu`` (:9400) and ``node`` (:9100) target with ``up == 1`` at the master."""
     expected = {
         f"{address}:{port}": job
@@ -131,7 +143,7 @@ def targets_up(run: ComposeRun, master: str = "master-prometheus-0") -> dict[str
     }
     up = {
         (s["metric"].get("instance"), s["metric"].get("job"))
-        for s in query(run, 'up{job=~"gpu|node"} == 1', master)
+        for s in query(run, 'up{job=~"gpu|node"} == 1', master, tls=tls)
     }
     missing = sorted(f"{job} {instance}" for instance, job in expected.items() if (instance, job) not in up)
     return {

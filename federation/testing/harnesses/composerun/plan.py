@@ -41,10 +41,16 @@ def compose_binary() -> Path:
 
 
 def resolve(
-    file: Path, *, env_file: Path, project: str | None = None, profiles: tuple[str, ...] = ()
+    file: Path | tuple[Path, ...], *, env_file: Path, project: str | None = None,
+    profiles: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Compose v2's own resolved model of ``file`` with ``env_file`` (``profiles`` as ``--profile``)."""
-    argv = [str(compose_binary()), "--env-file", str(env_file), "-f", file.name]
+    """Compose v2's own resolved model of ``file`` (several: ``-f`` each, in order, as an
+    overlay such as node-tls.yml over node.yml) with ``env_file`` (``profiles`` as ``--profile``)."""
+    files = file if isinstance(file, tuple) else (file,)
+    file = files[0]
+    argv = [str(compose_binary()), "--env-file", str(env_file)]
+    for each in files:
+        argv += ["-f", str(each.relative_to(file.parent)) if each.parent == file.parent else str(each)]
     if project:
         argv += ["-p", project]
     for profile in profiles:

@@ -52,7 +52,7 @@ class ComposeRun:
         *,
         monitoring: Path,
         monitoring_env: Path,
-        node_file: Path,
+        node_file: Path | tuple[Path, ...],
         node_env_example: Path,
         nodes: list[dict[str, str]],
         workdir: Path,
@@ -62,7 +62,8 @@ class ComposeRun:
         say: Callable[[str], None] = lambda line: None,
     ) -> None:
         """``profiles``: ``--profile`` for the monitoring file (``consul``); the node copies run
-        node.yml's default services. ``xid_codes``: the planned XID is one of these codes."""
+        node.yml's default services (``node_file`` several: node.yml and its overlays, in
+        order). ``xid_codes``: the planned XID is one of these codes."""
         self.monitoring, self.monitoring_env = monitoring, monitoring_env
         self.node_file, self.node_env_example, self.node_values = node_file, node_env_example, nodes
         self.workdir, self.say = workdir, say
