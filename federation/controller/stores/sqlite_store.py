@@ -220,11 +220,12 @@ class SqliteStore:
                         self._deleted += sqlite_members.write(db, sets)
                         self._members = None  # the whole-set cache no longer matches
                     shardset = self._write_shardset(db, stored.assignment)
+                    body = stored.model_copy(update={"assignment": None}).model_dump_json()
                     db.execute(
                         "INSERT INTO state (id, revision, fence, body) VALUES (1, ?, ?, ?) "
                         "ON CONFLICT (id) DO UPDATE SET revision = excluded.revision, "
                         "fence = COALESCE(excluded.fence, state.fence), body = excluded.body",
-                        (stored.revision, fence, stored.model_copy(update={"assignment": None}).model_dump_json()),
+                        (stored.revision, fence, body),
                     )
                     if audit is not None:
                         db.execute(
@@ -253,7 +254,8 @@ class SqliteStore:
         body = self._documents.assignment_json(assignment)
         if body is not self._shardset and body != self._shardset:
             db.execute(
-                "INSERT INTO shardset (id, body) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET body = excluded.body",
+                "INSERT INTO shardset (id, body) VALUES (1, ?) "
+                "ON CONFLICT (id) DO UPDATE SET body = excluded.body",
                 (body,),
             )
         return body
