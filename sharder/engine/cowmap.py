@@ -70,7 +70,8 @@ class CowMap(Mapping[str, V]):
     def evolve(self, changes: Mapping[str, V]) -> CowMap[V]:
         """A new map: this one with ``changes`` applied (a value of :data:`DELETE` removes
         the key; removing a missing key is a no-op). Only the buckets the changes touch are
-        copied; this map is left as it was."""
+        copied; this map is left as it was. A map that grew to four times what its buckets
+        are sized for is bucketed again (an empty map filled by one big change)."""
         if not changes:
             return self
         parts = list(self._buckets)
@@ -91,6 +92,8 @@ class CowMap(Mapping[str, V]):
                 bucket[key] = value
         out = cast(CowMap[V], CowMap.__new__(CowMap))
         out._buckets, out._mask, out._size = tuple(parts), mask, size
+        if bucket_count(size) >= 4 * len(parts):  # grown past its buckets (built small): once per 4x
+            return CowMap(out.items())
         return out
 
     def shares_bucket_with(self, other: CowMap[Any], key: str) -> bool:

@@ -165,7 +165,7 @@ class IncrementalAssigner:
     def apply(self, *, added: Sequence[Target] = (), removed: Collection[str] = ()) -> Assignment:
         """Remove identities ``removed``, add ``added`` (an identity in both is updated)."""
         gone = set(removed)
-        unknown = sorted(gone - self._targets.keys())
+        unknown = sorted(i for i in gone if i not in self._targets)  # not `- keys()`: a pass over them
         if unknown:
             raise AssignmentError(f"cannot remove target {unknown[0]!r}: it is not assigned")
         fresh: dict[str, Target] = {}

@@ -42,7 +42,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import MappingProxyType
 
@@ -51,7 +50,7 @@ from sharder.engine.assignment import Assignment
 from sharder.engine.cowmap import CowMap
 from sharder.engine.incremental import IncrementalAssigner
 from sharder.engine.step import Step
-from sharder.engine.targetsets import Delta, NodeCounts, count_nodes, nodes_after
+from sharder.engine.targetsets import Delta, NodeCounts, NodeMap, count_nodes, nodes_after
 from sharder.kernel import documents
 from sharder.kernel.errors import SharderError
 from sharder.live import intake, offers
@@ -112,7 +111,7 @@ class Reconciler:
         self._applied: Mapping[str, Target] = {}
         self.assignments = 0
         self._prepared: Assignment | None = None
-        self._nodes: dict[str, Counter[str]] | None = None
+        self._nodes: NodeMap | None = None
         """region -> node -> targets, of what is placed (None: count at the next tick)."""
         self._offered = offers.PendingNodes()
         """Nodes offered (``offer``) and not placed yet, for the region cap."""

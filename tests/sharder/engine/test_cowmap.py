@@ -79,3 +79,16 @@ def test_an_assignment_holding_cowmaps_serialises_and_compares_as_with_dicts() -
     assert cow.model_dump() == plain.model_dump()
     assert Assignment.model_validate_json(cow.model_dump_json()) == plain
     assert pickle.loads(pickle.dumps(CowMap(targets))) == targets
+
+
+def test_a_map_filled_from_empty_is_bucketed_for_its_size() -> None:
+    """An empty map that one big change fills (the first registrations of a fleet) does not
+    stay one bucket, which every later change would copy whole."""
+    filled = CowMap({}).evolve({f"t{i}": i for i in range(20000)})
+    assert len(filled._buckets) == bucket_count(20000) > 1 and dict(filled.items()) == {
+        f"t{i}": i for i in range(20000)
+    }
+    grown = CowMap({}).evolve({"a": 1})
+    for step in range(40):
+        grown = grown.evolve({f"k{step}-{j}": j for j in range(100)})
+    assert len(grown) == 4001 and len(grown._buckets) * 4 * MIN_BUCKET > len(grown)
