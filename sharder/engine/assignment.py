@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    field_serializer,
     model_serializer,
 )
 
@@ -39,12 +40,18 @@ class Assignment(BaseModel):
     replication_factor: int = 1
     shards: dict[str, ShardInfo]
     """shard id -> where it lives; every shard, empty ones included."""
-    targets: dict[str, str]
-    """target identity -> shard id."""
-    weights: dict[str, int] = Field(default_factory=dict)
+    targets: Mapping[str, str]
+    """target identity -> shard id (a dict, or a :class:`~sharder.engine.cowmap.CowMap` from
+    the incremental engine: read it as a mapping)."""
+    weights: Mapping[str, int] = Field(default_factory=dict)
     """target identity -> weight (GPU count, at least 1), so plans can report load."""
     drained: list[str] = Field(default_factory=list)
     """shard ids that exist but were given no targets (sorted); undraining one makes it new."""
+
+    @field_serializer("targets", "weights", mode="wrap")
+    def _plain(self, value: Mapping[str, Any], handler: SerializerFunctionWrapHandler) -> Any:
+        # a CowMap is written as the dict it stands for
+        return handler(value if type(value) is dict else dict(value.items()))
 
     @model_serializer(mode="wrap")
     def _omit_no_drains(self, handler: SerializerFunctionWrapHandler) -> Any:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from sharder.engine import assigning, overriding
 from sharder.engine.assignment import Assignment
+from sharder.engine.cowmap import DELETE, CowMap
 from sharder.engine.fill import Fill, base_capacity, keep_limit
 from sharder.engine.hashing import Ring, key_hash, shared_ring
 from sharder.kernel.errors import AssignmentError
@@ -164,7 +165,7 @@ class IncrementalAssigner:
     def apply(self, *, added: Sequence[Target] = (), removed: Collection[str] = ()) -> Assignment:
         """Remove identities ``removed``, add ``added`` (an identity in both is updated)."""
         gone = set(removed)
-        unknown = sorted(gone - self._targets.keys())
+        unknown = sorted(i for i in gone if i not in self._targets)  # not `- keys()`: a pass over them
         if unknown:
             raise AssignmentError(f"cannot remove target {unknown[0]!r}: it is not assigned")
         fresh: dict[str, Target] = {}
@@ -244,6 +245,9 @@ class IncrementalAssigner:
     def _reset(self, targets: list[Target], assignment: Assignment) -> None:
         """Rebuild the state from a full assignment of ``targets``."""
         self._assignment = assignment
+        # the maps the next change evolves (its result shares their untouched buckets);
+        # ``assignment`` itself keeps its own dicts: whoever holds it sees them unchanged
+        self._maps = (CowMap.of(assignment.targets), CowMap.of(assignment.weights))
         self._targets = {t.identity: t for t in targets}
         self._shards_of: dict[str, list[str]] = {}
         for name, info in assignment.shards.items():
@@ -294,16 +298,20 @@ class IncrementalAssigner:
                 )
 
     def _apply(self, gone: set[str], fresh: dict[str, Target]) -> None:
+        """One change: the new assignment's maps are the previous ones evolved by what the
+        change wrote (``targets``/``weights`` below are those writes), not copies of them."""
         previous = self._assignment
-        targets = dict(previous.targets)
-        weights = dict(previous.weights)
+        before_targets, before_weights = self._maps
+        targets: dict[str, str] = {}
+        weights: dict[str, int] = {}
         pins, overrides = self._overrides.pins, self._overrides.weights
         touched: set[str] = set()
         for identity in gone:
             target = self._targets.pop(identity)
             state = self._regions[target.region]
-            shard = self._index_of[targets.pop(identity)]
-            weight = weights.pop(identity)
+            shard = self._index_of[before_targets[identity]]
+            weight = before_weights[identity]
+            targets[identity] = weights[identity] = DELETE
             _forget(state, weight=weight, node=target.node)
             if identity in pins:
                 state.pinned_load[shard] -= weight
@@ -328,7 +336,7 @@ class IncrementalAssigner:
                 targets[identity] = pinned
                 continue
             member = (key_hash(identity), identity)
-            was = previous.targets.get(identity)
+            was = before_targets.get(identity)
             if was is not None and previous.shards[was].region == target.region:
                 # removed and added back in one change (an update): it keeps its shard
                 shard = self._index_of[was]
@@ -338,18 +346,21 @@ class IncrementalAssigner:
             else:
                 unplaced.setdefault(target.region, []).append((member, weight))
         moved: set[str] = set(gone) | fresh.keys()
+        new_weights = before_weights.evolve(weights)
         for region in touched:
             state = self._regions[region]
-            placed = self._settle(state, unplaced.get(region, []), targets=targets, weights=weights)
+            placed = self._settle(state, unplaced.get(region, []), targets=targets, weights=new_weights)
             moved.update(member[1] for member, _ in placed)
         self.touched = moved
+        new_targets = before_targets.evolve(targets)
+        self._maps = (new_targets, new_weights)
         self._assignment = Assignment.model_construct(
             algorithm=previous.algorithm,
             algorithm_version=previous.algorithm_version,
             replication_factor=previous.replication_factor,
             shards=previous.shards,
-            targets=targets,
-            weights=weights,
+            targets=new_targets,
+            weights=new_weights,
             drained=previous.drained,
         )
 

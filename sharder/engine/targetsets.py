@@ -11,43 +11,47 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
+from sharder.engine.cowmap import DELETE, CowMap
 from sharder.model.inventory import Target
 
 Delta = tuple[list[Target], list[str], set[str]]
 """(targets to place, identities to remove, identities whose other fields changed)."""
 
 
+NodeMap = dict[str, Mapping[str, int]]
+"""region -> node -> how many targets it has (each region's a :class:`CowMap`)."""
+
+
 class NodeCounts(NamedTuple):
-    nodes: dict[str, Counter[str]]
+    nodes: NodeMap
     counts: dict[str, int]
 
 
-def count_nodes(targets: Iterable[Target]) -> dict[str, Counter[str]]:
+def count_nodes(targets: Iterable[Target]) -> NodeMap:
     nodes: dict[str, Counter[str]] = {}
     for target in targets:
         nodes.setdefault(target.region, Counter())[target.node] += 1
-    return nodes
+    return {region: CowMap(counted) for region, counted in nodes.items()}
 
 
-def nodes_after(nodes: dict[str, Counter[str]], applied: Mapping[str, Target], delta: Delta) -> NodeCounts:
+def nodes_after(nodes: NodeMap, applied: Mapping[str, Target], delta: Delta) -> NodeCounts:
     """Distinct nodes per region once ``delta`` applies to ``applied`` (counted in ``nodes``),
-    in the time of the change: ``nodes`` itself is returned when no node count moves."""
+    in the time of the change: ``nodes`` itself is returned when no node count moves, and a
+    region whose count moves shares every node the change does not touch (no copy of the
+    region's nodes: 50,000 of them at 300,000 targets of the shipped spec)."""
     added, removed, _ = delta
     step = Counter((target.region, target.node) for target in added)  # counted in C
     step.subtract((applied[identity].region, applied[identity].node) for identity in removed)
     moved = {key: n for key, n in step.items() if n}
     if not moved:
         return NodeCounts(nodes, {r: len(c) for r, c in nodes.items()})
-    after = dict(nodes)  # copy on write: only the regions a node count moves in
-    copied: set[str] = set()
+    writes: dict[str, dict[str, int]] = {}
     for (region, node), n in moved.items():
-        if region not in copied:
-            after[region] = Counter(nodes.get(region, ()))
-            copied.add(region)
-        bucket = after[region]
-        bucket[node] += n
-        if bucket[node] <= 0:
-            del bucket[node]
+        now = nodes.get(region, {}).get(node, 0) + n
+        writes.setdefault(region, {})[node] = now if now > 0 else DELETE
+    after = dict(nodes)
+    for region, changes in writes.items():
+        after[region] = CowMap.of(nodes.get(region, {})).evolve(changes)
     return NodeCounts(after, {r: len(c) for r, c in after.items()})
 
 

@@ -23,6 +23,7 @@ import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from sharder.engine.cowmap import DELETE, CowMap
 from sharder.engine.targetsets import Delta, merge_sets, note_change, ranked_sources, target_delta
 from sharder.live.intake import DiscoveryObserver
 from sharder.model.endpoints import (
@@ -145,13 +146,15 @@ class MergedSources:
         self._missing_since = {i: t for i, t in self._missing_since.items() if i in applied}
 
     # ---- the merge -----------------------------------------------------------------------
-    def effective(self, applied: dict[str, Target], now: float) -> tuple[dict[str, Target], Delta]:
+    def effective(self, applied: Mapping[str, Target], now: float) -> tuple[Mapping[str, Target], Delta]:
         """What to place now (merged targets plus vanished ones within their grace) and its
-        delta from ``applied``; ``applied`` itself when nothing differs. Takes the dirty set."""
+        delta from ``applied``; ``applied`` itself when nothing differs. Takes the dirty set.
+        The map is a :class:`~sharder.engine.cowmap.CowMap`: the next change's map shares
+        its untouched buckets instead of copying every target."""
         dirty, self._dirty = self._dirty, set()
         endpoints, self._dirty_endpoints = self._dirty_endpoints, set()
         if dirty is None:
-            targets = self._effective(applied, now)
+            targets = CowMap(self._effective(applied, now))
             return targets, target_delta(applied, targets)
         return self._effective_delta(applied, dirty, endpoints, now)
 
@@ -163,8 +166,8 @@ class MergedSources:
             self._dirty_endpoints.update(endpoint_of(t, self._jobs) for t in targets if t is not None)
 
     def _effective_delta(
-        self, applied: dict[str, Target], dirty: set[str], endpoints: set[Endpoint], now: float
-    ) -> tuple[dict[str, Target], Delta]:
+        self, applied: Mapping[str, Target], dirty: set[str], endpoints: set[Endpoint], now: float
+    ) -> tuple[Mapping[str, Target], Delta]:
         """:meth:`_effective` and :func:`target_delta` for the ``dirty`` identities alone (and
         those sharing their endpoints, and any whose grace period ended): the same result,
         at the cost of the change."""
@@ -197,13 +200,8 @@ class MergedSources:
         self._note_duplicates(frozenset(duplicates))
         if not updates:
             return applied, (added, removed, relabelled)
-        targets = dict(applied)
-        for identity, target in updates.items():
-            if target is None:
-                del targets[identity]
-            else:
-                targets[identity] = target
-        return targets, (added, removed, relabelled)
+        writes = {identity: DELETE if target is None else target for identity, target in updates.items()}
+        return CowMap.of(applied).evolve(writes), (added, removed, relabelled)
 
     def _merged(self) -> dict[str, Target]:
         merged = merge_sets(self.sets, self._precedence)

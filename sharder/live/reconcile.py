@@ -42,15 +42,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 from sharder.engine import overriding, planning, sizing
 from sharder.engine.assignment import Assignment
+from sharder.engine.cowmap import CowMap
 from sharder.engine.incremental import IncrementalAssigner
 from sharder.engine.step import Step
-from sharder.engine.targetsets import Delta, NodeCounts, count_nodes, nodes_after
+from sharder.engine.targetsets import Delta, NodeCounts, NodeMap, count_nodes, nodes_after
 from sharder.kernel import documents
 from sharder.kernel.errors import SharderError
 from sharder.live import intake, offers
@@ -108,10 +108,10 @@ class Reconciler:
         """What the sources say, merged; used only under ``_lock``."""
         self._first_dirty: float | None = None
         self._assignment = previous
-        self._applied: dict[str, Target] = {}
+        self._applied: Mapping[str, Target] = {}
         self.assignments = 0
         self._prepared: Assignment | None = None
-        self._nodes: dict[str, Counter[str]] | None = None
+        self._nodes: NodeMap | None = None
         """region -> node -> targets, of what is placed (None: count at the next tick)."""
         self._offered = offers.PendingNodes()
         """Nodes offered (``offer``) and not placed yet, for the region cap."""
@@ -457,7 +457,7 @@ class Reconciler:
             self.placer.forget()
             self._sizer = sizing.ShardSizer(self.spec, self._sizer.rules, previous=previous)
             if targets is not None:
-                self._applied = dict(targets)
+                self._applied = CowMap(targets)
                 self._nodes = None
                 self.sources.look_at_everything()  # compare every source with what is now placed
                 self.sources.keep_grace_of(self._applied)

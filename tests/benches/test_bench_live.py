@@ -4,6 +4,9 @@ sane values, and the batch route's absence reported, not raised."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import httpx
@@ -12,7 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 from federation.commands import bench
-from federation.testing.benches.live import percentile, post_batch, registration
+from federation.testing.benches.live import percentile, post_batch, proc_cpu_s, registration
 
 KEYS = {
     "change_to_served_p50_s", "change_to_served_p99_s", "controller_cpu_share", "rss_mib", "ready_s",
@@ -152,3 +155,13 @@ def test_bench_live_says_when_a_fleet_cannot_fit_serves_shard_cap() -> None:
     result = CliRunner().invoke(_app(), ["live", "--targets", "80000", "--targets-per-shard", "1",
                                          "--changes", "1", "--json"])  # fmt: skip
     assert result.exit_code == 1 and "--targets-per-shard" in result.output and "13334" in result.output
+
+
+def test_the_phase_cpu_is_read_from_proc_outside_the_metrics_request() -> None:
+    """``/proc/<pid>/stat`` CPU (own plus waited-for children) for a live process; None for
+    one that does not exist, where the bench falls back to ``/metrics``."""
+    child = subprocess.run([sys.executable, "-c", "sum(range(3_000_000))"], check=True)
+    assert child.returncode == 0
+    own = proc_cpu_s(os.getpid())
+    assert own is not None and own > 0
+    assert proc_cpu_s(2**22 + 12345) is None

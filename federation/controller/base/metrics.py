@@ -1,6 +1,6 @@
 """The controller's own metrics, in an app-owned registry (nothing registers at import).
 
-``register_process`` adds what ``gpufed bench live`` reads instead of ``/proc``: client_python's
+``register_process`` adds what ``gpufed bench live`` reads (where ``/proc`` cannot be read): client_python's
 ``ProcessCollector`` (the controller's own CPU seconds and RSS) and
 :class:`SubprocessCollector` (the CPU seconds of the promtool/amtool runs it waited for,
 which a process's own counters leave out).
@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
+
+from federation.controller.base.shard_gauges import ShardGauges
 
 SUBPROCESS_CPU = "gpufed_controller_subprocess_cpu_seconds"
 
@@ -42,18 +44,8 @@ def register_process(registry: CollectorRegistry) -> None:
 class ControllerMetrics:
     def __init__(self, *, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self.targets = Gauge(
-            "gpufed_controller_targets",
-            "Targets assigned to each shard.",
-            ["region", "shard"],
-            registry=registry,
-        )
-        self.load = Gauge(
-            "gpufed_controller_shard_load",
-            "Weight (GPUs) assigned to each shard.",
-            ["region", "shard"],
-            registry=registry,
-        )
+        self.shards = ShardGauges()  # gpufed_controller_targets, gpufed_controller_shard_load
+        registry.register(self.shards)
         self.assignment_version = Gauge(
             "gpufed_controller_assignment_version",
             "Version of the assignment being served.",
@@ -123,14 +115,13 @@ class ControllerMetrics:
 
     def update_shards(self, rows: list[tuple[str, str, int, int]]) -> None:
         """(region, shard, targets, load) of the shards a change touched; the others keep theirs."""
-        for region, shard, targets, load in rows:
-            self.targets.labels(region=region, shard=shard).set(targets)
-            self.load.labels(region=region, shard=shard).set(load)
+        self.shards.update(rows)
 
     def publish_shards(self, rows: list[tuple[str, str, int, int]]) -> None:
         """(region, shard, targets, load) of the assignment now served."""
-        self.targets.clear()
-        self.load.clear()
-        for region, shard, targets, load in rows:
-            self.targets.labels(region=region, shard=shard).set(targets)
-            self.load.labels(region=region, shard=shard).set(load)
+        self.shards.publish(rows)
+
+    def exposition(self) -> bytes:
+        """What ``/metrics`` serves: ``generate_latest(self.registry)``, byte for byte, with
+        the per-shard gauges cut from their kept lines (``shard_gauges``)."""
+        return self.shards.exposition(self.registry)

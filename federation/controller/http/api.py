@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from federation.controller.base import errors
@@ -205,7 +205,7 @@ def create_app(
 
     @app.get("/metrics", tags=["health"])
     async def prometheus_metrics() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     # ---- HTTP SD --------------------------------------------------------------------------------
     sd_ok = metrics.sd_requests.labels(code="200")

@@ -197,6 +197,8 @@ class Publication:
         if not ok:
             return False
         self.metrics.config_published_at.set(self.publisher.status.published_at)
+        if self.file_sd:  # the lists this render wrote: what the next change to a shard cuts
+            self._lists.seed(files=bundle, jobs=self.jobs, snapshot=self.sd, assignment=assignment)
         self.children.reload(changed_children(before, self.publisher.files))
         return True
 

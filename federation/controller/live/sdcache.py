@@ -18,7 +18,7 @@ from array import array
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from federation.controller.base.state import Handover
 from federation.controller.live import handover
@@ -99,6 +99,10 @@ class ShardAnswers:
     """job -> (its identities in order, where each one's group starts in ``by_job[job]``, and
     the offset of the closing bracket): the next build cuts an unchanged target's bytes from
     there (12 bytes a target, not a copy of its group)."""
+    over: tuple[dict[str, Target], frozenset[str]] | None = None
+    """(the members dict these answers were built over, every identity that may differ from
+    it), when built from the previous answers of the shard: what the file_sd lists splice
+    (``filesd.ListCache``) instead of a pass over every member. None: not known."""
 
     def answer_all(self) -> bytes:
         return self.whole if self.whole is not None else _WHOLES.joined(self)
@@ -170,7 +174,11 @@ def build(
             for shard, key in rebuilt.items():
                 was = kept[shard]
                 if not (was.members is key or was.members == key):
-                    kept[shard] = _answers(key, jobs, was, touched.get(shard))
+                    differ = touched.get(shard)
+                    made = _answers(key, jobs, was, differ)
+                    if differ is not None:
+                        made = replace(made, over=(was.members, frozenset(differ)))
+                    kept[shard] = made
                     renewed.add(shard)
             return SdSnapshot(version=version, shards=kept, child_shard=previous.child_shard,
                               assignment=assignment, handovers=handing_over,

@@ -80,7 +80,7 @@ class Written:
 
     revision: int
     buckets: int
-    targets: dict[str, str]
+    targets: Mapping[str, str]
     """The committed assignment's ``targets`` dict itself (compared by identity, as SQLite does)."""
     members: kube_parts.Members
 

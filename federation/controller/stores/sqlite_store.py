@@ -5,11 +5,14 @@ writes the state row and the audit entry, and commits; SQLite's journal makes a
 ``kill -9`` at any point leave either the old or the new state.
 
 Writes are in proportion to the change, not the fleet: the state row holds the state
-without its placements, and ``placements`` holds one row per target (identity -> shard,
-weight); ``save`` writes only the rows that differ from the last saved assignment
-(kept in memory). The discovery sets are rows per (source, target) the same way. A file
-written by an older gpufed (the whole state in one row, sets as one blob per source)
-loads as before and is rewritten in rows by the next save. The file and its WAL are
+without its assignment; ``shardset`` holds the assignment without its placements (every
+shard: 12,501 at 300,000 targets of the shipped spec), written only when it differs from
+what was last written (a registration keeps the shard set, so it writes no shard); and
+``placements`` holds one row per target (identity -> shard, weight); ``save`` writes only
+the rows that differ from the last saved assignment (kept in memory). The discovery sets
+are rows per (source, target) the same way. A file written by an older gpufed (the whole
+state in one row, the assignment inside the state row, sets as one blob per source) loads
+as before and is rewritten in rows by the next save. The file and its WAL are
 created with mode 0600 (the state names targets and tokens' names, never secrets, but
 operators expect private files). Connections are per thread: FastAPI's worker threads
 and the reconcile loop each get their own.
@@ -59,6 +62,7 @@ CREATE TABLE IF NOT EXISTS placements (identity TEXT PRIMARY KEY, shard TEXT NOT
 CREATE TABLE IF NOT EXISTS members (source TEXT NOT NULL, identity TEXT NOT NULL, body TEXT NOT NULL,
                                     PRIMARY KEY (source, identity));
 CREATE TABLE IF NOT EXISTS layout (id INTEGER PRIMARY KEY CHECK (id = 1), rows INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS shardset (id INTEGER PRIMARY KEY CHECK (id = 1), body TEXT NOT NULL);
 """
 
 
@@ -86,8 +90,10 @@ class SqliteStore:
         self._guard = threading.Lock()
         self._write = threading.Lock()  # one writer at a time keeps the caches equal to the rows
         self._placed: Placed | None = None
-        self._documents = StateDocuments()
         """What ``placements`` holds (None: not read yet)."""
+        self._documents = StateDocuments()
+        self._shardset: str | None = None
+        """The ``shardset`` body written last (None: not known, written by the next save)."""
         self._members: dict[str, dict[str, Target]] | None = None
         self._deleted = 0
         """Rows deleted since the last reclaim (``integrity.RECLAIM_AFTER`` triggers one)."""
@@ -157,6 +163,16 @@ class SqliteStore:
                 f"state store {self.path}: table state, key 1: the row does not validate: "
                 f"{' '.join(str(exc).split())[:300]}"
             ) from exc
+        part = db.execute("SELECT body FROM shardset WHERE id = 1").fetchone()
+        if part is not None and state.assignment is None:
+            try:
+                shardset = Assignment.model_validate_json(part[0])
+            except ValueError as exc:
+                raise StoreError(
+                    f"state store {self.path}: table shardset, key 1: the row does not validate: "
+                    f"{' '.join(str(exc).split())[:300]}"
+                ) from exc
+            state = state.model_copy(update={"assignment": shardset})
         if state.assignment is None or not self._in_rows(db):
             return state
         with self._write:
@@ -203,11 +219,13 @@ class SqliteStore:
                     if sets:
                         self._deleted += sqlite_members.write(db, sets)
                         self._members = None  # the whole-set cache no longer matches
+                    shardset = self._write_shardset(db, stored.assignment)
+                    body = stored.model_copy(update={"assignment": None}).model_dump_json()
                     db.execute(
                         "INSERT INTO state (id, revision, fence, body) VALUES (1, ?, ?, ?) "
                         "ON CONFLICT (id) DO UPDATE SET revision = excluded.revision, "
                         "fence = COALESCE(excluded.fence, state.fence), body = excluded.body",
-                        (stored.revision, fence, self._documents.json(stored)),
+                        (stored.revision, fence, body),
                     )
                     if audit is not None:
                         db.execute(
@@ -217,13 +235,30 @@ class SqliteStore:
                 except BaseException:
                     db.execute("ROLLBACK")
                     self._placed = None  # the rows may differ from the cache now: read them again
+                    self._shardset = None
                     raise
             except sqlite3.Error as exc:
                 raise StoreError(f"state store {self.path}: {exc}") from exc
-            self._placed = placed
+            self._placed, self._shardset = placed, shardset
             self.marker.write(stored.revision)
             self._reclaim_if_due(db)
         return stored
+
+    def _write_shardset(self, db: sqlite3.Connection, assignment: Assignment | None) -> str | None:
+        """The ``shardset`` row (transaction open), written only when it differs from the
+        last one written: a change that keeps the shard set writes no shard. Its body."""
+        if assignment is None:
+            if self._shardset is not None or db.execute("SELECT 1 FROM shardset").fetchone() is not None:
+                db.execute("DELETE FROM shardset")
+            return None
+        body = self._documents.assignment_json(assignment)
+        if body is not self._shardset and body != self._shardset:
+            db.execute(
+                "INSERT INTO shardset (id, body) VALUES (1, ?) "
+                "ON CONFLICT (id) DO UPDATE SET body = excluded.body",
+                (body,),
+            )
+        return body
 
     def _in_rows(self, db: sqlite3.Connection) -> bool:
         row = db.execute("SELECT rows FROM layout WHERE id = 1").fetchone()

@@ -166,16 +166,22 @@ class StateDocuments:
         assignment = state.assignment
         if assignment is None:
             return state.model_dump_json()
+        out = state.model_copy(update={"assignment": None}).model_dump_json()
+        if out.count(self._SLOT) != 1:  # cannot happen (no other field holds a null under that key)
+            return without_placements(state).model_dump_json()
+        return out.replace(self._SLOT, f'"assignment":{self.assignment_json(assignment)}')
+
+    def assignment_json(self, assignment: Assignment) -> str:
+        """The assignment without placements, as JSON: the same string object while the
+        shard set (and the fields beside it) stay the same, so a store can tell by identity
+        that this part is unchanged and need not write it again."""
         rest = (assignment.algorithm, assignment.algorithm_version, assignment.replication_factor,
                 tuple(assignment.drained))  # fmt: skip
         held = self._held
         if held is None or held[0] is not assignment.shards or held[1] != rest:
             part = assignment.model_copy(update={"targets": {}, "weights": {}}).model_dump_json()
             held = self._held = (assignment.shards, rest, part)
-        out = state.model_copy(update={"assignment": None}).model_dump_json()
-        if out.count(self._SLOT) != 1:  # cannot happen (no other field holds a null under that key)
-            return without_placements(state).model_dump_json()
-        return out.replace(self._SLOT, f'"assignment":{held[2]}')
+        return held[2]
 
 
 def audit_document(audit: AuditEntry) -> dict[str, Any]:

@@ -151,3 +151,46 @@ def test_a_refresh_waits_twenty_renders_so_a_slow_render_is_not_redone_often(tmp
     publication._config_at -= publish.REFRESH_SHARE * 1000.0 + 1
     harness.feed(fleet(6))
     assert publication._config_due is not None  # due again once 20 renders' time has passed
+
+
+def test_a_change_after_a_render_cuts_the_renders_bytes_and_encodes_only_the_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lists a bundle render wrote are taken as written (``ListCache.seed``), and each
+    change splices its shard's lists: a target is encoded when it is new or changed, never
+    because its shard's list is written again. The bytes stay the full render's."""
+    harness = file_sd_harness(tmp_path)
+    controller = harness.controller
+    base = [*fleet(120), *fleet(40, region="r2", start=300), *fleet(60, job="node")]
+    harness.feed(base)
+    assert controller.publish_configs()
+    encoded: list[str] = []
+    real = filesd.file_group
+    monkeypatch.setattr(filesd, "file_group", lambda t: encoded.append(t.identity) or real(t))
+    rendered = tmp_path / "data" / "rendered"
+    current = list(base)
+    for k in range(4):
+        newcomer = Target(address=f"10.7.0.{k + 1}", port=9400, job="gpu", node=f"new-{k}", region="r1", gpus=8)
+        current = [*current[1:], newcomer] if k % 2 else [*current, newcomer]  # a removal every other change
+        encoded.clear()
+        harness.feed(current)
+        controller.publish_configs()
+        assert controller.state.assignment is not None
+        touched = controller.reconciler.placer.engine.touched  # type: ignore[union-attr]
+        assert touched is not None and newcomer.identity in encoded
+        assert set(encoded) <= touched, encoded  # not the 40 or so other members of the shard
+        after = on_disk(rendered)
+        lists = {path: content for path, content in full_render(harness).items() if "/targets/" in path}
+        assert {path: after[path] for path in lists} == lists
+
+
+def test_a_list_read_back_from_its_bytes_knows_where_each_group_starts() -> None:
+    targets = {t.identity: t for t in [*odd_targets(), *fleet(5)]}
+    ids = sorted(targets)
+    content = output.dump_json(target_groups(targets.values()))
+    written = filesd.read_list(targets, content, ids)
+    assert written is not None and written.content == content
+    assert [written.group(i, targets[i]) for i in ids] == [filesd.file_group(targets[i]) for i in ids]
+    assert filesd.read_list(targets, content, ids[1:]) is None  # a count that differs: not taken
+    assert filesd.read_list(targets, content, [*ids[1:], ids[0]]) is None  # another order: not taken
+    assert filesd.read_list({}, b"[]\n", []) is not None and filesd.read_list({}, content, []) is None

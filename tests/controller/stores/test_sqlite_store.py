@@ -87,7 +87,9 @@ def test_a_file_of_an_older_gpufed_loads_and_is_rewritten_in_rows(tmp_path: Path
     fresh = SqliteStore(path)
     assert fresh.load() == loaded.model_copy(update={"revision": 4})
     body = fresh._connect().execute("SELECT body FROM state").fetchone()[0]
-    assert '"targets":{}' in body  # the placements moved into their rows
+    assert '"assignment":null' in body  # the assignment moved into its own row
+    part = fresh._connect().execute("SELECT body FROM shardset").fetchone()[0]
+    assert '"targets":{}' in part  # and the placements into theirs
     assert fresh._connect().execute("SELECT COUNT(*) FROM sets").fetchone()[0] == 0
 
 
@@ -145,3 +147,57 @@ def test_set_changes_are_written_as_rows(tmp_path: Path) -> None:
     back = SqliteStore(tmp_path / "state.db").load_sets()
     assert sorted(t.identity for t in back["file"]) == sorted(t.identity for t in kept)
     assert [t.identity for t in back["registry"]] == [fleet(1, start=50)[0].identity]
+
+
+def _statements(store: SqliteStore) -> list[str]:
+    """Every statement the store's connection (this thread's) runs from now on."""
+    seen: list[str] = []
+    store._connect().set_trace_callback(seen.append)
+    return seen
+
+
+def test_a_change_that_keeps_the_shard_set_writes_no_shard(tmp_path: Path) -> None:
+    """The assignment's shards (every one of them) are written when they change, not with
+    each registration: the state row and ``shardset`` are apart."""
+    store = SqliteStore(tmp_path / "state.db")
+    targets = fleet(40)
+    first = assign(SPEC, targets)
+    saved = store.save(ControllerState(assignment=first, assignment_version=1), expected_revision=None)
+    grown = assign(SPEC, [*targets, *fleet(1, start=900)], previous=first)
+    assert grown.shards == first.shards and grown.shards is not first.shards  # equal, built anew
+    seen = _statements(store)
+    saved = store.save(saved.model_copy(update={"assignment": grown, "assignment_version": 2}),
+                       expected_revision=1)  # fmt: skip
+    assert seen and not [q for q in seen if "shardset" in q], seen
+    assert all("shards" not in q for q in seen if q.startswith("INSERT INTO state"))
+    wider = FederationSpec.model_validate(
+        {"cluster": "t", "regions": [{"name": "r1", "shards": 5}], "jobs": [{"name": "gpu"}]}
+    )
+    five = assign(wider, [*targets, *fleet(1, start=900)], previous=grown)
+    seen.clear()
+    saved = store.save(saved.model_copy(update={"assignment": five}), expected_revision=2)
+    assert len([q for q in seen if q.startswith("INSERT INTO shardset")]) == 1  # a new shard set: written
+    store.close()
+    again = SqliteStore(tmp_path / "state.db")
+    loaded = again.load()
+    assert loaded is not None and loaded.assignment == five and loaded.revision == 3
+    seen = _statements(again)  # a store that did not write it yet writes it once, then not again
+    saved = again.save(loaded, expected_revision=3)
+    saved = again.save(saved, expected_revision=4)
+    assert len([q for q in seen if q.startswith("INSERT INTO shardset")]) == 1, seen
+    again.save(saved.model_copy(update={"assignment": None}), expected_revision=5)
+    emptied = again.load()
+    assert emptied is not None and emptied.assignment is None
+    assert again._connect().execute("SELECT COUNT(*) FROM shardset").fetchone()[0] == 0
+
+
+def test_a_shardset_row_that_does_not_validate_names_its_table(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "state.db")
+    store.save(ControllerState(assignment=assign(SPEC, fleet(8))), expected_revision=None)
+    store.close()
+    db = sqlite3.connect(tmp_path / "state.db")
+    db.execute("UPDATE shardset SET body = '{\"algorithm\": 3}'")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="table shardset, key 1"):
+        SqliteStore(tmp_path / "state.db").load()

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from sharder.engine.assigning import assign
 from sharder.engine.assignment import Assignment
+from sharder.engine.cowmap import CowMap, _slot
 from sharder.engine.incremental import IncrementalAssigner
 from sharder.engine.planning import diff
 from sharder.kernel.errors import AssignmentError
@@ -312,3 +313,24 @@ def test_an_assignment_that_does_not_fit_is_refused_for_adoption() -> None:
     wrong = next(s for s in made.shards if s != made.targets[elsewhere])
     with pytest.raises(AssignmentError, match="pinned"):
         IncrementalAssigner.adopting(spec, fleet, made, pins={elsewhere: wrong})
+
+
+def test_a_change_shares_the_untouched_placements_and_leaves_the_previous_assignment_as_it_was() -> None:
+    """No copy of the fleet per change: the new assignment's maps share every bucket the
+    change did not touch with the previous ones, and the previous assignment still reads
+    as it did (a reader holding it sees no change)."""
+    spec = make_spec({"r-a": 40})
+    first = [target(n, region="r-a", gpus=8) for n in range(3000)]
+    engine = IncrementalAssigner(spec, first, fallback_fraction=NEVER)
+    one = engine.apply(added=[target(5000, region="r-a", gpus=8)])
+    kept_targets, kept_weights = dict(one.targets), dict(one.weights)
+    two = engine.apply(added=[target(5001, region="r-a", gpus=4)], removed={first[7].identity})
+    assert isinstance(one.targets, CowMap) and isinstance(two.targets, CowMap)
+    assert dict(one.targets) == kept_targets and dict(one.weights) == kept_weights
+    assert two == assign(spec, engine.targets(), previous=one)
+    touched = engine.touched or set()
+    assert 0 < len(touched) < 100
+    for new, old in ((two.targets, one.targets), (two.weights, one.weights)):
+        copied = {k for k, (a, b) in enumerate(zip(old._buckets, new._buckets, strict=True)) if a is not b}  # type: ignore[union-attr]
+        assert copied and copied <= {_slot(i, new._mask) for i in touched}  # type: ignore[union-attr]
+        assert len(copied) < len(new._buckets)  # type: ignore[union-attr]
