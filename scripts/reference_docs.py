@@ -94,6 +94,12 @@ def registry_rows(build: Iterable[object]) -> list[MetricRow]:
     for metrics in build:
         for value in vars(metrics).values():
             name = getattr(value, "_name", None)
+            if not isinstance(name, str) and callable(getattr(value, "collect", None)):
+                for family in value.collect():  # a custom collector (the per-shard gauges' text)
+                    rows[family.name] = MetricRow(family.name, family.type,
+                                                  tuple(getattr(family, "_labelnames", ())),
+                                                  family.documentation)
+                continue
             if not isinstance(name, str):
                 continue
             kind = str(getattr(value, "_type", ""))
