@@ -193,14 +193,14 @@ def render_rules(spec: GpufedSpec) -> dict[str, Any]:
                 ")\n"
             ),
         },
-        # Per copy: a silent one counts 0, a fresh one its `up` (0 or 1); the silent copies
-        # (few) on the left of `or`, the side Prometheus keeps a map of. The max per target
-        # is then its fresh copies' `up`, or 0 when every copy is silent.
+        # Per copy: a silent one counts 0, a fresh one its `up` (0 or 1). `or` keeps every
+        # left-hand series and only the right-hand ones whose labels (less the name) it has
+        # not, so a silent copy's `up` is dropped without an `unless` (which would compute a
+        # signature for each of the 100k copies once more). The max per target is then its
+        # fresh copies' `up`, or 0 when every copy is silent.
         {
             "record": "gpufed:target_up:fresh",
-            "expr": (
-                f"max without (shard, replica) ({SILENT} * 0 or (up unless {SILENT}))\n"
-            ),
+            "expr": f"max without (shard, replica) ({SILENT} * 0 or up)\n",
         },
         # Unknown: a target with a silent copy that reads 0 and has no fresh copy reading 0
         # (a fresh one reading 1 would make it 1). Each side is filtered down to the few
