@@ -56,9 +56,16 @@ changes nothing. The bounds themselves (3 missed scrapes + the send deadline) co
 not samples in a window.
 
 Cost: instant selectors and ``timestamp(up)`` only; nothing scans a range. Each rule reads
-``up`` at most once, aggregates per shard before it joins, keeps the small side of each
-join where Prometheus builds its map, and only ``target_up:fresh`` writes a series per
-target (``gpufed bench freshness`` times it beside the pre-#40 group in one Prometheus).
+``up`` at most once, aggregates per shard before it joins, and only ``target_up:fresh``
+writes a series per target (``gpufed bench freshness`` times it beside the pre-#40 group in
+one Prometheus). What an evaluation pays for is each operator over the 100k copies: the
+engine materialises every operator's output and computes a label signature for every series
+on both sides of a vector-to-vector operator. Three rules join ``up`` with the silent copies: the
+silent copies' own rule (which copies came back, for the carried values), ``target_up:fresh``
+(which copies are silent; ``or`` alone does it) and ``target_unknown`` (its ``and`` keeps
+only the copies of targets with a silent copy, so what follows is small). The shard record
+and the region counts aggregate instead. None of those joins can go without ``up`` on one
+side while the bounds stay exact, so this is about the floor for these records.
 A master down for more than the 5-minute lookback forgets the silent copies (they come
 back as unknown only while their ``up`` is in the lookback).
 
@@ -193,23 +200,24 @@ def render_rules(spec: GpufedSpec) -> dict[str, Any]:
                 ")\n"
             ),
         },
-        # Per copy: a silent one counts 0, a fresh one its `up` (0 or 1); the silent copies
-        # (few) on the left of `or`, the side Prometheus keeps a map of. The max per target
-        # is then its fresh copies' `up`, or 0 when every copy is silent.
+        # Per copy: a silent one counts 0, a fresh one its `up` (0 or 1). `or` keeps every
+        # left-hand series and only the right-hand ones whose labels (less the name) it has
+        # not, so a silent copy's `up` is dropped without an `unless` (which would compute a
+        # signature for each of the 100k copies once more). The max per target is then its
+        # fresh copies' `up`, or 0 when every copy is silent.
         {
             "record": "gpufed:target_up:fresh",
-            "expr": (
-                f"max without (shard, replica) ({SILENT} * 0 or (up unless {SILENT}))\n"
-            ),
+            "expr": f"max without (shard, replica) ({SILENT} * 0 or up)\n",
         },
-        # Unknown: a target with a silent copy that reads 0 and has no fresh copy reading 0
-        # (a fresh one reading 1 would make it 1). Each side is filtered down to the few
-        # targets concerned before it is joined.
+        # Unknown: a target with a silent copy and no fresh one. One read of `up`, cut at
+        # once to the copies of targets that have a silent copy (few), of which the fresh
+        # ones are those that are not silent themselves.
         {
             "record": "gpufed:target_unknown:bool",
             "expr": (
-                f"(group without (shard, replica) ({SILENT}) and gpufed:target_up:fresh == 0)\n"
-                f"  unless ignoring (shard, replica) (up == 0 unless {SILENT})\n"
+                f"group without (shard, replica) ({SILENT})\n"
+                f"  unless ignoring (shard, replica) ((up and ignoring (shard, replica) {SILENT})"
+                f" unless {SILENT})\n"
             ),
         },
         # After target_up:fresh: a rule reads the rules above it at the same evaluation.
