@@ -170,8 +170,9 @@ def test_a_change_after_a_render_cuts_the_renders_bytes_and_encodes_only_the_cha
     rendered = tmp_path / "data" / "rendered"
     current = list(base)
     for k in range(4):
-        newcomer = Target(address=f"10.7.0.{k + 1}", port=9400, job="gpu", node=f"new-{k}", region="r1",
-                          gpus=8)
+        newcomer = Target(
+            address=f"10.7.0.{k + 1}", port=9400, job="gpu", node=f"new-{k}", region="r1", gpus=8
+        )
         current = [*current[1:], newcomer] if k % 2 else [*current, newcomer]  # a removal every other change
         encoded.clear()
         harness.feed(current)

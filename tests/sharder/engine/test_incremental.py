@@ -334,3 +334,14 @@ def test_a_change_shares_the_untouched_placements_and_leaves_the_previous_assign
         copied = {k for k, (a, b) in enumerate(zip(old._buckets, new._buckets, strict=True)) if a is not b}  # type: ignore[union-attr]
         assert copied and copied <= {_slot(i, new._mask) for i in touched}  # type: ignore[union-attr]
         assert len(copied) < len(new._buckets)  # type: ignore[union-attr]
+
+
+def test_a_full_result_is_held_once_as_the_maps_the_next_change_evolves() -> None:
+    """The engine's own full placement (first and fallback) holds CowMaps, and they are the
+    ones the next change evolves: no second copy of every placement beside it."""
+    spec = make_spec({"r-a": 4})
+    engine = IncrementalAssigner(spec, [target(n, region="r-a", gpus=8) for n in range(600)])
+    first = engine.assignment
+    assert isinstance(first.targets, CowMap) and isinstance(first.weights, CowMap)
+    assert engine._maps[0] is first.targets and engine._maps[1] is first.weights
+    assert first == assign(spec, engine.targets())
