@@ -1,8 +1,10 @@
-"""Shared by the deployment tests: the Compose v2 binary and the exporter's settings check."""
+"""Shared by the deployment tests: the Compose v2 binary, the exporter's settings check and
+what the runners of the rendered files (compose, Helm) need from this machine."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -12,6 +14,20 @@ import compose
 from exporter.settings import ExporterSettings
 
 PREFIX = "GPUFED_EXPORTER_"
+#: What the compose and Helm runners run their processes with (namespaces, the health checks).
+RUNNER_TOOLS = ("ip", "unshare", "nsenter", "openssl", "wget")
+
+
+def runner_marks(runner: str, tools: tuple[str, ...] = RUNNER_TOOLS) -> list[pytest.MarkDecorator]:
+    """The skips of a test that runs rendered files as processes: root (``ip netns``,
+    ``unshare --mount``, as CI runs), ``tools`` on PATH, and the pinned stack."""
+    return [
+        pytest.mark.skipif(os.geteuid() != 0,
+                           reason=f"the {runner} runner needs root (ip netns, unshare --mount)"),
+        pytest.mark.skipif(not all(shutil.which(t) for t in tools), reason=f"needs {', '.join(tools)}"),
+        pytest.mark.skipif(not os.environ.get("GPUFED_STACK3_BIN"),
+                           reason="needs the pinned stack (stack_path.sh)"),
+    ]
 
 
 def compose_binary() -> Path:

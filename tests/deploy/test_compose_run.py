@@ -16,8 +16,6 @@ Needs root (``ip netns``, ``unshare``), as CI runs; skipped otherwise.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT
+from deploy_tools import runner_marks
 
 from federation.testing.benches import compose as bench
 from federation.testing.benches import compose_relay
@@ -35,16 +34,7 @@ from federation.testing.harnesses.composerun.run import ComposeRun
 NODES = 20
 STEP_TIMEOUT_S = 240.0
 
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="the compose runner needs root (ip netns, unshare --mount)"),
-    pytest.mark.skipif(
-        not all(shutil.which(t) for t in ("ip", "unshare", "nsenter", "openssl", "wget")),
-        reason="needs ip, unshare, nsenter, openssl and wget",
-    ),
-    pytest.mark.skipif(
-        not os.environ.get("GPUFED_STACK3_BIN"), reason="needs the pinned stack (stack_path.sh)"
-    ),
-]
+pytestmark = runner_marks("compose")
 
 
 @dataclass

@@ -4,26 +4,15 @@ service's successful exit, sharing a named volume with it."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
-import pytest
 import yaml
 from conftest import ROOT
+from deploy_tools import runner_marks
 
 from federation.testing.harnesses.composerun.run import ComposeRun
 
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="the compose runner needs root (ip netns, unshare --mount)"),
-    pytest.mark.skipif(
-        not all(shutil.which(t) for t in ("ip", "unshare", "nsenter", "openssl", "wget")),
-        reason="needs ip, unshare, nsenter, openssl and wget",
-    ),
-    pytest.mark.skipif(
-        not os.environ.get("GPUFED_STACK3_BIN"), reason="needs the pinned stack (stack_path.sh)"
-    ),
-]
+pytestmark = runner_marks("compose")
 
 IMAGE = "ghcr.io/gpufed/gpufed:0.1.0"
 PROJECT = {

@@ -17,7 +17,6 @@ Needs root (``ip netns``, ``unshare``), as CI runs; skipped otherwise.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import ssl
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import ROOT
+from deploy_tools import runner_marks
 from test_compose_tls import tls_spec
 
 from federation.testing.benches import compose as bench
@@ -38,16 +38,7 @@ NODES = 3
 STEP_TIMEOUT_S = 240.0
 SERVER_NAME = "gpufed.internal"
 
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="the compose runner needs root (ip netns, unshare --mount)"),
-    pytest.mark.skipif(
-        not all(shutil.which(t) for t in ("ip", "unshare", "nsenter", "openssl", "wget")),
-        reason="needs ip, unshare, nsenter, openssl and wget",
-    ),
-    pytest.mark.skipif(
-        not os.environ.get("GPUFED_STACK3_BIN"), reason="needs the pinned stack (stack_path.sh)"
-    ),
-]
+pytestmark = runner_marks("compose")
 
 
 @dataclass

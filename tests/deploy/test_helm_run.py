@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 from pathlib import Path
 
 import pytest
+from deploy_tools import runner_marks
 
 from federation.testing.benches import helm as bench
 from federation.testing.harnesses.helmrun.run import HelmRun, HelmRunError, wait
@@ -27,16 +27,7 @@ from federation.testing.harnesses.helmrun.run import HelmRun, HelmRunError, wait
 NODES = 2
 STEP_TIMEOUT_S = 100.0
 
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="the Helm runner needs root (ip netns, unshare --mount)"),
-    pytest.mark.skipif(
-        not all(shutil.which(t) for t in ("ip", "unshare", "nsenter", "openssl", "wget", "sh", "cmp")),
-        reason="needs ip, unshare, nsenter, openssl, wget, sh and cmp",
-    ),
-    pytest.mark.skipif(
-        not os.environ.get("GPUFED_STACK3_BIN"), reason="needs the pinned stack (stack_path.sh)"
-    ),
-]
+pytestmark = runner_marks("Helm", ("ip", "unshare", "nsenter", "openssl", "wget", "sh", "cmp"))
 
 
 def _alive(pid: int) -> bool:
