@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from federation.controller.live.sdcache import SdSnapshot, ShardAnswers
+from federation.controller.live.splice import FILE_SD, splice
 from sharder.engine.assignment import Assignment
 from sharder.kernel import output
 from sharder.model.inventory import Target
@@ -129,42 +130,15 @@ def splice_list(
     """:func:`job_list` of the members ``was`` listed, with every identity in ``touched``
     (sorted) taken out and those in ``keep`` put in (encoded afresh): ``was``'s runs of
     unchanged groups are cut as they are."""
-    ids, starts, content = was.ids, was.starts, was.content
-    view = memoryview(content)
-    segments: list[tuple[list[str], bytes | memoryview, int]] = []  # (ids, bytes, first index or -1)
-    k = 0
-    for identity in touched:
+    def group(identity: str) -> bytes | None:
         now = keep.get(identity)
-        at = bisect_left(ids, identity, k)
-        held = at < len(ids) and ids[at] == identity
-        if now is None and not held:
-            continue
-        if at > k:
-            segments.append((ids[k:at], view[starts[k] : starts[at] - 2], k))
-        k = at + 1 if held else at
-        if now is not None:
-            segments.append(([identity], file_group(now), -1))
-    if k < len(ids):
-        segments.append((ids[k:], view[starts[k] : starts[len(ids)] - 2], k))
-    if not segments:
+        return None if now is None else file_group(now)
+
+    spliced = splice(was.ids, was.starts, was.content, touched, group, FILE_SD)
+    if spliced is None:
         return JobList(members=members, content=EMPTY, ids=[], starts=array("I"))
-    new_ids: list[str] = []
-    new_starts, at = array("I"), 2
-    pieces: list[bytes | memoryview] = [b"[\n"]
-    for run, data, first in segments:
-        new_ids += run
-        if first < 0:
-            new_starts.append(at)
-        elif at == starts[first]:
-            new_starts.extend(starts[first : first + len(run)])
-        else:
-            shift = at - starts[first]
-            new_starts.extend(array("I", [start + shift for start in starts[first : first + len(run)]]))
-        at += len(data) + 2
-        pieces += (data, b",\n")
-    new_starts.append(at)
-    pieces[-1] = b"\n]\n"
-    return JobList(members=members, content=b"".join(pieces), ids=new_ids, starts=new_starts)
+    ids, starts, content = spliced
+    return JobList(members=members, content=content, ids=ids, starts=starts)
 
 
 class ListCache:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from federation.controller.base.state import Handover
 from federation.controller.live import handover
+from federation.controller.live.splice import HTTP_SD, splice
 from sharder.engine.assignment import Assignment
 from sharder.kernel import secrets
 from sharder.model.inventory import Target
@@ -268,48 +269,22 @@ def _spliced(
         return None
     answers: dict[str, bytes] = {}
     order: dict[str, tuple[list[str], array[int]]] = {}
+    in_order = sorted(touched)
     for job in jobs:
         before = old.by_job.get(job, EMPTY)
         ids, starts = old.order.get(job, ([], array("I", [1])))
         if before != EMPTY and job not in old.order:
             return None
-        view = memoryview(before)
-        segments: list[tuple[list[str], bytes | memoryview, int]] = []  # (ids, bytes, first index or -1)
-        k = 0
-        for identity in sorted(touched):
+
+        def group(identity: str, job: str = job) -> bytes | None:
             now = members.get(identity)
-            keep = now is not None and now.job == job
-            at = bisect_left(ids, identity, k)
-            held = at < len(ids) and ids[at] == identity
-            if not keep and not held:
-                continue
-            if at > k:
-                segments.append((ids[k:at], view[starts[k] : starts[at] - 1], k))
-            k = at + 1 if held else at
-            if keep and now is not None:
-                segments.append(([identity], _group(now), -1))
-        if k < len(ids):
-            segments.append((ids[k:], view[starts[k] : starts[len(ids)] - 1], k))
-        if not segments:
+            return _group(now) if now is not None and now.job == job else None
+
+        spliced = splice(ids, starts, before, in_order, group, HTTP_SD)
+        if spliced is None:
             answers[job] = EMPTY
             continue
-        new_ids: list[str] = []
-        new_starts, at = array("I"), 1
-        pieces: list[bytes | memoryview] = [b"["]
-        for run, data, first in segments:
-            new_ids += run
-            if first < 0:
-                new_starts.append(at)
-            elif at == starts[first]:  # a run that did not move keeps its offsets
-                new_starts.extend(starts[first : first + len(run)])
-            else:  # the run's offsets, moved to where the run now starts
-                shift = at - starts[first]
-                new_starts.extend(array("I", [start + shift for start in starts[first : first + len(run)]]))
-            at += len(data) + 1
-            pieces += (data, b",")
-        new_starts.append(at)
-        pieces[-1] = b"]"
-        answers[job] = b"".join(pieces)
+        new_ids, new_starts, answers[job] = spliced
         order[job] = (new_ids, new_starts)
     return ShardAnswers(members=members, by_job=answers, whole=_kept_whole(answers), order=order)
 
