@@ -34,7 +34,9 @@ import sys
 import threading
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
+
+from pydantic import BaseModel
 
 from federation.controller.base.state import AuditEntry, ControllerState
 from federation.controller.stores import integrity, sqlite_members
@@ -72,6 +74,9 @@ class Placed(NamedTuple):
 
     shards: Mapping[str, str]
     weights: Mapping[str, int]
+
+
+Row = TypeVar("Row", bound=BaseModel)
 
 
 class SqliteStore:
@@ -156,23 +161,10 @@ class SqliteStore:
         row = db.execute("SELECT body FROM state WHERE id = 1").fetchone()
         if row is None:
             return None
-        try:
-            state = ControllerState.model_validate_json(row[0])
-        except ValueError as exc:
-            raise StoreError(
-                f"state store {self.path}: table state, key 1: the row does not validate: "
-                f"{' '.join(str(exc).split())[:300]}"
-            ) from exc
+        state = self._validated("state", ControllerState, row[0])
         part = db.execute("SELECT body FROM shardset WHERE id = 1").fetchone()
         if part is not None and state.assignment is None:
-            try:
-                shardset = Assignment.model_validate_json(part[0])
-            except ValueError as exc:
-                raise StoreError(
-                    f"state store {self.path}: table shardset, key 1: the row does not validate: "
-                    f"{' '.join(str(exc).split())[:300]}"
-                ) from exc
-            state = state.model_copy(update={"assignment": shardset})
+            state = state.model_copy(update={"assignment": self._validated("shardset", Assignment, part[0])})
         if state.assignment is None or not self._in_rows(db):
             return state
         with self._write:
@@ -259,6 +251,16 @@ class SqliteStore:
                 (body,),
             )
         return body
+
+    def _validated(self, table: str, model: type[Row], body: str | bytes) -> Row:
+        """``body`` of ``table``'s row as ``model``, or a StoreError naming the table."""
+        try:
+            return model.model_validate_json(body)
+        except ValueError as exc:
+            raise StoreError(
+                f"state store {self.path}: table {table}, key 1: the row does not validate: "
+                f"{' '.join(str(exc).split())[:300]}"
+            ) from exc
 
     def _in_rows(self, db: sqlite3.Connection) -> bool:
         row = db.execute("SELECT rows FROM layout WHERE id = 1").fetchone()
