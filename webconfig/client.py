@@ -28,7 +28,6 @@ keeps the previous one). ``server_name`` is the name every connection sends and 
 from __future__ import annotations
 
 import logging
-import os
 import ssl
 import threading
 from pathlib import Path
@@ -37,7 +36,7 @@ from typing import Any, Literal
 from pydantic import ValidationError, model_validator
 
 from webconfig.model import TLS_VERSIONS, NonEmpty, WebConfigError, _Strict, describe, load_mapping
-from webconfig.tls import _VERSIONS
+from webconfig.tls import _VERSIONS, Stamp, file_stamps
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +102,6 @@ def _resolve(name: str | None, base: Path) -> Path | None:
     return path if path.is_absolute() else base / path
 
 
-Stamp = tuple[tuple[int, int, int] | None, ...]
 
 
 class ReloadingClientContext(ssl.SSLContext):
@@ -122,14 +120,7 @@ class ReloadingClientContext(ssl.SSLContext):
         self.current = self._build()  # errors here are the startup's: raised, field named
 
     def _stamps(self) -> Stamp:
-        out: list[tuple[int, int, int] | None] = []
-        for path in self._files:
-            try:
-                st = os.stat(path) if path is not None else None
-            except OSError:
-                st = None
-            out.append((st.st_ino, st.st_mtime_ns, st.st_size) if st is not None else None)
-        return tuple(out)
+        return file_stamps(self._files)
 
     def _build(self) -> ssl.SSLContext:
         tls = self._tls

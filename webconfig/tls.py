@@ -56,6 +56,21 @@ _VERIFY = {
 Stamp = tuple[tuple[int, int, int] | None, ...]
 
 
+def file_stamps(paths: tuple[Path | None, ...]) -> Stamp:
+    """What a reload compares: each file's inode, mtime and size (None: absent or unset).
+
+    The inode too: rotations replace files by rename (cert-manager, `mv`, kubelet's ..data
+    symlink swap), which a coarse mtime alone might miss."""
+    out: list[tuple[int, int, int] | None] = []
+    for path in paths:
+        try:
+            st = os.stat(path) if path is not None else None
+        except OSError:
+            st = None
+        out.append((st.st_ino, st.st_mtime_ns, st.st_size) if st is not None else None)
+    return tuple(out)
+
+
 def _resolve(name: str | None, base: Path) -> Path | None:
     if name is None:
         return None
@@ -111,16 +126,7 @@ class ReloadingContext:
         self.context.sslobject_class = _counting(self._on_failure)
 
     def _stamps(self) -> Stamp:
-        out: list[tuple[int, int, int] | None] = []
-        for path in (self._cert, self._key, self._ca):
-            try:
-                st = os.stat(path) if path is not None else None
-            except OSError:
-                st = None
-            # The inode too: rotations replace files by rename (cert-manager, `mv`, kubelet's
-            # ..data symlink swap), which a coarse mtime alone might miss.
-            out.append((st.st_ino, st.st_mtime_ns, st.st_size) if st is not None else None)
-        return tuple(out)
+        return file_stamps((self._cert, self._key, self._ca))
 
     def _build(self) -> ssl.SSLContext:
         tls = self._tls
