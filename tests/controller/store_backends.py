@@ -8,6 +8,7 @@ ConfigMap CRUD with its optimistic lock and 1 MiB limit) through the official cl
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,9 +16,10 @@ from typing import Any
 
 import kubernetes
 
+from federation.controller.base.state import Desired
 from federation.controller.stores.kube_store import KubeStore
 from federation.controller.stores.sqlite_store import SqliteStore
-from federation.controller.stores.store import StateStore
+from federation.controller.stores.store import StateStore, StoreConflict
 from federation.testing.standins.consul.agent import FakeConsulAgent
 from federation.testing.standins.kube import FakeKubeAPI
 from tests.controller.ha_helpers import store as consul_store
@@ -56,3 +58,33 @@ def backend(name: str, tmp_path: Path) -> Iterator[Opener]:
     finally:
         for store in opened:
             store.close()
+
+
+def race_writers(open_store: Callable[[], StateStore], *, writers: int, per_writer: int) -> list[str]:
+    """``writers`` threads, each on its own store object, add ``per_writer`` desired weights
+    one at a time, reloading and retrying on a lost check-and-set; the names that lost one."""
+    conflicts: list[str] = []
+
+    def writer(name: str) -> None:
+        s = open_store()
+        done = 0
+        while done < per_writer:
+            current = s.load()
+            assert current is not None
+            weights = {**current.desired.weights, f"{name}-{done}": 1}
+            try:
+                s.save(
+                    current.model_copy(update={"desired": Desired(weights=weights)}),
+                    expected_revision=current.revision,
+                )
+            except StoreConflict:
+                conflicts.append(name)
+                continue
+            done += 1
+
+    threads = [threading.Thread(target=writer, args=(f"w{i}",)) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return conflicts

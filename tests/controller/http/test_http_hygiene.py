@@ -7,21 +7,13 @@ import asyncio
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from federation.controller.http.http_guards import BodyGuard, DeadlineH11Protocol, relative_location
 from federation.testing.harnesses.app_server import AppServer
-from tests.controller.harness import TOKEN, ControllerHarness, build, fleet
-
-
-@pytest.fixture
-def harness(tmp_path: Path) -> ControllerHarness:
-    h = build(tmp_path)
-    h.feed(fleet(4, region="r1"))
-    return h
+from tests.controller.harness import TOKEN, ControllerHarness
 
 
 @pytest.mark.asyncio

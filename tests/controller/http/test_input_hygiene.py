@@ -30,13 +30,6 @@ def entry(i: int, **extra: Any) -> dict[str, Any]:
     } | extra
 
 
-@pytest.fixture
-def harness(tmp_path: Path) -> ControllerHarness:
-    h = build(tmp_path)
-    h.feed(fleet(4, region="r1"))
-    return h
-
-
 @pytest.mark.asyncio
 async def test_a_label_with_a_lone_surrogate_is_422_and_reads_keep_working(
     harness: ControllerHarness,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.controller.harness import ControllerHarness, build, fleet
+from tests.controller.harness import ControllerHarness, build
 
 
 def entry(i: int, **extra: Any) -> dict[str, Any]:
@@ -22,13 +22,6 @@ def entry(i: int, **extra: Any) -> dict[str, Any]:
         "gpus": 8,
         **extra,
     }
-
-
-@pytest.fixture
-def harness(tmp_path: Path) -> ControllerHarness:
-    h = build(tmp_path)
-    h.feed(fleet(4, region="r1"))
-    return h
 
 
 @pytest.mark.asyncio

@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from federation.controller.base.state import AuditEntry, ControllerState, Desired
+from federation.controller.base.state import AuditEntry, ControllerState
 from federation.controller.stores import consul_kv, kvblob
 from federation.controller.stores.consul_store import ConsulStore
 from federation.controller.stores.store import FencedOut, StoreConflict, StoreError
 from federation.testing.standins.consul.agent import FakeConsulAgent
 from tests.controller.ha_helpers import client, state, store
 from tests.controller.harness import fleet
+from tests.controller.store_backends import race_writers
 
 
 @pytest.fixture
@@ -101,30 +102,7 @@ def test_two_writers_racing_on_one_revision_one_wins_the_other_conflicts(agent: 
 def test_concurrent_writers_that_retry_lose_no_update(agent: FakeConsulAgent) -> None:
     store(agent).save(ControllerState(), expected_revision=None)
     per_writer, writers = 8, 3
-    conflicts = []
-
-    def writer(name: str) -> None:
-        s = store(agent)
-        done = 0
-        while done < per_writer:
-            current = s.load()
-            assert current is not None
-            weights = {**current.desired.weights, f"{name}-{done}": 1}
-            try:
-                s.save(
-                    current.model_copy(update={"desired": Desired(weights=weights)}),
-                    expected_revision=current.revision,
-                )
-            except StoreConflict:
-                conflicts.append(name)
-                continue
-            done += 1
-
-    threads = [threading.Thread(target=writer, args=(f"w{i}",)) for i in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    race_writers(lambda: store(agent), writers=writers, per_writer=per_writer)
     final = store(agent).load()
     assert final is not None
     assert sorted(final.desired.weights) == sorted(

@@ -7,18 +7,17 @@ last known sets kept, and a restart (a new store object) loading exactly what wa
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from federation.controller.base.state import AuditEntry, ControllerState, Desired
+from federation.controller.base.state import AuditEntry, ControllerState
 from federation.controller.stores.store import Commit, FencedOut, StoreConflict
 from tests.controller.ha_helpers import state
 from tests.controller.harness import fleet
-from tests.controller.store_backends import BACKENDS, Opener, backend
+from tests.controller.store_backends import BACKENDS, Opener, backend, race_writers
 
 
 @pytest.fixture(params=BACKENDS)
@@ -62,30 +61,7 @@ def test_save_is_check_and_set_on_the_revision(open_store: Opener) -> None:
 def test_concurrent_writers_that_retry_lose_no_update(open_store: Opener) -> None:
     open_store().save(ControllerState(), expected_revision=None)
     per_writer, writers = 5, 3
-    conflicts: list[str] = []
-
-    def writer(name: str) -> None:
-        s = open_store()
-        done = 0
-        while done < per_writer:
-            current = s.load()
-            assert current is not None
-            weights = {**current.desired.weights, f"{name}-{done}": 1}
-            try:
-                s.save(
-                    current.model_copy(update={"desired": Desired(weights=weights)}),
-                    expected_revision=current.revision,
-                )
-            except StoreConflict:
-                conflicts.append(name)
-                continue
-            done += 1
-
-    threads = [threading.Thread(target=writer, args=(f"w{i}",)) for i in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    race_writers(open_store, writers=writers, per_writer=per_writer)
     final = open_store().load()
     assert final is not None
     assert sorted(final.desired.weights) == sorted(
