@@ -21,6 +21,8 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 from fastapi import FastAPI
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from alertmanager.dingtalk import digest, mail, memory
 from alertmanager.dingtalk.app import flush_digests
@@ -183,3 +185,21 @@ def test_bad_email_settings_are_refused_naming_the_field(change: dict[str, Any],
         relay_config(digest=email_digest(25, **change))
     assert message in str(refused.value)
     assert "smtp-pass-7f3a" not in str(refused.value)
+
+
+_GARBAGE = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=300),
+    st.binary(max_size=64).map(lambda b: b.decode("latin-1")), st.lists(st.text(max_size=40), max_size=5),
+    st.dictionaries(st.text(max_size=10), st.text(max_size=10), max_size=3),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(field=st.sampled_from(["to", "from", "smarthost", "require_tls", "auth_username", "auth_password",
+                              "timeout", "unknown"]),
+       value=_GARBAGE)
+def test_any_value_in_any_email_field_loads_or_is_one_clear_config_error(field: str, value: Any) -> None:
+    try:
+        relay_config(digest=email_digest(25, **{field: value}))
+    except ConfigError as refused:
+        assert "digest.email" in str(refused) and "smtp-pass-7f3a" not in str(refused)
