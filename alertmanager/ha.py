@@ -44,6 +44,13 @@ def _is_ip(host: str) -> bool:
     return True
 
 
+def gossip_peer_name(alerting: AlertingSpec) -> str | None:
+    """The first replica's host name, the name a replica's gossip TLS checks in its peers'
+    certificate (gossip dials IPs); None when replicas are named by IP."""
+    host = alerting.replicas[0].host
+    return None if _is_ip(host) else host
+
+
 def all_replica_flags(alerting: AlertingSpec) -> dict[str, list[str]]:
     return {replica.name: replica_flags(alerting, replica) for replica in alerting.replicas}
 

@@ -13,7 +13,6 @@ passing ``parts=``; the sharder never imports them.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from alertmanager import ha
 from alertmanager.amtool import ConfigTool
 from alertmanager.render import ALERTMANAGER_FILE, RELAY_FILE, render_alerting_bundle
 from federation.dashboards import dashboard_files
@@ -72,22 +72,11 @@ def tls_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) ->
         return {}
     bundle = {WEB_CONFIG_FILE: output.dump_yaml(document),
               HTTP_CLIENT_FILE: output.dump_yaml(spec.tls.http_client_config())}
-    gossip = spec.tls.cluster_tls_config(peer_name=_gossip_peer_name(spec))
+    peer = None if spec.alerting is None else ha.gossip_peer_name(spec.alerting)
+    gossip = spec.tls.cluster_tls_config(peer_name=peer)
     if gossip is not None:
         bundle[CLUSTER_TLS_FILE] = output.dump_yaml(gossip)
     return bundle
-
-
-def _gossip_peer_name(spec: GpufedSpec) -> str | None:
-    """The first Alertmanager replica's host name (not an IP): the name gossip checks."""
-    if spec.alerting is None:
-        return None
-    host = spec.alerting.replicas[0].host
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return host
-    return None
 
 
 def master_part(spec: GpufedSpec, targets: list[Target], assignment: Assignment) -> output.Bundle:
