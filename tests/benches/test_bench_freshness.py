@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from federation.testing.benches.freshness import (
@@ -15,6 +16,8 @@ from federation.testing.benches.freshness import (
     renamed_baseline,
     sequenced,
     split_parts,
+    started_at,
+    whole,
 )
 
 
@@ -54,9 +57,20 @@ def test_an_evaluation_splits_into_each_part_with_its_rules_times() -> None:
     times = {name: 0.001 * (i + 1) for i, name in enumerate(_records(text))}
     rules = [{"name": name, "evaluationTime": t} for name, t in times.items()]
     evaluation = {"name": SEQUENCE, "rules": rules}
-    parts = {p["name"]: p for p in split_parts(evaluation, part_of)}
+    parts = split_parts(evaluation, part_of)
+    assert set(parts) == set(part_of.values())
     for name, part in parts.items():
         mine = [n for n in times if part_of[n] == name]
         assert [r["name"] for r in part["rules"]] == mine
         assert part["evaluationTime"] == sum(times[n] for n in mine)
-    assert sum(p["evaluationTime"] for p in parts.values()) == sum(times.values())
+    assert sum(p["evaluationTime"] for p in parts.values()) == pytest.approx(sum(times.values()))
+
+
+def test_only_an_evaluation_that_ran_every_rule_counts() -> None:
+    rules = [{"lastEvaluation": "2026-11-28T02:00:00.6Z"}, {"lastEvaluation": "2026-11-28T02:00:01.9Z"}]
+    ran = {"lastEvaluation": "2026-11-28T02:00:00.5Z", "rules": rules}
+    assert whole(ran, since=0)
+    assert not whole(ran, since=started_at("2026-11-28T02:00:01Z"))
+    # Just after a reload: the group keeps the old evaluation's time, its new rules never ran.
+    reloaded = ran | {"rules": [{"lastEvaluation": "0001-01-01T00:00:00Z"}, *ran["rules"]]}
+    assert not whole(reloaded, since=0)

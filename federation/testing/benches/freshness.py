@@ -19,7 +19,8 @@ same Prometheus with its records renamed (``gpufed:`` -> ``baseline:``, group
 ``baseline-...``), so both versions evaluate the same series at the same interval under the
 same load; ``speedup`` is the baseline's time over the rule file's. The baseline's, the rule
 file's and the anchor's rules run one after another in one group (:func:`sequenced`), never
-at once, and each part's time is the sum of its rules' own evaluation times.
+at once, and each part's time is the sum of its rules' own evaluation times; half the
+evaluations run the baseline first, half the rule file first.
 
 Only evaluations that start two intervals after the history is in count (every record then
 exists and is appended to, as in a running master), up to MEDIAN_OF of them per group and no
@@ -37,6 +38,7 @@ import datetime
 import json
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import tempfile
@@ -67,8 +69,8 @@ ANCHOR = """groups:
 SILENT_FOR_S = 60
 #: Prometheus' lookback: the silent copies leave it (and the shape changes) after this.
 LOOKBACK_S = 300
-#: Evaluations a group's reported time is the median of.
-MEDIAN_OF = 7
+#: Evaluations a part's reported time is the median of (half in each order, with a baseline).
+MEDIAN_OF = 8
 #: Series per remote-write request.
 BATCH = 20_000
 #: Live pushes per interval, each of a slice of the series.
@@ -150,8 +152,9 @@ def sequenced(parts: list[str]) -> tuple[str, dict[str, str]]:
     rule file's evaluation overlapped the anchor's or the baseline's in some runs and not in
     others, and a pair of identical files timed 0.76-1.05x. In one group the rules run one
     after another at one timestamp, each part's in its own order (a rule still reads the
-    records above it), so no part shares the cores with another; the baseline goes first,
-    so the debt its allocations leave to the garbage collector is paid by the rules under test.
+    records above it), so no part shares the cores with another. The place in the sequence
+    still counts (an identical copy timed 1.47x slower first than second, in one run under
+    load), so the bench times half its evaluations in each order (a reload between).
     """
     rules: list[dict[str, Any]] = []
     part_of: dict[str, str] = {}
@@ -164,13 +167,31 @@ def sequenced(parts: list[str]) -> tuple[str, dict[str, str]]:
     return text, part_of
 
 
-def split_parts(evaluation: dict[str, Any], part_of: dict[str, str]) -> list[dict[str, Any]]:
+def split_parts(evaluation: dict[str, Any], part_of: dict[str, str]) -> dict[str, dict[str, Any]]:
     """One evaluation of the sequence as one group per part, as the API would show each alone."""
     by_part: dict[str, list[dict[str, Any]]] = {}
     for rule in evaluation["rules"]:
         by_part.setdefault(part_of[str(rule["name"])], []).append(rule)
-    return [{"name": name, "rules": rules, "evaluationTime": sum(float(r["evaluationTime"]) for r in rules)}
-            for name, rules in by_part.items()]
+    return {
+        name: {"name": name, "rules": rules, "evaluationTime": sum(float(r["evaluationTime"]) for r in rules)}
+        for name, rules in sorted(by_part.items())
+    }
+
+
+def _names(text: str) -> list[str]:
+    groups = yaml.safe_load(text)["groups"]
+    return [str(rule.get("record") or rule.get("alert")) for g in groups for rule in g["rules"]]
+
+
+def whole(group: dict[str, Any], *, since: float) -> bool:
+    """An evaluation that started at ``since`` or later and ran every rule of the group.
+
+    Right after a reload the API shows the new group with the old one's last evaluation and
+    rules that have not run yet (no time), which is no evaluation at all.
+    """
+    began = started_at(str(group.get("lastEvaluation", "")))
+    ran = (started_at(str(rule.get("lastEvaluation", ""))) for rule in group["rules"])
+    return began >= since and all(at >= began - 1e-3 for at in ran)
 
 
 def renamed_baseline(text: str) -> str:
@@ -186,10 +207,14 @@ def run_freshness_bench(
     proc = None
     try:
         parts = [rules.read_text(encoding="utf-8"), ANCHOR]
+        orders = [parts]
         if baseline is not None:
-            parts.insert(0, renamed_baseline(baseline.read_text(encoding="utf-8")))
-        sequence, part_of = sequenced(parts)
-        (root / "sequence.yml").write_text(sequence, encoding="utf-8")
+            before = renamed_baseline(baseline.read_text(encoding="utf-8"))
+            orders = [[before, *parts], [parts[0], before, parts[1]]]
+        sequences = [sequenced(order) for order in orders]
+        part_of = sequences[0][1]
+        order_of = {tuple(_names(text)): k for k, (text, _) in enumerate(sequences)}
+        (root / "sequence.yml").write_text(sequences[0][0], encoding="utf-8")
         (root / "prometheus.yml").write_text(
             f"global: {{evaluation_interval: {INTERVAL_S}s}}\nrule_files: [sequence.yml]\n", encoding="utf-8")
         live, silent = series_labels(targets=targets, replicas=replicas)
@@ -216,7 +241,8 @@ def run_freshness_bench(
             until = start - SILENT_FOR_S + LOOKBACK_S - INTERVAL_S
             # One evaluation's time swings 1.6x with the same rules on shared cores: keep every
             # evaluation that counts and report the median per group.
-            seen: dict[str, dict[str, Any]] = {}
+            seen: list[dict[str, dict[str, Any]]] = [{} for _ in orders]
+            per_order, current = MEDIAN_OF // len(orders), 0
             # A fifth of the live series every 3 s (each still every 15 s): ingest runs all the
             # time, as the children's remote_write does, instead of one burst per interval in
             # step with the evaluations, which slowed whichever rule it met.
@@ -228,15 +254,22 @@ def run_freshness_bench(
                     next_push, turn = next_push + INTERVAL_S / SPREAD, turn + 1
                 with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
                     for g in client.get(f"{base}/api/v1/rules").json()["data"]["groups"]:
-                        if started_at(str(g.get("lastEvaluation", ""))) >= measure_from:
-                            seen[str(g["lastEvaluation"])] = g
-                if len(seen) >= MEDIAN_OF:
-                    break
+                        order = order_of.get(tuple(str(r["name"]) for r in g["rules"]))
+                        if order is not None and whole(g, since=measure_from):
+                            seen[order][str(g["lastEvaluation"])] = g
+                if len(seen[current]) >= per_order:
+                    if current == len(orders) - 1:
+                        break
+                    # The other order: same group, same file, so the same offset and records.
+                    current += 1
+                    (root / "sequence.yml").write_text(sequences[current][0], encoding="utf-8")
+                    proc.send_signal(signal.SIGHUP)
+                    measure_from = time.time()
                 time.sleep(max(0.0, next_push - time.time()))
-            if not seen:
+            if not seen[0]:
                 raise RuntimeError("the rule group never evaluated after the history was in")
-            evaluations = [split_parts(g, part_of) for g in list(seen.values())[-MEDIAN_OF:]]
-            groups = [_median([e[i] for e in evaluations]) for i in range(len(evaluations[0]))]
+            evaluations = [split_parts(g, part_of) for by_time in seen for g in by_time.values()]
+            groups = [_median([e[name] for e in evaluations]) for name in evaluations[0]]
 
             def count(expr: str) -> int:
                 rows = client.get(f"{base}/api/v1/query", params={"query": f"count({expr})"}).json()
@@ -272,6 +305,8 @@ def run_freshness_bench(
                 "record_series": count('{__name__=~"gpufed:.+"}'),
                 "fresh_up_targets": count("gpufed:target_up:fresh == 1"),
                 "prepare_s": round(load_s, 1),
+                # Evaluations timed in each order (baseline first, then the rule file first).
+                "evaluations_per_order": [len(by_time) for by_time in seen],
             }
     finally:
         if proc is not None:
