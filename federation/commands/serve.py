@@ -30,7 +30,7 @@ from federation.controller.stores.store import StoreError
 from federation.sizing.costs import load_costs
 from federation.sizing.model import default_shard_cap
 from federation.spec import GpufedSpec, load_gpufed_spec
-from sharder.engine.sizing import Hysteresis
+from sharder.engine.sizing import MAX_SHARDS_BOUND, Hysteresis
 from sharder.kernel.promtool import Promtool
 from sharder.model.addresses import normalise_host
 from sharder.sources.consul import ConsulConfig
@@ -244,7 +244,7 @@ def serve_command(
         int | None,
         typer.Option(
             min=1,
-            max=100_000,
+            max=MAX_SHARDS_BOUND,
             help="shards a sized region grows to at most; past it the registry refuses new nodes (429)"
             " [default: 2000, or what the spec's fleet: needs with 1.5x headroom when more (gpufed size)]",
         ),
