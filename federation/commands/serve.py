@@ -55,6 +55,11 @@ def bind_free_port(host: str, port: int = 0) -> socket.socket:
     ``gpufed serve: listening on http://HOST:PORT``, for whoever started this process."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family)
+    # Accepted connections inherit it (Linux). asyncio sets TCP_NODELAY only on sockets made
+    # with proto IPPROTO_TCP, and create_server's is proto 0: without it uvicorn's head and
+    # body, two writes, meet Nagle and the client's delayed ACK, 40 ms on every keep-alive
+    # answer (a poll of /v1/sd took 44 ms instead of 1 ms).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if port == 0:
         port = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
