@@ -42,6 +42,7 @@ from federation.testing.benches.render import run_render_bench
 from federation.testing.benches.sharding import MAX_TARGETS, run_sharding_bench
 from federation.testing.benches.thanos import MAX_SERIES, run_thanos_bench
 from sharder.engine.assigning import ALGORITHM, STRATEGIES
+from sharder.engine.sizing import MAX_SHARDS_BOUND
 
 Result = dict[str, Any]
 Options = dict[str, Any]
@@ -337,7 +338,8 @@ def live(
         min=1, max=62_500, help="registrations placed before rss_mib_after_changes (default: --changes)")]
     = None,
     max_shards_per_region: Annotated[int | None, typer.Option(
-        min=1, max=10_000, help="serve's --max-shards-per-region (default: one that fits the fleet)")] = None,
+        min=1, max=MAX_SHARDS_BOUND,
+        help="serve's --max-shards-per-region (default: one that fits the fleet)")] = None,
     anchors: Annotated[bool, typer.Option(help="run the in-process engine anchors after each run")] = True,
 ) -> Result:
     """A real `gpufed serve`: registration -> its child's SD answer, CPU per change, RSS, ready, settle."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -323,7 +323,7 @@ def check_bundle(
     checker: ConfigChecker | None,
     alert_checker: ConfigTool | None,
     agent: bool,
-    previous: output.Bundle | None = None,
+    previous: Mapping[str, bytes] | None = None,
     workers: int = 8,
 ) -> BundleCheck:
     """The one check of a bundle staged at ``root``, used by ``gpufed render``, the

@@ -24,6 +24,12 @@ from sharder.engine.assignment import Assignment
 from sharder.model.inventory import Target
 from sharder.model.spec import FederationSpec
 
+MAX_SHARDS_BOUND = 100_000
+"""The most ``--max-shards-per-region`` accepts. A guard against a typo, not a size: the
+shipped spec (12 nodes a child) needs about 13,900 shards a sized region at a million
+targets, and 1.25x room over that is 17,400, so the bound sits well above what a real
+fleet asks for while still refusing an unbounded count (each shard is a child)."""
+
 
 @dataclass(frozen=True)
 class Hysteresis:

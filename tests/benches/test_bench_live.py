@@ -14,8 +14,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from federation.commands import bench
-from federation.testing.benches.live import percentile, post_batch, proc_cpu_s, registration
+from federation.commands import bench, serve
+from federation.testing.benches.live import percentile, post_batch, proc_cpu_s, registration, shard_cap
+from sharder.engine.sizing import MAX_SHARDS_BOUND
 
 KEYS = {
     "change_to_served_p50_s", "change_to_served_p99_s", "controller_cpu_share", "rss_mib", "ready_s",
@@ -152,9 +153,26 @@ def test_bench_live_refuses_bad_sizes(sizes: str) -> None:
 def test_bench_live_says_when_a_fleet_cannot_fit_serves_shard_cap() -> None:
     """Past --max-shards-per-region's bound every new node would be refused (429): the bench
     says so before it starts a controller, naming the sizing that fits."""
-    result = CliRunner().invoke(_app(), ["live", "--targets", "80000", "--targets-per-shard", "1",
+    result = CliRunner().invoke(_app(), ["live", "--targets", "1000000", "--targets-per-shard", "1",
                                          "--changes", "1", "--json"])  # fmt: skip
-    assert result.exit_code == 1 and "--targets-per-shard" in result.output and "13334" in result.output
+    assert result.exit_code == 1 and "--targets-per-shard" in result.output and "166667" in result.output
+
+
+def test_bench_live_fits_the_shipped_spec_at_a_million_targets() -> None:
+    """The shipped spec (12 nodes a child) at 1M targets needs about 13,889 shards a sized
+    region: the bench's derived cap holds them with room, within serve's bound."""
+    cap = shard_cap(1_000_000, 3, 12)
+    assert 13_889 < cap <= MAX_SHARDS_BOUND
+
+
+@pytest.mark.parametrize("value", ["0", str(MAX_SHARDS_BOUND + 1)])
+def test_serve_refuses_a_shard_cap_out_of_range(value: str) -> None:
+    """Out of range is a usage error naming the flag, never a traceback."""
+    app = typer.Typer()
+    serve.register(app)
+    app.command("unused")(lambda: None)  # two commands: "serve" is then a subcommand
+    result = CliRunner().invoke(app, ["serve", "--max-shards-per-region", value])
+    assert result.exit_code == 2 and "--max-shards-per-region" in result.output
 
 
 def test_the_phase_cpu_is_read_from_proc_outside_the_metrics_request() -> None:

@@ -86,6 +86,16 @@ def test_serve_listen_port_zero_binds_and_says_where(capsys: pytest.CaptureFixtu
         assert capsys.readouterr().err == f"gpufed serve: listening on http://127.0.0.1:{port}\n"
 
 
+def test_serve_answers_without_nagle() -> None:
+    """Every connection ``gpufed serve`` accepts has TCP_NODELAY: asyncio sets it only on
+    sockets made with proto IPPROTO_TCP, and without it an answer written as head then body
+    waits for the client's delayed ACK (40 ms on each keep-alive request)."""
+    with bind_free_port("127.0.0.1") as server, socket.create_connection(server.getsockname()):
+        accepted, _ = server.accept()
+        with accepted:
+            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
 def test_bench_table_gives_every_command_json_and_one_error_shape() -> None:
     app = typer.Typer()
     bench.register(app)

@@ -97,7 +97,9 @@ class Publication:
             changed=changed,
         )
         load, sizes = assignment.totals()  # read-only: no copy of every shard's figures
-        same_shards = before.assignment is not None and before.assignment.shards == assignment.shards
+        was = before.assignment
+        # an incremental step keeps the shards' dict: no compare of every shard then
+        same_shards = was is not None and (was.shards is assignment.shards or was.shards == assignment.shards)
         shards = filesd.changed_shards(before, self.sd) if same_shards else assignment.shards.keys()
         rows = [(assignment.shards[s].region, s, sizes[s], load[s]) for s in shards if s in assignment.shards]
         if same_shards:  # the other shards' gauges hold their values already

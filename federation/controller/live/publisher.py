@@ -17,12 +17,13 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from alertmanager.amtool import ConfigTool
 from federation.master import pipeline
+from sharder.engine.cowmap import CowMap
 from sharder.kernel import output
 from sharder.kernel.promtool import ConfigChecker
 
@@ -50,11 +51,17 @@ class Publisher:
     alert_checker: ConfigTool | None
     agent: bool
     on_result: Callable[[str], None] = lambda result: None
-    files: output.Bundle = field(default_factory=dict)
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    """The bundle served now, every file by path (a ``CowMap`` once published: replaced,
+    never changed in place)."""
     status: PublishStatus = field(default_factory=PublishStatus)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+
+    def _evolvable(self) -> CowMap[bytes]:
+        files = self.files
+        return files if isinstance(files, CowMap) else CowMap(files)
 
     def fail(self, *, version: int, error: str) -> None:
         """A bundle that could not even be rendered: the previous one stays served."""
@@ -72,8 +79,8 @@ class Publisher:
             written = {path: content for path, content in lists.items() if self.files.get(path) != content}
             for path, content in sorted(written.items()):
                 _replace_file(self.out / path, content)
-            if written:
-                self.files = {**self.files, **written}
+            if written:  # a new map (readers may hold the old one) sharing all but these files
+                self.files = self._evolvable().evolve(written)
             self.status.version = version
             return len(written)
 
@@ -106,7 +113,7 @@ class Publisher:
                 log.error("config bundle for assignment %d refused, previous one stays: %s", version, exc)
                 self.on_result("failed")
                 return False
-            self.files = bundle
+            self.files = CowMap(bundle)  # a list written later copies a bucket, not every file
             self.status = PublishStatus(
                 version=version, ok=True, checked_configs=checks[0].configs, published_at=time.time()
             )
@@ -116,8 +123,11 @@ class Publisher:
 
 def _replace_file(path: Path, content: bytes) -> None:
     """Write ``path`` so a reader sees the old bytes or the new ones, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, staged = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        fd, staged = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except FileNotFoundError:  # its folder is made once, not asked for per write
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, staged = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(content)

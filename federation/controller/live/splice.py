@@ -35,7 +35,9 @@ def splice(
     """The list after ``touched`` (sorted identities): each taken out of ``ids`` and put back
     where ``group`` encodes it (None: it is no longer listed). ``starts`` holds each group's
     offset in ``content`` and one past the last group's separator; the answer's the same.
-    None when nothing is left (the caller writes its own empty list)."""
+    None when nothing is left (the caller writes its own empty list). When no identity of
+    ``touched`` is listed before or after, the answer is ``ids``, ``starts`` and ``content``
+    themselves (a job the change did not touch costs no copy of its list)."""
     view = memoryview(content)
     sep = len(framing.sep)
     segments: list[tuple[list[str], bytes | memoryview, int]] = []  # (ids, bytes, first index or -1)
@@ -51,6 +53,8 @@ def splice(
         k = at + 1 if held else at
         if now is not None:
             segments.append(([identity], now, -1))
+    if not segments and k == 0 and ids:  # nothing taken out or put in
+        return ids, starts, content
     if k < len(ids):
         segments.append((ids[k:], view[starts[k] : starts[len(ids)] - sep], k))
     if not segments:

@@ -68,6 +68,7 @@ from federation.testing.benches.live_anchors import engine_anchors
 from federation.testing.benches.live_shapes import BUILTIN, ShapeError, StoreStandin, shape_spec, start_store
 from federation.testing.harnesses.polling import serve_port
 from federation.testing.harnesses.replicas import write_fleet
+from sharder.engine.sizing import MAX_SHARDS_BOUND
 
 TOKEN = "live-bench-token-0123456789abcdef0123"
 REGIONS = ("region-a", "region-b", "region-c")
@@ -81,7 +82,7 @@ QUIET_WINDOW_S = 1.0
 QUIET_WINDOWS = 2
 QUIET_CPU_SHARE = 0.2
 """Settled: this many windows in a row under this share of a core (promtool runs included)."""
-SHIPPED_MAX_SHARDS = 10_000
+SHIPPED_MAX_SHARDS = MAX_SHARDS_BOUND
 """``gpufed serve --max-shards-per-region`` at most (its option's bound)."""
 
 

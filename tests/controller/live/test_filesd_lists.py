@@ -45,11 +45,14 @@ def test_a_registration_rewrites_only_its_shards_lists_with_the_full_renders_byt
     assert controller.publish_configs()
     rendered = tmp_path / "data" / "rendered"
     before = on_disk(rendered)
+    served = publisher.files
 
     newcomer = Target(address="10.7.0.1", port=9400, job="gpu", node="new-1", region="r1", gpus=8)
     harness.feed([*base, newcomer])
     assert not controller.publish_configs()  # the children set is the same: no bundle render
     after = on_disk(rendered)
+    # the served map is replaced, never changed under a reader: the old one still says before
+    assert dict(served) == before and dict(publisher.files) == after
     written = {path for path in after if after[path] != before.get(path)}
     assert controller.state.assignment is not None
     shard = controller.state.assignment.targets[newcomer.identity]

@@ -155,3 +155,40 @@ def test_whole_answers_of_several_jobs_are_joined_once_and_only_the_last_few_kep
     wholes.joined(shards[1])
     wholes.joined(shards[2])  # the oldest goes
     assert wholes.joined(shards[0]) is not first and len(wholes._held) == 2
+
+
+def test_a_job_the_change_does_not_touch_keeps_its_bytes_and_offsets() -> None:
+    """A target added to one job: the other job's answer is the same object (no copy of a
+    list the change did not touch), and the spliced job's bytes are the fresh build's."""
+    members = {t.identity: t for t in [*fleet(40), *fleet(40, job="node")]}
+    old = sdcache._answers(members, ["gpu", "node"], None)
+    newcomer = fleet(1, start=900)[0]
+    after = {**members, newcomer.identity: newcomer}
+    spliced = sdcache._spliced(after, ["gpu", "node"], old, {newcomer.identity})
+    assert spliced is not None
+    assert spliced.by_job["node"] is old.by_job["node"] and spliced.order["node"] is not None
+    assert spliced.order["node"][0] is old.order["node"][0]
+    assert spliced.by_job == sdcache._answers(after, ["gpu", "node"], None).by_job
+    dropped = {i: t for i, t in members.items() if i != next(iter(sorted(members)))}
+    first_gone = sdcache._spliced(dropped, ["gpu", "node"], old, set(members) - set(dropped))
+    assert first_gone is not None  # the first group taken out is a change, not "untouched"
+    assert first_gone.by_job == sdcache._answers(dropped, ["gpu", "node"], None).by_job
+
+
+def test_an_identity_registered_again_unchanged_keeps_its_shards_answers() -> None:
+    """``changed`` names an identity whose target is equal to the one served (a repeated
+    registration): its shard keeps its answers object and is not named as rebuilt, as when
+    the whole members dicts were compared."""
+    current = {t.identity: t for t in fleet(60, region="r1") + fleet(20, region="r2", start=500)}
+    engine = IncrementalAssigner(SPEC, list(current.values()), fallback_fraction=float("inf"))
+    assignment = engine.assignment
+    snapshot = sdcache.build(version=1, jobs=["gpu"], assignment=assignment, targets=current)
+    again = next(iter(current))
+    current[again] = current[again].model_copy()  # equal, another object
+    relabelled = sorted(current)[-1]
+    current[relabelled] = current[relabelled].model_copy(update={"labels": {"k": "v"}})
+    delta = sdcache.build(version=2, jobs=["gpu"], assignment=assignment, targets=current, previous=snapshot,
+                          changed=(assignment, {again, relabelled}))  # fmt: skip
+    same, other = assignment.targets[again], assignment.targets[relabelled]
+    assert same != other  # two shards: one unchanged, one relabelled
+    assert delta.shards[same] is snapshot.shards[same] and delta.rebuilt == frozenset({other})

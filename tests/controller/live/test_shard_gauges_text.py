@@ -7,7 +7,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from federation.controller.base.metrics import ControllerMetrics
-from federation.controller.base.shard_gauges import LOAD, TARGETS, ShardGauges
+from federation.controller.base.shard_gauges import BLOCK, LOAD, TARGETS, ShardGauges
 
 Rows = list[tuple[str, str, int, int]]
 
@@ -72,3 +72,23 @@ def test_controller_metrics_serves_the_kept_lines() -> None:
     assert text == generate_latest(registry)
     assert b'gpufed_controller_targets{region="r1",shard="r1-1"} 2.0\n' in text
     assert b'gpufed_controller_shard_load{region="r1",shard="r1-0"} 40.0\n' in text
+
+
+def test_lines_kept_in_blocks_are_client_pythons_bytes_when_a_few_blocks_change() -> None:
+    """Past one block of shards: a change rejoins the blocks it touched, new shards fill the
+    last block and open another, and the bytes stay client_python's after each scrape."""
+    reference = Reference()
+    registry, gauges = kept()
+    many = 2 * BLOCK + 10
+    rows: Rows = [(f"r{i % 3}", f"s-{i}", i % 13, i % 7 * 8) for i in range(many)]
+    steps: list[tuple[str, Rows]] = [
+        ("publish", rows),
+        ("update", [(*rows[3][:2], 99, 792), (*rows[2 * BLOCK + 1][:2], 0, 0)]),  # blocks 0 and 2
+        ("update", [("r9", f"new-{k}", k, k) for k in range(BLOCK)]),  # fills block 2, opens block 3
+        ("update", [(*rows[BLOCK][:2], 5, 40)]),
+        ("publish", rows[: BLOCK + 1]),
+    ]
+    for kind, step in steps:
+        getattr(reference, kind)(step)
+        getattr(gauges, kind)(step)
+        assert gauges.exposition(registry) == generate_latest(reference.registry)
