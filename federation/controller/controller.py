@@ -157,13 +157,14 @@ class Controller:
             spec=spec, pipeline=self.pipeline, reconciler=self.reconciler, children=self.children,
             load=load, discovery=self.discovery,
         )  # fmt: skip
-        self.startup = StartUp(
-            published=lambda: self.ready,
-            work_done=lambda: self.publication.first_bundle_done()
-            and (self.reconciler.prepared or not self.replication.may_write()),
-        )
+        self.startup = StartUp(published=lambda: self.ready, work_done=self._start_up_done)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._followed: Sequence[Any] = ()
+        """The sources ``start`` runs (each says when it has ``answered``: ``sharder.sources.base``)."""
+        self._answered_at: int | None = None
+        """The reconciler's ``generation`` once every followed source had answered: the
+        start-up placement is the step that takes it in (later changes are not waited for)."""
 
     # ---- the committed state (the pipeline's) and adopting a stored one (``ha.adoption``) ----
     @property
@@ -192,6 +193,7 @@ class Controller:
 
     def start(self, sources: Sequence[Any] = ()) -> None:
         self.sources = [self.registry, *sources]
+        self._followed, self._answered_at = tuple(sources), None
         self.startup.arm()  # /readyz: "settling" until the work started here has ended
         loops: list[Callable[[threading.Event], None]] = [
             self.worker.run,  # it expires the registry, which has no thread of its own
@@ -211,6 +213,26 @@ class Controller:
         ]
         for thread in self._threads:
             thread.start()
+
+    def _start_up_done(self) -> bool:
+        """The work the loops' start began has ended (``live.startup``), checked in the
+        order it happens, so a step that starts between two checks is still seen: as the
+        leader, every followed source answered once (before, SD could serve one source's
+        set while another's million targets were still read: ready at 6 s, settled at
+        3 minutes), a step took their answers in and let go of the pipeline (so it is
+        published), the engine indexed it; then the first bundle of what was placed is
+        rendered and checked. Changes arriving later are not waited for: a stream of
+        registrations never holds readiness back. A follower places nothing."""
+        if self.replication.may_write():
+            if self._answered_at is None:
+                if not all(source.answered for source in self._followed):
+                    return False
+                self._answered_at = self.reconciler.generation  # what their answers made dirty
+            if self.reconciler.placed_through < self._answered_at or self.pipeline.busy():
+                return False
+            if not self.reconciler.prepared:
+                return False
+        return self.publication.first_bundle_done()
 
     def stop(self) -> None:
         self._stop.set()
@@ -341,4 +363,3 @@ class Controller:
                 row["skipped"] = list(source.skipped)
                 row["skipped_total"] = source.skipped_total
         return rows
-

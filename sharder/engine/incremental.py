@@ -248,7 +248,14 @@ class IncrementalAssigner:
         # the maps the next change evolves (its result shares their untouched buckets);
         # ``assignment`` itself keeps its own dicts: whoever holds it sees them unchanged
         self._maps = (CowMap.of(assignment.targets), CowMap.of(assignment.weights))
-        self._targets = {t.identity: t for t in targets}
+        # keyed by the assignment's own identity strings, not a copy made here (and held as
+        # long as the engine: about 60 MiB at a million targets)
+        own = {identity: identity for identity in assignment.targets}
+        self._targets = {}
+        for target in targets:
+            identity = target.identity
+            self._targets[own.get(identity, identity)] = target
+        del own
         self._shards_of: dict[str, list[str]] = {}
         for name, info in assignment.shards.items():
             self._shards_of.setdefault(info.region, []).append(name)

@@ -117,6 +117,9 @@ class Reconciler:
         """Nodes offered (``offer``) and not placed yet, for the region cap."""
         self.generation = 0
         """Counts the changes sources pushed: a loop that waits compares it (no lost wake-up)."""
+        self.placed_through = 0
+        """The newest ``generation`` a step has taken in (placed, found unchanged, or failed
+        to place, keeping the old assignment): what a settling controller waits for."""
 
     # ---- the operator's overrides ----------------------------------------------------------
     def set_overrides(
@@ -286,6 +289,14 @@ class Reconciler:
             self._first_dirty = None
             targets, delta = self.sources.effective(self._applied, now)
             placing = self.generation  # every offer up to it is in ``targets``
+        try:
+            return self._place(now, targets, delta, placing)
+        finally:  # placed, found the same, or failed (the old assignment stays): looked at
+            with self._lock:
+                self.placed_through = max(self.placed_through, placing)
+
+    def _place(self, now: float, targets: Mapping[str, Target], delta: Delta, placing: int) -> Step | None:
+        """The rest of :meth:`step`: ``targets`` and ``delta`` as of ``generation`` ``placing``."""
         nodes = self._nodes_after(delta)
         counts = self._sizer.counts_of(nodes.counts, now=now)
         same = not (delta[0] or delta[1] or delta[2])

@@ -24,6 +24,14 @@ class Source(Protocol):
 
     name: str
 
+    @property
+    def answered(self) -> bool:
+        """The first round since ``run`` started has ended: its set went to the sink, or it
+        failed and the source keeps its last known set. A started controller is not ready
+        before every source it follows has answered (``/readyz``: ``settling``): until then
+        it serves what it had, maybe another source's set only."""
+        ...
+
     def poll_once(self) -> object: ...
 
     def run(self, stop: threading.Event) -> None: ...

@@ -180,6 +180,8 @@ class _Watch:
         self.index = 0
         self.targets: list[Target] = []
         self.ok = False
+        self.answered = False
+        """A query has ended, the set pushed or the error told (``ConsulSource.answered``)."""
         self.last_request = float("-inf")
         self.cache: dict[bytes, tuple[Target | None, str]] = {}
 
@@ -252,6 +254,12 @@ class ConsulSource:
     ) -> bool:
         """One blocking query on ``watch`` (the first by default); True if it succeeded."""
         watch = watch or self.watches[0]
+        try:
+            return self._poll(watch, sleep=sleep)
+        finally:
+            watch.answered = True  # after the sink took the set (or the error)
+
+    def _poll(self, watch: _Watch, *, sleep: Callable[[float], object]) -> bool:
         gap = watch.last_request + self.config.min_interval_s - self._clock()
         if gap > 0:
             sleep(gap)  # never spin on an index that does not move
@@ -290,6 +298,11 @@ class ConsulSource:
             _raw_answer, path, params=params, headers=headers, raw=True
         )
         return answer
+
+    @property
+    def answered(self) -> bool:
+        """Every (service, datacenter) has answered or failed once (``Source.answered``)."""
+        return all(watch.answered for watch in self.watches)
 
     def run(self, stop: threading.Event) -> None:
         """One thread per (service, datacenter) until ``stop`` is set."""

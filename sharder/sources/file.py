@@ -42,9 +42,17 @@ class FileSource:
         self._stat: tuple[int, int, int] | None = None
         self._digest = ""
         self.last_error = ""
+        self.answered = False
+        """A check has ended, the set pushed or the error told (``Source.answered``)."""
 
     def poll_once(self) -> bool:
         """Check the file; True when a new set was pushed."""
+        try:
+            return self._check()
+        finally:
+            self.answered = True  # after the sink took the set (or the error)
+
+    def _check(self) -> bool:
         try:
             st = self.path.stat()
         except OSError as exc:

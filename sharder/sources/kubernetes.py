@@ -97,6 +97,8 @@ class _Stream:
     def __init__(self, kind: str, call: Callable[..., Any]) -> None:
         self.kind = kind
         self.call = call
+        self.answered = False
+        """One list has ended, pushed or failed (``KubernetesSource.answered``)."""
         self.version: str | None = None
         self.objects: dict[str, dict[str, Any]] = {}
         self.relists = 0
@@ -193,9 +195,18 @@ class KubernetesSource:
         try:
             stream.relist()
         except Exception as exc:  # any client failure: keep the last objects, count it
-            return self._fail(stream, exc)
-        self._push()
-        return True
+            listed = self._fail(stream, exc)
+        else:
+            self._push()
+            listed = True
+        stream.answered = True  # after the sink took the set (or the error)
+        return listed
+
+    @property
+    def answered(self) -> bool:
+        """Both resources were listed (or failed) once: a set pushed after the nodes alone
+        holds no endpoint yet (``Source.answered``)."""
+        return self.nodes.answered and self.endpoints.answered
 
     def watch_once(self, stream: _Stream) -> bool:
         """One watch request until the server ends it; False when it failed."""

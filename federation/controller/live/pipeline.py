@@ -39,6 +39,14 @@ class Pipeline:
         self.lock = threading.RLock()
         """Orders every change to the served state; reads never take it."""
 
+    def busy(self) -> bool:
+        """Another thread holds the lock now: a change is being placed, committed or
+        published (a start-up placement of a million targets holds it for a minute)."""
+        if not self.lock.acquire(blocking=False):
+            return True
+        self.lock.release()
+        return False
+
     def commit(
         self,
         state: ControllerState,

@@ -1,10 +1,12 @@
 """Start-up: when a started controller has settled, so that ``/readyz`` can mean it.
 
 A controller serves HTTP SD as soon as its first assignment is published, but the work
-its start began goes on after that: the first config bundle is rendered and checked by
-promtool (file_sd children read nothing before it), and after a restart the stored
-assignment is indexed for the incremental engine, or the first change pays for it. Until
-both have ended the process runs at a full core and a change waits behind it; an
+its start began goes on after that: the sources it follows give their first sets (a
+million-target inventory takes seconds to read, while an empty Kubernetes listing is
+placed and published at once), those sets are placed, the first config bundle is rendered
+and checked by promtool (file_sd children read nothing before it), and after a restart the
+stored assignment is indexed for the incremental engine, or the first change pays for it.
+Until all of it has ended the process runs at a full core and a change waits behind it; an
 orchestrator that routes traffic by ``/readyz`` should know. :class:`StartUp` answers
 ``starting`` (nothing published yet), ``settling`` (SD is served, start-up work is in
 flight) or ``ready``; it latches: a later re-render does not make the replica unready.
@@ -31,7 +33,8 @@ class StartUp:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``published``: SD answers exist; ``work_done``: the start-up work has ended (the
-        first bundle and the engine's index; asked only while armed and not yet settled)."""
+        sources' first sets placed, the first bundle, the engine's index; asked only while
+        armed and not yet settled, one call at a time)."""
         self._published, self._work_done, self._clock = published, work_done, clock
         self._lock = threading.Lock()
         self._armed_at: float | None = None

@@ -65,7 +65,11 @@ class ConfigMaps:
             raise StoreError(f"--store-namespace: not a Kubernetes namespace name: {namespace!r}")
         self.api, self.namespace, self.prefix, self.piece_bytes = api, namespace, prefix, piece_bytes
         self.where = f"kubernetes://{namespace}/{prefix}"
-        self._pieces: dict[str, bytes] = {}  # part digest -> packed bytes, for the last head read
+        self._pieces: dict[str, bytes] = {}
+        """part digest -> packed bytes of the parts the heads below reference (no GET to read
+        them again); what a save wrote and no head took is dropped at the next commit."""
+        self._referenced: dict[str, set[str]] = {}
+        """head name -> the part digests of its head as last read or committed."""
 
     # ---- API calls, errors mapped -----------------------------------------------------------------
     def _call(self, what: str, fn: Any, *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
@@ -208,6 +212,7 @@ class ConfigMaps:
             out[part_name] = kube_parts.decode([packed], entry=entry, name=f"{part_name} of {name}")
             keep[digest] = packed
         self._pieces = keep
+        self._referenced = {name: set(keep)}
         return out
 
     def load_parts(self, name: str) -> tuple[Head | None, dict[str, bytes]]:
@@ -237,6 +242,11 @@ class ConfigMaps:
             version=head.version if head is not None else None,
         )
         self.write(body, create=head is None)
+        self._referenced[name] = {str(entry.get("digest")) for entry in doc.get("parts", {}).values()}
+        held = set().union(*self._referenced.values())
+        # before, every part any save wrote stayed here: the state's core part and a bucket or
+        # two a change, about 250 KiB a change at a million targets, for the process's life
+        self._pieces = {digest: packed for digest, packed in self._pieces.items() if digest in held}
 
     def collect(self, head: Head | None, doc: dict[str, Any]) -> None:
         """Delete what the head before ``head`` referenced and neither it nor ``doc`` does."""

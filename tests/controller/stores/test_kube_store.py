@@ -153,6 +153,21 @@ def test_old_objects_are_collected_keeping_the_previous_heads(fake: FakeKubeAPI)
     assert kube_store(fake).load() == saved
 
 
+def test_the_packed_parts_kept_are_those_of_the_current_heads_only(fake: FakeKubeAPI) -> None:
+    """What a save wrote stays cached (a later read needs no GET) only while a head names it:
+    before, every save's core part and buckets stayed for the process's life (issue #44)."""
+    s = kube_store(fake)
+    saved = s.save(state(30), expected_revision=None)
+    s.save_sets({"file": fleet(5)})
+    for n in range(2, 12):
+        saved = s.save(saved.model_copy(update={"assignment_version": n}), expected_revision=saved.revision)
+    state_head, sets_head = s.maps.head("gpufed-state"), s.maps.head(s.sets_name)
+    assert state_head is not None and sets_head is not None
+    current = {str(e["digest"]) for head in (state_head, sets_head) for e in head.parts.values()}
+    assert set(s.maps._pieces) == current
+    assert s.load() == saved
+
+
 def test_a_corrupt_piece_is_a_clear_error_naming_it(fake: FakeKubeAPI) -> None:
     kube_store(fake).save(state(), expected_revision=None)
     head = kube_store(fake).maps.head("gpufed-state")

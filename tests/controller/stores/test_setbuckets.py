@@ -57,6 +57,9 @@ def test_the_mirror_packs_a_buckets_entries_and_a_change_repacks_only_its_bucket
     buckets = setbuckets.SetBuckets.from_sets({"file": targets}, current=None)
     packed = [group["file"] for group in buckets.groups]
     assert sum(len(p.ids) for p in packed) == 5000 and all(p.ids == sorted(p.ids) for p in packed)
+    # held compressed: no string per identity, no document bytes as they are sent (issue #44)
+    assert sum(len(p.blob) for p in packed) * 3 < sum(len(p.content) for p in packed)
+    assert all(isinstance(p.blob, bytes) and p.count == len(p.ids) for p in packed)
     first = packed[0]
     assert first.entries() == {t.identity: setbuckets._entry(t) for t in targets
                                if setbuckets.bucket_of(t.identity, buckets.count) == 0}  # fmt: skip

@@ -345,3 +345,12 @@ def test_a_full_result_is_held_once_as_the_maps_the_next_change_evolves() -> Non
     assert isinstance(first.targets, CowMap) and isinstance(first.weights, CowMap)
     assert engine._maps[0] is first.targets and engine._maps[1] is first.weights
     assert first == assign(spec, engine.targets())
+
+
+def test_the_engine_keys_its_targets_by_the_assignments_own_identity_strings() -> None:
+    """A million identities live as long as the engine: it holds the assignment's strings,
+    not a copy of each (60 MiB at a million targets, issue #44)."""
+    spec = make_spec({"r1": 4})
+    engine = IncrementalAssigner(spec, [target(n, region="r1", gpus=8) for n in range(300)])
+    own = {id(identity) for identity in engine.assignment.targets}
+    assert len(engine._targets) == 300 and all(id(identity) in own for identity in engine._targets)

@@ -43,3 +43,13 @@ def test_shared_names_change_no_value_or_equality() -> None:
         "address": "10.0.0.1", "port": 9400, "job": "gpu", "node": "gpu-0", "region": "r1",
         "rack": "rack-07", "team": "llm", "gpus": 8,
     }
+
+
+def test_targets_without_labels_share_one_empty_dict_and_a_copy_with_labels_has_its_own() -> None:
+    a, b = parse_target(_raw(0)), parse_target(_raw(1))
+    assert a.labels == {} and a.labels is b.labels
+    labelled = a.model_copy(update={"labels": {"pod": "p"}})
+    assert labelled.labels == {"pod": "p"} and a.labels == {} and b.labels == {}
+    own = parse_target({**_raw(2), "labels": {"pod": "q"}})
+    assert own.labels == {"pod": "q"} and own.labels is not a.labels and a.labels == {}
+    assert a.model_dump(mode="json")["labels"] == {} and a == Target.model_validate(_raw(0))

@@ -306,3 +306,16 @@ def test_each_datacenter_is_its_own_source_so_one_outage_keeps_its_set(agent: Fa
     assert source.poll_once(local) and not source.poll_once(remote)  # the fake knows only dc1
     assert [(name, len(ts)) for name, ts, _ in sink.changes] == [("consul/gpufed-exporter@dc1", 1)]
     assert sink.errors == [("consul/gpufed-exporter@dc2", "server_error")]
+
+
+def test_answered_once_every_datacenter_answered_or_failed(agent: FakeConsulAgent) -> None:
+    """``answered`` (what a settling controller waits for): each (service, datacenter) has
+    ended one query; one the agent refuses counts, so an outage never holds readiness."""
+    sink = RecordingSink()
+    config = ConsulConfig(address=agent.address, wait="100ms", min_interval_s=0, datacenters=("dc1", "dc2"))
+    source = ConsulSource(config, sink=sink)
+    local, remote = source.watches
+    assert source.answered is False
+    assert source.poll_once(local) and source.answered is False
+    assert not source.poll_once(remote)  # the fake knows only dc1
+    assert source.answered and sink.errors == [("consul/gpufed-exporter@dc2", "server_error")]

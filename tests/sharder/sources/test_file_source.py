@@ -40,3 +40,18 @@ def test_file_source_follows_edits_and_keeps_last_good(tmp_path: Path) -> None:
     write(path, GOOD + "  - {name: n3, address: 10.0.0.3, region: r1}\n", bump=4)
     assert source.poll_once() is True
     assert [t.node for t in sink.changes[-1][1]] == ["n1", "n2", "n3"] and source.last_error == ""
+
+
+def test_file_source_has_answered_once_its_first_check_ended_even_a_failed_one(tmp_path: Path) -> None:
+    """``answered`` (what a settling controller waits for) turns true after the sink took the
+    first set, or the first error: a missing file must not hold readiness back for ever."""
+    sink = RecordingSink()
+    missing = FileSource(tmp_path / "missing.yaml", sink=sink)
+    assert missing.answered is False
+    missing.poll_once()
+    assert missing.answered and sink.errors == [("file", "unreadable")]
+    path = tmp_path / "inventory.yaml"
+    write(path, GOOD, bump=1)
+    source = FileSource(path, sink=sink)
+    assert source.answered is False
+    assert source.poll_once() is True and source.answered

@@ -59,6 +59,18 @@ def test_lists_ready_endpoints_joined_with_nodes(api: FakeKubeAPI) -> None:
     assert any("labelSelector=kubernetes.io/service-name%3Dgpufed-exporter" in r for r in api.requests)
 
 
+def test_answered_once_both_resources_were_listed(api: FakeKubeAPI) -> None:
+    """A set pushed after the nodes' list alone holds no endpoint: the source has not
+    answered (``/readyz`` waits for it) until the endpoints were listed too."""
+    seed(api)
+    sink = RecordingSink()
+    source = source_for(api, sink)
+    assert source.relist(source.nodes)
+    assert sink.changes[-1][1] == [] and source.answered is False
+    assert source.relist(source.endpoints)
+    assert source.answered and len(sink.changes[-1][1]) == 2
+
+
 def test_watch_follows_changes_and_bookmarks_advance_the_version(api: FakeKubeAPI) -> None:
     seed(api)
     sink = RecordingSink()
