@@ -181,12 +181,13 @@ def prometheus_config(spec: FederationSpec, *, shard: str, region: str, replica:
 
 
 def render_children(
-    spec: FederationSpec, targets: Iterable[Target], assignment: Assignment
+    spec: FederationSpec, targets: Iterable[Target], assignment: Assignment, *, configs: bool = True
 ) -> list[ChildConfig]:
-    """Every child of every shard, sorted by child id."""
+    """Every child of every shard, sorted by child id. ``configs=False``: the counts and
+    flags alone (``prometheus`` and ``file_sd`` empty), for a manifest without a render."""
     members = shard_members(spec, targets, assignment)
     loads = assignment.load()
-    file_sd = spec.children.target_discovery == "file_sd"
+    file_sd = configs and spec.children.target_discovery == "file_sd"
     flags = [agent_flag(spec)] if spec.children.agent_mode else []
     children: list[ChildConfig] = []
     for shard, info in sorted(assignment.shards.items()):
@@ -199,7 +200,8 @@ def render_children(
                     shard=shard,
                     region=info.region,
                     replica=replica,
-                    prometheus=prometheus_config(spec, shard=shard, region=info.region, replica=replica),
+                    prometheus=(prometheus_config(spec, shard=shard, region=info.region, replica=replica)
+                                if configs else {}),
                     file_sd=groups,
                     flags=list(flags),
                     targets=count,

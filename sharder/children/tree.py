@@ -34,9 +34,21 @@ def build_bundle(spec: FederationSpec, targets: Iterable[Target], assignment: As
     bundle: Bundle = {}
     for child in children:
         bundle.update(child_files(child))
-    bundle[MANIFEST_FILE] = dump_json(manifest(spec, assignment, children))
-    bundle[ASSIGNMENT_FILE] = dump_json(assignment.model_dump(mode="json"))
+    bundle.update(_summary(spec, assignment, children))
     return bundle
+
+
+def summary_files(spec: FederationSpec, targets: Iterable[Target], assignment: Assignment) -> Bundle:
+    """The manifest and the assignment alone, as :func:`build_bundle` writes them: what
+    changes with the targets while the children set (so every child's config) does not."""
+    return _summary(spec, assignment, render_children(spec, targets, assignment, configs=False))
+
+
+def _summary(spec: FederationSpec, assignment: Assignment, children: list[ChildConfig]) -> Bundle:
+    return {
+        MANIFEST_FILE: dump_json(manifest(spec, assignment, children)),
+        ASSIGNMENT_FILE: dump_json(assignment.model_dump(mode="json")),
+    }
 
 
 def prometheus_configs(bundle: Bundle) -> list[str]:

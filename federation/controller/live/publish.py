@@ -63,7 +63,11 @@ class Publication:
         self.sd = sdcache.SdSnapshot(version=0)
         self._config_lock = threading.Lock()
         self._config_wake = threading.Event()
-        self._config_due: tuple[int, Assignment, list[Target]] | None = None
+        self._config_due: tuple[int, Assignment, list[Target], object] | None = None
+        """(version, assignment, targets, :func:`config_key`) of the bundle to publish next."""
+        self._served_key: object = None
+        """:func:`config_key` of the bundle served: one due with the same key is a refresh,
+        which re-renders no child (``pipeline.refreshed_bundle``)."""
         self._lists_due: tuple[int, sdcache.SdSnapshot, Assignment] | None = None
         self._lists_shards: set[str] = set()
         """file_sd: shards whose target lists changed since the last write (``_config_lock``)."""
@@ -112,17 +116,22 @@ class Publication:
         if self.publisher is not None:
             key = self._key_of(assignment)
             now = time.monotonic()
-            # a refresh (nothing the configs depend on changed) re-renders every child: at
-            # most 1/REFRESH_SHARE of the time, however long a render of this fleet takes
+            # a refresh (nothing the configs depend on changed: the manifest, assignment.json
+            # and Grafana's folders) at most 1/REFRESH_SHARE of the time it takes
             every = max(self.options.config_refresh_s, REFRESH_SHARE * self._render_s)
             stale = now >= self._config_at + every
             if key != self._config_key or stale:
                 self._config_key, self._config_at = key, now
+                whole = key != self._served_key
                 with self._config_lock:
-                    self._config_due = (state.assignment_version, assignment, list(targets.values()))
-                    self._lists_due, self._lists_shards = None, set()  # the bundle holds every list
+                    self._config_due = (state.assignment_version, assignment, list(targets.values()), key)
+                    if whole:
+                        self._lists_due, self._lists_shards = None, set()  # the bundle holds every list
                 self._config_wake.set()
-            elif self.file_sd:
+                if whole or not self.file_sd:
+                    return
+                # a refresh keeps the lists as written: this change's go after it, as below
+            if self.file_sd:
                 shards = filesd.changed_shards(before, self.sd)
                 if shards:
                     with self._config_lock:
@@ -174,10 +183,10 @@ class Publication:
             self.publish_lists()  # changes placed while the bundle was rendered
             heap.trim()  # a bundle of every child is built and dropped: give the pages back
 
-    def _publish_bundle(self, due: tuple[int, Assignment, list[Target]]) -> bool:
+    def _publish_bundle(self, due: tuple[int, Assignment, list[Target], object]) -> bool:
         if self.publisher is None:
             return False
-        version, assignment, all_targets = due
+        version, assignment, all_targets, key = due
         targets, left_out = renderable(self.jobs, all_targets, assignment)
         if left_out:
             log.error(
@@ -185,8 +194,17 @@ class Publication:
                 version, len(left_out), "; ".join(left_out[:5]),
             )
         self.metrics.config_left_out.set(len(left_out))
+        refresh = key == self._served_key and self.publisher.status.version > 0
+        if not refresh:
+            with self._config_lock:  # lists placed up to this version: the bundle holds them
+                if self._lists_due is not None and self._lists_due[0] <= version:
+                    self._lists_due, self._lists_shards = None, set()
         try:
-            bundle = pipeline.build_bundle(self.spec, targets, assignment)
+            if refresh:
+                bundle = pipeline.refreshed_bundle(
+                    self.spec, targets, assignment, current=self.publisher.files)
+            else:
+                bundle = pipeline.build_bundle(self.spec, targets, assignment)
         except Exception as exc:  # a render bug must not stop SD; the old bundle stays
             log.error("rendering the config bundle failed: %s", exc)
             self.publisher.fail(version=version, error=f"render: {exc}")
@@ -199,7 +217,8 @@ class Publication:
         if not ok:
             return False
         self.metrics.config_published_at.set(self.publisher.status.published_at)
-        if self.file_sd:  # the lists this render wrote: what the next change to a shard cuts
+        self._served_key = key
+        if self.file_sd and not refresh:  # the lists this render wrote: what the next change cuts
             self._lists.seed(files=bundle, jobs=self.jobs, snapshot=self.sd, assignment=assignment)
         self.children.reload(changed_children(before, self.publisher.files))
         return True
