@@ -16,6 +16,7 @@ import yaml
 from federation.controller.base.options import ControllerOptions
 from federation.controller.controller import Controller
 from federation.controller.http.service import ServeSettings, Service, build_service
+from federation.master import pipeline
 from federation.spec import GpufedSpec, load_gpufed_spec
 from sharder.model.inventory import Target
 
@@ -110,3 +111,16 @@ def build(
     service = build_service(settings)
     service.controller.restore()
     return ControllerHarness(service=service)
+
+
+def on_disk(root: Path) -> dict[str, bytes]:
+    """Every file under ``root``: relative path -> bytes."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def full_render(harness: ControllerHarness) -> dict[str, bytes]:
+    """The bundle ``gpufed render`` writes for the controller's assignment, whole."""
+    controller = harness.controller
+    assert controller.state.assignment is not None
+    targets = list(controller.reconciler.target_map.values())
+    return pipeline.build_bundle(controller.spec, targets, controller.state.assignment)

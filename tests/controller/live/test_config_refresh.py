@@ -10,11 +10,10 @@ import pytest
 import yaml
 
 from federation.controller.base.options import ControllerOptions
-from federation.master import pipeline
 from federation.spec import load_gpufed_spec
 from sharder.children import tree
 from sharder.model.inventory import Target
-from tests.controller.harness import ControllerHarness, build, fleet, spec_document
+from tests.controller.harness import ControllerHarness, build, fleet, full_render, on_disk, spec_document
 
 
 def harness_for(tmp_path: Path, discovery: str) -> ControllerHarness:
@@ -32,17 +31,6 @@ def counting(names: list[str]):  # type: ignore[no-untyped-def]
     """``tree.child_files`` that also notes each child it renders."""
     real = tree.child_files
     return lambda child: names.append(child.child) or real(child)
-
-
-def on_disk(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-
-
-def full_render(harness: ControllerHarness) -> dict[str, bytes]:
-    controller = harness.controller
-    assert controller.state.assignment is not None
-    targets = list(controller.reconciler.target_map.values())
-    return pipeline.build_bundle(controller.spec, targets, controller.state.assignment)
 
 
 @pytest.mark.parametrize("discovery", ["http_sd", "file_sd"])

@@ -10,12 +10,11 @@ import yaml
 
 from federation.controller.live import filesd
 from federation.controller.live.sdcache import SdSnapshot, ShardAnswers
-from federation.master import pipeline
 from federation.spec import load_gpufed_spec
 from sharder.children.render import target_groups
 from sharder.kernel import output
 from sharder.model.inventory import Target
-from tests.controller.harness import ControllerHarness, build, fleet, spec_document
+from tests.controller.harness import ControllerHarness, build, fleet, full_render, on_disk, spec_document
 
 
 def file_sd_harness(tmp_path: Path, *, replication_factor: int = 1) -> ControllerHarness:
@@ -23,17 +22,6 @@ def file_sd_harness(tmp_path: Path, *, replication_factor: int = 1) -> Controlle
     document["children"] = {"target_discovery": "file_sd"}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(document))
     return build(tmp_path, spec=load_gpufed_spec(tmp_path / "spec.yaml"))
-
-
-def on_disk(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-
-
-def full_render(harness: ControllerHarness) -> dict[str, bytes]:
-    controller = harness.controller
-    assert controller.state.assignment is not None
-    targets = list(controller.reconciler.target_map.values())
-    return pipeline.build_bundle(controller.spec, targets, controller.state.assignment)
 
 
 def test_a_registration_rewrites_only_its_shards_lists_with_the_full_renders_bytes(tmp_path: Path) -> None:
