@@ -4,6 +4,7 @@ child's config and target list as served, and the tree it leaves is the full ren
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ import yaml
 from federation.controller.base.options import ControllerOptions
 from federation.spec import load_gpufed_spec
 from sharder.children import tree
+from sharder.children.render import ChildConfig
+from sharder.kernel.output import Bundle
 from sharder.model.inventory import Target
 from tests.controller.harness import ControllerHarness, build, fleet, full_render, on_disk, spec_document
 
@@ -27,7 +30,7 @@ def harness_for(tmp_path: Path, discovery: str) -> ControllerHarness:
     return build(tmp_path, spec=load_gpufed_spec(tmp_path / "spec.yaml"), options=options)
 
 
-def counting(names: list[str]):  # type: ignore[no-untyped-def]
+def counting(names: list[str]) -> Callable[[ChildConfig], Bundle]:
     """``tree.child_files`` that also notes each child it renders."""
     real = tree.child_files
     return lambda child: names.append(child.child) or real(child)
