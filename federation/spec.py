@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from alertmanager.models import AlertingSpec, AlertmanagerReleaseSpec, check_regions, check_release
 from federation.grafana.models import GrafanaSpec
-from federation.master_spec import MasterSpec
+from federation.master_spec import MasterSpec, MonitoringSpec
 from logs.models import LogsSpec
 from sharder.kernel.models import StrictModel
 from sharder.model.loading import parse_model, read_document
@@ -38,6 +38,13 @@ class GpufedSpec(FederationSpec):
     thanos: ThanosSpec | None = None
     logs: LogsSpec | None = None
     grafana: GrafanaSpec | None = None
+
+    def child_url(self, *, child: str, region: str, shard: str, replica: int, ordinal: int) -> str | None:
+        """The URL the master's meta-monitoring scrapes the child at (``master.monitoring``,
+        its defaults where the spec has no master section)."""
+        monitoring = self.master.monitoring if self.master is not None else MonitoringSpec()
+        return monitoring.child_url_of(region).format(
+            child=child, region=region, shard=shard, replica=replica, ordinal=ordinal)
 
     @model_validator(mode="after")
     def _alerting_regions(self) -> GpufedSpec:

@@ -22,7 +22,7 @@ from typing import Any
 
 from federation.dashboards.grafana import Dashboard, Panel, Query, Row, Variable
 
-TARGETS = 'job!~"gpufed-child.*", shard!="", region=~"$region", shard=~"$shard"'
+TARGETS = 'job!~"gpufed-child.*|gpufed-heartbeat", shard!="", region=~"$region", shard=~"$shard"'
 CHILD = 'job=~"gpufed-child.*", region=~"$region", shard=~"$shard"'
 UP_MAP = (("1", "Up", "green"), ("0", "Down", "red"))
 CONTROLLER = ("Source: the gpufed controller (`gpufed serve`, metric {name}); no data while it is "

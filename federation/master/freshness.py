@@ -29,15 +29,18 @@ evaluation, not three per copy:
   issue #40 it was 0 there: read ``unless gpufed:up_copy:silent`` for fresh copies).
 * ``gpufed:target_unknown:bool``: 1 for a target none of whose copies is fresh.
 * ``gpufed:target_up:fresh``: a target's ``up`` over its fresh copies, 0 when unknown.
-* ``gpufed:shard_silent:bool``: a shard whose newest sample of any target is older than
-  ``shard_bound`` (the shortest job bound, at least the longest interval + slack): its
-  child or its remote_write is gone. ``FederationShardMissing`` fires on it.
+* ``gpufed:shard:silent_last_seen_seconds``: a silent shard's newest heartbeat time. Every
+  child scrapes itself at the spec's shortest interval and its remote_write sends that
+  scrape's ``up`` as ``gpufed_child_heartbeat`` (``sharder.children.render``); a shard is
+  silent when no replica's heartbeat is newer than ``shard_bound`` (3 heartbeats + slack):
+  its children or their remote_write are gone. Carried like the copies' record, for an hour.
+* ``gpufed:shard_silent:bool``: 1 for each silent shard. ``FederationShardMissing`` fires on it.
 * ``gpufed:region_targets_by_up:count``: per (cluster, region) and ``up`` ("0" or "1"),
   how many of the spec's targets read that in ``gpufed:target_up:fresh``.
 * ``gpufed:region_targets_down:ratio``: per (cluster, region), the share of the spec's
   targets down or unknown. ``FederationScrapeBlackout`` fires on it.
 
-Scraped jobs only: the shard and region records name the spec's jobs (``job=~"gpu|node"``),
+Scraped jobs only: the region records name the spec's jobs (``job=~"gpu|node"``),
 never "everything but gpufed-child". The master's own meta-monitoring scrapes (``gpufed-child``
 has ``region`` and ``shard`` from service discovery, the others neither) carry no ``cluster``,
 since the master's TSDB does not store its external labels; counted with the children's
@@ -56,16 +59,17 @@ changes nothing. The bounds themselves (3 missed scrapes + the send deadline) co
 not samples in a window.
 
 Cost: instant selectors and ``timestamp(up)`` only; nothing scans a range. Each rule reads
-``up`` at most once, aggregates per shard before it joins, and only ``target_up:fresh``
-writes a series per target (``gpufed bench freshness`` times it beside the pre-#40 group in
-one Prometheus). What an evaluation pays for is each operator over the 100k copies: the
-engine materialises every operator's output and computes a label signature for every series
-on both sides of a vector-to-vector operator. Three rules join ``up`` with the silent copies: the
-silent copies' own rule (which copies came back, for the carried values), ``target_up:fresh``
-(which copies are silent; ``or`` alone does it) and ``target_unknown`` (its ``and`` keeps
-only the copies of targets with a silent copy, so what follows is small). The shard record
-and the region counts aggregate instead. None of those joins can go without ``up`` on one
-side while the bounds stay exact, so this is about the floor for these records.
+``up`` at most once, and only ``target_up:fresh`` writes a series per target (``gpufed bench
+freshness`` times it beside the pre-#40 group in one Prometheus). What an evaluation pays for
+is each operator over the 100k copies: the engine materialises every operator's output and
+computes a label signature for every series on both sides of a vector-to-vector operator.
+Three rules join ``up`` with the silent copies: the silent copies' own rule (which copies came
+back, for the carried values), ``target_up:fresh`` (which copies are silent; ``or`` alone does
+it) and ``target_unknown`` (its ``and`` keeps only the copies of targets with a silent copy, so
+what follows is small). The region counts aggregate the per-target record. None of those
+joins can go without ``up`` on one side while the bounds stay exact. The shard records read
+one heartbeat per child instead of every copy: until then they were the fourth pass over
+``up`` (``max by (cluster, region, shard) (timestamp(up))``, a fifth of the group's time).
 A master down for more than the 5-minute lookback forgets the silent copies (they come
 back as unknown only while their ``up`` is in the lookback).
 
@@ -82,6 +86,7 @@ from typing import Any
 import yaml
 
 from federation.spec import GpufedSpec
+from sharder.children.render import HEARTBEAT_METRIC, heartbeat_interval
 from sharder.kernel.models import parse_duration
 
 FILE_NAME = "freshness.yml"
@@ -93,14 +98,16 @@ DEFAULT_SEND_DEADLINE_S = 5.0
 MEMORY_S = 3600.0
 SILENT_LAST_SEEN = "gpufed:up_copy:silent_last_seen_seconds"
 SILENT = "gpufed:up_copy:silent"
+SHARD_LAST_SEEN = "gpufed:shard:silent_last_seen_seconds"
 BY_UP = "gpufed:region_targets_by_up:count"
 HEADER = (
     b"# Rendered by federation/master/freshness.py from the spec; do not edit. The copy in\n"
     b"# federation/rules/ (and helm/gpufed/rules/) is the rendering of examples/federation.yaml.\n"
     b"# Bound per job: 3 x scrape_interval + the largest remote_write batch_send_deadline.\n"
     b"# Bounds compare sample timestamps with time(), no range selector: the same on 2.x\n"
-    b"# (closed ranges) and 3.x (left-open). Shard and region records read the spec's jobs\n"
-    b"# only, never the master's own meta-monitoring scrapes (no cluster label there).\n"
+    b"# (closed ranges) and 3.x (left-open). Region records read the spec's jobs only, never\n"
+    b"# the master's own meta-monitoring scrapes (no cluster label there); shard records read\n"
+    b"# the children's heartbeats (gpufed_child_heartbeat, one series per child).\n"
 )
 
 
@@ -133,16 +140,13 @@ def bounds(spec: GpufedSpec) -> tuple[dict[str, str], str]:
 
 
 def shard_bound(spec: GpufedSpec) -> str:
-    """How long a live child can go without sending a sample of any of its targets.
+    """How long a live child can go without its heartbeat reaching the master.
 
-    The shortest job bound (a shard with a target of the fastest job hears from it that
-    often), but never under the longest interval plus the slack (a shard holding only
-    targets of the slowest job still sends a sample per interval).
+    Three missed heartbeats (every child scrapes itself at the spec's shortest interval,
+    ``sharder.children.render.heartbeat_interval``) plus the remote_write slack: the bound of
+    the fastest job, so a dead child shows as soon as its fastest targets would.
     """
-    per_job, _ = bounds(spec)
-    shortest = min(parse_duration(bound) for bound in per_job.values())
-    longest = max(parse_duration(job.scrape_interval) for job in spec.jobs) + send_slack_s(spec)
-    return _seconds(max(shortest, longest))
+    return _seconds(MISSED_SCRAPES * parse_duration(heartbeat_interval(spec)) + send_slack_s(spec))
 
 
 def scraped_jobs(spec: GpufedSpec) -> str:
@@ -179,27 +183,23 @@ def render_rules(spec: GpufedSpec) -> dict[str, Any]:
     per_job, other = bounds(spec)
     memory = _plain(_seconds(MEMORY_S))
     jobs = scraped_jobs(spec)
-    shard_targets = f'shard!="", job=~"{jobs}"'
     scraped = f'gpufed:target_up:fresh{{job=~"{jobs}"}}'
     rules = [
         {"record": SILENT_LAST_SEEN, "expr": _silent_last_seen(per_job, other, memory)},
         {"record": SILENT, "expr": f"{SILENT_LAST_SEEN} * 0 + 1\n"},
-        # The newest sample per shard, aggregated before the one join: the copies still in
-        # the lookback, else (a shard whose every copy left it) the silent copies carried,
-        # which are older than any copy in the lookback. One exception: a silent copy whose
-        # `up` then got a staleness marker is carried but newer than the rest; where a job's
-        # bound is below the shard bound its shard can read silent up to that gap sooner.
+        # Per shard, from its children's heartbeats (one series per child, never the fleet's
+        # copies): the newest heartbeat of any replica while one is in the lookback, else the
+        # record's own previous value, as for the copies above; for an hour at most.
         {
-            "record": "gpufed:shard_silent:bool",
+            "record": SHARD_LAST_SEEN,
             "expr": (
-                "group by (cluster, region, shard) (\n"
-                "  (\n"
-                f"    max by (cluster, region, shard) (timestamp(up{{{shard_targets}}}))\n"
-                f"      or max by (cluster, region, shard) ({SILENT_LAST_SEEN}{{{shard_targets}}})\n"
-                f"  ) < time() - {_plain(shard_bound(spec))}\n"
-                ")\n"
+                f"(max by (cluster, region, shard) (timestamp({HEARTBEAT_METRIC}))"
+                f" or {SHARD_LAST_SEEN} > time() - {memory})\n"
+                f"  < time() - {_plain(shard_bound(spec))}\n"
             ),
         },
+        {"record": "gpufed:shard_silent:bool",
+         "expr": f"group by (cluster, region, shard) ({SHARD_LAST_SEEN})\n"},
         # Per copy: a silent one counts 0, a fresh one its `up` (0 or 1). `or` keeps every
         # left-hand series and only the right-hand ones whose labels (less the name) it has
         # not, so a silent copy's `up` is dropped without an `unless` (which would compute a

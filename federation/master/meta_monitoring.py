@@ -139,15 +139,13 @@ def children_groups(spec: GpufedSpec, assignment: Assignment | None) -> list[dic
     """
     if assignment is None:
         return []
-    monitoring = spec.master.monitoring if spec.master is not None else MonitoringSpec()
     rf = assignment.replication_factor
     groups = []
     for shard, info in sorted(assignment.shards.items()):
         for child, replica in assignment.children(shard):
-            ordinal = info.index * rf + replica
-            url = monitoring.child_url_of(info.region).format(
-                child=child, region=info.region, shard=shard, replica=replica, ordinal=ordinal
-            )
+            url = spec.child_url(child=child, region=info.region, shard=shard, replica=replica,
+                                 ordinal=info.index * rf + replica)
+            assert url is not None  # a GpufedSpec always names it
             parts = urlsplit(url)
             labels = {"child": child, "region": info.region, "shard": shard, "replica": str(replica)}
             if parts.path.strip("/"):

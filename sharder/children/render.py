@@ -13,13 +13,26 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from sharder.engine.assignment import Assignment
 from sharder.kernel import prometheus_versions
 from sharder.kernel.errors import AssignmentError
+from sharder.kernel.models import parse_duration
 from sharder.kernel.tls import TlsSpec
 from sharder.model.inventory import Target
-from sharder.model.spec import FederationSpec, JobSpec, RemoteWriteSpec
+from sharder.model.spec import HEARTBEAT_JOB, FederationSpec, JobSpec, RemoteWriteSpec
+
+#: What a child's heartbeat is called at the master: the ``up`` of its scrape of itself.
+HEARTBEAT_METRIC = "gpufed_child_heartbeat"
+#: The heartbeat's ``up`` leaves the child renamed: the master's freshness rules read ``up``
+#: as the fleet's targets, and a child is not one. Its ``scrape_*`` report series go as they
+#: are (4 series a child): dropping them here would count as samples dropped by relabelling,
+#: which the federation dashboard shows as a child losing data.
+HEARTBEAT_WRITE_RELABEL: list[dict[str, Any]] = [
+    {"source_labels": ["job", "__name__"], "regex": f"{HEARTBEAT_JOB};up",
+     "target_label": "__name__", "replacement": HEARTBEAT_METRIC},
+]
 
 
 def agent_flag(spec: FederationSpec) -> str:
@@ -142,7 +155,40 @@ def scrape_config(spec: FederationSpec, job: JobSpec, *, shard: str) -> dict[str
     return config
 
 
-def remote_write_config(write: RemoteWriteSpec, *, tls: TlsSpec | None = None) -> dict[str, Any]:
+def heartbeat_interval(spec: FederationSpec) -> str:
+    """The heartbeat's interval: the spec's shortest, so a dead child shows as soon as its
+    fastest job's targets would."""
+    return min((job.scrape_interval for job in spec.jobs), key=parse_duration)
+
+
+def heartbeat_config(spec: FederationSpec, url: str) -> dict[str, Any]:
+    """The child scrapes itself at ``url`` (where the master's meta-monitoring finds it).
+
+    Why: the master must tell a dead child (or its dead remote_write) from a live one. Before
+    the heartbeat, the freshness rules took every shard's newest sample of any target, a read
+    of every copy of ``up`` at each evaluation (a third of the group at 100k targets); one
+    series per child costs nothing. The scrape's own samples are dropped: only the report
+    series are left, and the remote_write renames their ``up`` (``HEARTBEAT_WRITE_RELABEL``).
+    Its value says whether the child answered at that address; its timestamp is the heartbeat.
+    """
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    config: dict[str, Any] = {
+        "job_name": HEARTBEAT_JOB,
+        "scrape_interval": heartbeat_interval(spec),
+        "scheme": parts.scheme,
+        "metrics_path": parts.path.rstrip("/") + "/metrics",
+        "static_configs": [{"targets": [f"{parts.hostname}:{port}"]}],
+        "metric_relabel_configs": [{"action": "drop", "source_labels": ["__name__"], "regex": ".+"}],
+    }
+    if parts.scheme == "https" and spec.tls is not None:
+        config["tls_config"] = spec.tls.client_config()
+    return config
+
+
+def remote_write_config(
+    write: RemoteWriteSpec, *, tls: TlsSpec | None = None, heartbeat: bool = False
+) -> dict[str, Any]:
     config: dict[str, Any] = {"name": write.name, "url": write.url}
     if write.protocol == "2.0":
         config["protobuf_message"] = prometheus_versions.REMOTE_WRITE_V2_MESSAGE
@@ -159,24 +205,32 @@ def remote_write_config(write: RemoteWriteSpec, *, tls: TlsSpec | None = None) -
     queue = write.queue_config.model_dump(exclude_none=True)
     if queue:
         config["queue_config"] = queue
+    if heartbeat:
+        config["write_relabel_configs"] = [dict(rule) for rule in HEARTBEAT_WRITE_RELABEL]
     return config
 
 
-def prometheus_config(spec: FederationSpec, *, shard: str, region: str, replica: int) -> dict[str, Any]:
-    """One child's ``prometheus.yml``; agent mode leaves out what agents refuse."""
+def prometheus_config(
+    spec: FederationSpec, *, shard: str, region: str, replica: int, url: str | None = None
+) -> dict[str, Any]:
+    """One child's ``prometheus.yml``; agent mode leaves out what agents refuse.
+
+    ``url``: where the child answers; with a remote_write to carry it, the child scrapes
+    itself there for its heartbeat (:func:`heartbeat_config`).
+    """
     external = dict(spec.external_labels)
     external.update(cluster=spec.cluster, region=region, shard=shard, replica=str(replica))
     global_: dict[str, Any] = {"scrape_interval": spec.children.scrape_interval, "external_labels": external}
     if not spec.children.agent_mode:
         global_["evaluation_interval"] = spec.children.evaluation_interval
-    config: dict[str, Any] = {
-        "global": global_,
-        "scrape_configs": [scrape_config(spec, job, shard=shard) for job in spec.jobs],
-    }
-    writes = [remote_write_config(w, tls=spec.tls) for w in spec.remote_write
-              if not w.regions or region in w.regions]
+    writes = [w for w in spec.remote_write if not w.regions or region in w.regions]
+    scrapes = [scrape_config(spec, job, shard=shard) for job in spec.jobs]
+    heartbeat = url is not None and bool(writes)
+    if url is not None and writes:
+        scrapes.append(heartbeat_config(spec, url))
+    config: dict[str, Any] = {"global": global_, "scrape_configs": scrapes}
     if writes:
-        config["remote_write"] = writes
+        config["remote_write"] = [remote_write_config(w, tls=spec.tls, heartbeat=heartbeat) for w in writes]
     return config
 
 
@@ -190,18 +244,21 @@ def render_children(
     file_sd = configs and spec.children.target_discovery == "file_sd"
     flags = [agent_flag(spec)] if spec.children.agent_mode else []
     children: list[ChildConfig] = []
+    rf = assignment.replication_factor
     for shard, info in sorted(assignment.shards.items()):
         groups = {job: target_groups(found) for job, found in members[shard].items()} if file_sd else {}
         count = sum(len(found) for found in members[shard].values())
         for child, replica in assignment.children(shard):
+            url = spec.child_url(child=child, region=info.region, shard=shard, replica=replica,
+                                 ordinal=info.index * rf + replica)
             children.append(
                 ChildConfig(
                     child=child,
                     shard=shard,
                     region=info.region,
                     replica=replica,
-                    prometheus=(prometheus_config(spec, shard=shard, region=info.region, replica=replica)
-                                if configs else {}),
+                    prometheus=(prometheus_config(spec, shard=shard, region=info.region, replica=replica,
+                                                  url=url) if configs else {}),
                     file_sd=groups,
                     flags=list(flags),
                     targets=count,

@@ -26,6 +26,9 @@ from sharder.kernel.re2check import check_re2
 from sharder.kernel.tls import TlsSpec
 
 MAX_WEIGHT = 10_000
+#: The job every child scrapes itself under; its `up` reaches the master as the child's
+#: heartbeat (``sharder.children.render``), so no spec job may take the name.
+HEARTBEAT_JOB = "gpufed-heartbeat"
 # Headers Prometheus 2.42 refuses in remote_write.headers (checked against promtool in the tests).
 RESERVED_HEADERS = frozenset(
     {
@@ -116,6 +119,8 @@ class JobSpec(StrictModel):
     def _name(cls, value: str) -> str:
         if not NAME_RE.match(value):
             raise ValueError("job names are lower-case letters, digits and '-'")
+        if value == HEARTBEAT_JOB:
+            raise ValueError(f"job name {value!r} is gpufed's own: every child scrapes itself under it")
         return value
 
     @field_validator("metrics_path")
@@ -287,6 +292,14 @@ class FederationSpec(StrictModel):
         if not NAME_RE.match(value):
             raise ValueError("cluster names are lower-case letters, digits and '-'")
         return value
+
+    def child_url(self, *, child: str, region: str, shard: str, replica: int, ordinal: int) -> str | None:
+        """Where a child answers HTTP, or None where this spec does not say (the sharder's
+        own spec: the master's section, which names the children's addresses, is not here).
+
+        A child scrapes itself there for its heartbeat (``sharder.children.render``).
+        """
+        return None
 
     @field_validator("external_labels")
     @classmethod

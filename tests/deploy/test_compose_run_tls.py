@@ -98,8 +98,9 @@ def test_every_target_is_up_at_both_masters_and_the_gpu_job_is_scraped_over_http
         assert status == 200, child
         for target in json.loads(body)["data"]["activeTargets"]:
             schemes.setdefault(target["labels"]["job"], set()).add(target["scrapeUrl"].split(":", 1)[0])
-    # the scrape hop names the gpu job only: node.yml's node-exporter serves plain HTTP
-    assert schemes == {"gpu": {"https"}, "node": {"http"}}, schemes
+    # the scrape hop names the gpu job only: node.yml's node-exporter serves plain HTTP; each
+    # child scrapes itself for its heartbeat where the master finds it, over mTLS
+    assert schemes == {"gpu": {"https"}, "node": {"http"}, "gpufed-heartbeat": {"https"}}, schemes
 
 
 def test_every_healthcheck_passes_speaking_tls(stack: Stack) -> None:

@@ -166,7 +166,8 @@ def test_with_tls_every_hop_speaks_mtls_and_the_master_has_every_target_up(tmp_p
             for t in json.loads(body)["data"]["activeTargets"]:
                 assert t["health"] == "up", t
                 schemes[t["labels"]["job"]] = t["scrapeUrl"].split(":", 1)[0]
-        assert schemes == {"gpu": "https", "node": "https"}  # node-exporter serves the web config too
+        # node-exporter serves the web config too; each child scrapes itself for its heartbeat
+        assert schemes == {"gpu": "https", "node": "https", "gpufed-heartbeat": "https"}
         # the master sends to both Alertmanagers over mTLS (their config synced over TLS too)
         alerting = wait(
             lambda: (lambda a: a if a["alertmanagers_with_watchdog"] == a["alertmanagers_meshed"]

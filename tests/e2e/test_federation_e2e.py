@@ -256,6 +256,11 @@ def rendered_master_flags(out: Path) -> tuple[str, ...]:
     return tuple(flag for flag in flags if not flag.startswith(own))
 
 
+def gpu_targets(process: PrometheusProcess) -> set[str]:
+    """The fleet targets a child scrapes (its heartbeat's scrape of itself left out)."""
+    return {f"gpu/{t['labels']['node']}" for t in process.active_targets() if t["labels"]["job"] == "gpu"}
+
+
 def up_by_node(federation: Federation) -> dict[str, list[dict[str, str]]] | None:
     """node -> label sets of its live ``up`` series at the master, once all nodes report 1."""
     series = federation.master.query('up{job="gpu"}')
@@ -282,7 +287,7 @@ def test_every_node_arrives_once_with_its_shard_labels(federation: Federation) -
     by_node = wait_for(lambda: up_by_node(federation), timeout=CONVERGE_S, what="up == 1 for every node")
     # Each child scrapes its shard's targets and nothing else...
     for child, process in federation.children.items():
-        scraped = {f"gpu/{t['labels']['node']}" for t in process.active_targets()}
+        scraped = gpu_targets(process)
         assert scraped == set(federation.assignment.members(child)), child
     # ...so every node reaches the master exactly once: no target is scraped by two children.
     assert sorted(by_node) == sorted(federation.fleet.nodes)
@@ -321,6 +326,31 @@ def test_every_node_arrives_once_with_its_shard_labels(federation: Federation) -
     for process in federation.children.values():
         assert process.query(DROPPED) == []
     assert federation.master.query(f'count({{__name__=~"{"|".join(KEPT)}"}})')
+
+
+def test_each_child_heartbeat_reaches_the_master_as_one_series(federation: Federation) -> None:
+    """Each child scrapes itself (here at the spec's default address, which does not resolve:
+    the scrape fails, its `up` is 0, and the sample is the heartbeat all the same). That `up`
+    leaves the child renamed, beside the scrape's report series: no `up` of the job at the master,
+    and no sample dropped by relabelling."""
+    expected = {(federation.assignment.shards[shard].region, shard)
+                for shard in federation.assignment.shards}
+
+    def beats() -> set[tuple[str, str]] | None:
+        series = federation.master.query("gpufed_child_heartbeat")
+        found = {(s["metric"]["region"], s["metric"]["shard"]) for s in series}
+        return found if found == expected else None
+
+    wait_for(beats, timeout=CONVERGE_S, what="a heartbeat from every child at the master")
+    for sample in federation.master.query("gpufed_child_heartbeat"):
+        labels = sample["metric"]
+        assert labels["cluster"] == "e2e" and labels["replica"] == "0" and labels["job"] == "gpufed-heartbeat"
+        assert labels["instance"] == f"child-{labels['shard']}:9090"
+    names = {s["metric"]["__name__"] for s in federation.master.query('{job="gpufed-heartbeat"}')}
+    assert "up" not in names and {"gpufed_child_heartbeat", "scrape_duration_seconds"} <= names
+    for process in federation.children.values():
+        assert process.query("prometheus_remote_storage_samples_dropped_total > 0") == []
+    assert federation.master.query("gpufed:shard_silent:bool") == []
 
 
 def test_master_runs_the_rendered_config_and_rule_pack(federation: Federation) -> None:
@@ -433,5 +463,5 @@ def test_added_shard_moves_only_its_share(federation: Federation) -> None:
     moved = {m.identity.removeprefix("gpu/") for m in plan.moves}
     assert {node for node, (labels,) in by_node.items() if labels["shard"] == "region-1-1"} == moved
     for child, process in federation.children.items():
-        scraped = {f"gpu/{t['labels']['node']}" for t in process.active_targets()}
+        scraped = gpu_targets(process)
         assert scraped == set(federation.assignment.members(child)), child

@@ -45,8 +45,10 @@ def test_bounds_are_three_intervals_plus_the_send_deadline() -> None:
                             "queue_config": {"batch_send_deadline": "10s"}}]
     slower = GpufedSpec.model_validate(doc)
     assert freshness.bounds(slower) == ({"gpu": "190s", "node": "100s"}, "190s")
-    # A live child hears from its slowest job once per interval: never below 60s + 10s.
+    # The heartbeat runs at the shortest interval (node, 30s): 3 x 30s + 10s.
     assert freshness.shard_bound(slower) == "100s"
+    doc["jobs"][1]["scrape_interval"] = "20s"
+    assert freshness.shard_bound(GpufedSpec.model_validate(doc)) == "70s"
     doc["remote_write"] = []
     assert freshness.send_slack_s(GpufedSpec.model_validate(doc)) == freshness.DEFAULT_SEND_DEADLINE_S
 
@@ -60,10 +62,13 @@ def test_master_bundle_carries_the_spec_own_bounds(line: int, tmp_path: Path) ->
     # 3 x 5s + 1s deadline
     assert 'gpufed:up_copy:silent_last_seen_seconds{job="gpu"} > time() - 3600) < time() - 16' in text
     assert bundle[f"{RULES_DIR}/{freshness.FILE_NAME}"] != SHIPPED.read_bytes()
-    # Shard and region records read the spec's jobs, never the master's own scrapes.
+    # Region records read the spec's jobs, never the master's own scrapes; shard records the
+    # children's heartbeats, never `up` (3 x the 5s heartbeat + 1s).
     jobs = "|".join(sorted(job.name for job in spec.jobs))
     assert f'count_values by (cluster, region) ("up", gpufed:target_up:fresh{{job=~"{jobs}"}})' in text
-    assert f'{{shard!="", job=~"{jobs}"}}' in text and "gpufed-child" not in text
+    assert "gpufed-child" not in text
+    assert "max by (cluster, region, shard) (timestamp(gpufed_child_heartbeat))" in text
+    assert "timestamp(up{shard" not in text and "< time() - 16\n" in text
     path = tmp_path / freshness.FILE_NAME
     path.write_text(text)
     done = subprocess.run([stack_tool(line, "promtool"), "check", "rules", str(path)], capture_output=True,

@@ -7,9 +7,10 @@ receiver and the rule file (default: the shipped ``federation/rules/freshness.ym
 other version to compare with, e.g. ``git show REV:federation/rules/freshness.yml``),
 evaluating every 15 s, and pushes ``up`` for TARGETS targets (REPLICAS copies each, as HA
 children send them) into it, as the children feed the master: MINUTES of history 15 s
-apart, then a live sample every 15 s. A tenth of the targets (every copy) stopped a minute
-before the start, as a dead child leaves them: silent, still in the 5-minute lookback for
-the whole measurement. It prints Prometheus' own rule group timing and what the records
+apart, then a live sample every 15 s, with each child's heartbeat (one series per child, 200
+shards a region). A tenth of the targets (every copy) stopped a minute before the start, as
+a dead child leaves them (with their shards' heartbeats): silent, still in the 5-minute
+lookback for the whole measurement. It prints Prometheus' own rule group timing and what the records
 found, against an anchor group of one plain ``max without (shard, replica) (up)`` (the raw
 read the pack made before) in the same Prometheus.
 
@@ -77,19 +78,36 @@ BATCH = 20_000
 SPREAD = 5
 #: The one group all versions' rules run in (see :func:`sequenced`).
 SEQUENCE = "bench-sequence"
+HEARTBEAT = "gpufed_child_heartbeat"
+HEARTBEAT_JOB = "gpufed-heartbeat"
 
 
 def series_labels(*, targets: int, replicas: int) -> tuple[list[bytes], list[bytes]]:
-    """(live, silent) copies' encoded labels: every tenth target is silent."""
+    """(live, silent) series' encoded labels: every tenth target is silent.
+
+    Each child also sends its heartbeat (``gpufed_child_heartbeat``, see
+    ``sharder.children.render``): silent for a shard whose every target is silent (a tenth
+    of the shards), as a dead child's would be.
+    """
     live: list[bytes] = []
     silent: list[bytes] = []
+    shard_live: dict[tuple[str, str], bool] = {}
     for i in range(targets):
-        labels = {"__name__": "up", "cluster": "bench", "region": f"r{i % 3}", "shard": f"r{i % 3}-{i % 200}",
+        region, shard = f"r{i % 3}", f"r{i % 3}-{i % 200}"
+        labels = {"__name__": "up", "cluster": "bench", "region": region, "shard": shard,
                   "job": "gpu", "instance": f"10.{i // 65536}.{i // 256 % 256}.{i % 256}:9400",
                   "node": f"n{i}"}
+        shard_live[(region, shard)] = shard_live.get((region, shard), False) or i % 10 != 0
         for replica in range(replicas):
             copy = labels | {"replica": str(replica)} if replicas > 1 else labels
             (silent if i % 10 == 0 else live).append(remote_write.encode_labels(copy))
+    for (region, shard), alive in sorted(shard_live.items()):
+        for replica in range(replicas):
+            beat = {"__name__": HEARTBEAT, "cluster": "bench", "region": region, "shard": shard,
+                    "job": HEARTBEAT_JOB, "instance": f"{shard}-r{replica}"}
+            if replicas > 1:
+                beat["replica"] = str(replica)
+            (live if alive else silent).append(remote_write.encode_labels(beat))
     return live, silent
 
 
@@ -290,7 +308,8 @@ def run_freshness_bench(
             return compared | {
                 "targets": targets,
                 "replicas": replicas,
-                "up_series": len(live) + len(silent),
+                "up_series": targets * replicas,
+                "heartbeat_series": len(live) + len(silent) - targets * replicas,
                 "samples_per_target": samples,
                 "prometheus": _version(client, base),
                 "rules": _shown(rules),
