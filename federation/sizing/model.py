@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from federation.sizing.costs import LineCosts
-from federation.sizing.series import node_series
+from federation.sizing.series import SYNTHETIC_PER_TARGET, node_series
 from federation.spec import GpufedSpec
 from sharder.engine.sizing import Hysteresis
 from sharder.kernel.models import parse_duration
@@ -185,7 +185,9 @@ def size(spec: GpufedSpec, fleet: Fleet, costs: dict[str, LineCosts]) -> Sizing:
     by_region = _nodes_per_region(spec, fleet.nodes)
     shards = {region: spec.shard_count(region, nodes=n) for region, n in by_region.items()}
     biggest = max(math.ceil(n / shards[r] * spec.sharding.load_factor) for r, n in by_region.items() if n)
-    child_series = min(biggest, max(by_region.values())) * per_node
+    # Each child's heartbeat (its scrape of itself, sharder.children.render): 5 series it sends.
+    heartbeat = SYNTHETIC_PER_TARGET if spec.remote_write else 0
+    child_series = min(biggest, max(by_region.values())) * per_node + heartbeat
     child_sps = child_series / interval
     agent = spec.children.agent_mode
     child_cost = cost.child_agent if agent else cost.server
@@ -213,7 +215,7 @@ def size(spec: GpufedSpec, fleet: Fleet, costs: dict[str, LineCosts]) -> Sizing:
             samples_per_s=round(child_sps, 1),
         )
     ]
-    total = fleet.nodes * per_node * rf
+    total = fleet.nodes * per_node * rf + count * heartbeat
     total_sps = total / interval
     master_rss = cost.server.rss_mib(series=total, samples_per_s=total_sps)
     per_mib = cost.server.mib_per_1k_series / 1000 + cost.server.mib_per_1k_samples_per_s / 1000 / interval

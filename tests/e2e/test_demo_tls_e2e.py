@@ -69,6 +69,18 @@ def test_every_fleet_target_and_every_server_is_up_at_the_master_over_https(stac
 
     wait_for(nodes_up, timeout=CONVERGE_S, interval=0.5, what="every fleet node up at the master")
 
+    # Each child's heartbeat: it scraped itself through the demo's router over mTLS (1, not 0).
+    children = len(stack.running_children())
+
+    def beats() -> dict[str, str] | None:
+        answer = stack.http.get(stack.master_url + "/api/v1/query",
+                                params={"query": "gpufed_child_heartbeat"})
+        found = {s["metric"]["shard"] + "/" + s["metric"]["replica"]: s["value"][1]
+                 for s in answer.json()["data"]["result"]}
+        return found if len(found) == children and set(found.values()) == {"1"} else None
+
+    wait_for(beats, timeout=CONVERGE_S, interval=0.5, what="every child's heartbeat at 1")
+
     def meta_up() -> list[dict[str, Any]] | None:
         active = stack.http.get(stack.master_url + "/api/v1/targets").json()["data"]["activeTargets"]
         jobs = {t["labels"]["job"] for t in active}

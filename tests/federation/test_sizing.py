@@ -48,9 +48,10 @@ def test_the_model_grows_with_the_fleet_and_hands_over_to_thanos() -> None:
     small, big = size(spec, Fleet(nodes=50), costs), size(spec, Fleet(nodes=5000), costs)
     by_name = {c.name: c for c in big.components}
     assert by_name["child-prometheus"].count > small.components[0].count
-    assert (
-        by_name["master-prometheus"].series == 5000 * big.series_per_node * spec.sharding.replication_factor
-    )
+    # Every node's series on every replica, and each child's heartbeat (5 series a child).
+    children = by_name["child-prometheus"].count
+    assert by_name["master-prometheus"].series == (
+        5000 * big.series_per_node * spec.sharding.replication_factor + children * SYNTHETIC_PER_TARGET)
     for c in big.components:
         assert c.memory_limit_mib >= c.memory_request_mib and c.cpu_limit >= c.cpu_request, c
     huge = size(spec, Fleet(nodes=100_000), costs)
