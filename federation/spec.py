@@ -19,6 +19,9 @@ from sharder.model.loading import parse_model, read_document
 from sharder.model.spec import FederationSpec, require_https
 from thanos.models import ThanosSpec
 
+#: ``master.monitoring`` of a spec without a master section (built once: asked once a child).
+DEFAULT_MONITORING = MonitoringSpec()
+
 
 class FleetSpec(StrictModel):
     """The fleet the spec is for: what ``gpufed size``, ``render --target compose`` and the
@@ -39,10 +42,10 @@ class GpufedSpec(FederationSpec):
     logs: LogsSpec | None = None
     grafana: GrafanaSpec | None = None
 
-    def child_url(self, *, child: str, region: str, shard: str, replica: int, ordinal: int) -> str | None:
+    def child_url(self, *, child: str, region: str, shard: str, replica: int, ordinal: int) -> str:
         """The URL the master's meta-monitoring scrapes the child at (``master.monitoring``,
         its defaults where the spec has no master section)."""
-        monitoring = self.master.monitoring if self.master is not None else MonitoringSpec()
+        monitoring = self.master.monitoring if self.master is not None else DEFAULT_MONITORING
         return monitoring.child_url_of(region).format(
             child=child, region=region, shard=shard, replica=replica, ordinal=ordinal)
 

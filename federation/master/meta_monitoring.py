@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from federation.master_spec import MonitoringSpec
 from federation.spec import GpufedSpec
 from sharder.engine.assignment import Assignment
+from sharder.kernel.models import host_port
 from sharder.kernel.tls import TlsSpec
 
 CHILD_JOB = "gpufed-child"
@@ -33,12 +34,6 @@ SD_CHILDREN_PATH = "/v1/sd-children"
 #: Hosts the compose renderer gives the Thanos components that have none in the spec.
 THANOS_HOSTS = {"query": "thanos-query", "compact": "thanos-compact"}
 SD_REFRESH = "15s"
-
-
-def _address(url: str) -> str:
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"{parts.hostname}:{port}"
 
 
 def _static(job: str, targets: Iterable[str], interval: str, *, tls: TlsSpec | None = None) -> dict[str, Any]:
@@ -117,14 +112,14 @@ def scrape_jobs(spec: GpufedSpec) -> list[dict[str, Any]]:
         children["tls_config"] = served.client_config()
     jobs = [
         children,
-        _static(CONTROLLER_JOB, monitoring.controllers or [_address(controller_url)], interval,
+        _static(CONTROLLER_JOB, monitoring.controllers or [host_port(controller_url)], interval,
                 tls=controller_tls),
         _static(MASTER_JOB, master_targets(spec), interval, tls=served),
     ]
     if spec.alerting is not None:
         jobs.append(_static(ALERTMANAGER_JOB, (r.address for r in spec.alerting.replicas), interval,
                             tls=served))
-        jobs.append(_static(RELAY_JOB, [_address(spec.alerting.relay_url)], interval,
+        jobs.append(_static(RELAY_JOB, [host_port(spec.alerting.relay_url)], interval,
                             tls=_tls_where(spec, hops is not None and hops.relay)))
     jobs += [_static(job, targets, interval) for job, targets in thanos_targets(spec).items() if targets]
     return sorted(jobs, key=lambda job: str(job["job_name"]))
@@ -139,13 +134,11 @@ def children_groups(spec: GpufedSpec, assignment: Assignment | None) -> list[dic
     """
     if assignment is None:
         return []
-    rf = assignment.replication_factor
     groups = []
     for shard, info in sorted(assignment.shards.items()):
         for child, replica in assignment.children(shard):
             url = spec.child_url(child=child, region=info.region, shard=shard, replica=replica,
-                                 ordinal=info.index * rf + replica)
-            assert url is not None  # a GpufedSpec always names it
+                                 ordinal=assignment.ordinal(shard, replica))
             parts = urlsplit(url)
             labels = {"child": child, "region": info.region, "shard": shard, "replica": str(replica)}
             if parts.path.strip("/"):
@@ -155,5 +148,5 @@ def children_groups(spec: GpufedSpec, assignment: Assignment | None) -> list[dic
                 labels["instance"] = child
             if parts.scheme == "https":
                 labels["__scheme__"] = "https"
-            groups.append({"targets": [_address(url)], "labels": labels})
+            groups.append({"targets": [host_port(url)], "labels": labels})
     return sorted(groups, key=lambda group: group["labels"]["child"])

@@ -10,6 +10,7 @@ dumps YAML or touches disk: ``sharder.kernel.output`` does that, so output stays
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ from urllib.parse import urlsplit
 from sharder.engine.assignment import Assignment
 from sharder.kernel import prometheus_versions
 from sharder.kernel.errors import AssignmentError
-from sharder.kernel.models import parse_duration
+from sharder.kernel.models import host_port, parse_duration
 from sharder.kernel.tls import TlsSpec
 from sharder.model.inventory import Target
 from sharder.model.spec import HEARTBEAT_JOB, FederationSpec, JobSpec, RemoteWriteSpec
@@ -172,13 +173,12 @@ def heartbeat_config(spec: FederationSpec, url: str) -> dict[str, Any]:
     Its value says whether the child answered at that address; its timestamp is the heartbeat.
     """
     parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     config: dict[str, Any] = {
         "job_name": HEARTBEAT_JOB,
         "scrape_interval": heartbeat_interval(spec),
         "scheme": parts.scheme,
         "metrics_path": parts.path.rstrip("/") + "/metrics",
-        "static_configs": [{"targets": [f"{parts.hostname}:{port}"]}],
+        "static_configs": [{"targets": [host_port(url)]}],
         "metric_relabel_configs": [{"action": "drop", "source_labels": ["__name__"], "regex": ".+"}],
     }
     if parts.scheme == "https" and spec.tls is not None:
@@ -206,7 +206,8 @@ def remote_write_config(
     if queue:
         config["queue_config"] = queue
     if heartbeat:
-        config["write_relabel_configs"] = [dict(rule) for rule in HEARTBEAT_WRITE_RELABEL]
+        # A copy per write: objects shared between two of them would dump as YAML aliases.
+        config["write_relabel_configs"] = copy.deepcopy(HEARTBEAT_WRITE_RELABEL)
     return config
 
 
@@ -225,9 +226,10 @@ def prometheus_config(
         global_["evaluation_interval"] = spec.children.evaluation_interval
     writes = [w for w in spec.remote_write if not w.regions or region in w.regions]
     scrapes = [scrape_config(spec, job, shard=shard) for job in spec.jobs]
-    heartbeat = url is not None and bool(writes)
-    if url is not None and writes:
-        scrapes.append(heartbeat_config(spec, url))
+    beat_url = url if writes else None  # no remote_write, nothing to carry a heartbeat
+    if beat_url is not None:
+        scrapes.append(heartbeat_config(spec, beat_url))
+    heartbeat = beat_url is not None
     config: dict[str, Any] = {"global": global_, "scrape_configs": scrapes}
     if writes:
         config["remote_write"] = [remote_write_config(w, tls=spec.tls, heartbeat=heartbeat) for w in writes]
@@ -244,21 +246,23 @@ def render_children(
     file_sd = configs and spec.children.target_discovery == "file_sd"
     flags = [agent_flag(spec)] if spec.children.agent_mode else []
     children: list[ChildConfig] = []
-    rf = assignment.replication_factor
     for shard, info in sorted(assignment.shards.items()):
         groups = {job: target_groups(found) for job, found in members[shard].items()} if file_sd else {}
         count = sum(len(found) for found in members[shard].values())
         for child, replica in assignment.children(shard):
-            url = spec.child_url(child=child, region=info.region, shard=shard, replica=replica,
-                                 ordinal=info.index * rf + replica)
+            prometheus: dict[str, Any] = {}
+            if configs:  # a summary (the config refresh) asks for no address at all
+                url = spec.child_url(child=child, region=info.region, shard=shard, replica=replica,
+                                     ordinal=assignment.ordinal(shard, replica))
+                prometheus = prometheus_config(spec, shard=shard, region=info.region, replica=replica,
+                                               url=url)
             children.append(
                 ChildConfig(
                     child=child,
                     shard=shard,
                     region=info.region,
                     replica=replica,
-                    prometheus=(prometheus_config(spec, shard=shard, region=info.region, replica=replica,
-                                                  url=url) if configs else {}),
+                    prometheus=prometheus,
                     file_sd=groups,
                     flags=list(flags),
                     targets=count,

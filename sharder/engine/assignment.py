@@ -117,6 +117,11 @@ class Assignment(BaseModel):
             return [(shard, 0)]
         return [(f"{shard}-r{k}", k) for k in range(self.replication_factor)]
 
+    def ordinal(self, shard: str, replica: int) -> int:
+        """A child's place in its region: shard index x replication factor + replica (the
+        StatefulSet pod ordinal the Helm chart gives it)."""
+        return self.shards[shard].index * self.replication_factor + replica
+
 
 Totals = tuple[dict[str, int], dict[str, int]]
 _TALLIES: OrderedDict[int, tuple[Assignment, Totals]] = OrderedDict()

@@ -41,6 +41,13 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+def host_port(url: str) -> str:
+    """``HOST:PORT`` of an http(s) URL, the scheme's port where it names none: a scrape target."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.hostname}:{port}"
+
+
 def check_url(value: str) -> str:
     """An http(s) URL with a host, as Prometheus parses it; ValueError naming what is missing."""
     if not value.isprintable() or any(c.isspace() for c in value):

@@ -22,6 +22,7 @@ from federation.spec import GpufedSpec
 from sharder.children.render import HEARTBEAT_METRIC, HEARTBEAT_WRITE_RELABEL, render_children
 from sharder.engine.assigning import assign
 from sharder.kernel.errors import SpecError
+from sharder.kernel.output import dump_yaml
 from sharder.model.loading import parse_model
 from sharder.model.spec import HEARTBEAT_JOB
 from tests.controller.harness import fleet, spec_document
@@ -125,3 +126,12 @@ def test_promtool_accepts_every_child_with_its_heartbeat(line: int, tmp_path: Pa
         done = subprocess.run([stack_tool(line, "promtool"), "check", "config", "--syntax-only", str(path)],
                               capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_two_writes_each_get_their_own_rules_no_yaml_alias() -> None:
+    """Objects shared between two remote_writes would dump as ``&id001``/``*id001``."""
+    spec = spec_of(remote_write=[{"name": "a", "url": "http://a:9090/api/v1/write"},
+                                 {"name": "b", "url": "http://b:9090/api/v1/write"}])
+    for config in configs(spec).values():
+        text = dump_yaml(config).decode()
+        assert "&id" not in text and text.count(HEARTBEAT_METRIC) == 2
