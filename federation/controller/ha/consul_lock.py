@@ -116,7 +116,11 @@ class ConsulLock:
         return self._token if self.is_leader() else None
 
     def leader_address(self) -> str | None:
-        return self.address if self.is_leader() else self._leader
+        if self.is_leader():
+            return self.address
+        # our own lease ran out (a pause past the TTL) before any call told us who holds it
+        # now: we know it is not us, not yet who
+        return None if self._leader == self.address else self._leader
 
     def run(self, stop: threading.Event) -> None:
         failures = 0

@@ -145,6 +145,7 @@ def test_a_leader_whose_lease_ran_out_locally_stops_leading_before_consul_says_s
     wait_for(lambda: a.lock.is_leader(), timeout=20, what="a leading")
     a.offset[0] += 10.5  # as if the process was stopped (SIGSTOP) for longer than its TTL
     assert not a.lock.is_leader() and a.lock.fence() is None  # no network call needed
+    assert a.lock.leader_address() is None  # not itself any more, and who is: not known yet
     # its session is still alive in Consul (reaped only at 2 TTL): the next renewal brings it back
     wait_for(lambda: a.lock.is_leader(), timeout=20, what="a renewing and leading again")
 
