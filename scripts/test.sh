@@ -30,4 +30,5 @@ lint-imports --config .importlinter
 mypy sharder federation alertmanager exporter thanos logs webconfig
 # Two workers, a whole file each (module-scoped stacks stay in one worker): the e2e tests
 # mostly wait on real Prometheus/Alertmanager processes, so this halves the wall time on 2 cores.
-pytest -q -n 2 --dist loadfile "$@"
+# The slowest tests are listed at the end: the suite must stay under 20 minutes on CI's 2 cores.
+pytest -q -n 2 --dist loadfile --durations=20 "$@"
