@@ -258,15 +258,15 @@ async def flush_digests(relay: Relay) -> int:
     for robot in relay.digests.forget(keep):
         changed = True
         log.warning("%s is no longer configured: its digest batch is dropped",
-                    "digest.email" if robot == digest.EMAIL else f"robot {robot}")
+                    "digest.email" if digest.is_email(robot) else f"robot {robot}")
     sent = 0
     for robot in relay.digests.due():
         batch = relay.digests.take(robot)
         if batch is None:
             continue
         changed = True
-        if robot == digest.EMAIL and email is not None:
-            sent += await _mail_digest(relay, email, batch)
+        if digest.is_email(robot) and email is not None:
+            sent += await _mail_digest(relay, email, robot, batch)
             continue
         part = digest.render_digest(relay.config.robots[robot], batch, period=relay.digests.config.period,
                                     zone=relay.config.timezone, limit=relay.config.max_message_bytes)
@@ -286,22 +286,48 @@ async def flush_digests(relay: Relay) -> int:
     return sent
 
 
-async def _mail_digest(relay: Relay, email: DigestEmailConfig, batch: digest.Batch) -> int:
-    """The e-mail digest over SMTP (in a thread: smtplib blocks); 1 when the smarthost took it."""
+async def _mail_digest(relay: Relay, email: DigestEmailConfig, key: str, batch: digest.Batch) -> int:
+    """The e-mail digest over SMTP (in a thread: smtplib blocks); 1 when the smarthost took it
+    for at least one recipient.
+
+    ``key`` is ``digest.EMAIL`` (every ``email.to``) or a retry of it for the recipients the
+    smarthost deferred last time (4xx), still configured. Deferred recipients get the same
+    batch again on the next flush, alone; a final refusal (5xx) is counted and logged, not
+    tried again; a smarthost that takes it for nobody keeps the batch under its key.
+    """
+    to = email.to if key == digest.EMAIL else [a for a in digest.retry_recipients(key) if a in email.to]
+    alerts = len(batch.entries) + batch.dropped
+    if not to:
+        log.warning("e-mail digest of %d alert(s) for %s dropped: no longer in digest.email.to",
+                    alerts, digest.retry_recipients(key))
+        return 0
     subject, body = digest.render_email(batch, period=relay.digests.config.period, zone=relay.config.timezone)
     try:
-        refused = await asyncio.to_thread(mail.send, email, mail.message(email, subject=subject, body=body))
+        message = mail.message(email, subject=subject, body=body)
+        refused = await asyncio.to_thread(mail.send, email, message, to=to)
     except mail.MailError as exc:
-        relay.digests.give_back(digest.EMAIL, batch)
+        relay.digests.give_back(key, batch)
         relay.metrics.digest_email_failures.inc()
-        log.warning("e-mail digest of %d alert(s) not sent, kept for the next try: %s",
-                    len(batch.entries) + batch.dropped, exc.detail)
+        log.warning("e-mail digest of %d alert(s) not sent, kept for the next try: %s", alerts, exc.detail)
         return 0
-    if refused:
-        log.warning("e-mail digest: %s refused %s (sent to the others)", email.smarthost, refused)
+    deferred = sorted(a for a, code in refused.items() if mail.temporary(code))
+    final = sorted(a for a in refused if a not in deferred)
+    taken = [a for a in to if a not in refused]
+    if deferred:
+        relay.metrics.digest_email_refused.labels("deferred").inc(len(deferred))
+        relay.digests.give_back(key if not taken and not final else digest.email_retry(deferred), batch)
+        log.warning("e-mail digest: %s deferred %s (%s): kept for them for the next try", email.smarthost,
+                    deferred, ", ".join(str(refused[a]) for a in deferred))
+    if final:
+        relay.metrics.digest_email_refused.labels("final").inc(len(final))
+        log.error("e-mail digest of %d alert(s): %s refused %s for good (%s): not tried again", alerts,
+                  email.smarthost, final, ", ".join(str(refused[a]) for a in final))
+    if not taken:
+        if deferred:  # kept for the next try, as when the smarthost is down
+            relay.metrics.digest_email_failures.inc()
+        return 0
     relay.metrics.digests_sent.labels(digest.EMAIL).inc()
-    log.info("e-mail digest of %d info alert(s) sent to %s", len(batch.entries) + batch.dropped,
-             [a for a in email.to if a not in refused])
+    log.info("e-mail digest of %d info alert(s) sent to %s", alerts, taken)
     return 1
 
 

@@ -39,6 +39,9 @@ DIGEST_SEVERITY = "info"
 #: The batch of ``digest.email`` beside the robots' (a name no robot can have: ``@``):
 #: every robot's info alerts, each alert once.
 EMAIL = "@email"
+#: A batch the smarthost deferred (4xx) for some recipients while taking it for the others,
+#: kept for those alone: ``"@email>" + ",".join(recipients)`` (an address has no comma).
+EMAIL_RETRY = EMAIL + ">"
 #: Alerts one batch keeps in full; more are counted, not listed (a flood must not grow the
 #: memory file without bound).
 MAX_ENTRIES = 500
@@ -99,6 +102,21 @@ class Batch:
         return Batch(opened=self.opened, due=self.due, entries=entries, dropped=self.dropped + later.dropped)
 
 
+def email_retry(recipients: Iterable[str]) -> str:
+    """The batch key of an e-mail digest to retry for ``recipients`` only."""
+    return EMAIL_RETRY + ",".join(sorted(recipients))
+
+
+def retry_recipients(key: str) -> list[str]:
+    """The recipients of an ``email_retry`` key."""
+    return key.removeprefix(EMAIL_RETRY).split(",")
+
+
+def is_email(key: str) -> bool:
+    """The e-mail digest's batch, or one of its retries for deferred recipients."""
+    return key == EMAIL or key.startswith(EMAIL_RETRY)
+
+
 def period_end(now: float, *, period: float, anchor: float) -> float:
     """The end of the period ``now`` lies in: the first ``anchor + k * period`` after now."""
     return anchor + (math.floor((now - anchor) / period) + 1) * period
@@ -147,8 +165,11 @@ class Digests:
         self._batches[robot] = batch if newer is None else batch.merged(newer)
 
     def forget(self, keep: Iterable[str]) -> list[str]:
-        """Drop the batches of robots no longer configured; returns their names."""
-        gone = sorted(set(self._batches) - set(keep))
+        """Drop the batches of robots no longer configured (the e-mail's retries go with
+        ``EMAIL``); returns their names."""
+        kept = set(keep)
+        gone = sorted(key for key in self._batches
+                      if key not in kept and not (key.startswith(EMAIL_RETRY) and EMAIL in kept))
         for robot in gone:
             del self._batches[robot]
         return gone

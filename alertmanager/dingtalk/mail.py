@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import smtplib
 import ssl
+from collections.abc import Sequence
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 
@@ -36,12 +37,22 @@ def message(config: DigestEmailConfig, *, subject: str, body: str) -> EmailMessa
     return mail
 
 
+def temporary(code: int) -> bool:
+    """A 4xx reply to RCPT (mailbox busy, greylisting, a quota): the same recipient may be tried
+    again later. A 5xx one is final."""
+    return 400 <= code < 500
+
+
 def send(
-    config: DigestEmailConfig, mail: EmailMessage, *, context: ssl.SSLContext | None = None
-) -> list[str]:
-    """Hand ``mail`` to the smarthost, or raise ``MailError``; returns the recipients it
-    refused while taking the message for the others (sent is sent: no retry for them).
-    ``context``: the STARTTLS client context (default: the system's roots)."""
+    config: DigestEmailConfig, mail: EmailMessage, *, to: Sequence[str] | None = None,
+    context: ssl.SSLContext | None = None,
+) -> dict[str, int]:
+    """Hand ``mail`` to the smarthost for ``to`` (default: every ``config.to``), or raise
+    ``MailError`` when it took the message for nobody for a reason other than the recipients.
+
+    Returns the recipients the smarthost refused, with its reply code: it took the message for
+    every other one (when all were refused, for nobody). ``context``: the STARTTLS client
+    context (default: the system's roots)."""
     host, _, port = config.smarthost.rpartition(":")
     try:
         with smtplib.SMTP(host.strip("[]"), int(port), timeout=config.timeout) as smtp:
@@ -53,7 +64,10 @@ def send(
                 smtp.ehlo()
             if config.auth_username is not None and config.auth_password is not None:
                 smtp.login(config.auth_username, config.auth_password.get_secret_value())
-            refused = smtp.send_message(mail)
+            try:
+                refused = smtp.send_message(mail, to_addrs=list(to) if to is not None else None)
+            except smtplib.SMTPRecipientsRefused as exc:  # every recipient refused
+                refused = exc.recipients
     except smtplib.SMTPAuthenticationError as exc:
         raise MailError(
             f"{config.smarthost} refused the login of {config.auth_username!r}: {exc.smtp_code}") from exc
@@ -61,4 +75,4 @@ def send(
         raise MailError(f"{config.smarthost}: {type(exc).__name__}: {exc}") from exc
     except (OSError, ssl.SSLError) as exc:
         raise MailError(f"{config.smarthost} not reachable: {exc}") from exc
-    return sorted(refused)
+    return {str(address): int(code) for address, (code, _) in sorted(refused.items())}

@@ -48,6 +48,13 @@ class RelayMetrics:
         self.digest_email_failures = Counter("gpufed_dingtalk_digest_email_failures",
                                              "E-mail digests the smarthost did not take (kept for the"
                                              " next try).", registry=registry)
+        self.digest_email_refused = Counter(
+            "gpufed_dingtalk_digest_email_refused_recipients",
+            "Recipients the smarthost refused an e-mail digest for while it may have taken it for"
+            " others: deferred (4xx, tried again for them alone) or final (5xx, not tried again).",
+            ["outcome"], registry=registry)
+        for outcome in ("deferred", "final"):
+            self.digest_email_refused.labels(outcome)
         self.reloads = Counter("gpufed_dingtalk_config_reloads", "Config reloads by result.",
                                ["result"], registry=registry)
 

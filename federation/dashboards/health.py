@@ -214,6 +214,17 @@ def federation_dashboard() -> Dashboard:
             "sum by (result) (increase(gpufed_dingtalk_config_reloads_total[$__rate_interval]))",
             "{{result}}"),), "Config reloads (SIGHUP) by result; a failed reload keeps the old config. "
             + RELAY.format(name="gpufed_dingtalk_config_reloads_total"), width=8),
+        _ts("Info digests", (
+            Query("sum by (robot) (increase(gpufed_dingtalk_digests_sent_total[$__rate_interval]))",
+                  "{{robot}} sent"),
+            Query("sum (increase(gpufed_dingtalk_digest_email_failures_total[$__rate_interval]))",
+                  "e-mail kept for the next try"),
+            Query("sum by (outcome) (increase("
+                  "gpufed_dingtalk_digest_email_refused_recipients_total[$__rate_interval]))",
+                  "recipients refused: {{outcome}}"),
+        ), "Digests sent (robot \"@email\": the e-mail), e-mails the smarthost took for nobody (kept), and "
+           "recipients it refused: deferred (4xx, sent to them alone at the next check) or final (5xx, "
+           "never sent). " + RELAY.format(name="gpufed_dingtalk_digests_sent_total"), width=8),
     ))
     return Dashboard(
         uid="gpufed-federation", title="gpufed / Federation health",

@@ -38,10 +38,19 @@ USER, PASSWORD = "gpufed", "smtp-pass-7f3a"
 
 
 class Inbox:
-    """aiosmtpd's handler: every message the server accepted, parsed."""
+    """aiosmtpd's handler: every message the server accepted, parsed. ``refuse``: recipient ->
+    the reply its RCPT gets instead of 250 (a 4xx defers it, a 5xx refuses it for good)."""
 
     def __init__(self) -> None:
         self.messages: list[tuple[str, list[str], email.message.EmailMessage]] = []
+        self.refuse: dict[str, str] = {}
+
+    async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope, address: str,
+                          rcpt_options: list[str]) -> str:
+        if address in self.refuse:
+            return self.refuse[address]
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         content = envelope.content if isinstance(envelope.content, bytes) else str(envelope.content).encode()
@@ -139,6 +148,106 @@ def test_a_smarthost_that_is_down_keeps_the_batch_for_the_next_try() -> None:
     assert "GPUIdle1" in message.get_content() and "GPUIdle2" in message.get_content()
 
 
+def refused_recipients(relay: Any, outcome: str) -> float:
+    return float(relay.metrics.digest_email_refused.labels(outcome)._value.get())
+
+
+def test_a_recipient_the_smarthost_defers_gets_the_same_digest_alone_on_the_next_try(
+        smtp: SmtpServer, tmp_path: Path) -> None:
+    api, clock = DingTalk(), FakeClock(MONDAY + DAY)
+    smtp.inbox.refuse["gpu-team@example.com"] = "450 4.2.1 Mailbox busy, try later"
+    retry = digest.email_retry(["gpu-team@example.com"])
+
+    async def scenario(client: httpx.AsyncClient, app: FastAPI) -> None:
+        relay = app.state.relay
+        assert await post(client, [info(1)]) == "digested"
+        clock.now = MONDAY + WEEK + 1
+        assert await flush_digests(relay) == 2  # DingTalk's, and the e-mail sre@ got
+        assert relay.digests.pending(retry) is not None and relay.digests.pending(digest.EMAIL) is None
+        assert refused_recipients(relay, "deferred") == 1 and refused_recipients(relay, "final") == 0
+        assert retry in memory.load(tmp_path).digest  # a restart keeps the retry
+        assert await post(client, [info(2)], group="g2") == "digested"  # the next period's batch
+        assert await flush_digests(relay) == 0  # deferred again: still kept, nobody else mailed
+        assert relay.digests.pending(retry) is not None
+        del smtp.inbox.refuse["gpu-team@example.com"]
+        assert await flush_digests(relay) == 1
+        assert relay.digests.pending(retry) is None
+        assert relay.digests.pending(digest.EMAIL) is not None  # info(2) waits for its own period
+
+    run(api, clock, scenario, data_dir=tmp_path, relay=relay_config(digest=email_digest(smtp.port)))
+    [(_, first, mailed), (_, second, again)] = smtp.inbox.messages
+    assert (first, second) == (["sre@example.com"], ["gpu-team@example.com"])
+    assert again.get_content() == mailed.get_content() and again["Subject"] == mailed["Subject"]
+    assert "GPUIdle1" in again.get_content() and "GPUIdle2" not in again.get_content()
+    assert again["To"] == "sre@example.com, gpu-team@example.com"  # as first addressed
+
+
+def test_a_recipient_refused_for_good_is_counted_and_not_tried_again(smtp: SmtpServer) -> None:
+    api, clock = DingTalk(), FakeClock(MONDAY + DAY)
+    smtp.inbox.refuse["gpu-team@example.com"] = "550 5.1.1 No such user"
+
+    async def scenario(client: httpx.AsyncClient, app: FastAPI) -> None:
+        relay = app.state.relay
+        assert await post(client, [info(1)]) == "digested"
+        clock.now = MONDAY + WEEK + 1
+        assert await flush_digests(relay) == 2
+        assert refused_recipients(relay, "final") == 1 and refused_recipients(relay, "deferred") == 0
+        assert relay.digests.pending(digest.email_retry(["gpu-team@example.com"])) is None
+        assert relay.digests.pending(digest.EMAIL) is None
+        assert relay.metrics.digest_email_failures._value.get() == 0
+
+    run(api, clock, scenario, relay=relay_config(digest=email_digest(smtp.port)))
+    [(_, recipients, _)] = smtp.inbox.messages
+    assert recipients == ["sre@example.com"]
+
+
+def test_when_every_recipient_is_deferred_the_batch_stays_whole_with_what_comes_next(
+        smtp: SmtpServer) -> None:
+    api, clock = DingTalk(), FakeClock(MONDAY + DAY)
+    smtp.inbox.refuse.update({"sre@example.com": "451 4.7.1 Greylisted",
+                              "gpu-team@example.com": "452 4.2.2 Mailbox full"})
+
+    async def scenario(client: httpx.AsyncClient, app: FastAPI) -> None:
+        relay = app.state.relay
+        assert await post(client, [info(1)]) == "digested"
+        clock.now = MONDAY + WEEK + 1
+        assert await flush_digests(relay) == 1  # DingTalk's only
+        assert relay.metrics.digest_email_failures._value.get() == 1
+        assert refused_recipients(relay, "deferred") == 2
+        assert relay.digests.pending(digest.EMAIL) is not None  # under its own key: it merges
+        assert await post(client, [info(2)], group="g2") == "digested"
+        smtp.inbox.refuse.clear()
+        assert await flush_digests(relay) == 1
+
+    run(api, clock, scenario, relay=relay_config(digest=email_digest(smtp.port)))
+    [(_, recipients, message)] = smtp.inbox.messages
+    assert recipients == ["sre@example.com", "gpu-team@example.com"]
+    assert "GPUIdle1" in message.get_content() and "GPUIdle2" in message.get_content()
+
+
+def test_a_retry_for_a_recipient_taken_out_of_the_config_is_dropped(smtp: SmtpServer) -> None:
+    api, clock = DingTalk(), FakeClock(MONDAY + DAY)
+    smtp.inbox.refuse["gpu-team@example.com"] = "450 4.2.1 Mailbox busy"
+    retry = digest.email_retry(["gpu-team@example.com"])
+
+    async def scenario(client: httpx.AsyncClient, app: FastAPI) -> None:
+        relay = app.state.relay
+        assert await post(client, [info(1)]) == "digested"
+        clock.now = MONDAY + WEEK + 1
+        assert await flush_digests(relay) == 2 and relay.digests.pending(retry) is not None
+        relay.config = relay_config(digest=email_digest(smtp.port, to=["sre@example.com"]))
+        smtp.inbox.refuse.clear()
+        assert await flush_digests(relay) == 0
+        assert relay.digests.pending(retry) is None
+        relay.config = relay_config(digest=None)  # no e-mail at all: nothing of it is kept
+        relay.digests.give_back(retry, digest.Batch(opened=clock.now, due=clock.now))
+        await flush_digests(relay)
+        assert relay.digests.pending(retry) is None
+
+    run(api, clock, scenario, relay=relay_config(digest=email_digest(smtp.port)))
+    assert [recipients for _, recipients, _ in smtp.inbox.messages] == [["sre@example.com"]]
+
+
 def test_a_wrong_password_is_refused_naming_the_user_never_the_password(smtp: SmtpServer) -> None:
     config = DigestEmailConfig.model_validate(
         {**email_digest(smtp.port)["email"], "auth_password": "not-the-password"})
@@ -161,7 +270,7 @@ def test_require_tls_sends_over_starttls_and_refuses_a_server_without_it(
     assert smtp.inbox.messages == []
     with SmtpServer(tls=served) as secure:
         config = DigestEmailConfig.model_validate({**email_digest(secure.port)["email"], "require_tls": True})
-        assert mail.send(config, mail.message(config, subject="over TLS", body="b"), context=trusted) == []
+        assert mail.send(config, mail.message(config, subject="over TLS", body="b"), context=trusted) == {}
         with pytest.raises(mail.MailError, match="not reachable"):  # a CA it does not trust
             mail.send(config, mail.message(config, subject="s", body="b"),
                       context=ssl.create_default_context())
