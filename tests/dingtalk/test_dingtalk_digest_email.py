@@ -133,9 +133,7 @@ def test_a_smarthost_that_is_down_keeps_the_batch_for_the_next_try() -> None:
 
     async def scenario(client: httpx.AsyncClient, app: FastAPI) -> None:
         relay = app.state.relay
-        assert await post(client, [info(1)]) == "digested"
-        clock.now = MONDAY + WEEK + 1
-        assert await flush_digests(relay) == 1  # DingTalk took its digest; the e-mail failed
+        assert await one_info_alert_week(client, relay, clock) == 1  # DingTalk's; the e-mail failed
         assert relay.digests.pending(digest.EMAIL) is not None
         assert relay.metrics.digest_email_failures._value.get() == 1
         assert await post(client, [info(2)], group="g2") == "digested"  # joins the batch that failed
@@ -152,6 +150,13 @@ def refused_recipients(relay: Any, outcome: str) -> float:
     return float(relay.metrics.digest_email_refused.labels(outcome)._value.get())
 
 
+async def one_info_alert_week(client: httpx.AsyncClient, relay: Any, clock: FakeClock) -> int:
+    """info(1) digested, then the week's end: what the flush sent (DingTalk's digest is one)."""
+    assert await post(client, [info(1)]) == "digested"
+    clock.now = MONDAY + WEEK + 1
+    return await flush_digests(relay)
+
+
 def test_a_recipient_the_smarthost_defers_gets_the_same_digest_alone_on_the_next_try(
         smtp: SmtpServer, tmp_path: Path) -> None:
     api, clock = DingTalk(), FakeClock(MONDAY + DAY)
@@ -160,9 +165,7 @@ def test_a_recipient_the_smarthost_defers_gets_the_same_digest_alone_on_the_next
 
     async def scenario(client: httpx.AsyncClient, app: FastAPI) -> None:
         relay = app.state.relay
-        assert await post(client, [info(1)]) == "digested"
-        clock.now = MONDAY + WEEK + 1
-        assert await flush_digests(relay) == 2  # DingTalk's, and the e-mail sre@ got
+        assert await one_info_alert_week(client, relay, clock) == 2  # DingTalk's, and the e-mail sre@ got
         assert relay.digests.pending(retry) is not None and relay.digests.pending(digest.EMAIL) is None
         assert refused_recipients(relay, "deferred") == 1 and refused_recipients(relay, "final") == 0
         assert retry in memory.load(tmp_path).digest  # a restart keeps the retry
@@ -188,9 +191,7 @@ def test_a_recipient_refused_for_good_is_counted_and_not_tried_again(smtp: SmtpS
 
     async def scenario(client: httpx.AsyncClient, app: FastAPI) -> None:
         relay = app.state.relay
-        assert await post(client, [info(1)]) == "digested"
-        clock.now = MONDAY + WEEK + 1
-        assert await flush_digests(relay) == 2
+        assert await one_info_alert_week(client, relay, clock) == 2
         assert refused_recipients(relay, "final") == 1 and refused_recipients(relay, "deferred") == 0
         assert relay.digests.pending(digest.email_retry(["gpu-team@example.com"])) is None
         assert relay.digests.pending(digest.EMAIL) is None
@@ -209,9 +210,7 @@ def test_when_every_recipient_is_deferred_the_batch_stays_whole_with_what_comes_
 
     async def scenario(client: httpx.AsyncClient, app: FastAPI) -> None:
         relay = app.state.relay
-        assert await post(client, [info(1)]) == "digested"
-        clock.now = MONDAY + WEEK + 1
-        assert await flush_digests(relay) == 1  # DingTalk's only
+        assert await one_info_alert_week(client, relay, clock) == 1  # DingTalk's only
         assert relay.metrics.digest_email_failures._value.get() == 1
         assert refused_recipients(relay, "deferred") == 2
         assert relay.digests.pending(digest.EMAIL) is not None  # under its own key: it merges
@@ -232,9 +231,8 @@ def test_a_retry_for_a_recipient_taken_out_of_the_config_is_dropped(smtp: SmtpSe
 
     async def scenario(client: httpx.AsyncClient, app: FastAPI) -> None:
         relay = app.state.relay
-        assert await post(client, [info(1)]) == "digested"
-        clock.now = MONDAY + WEEK + 1
-        assert await flush_digests(relay) == 2 and relay.digests.pending(retry) is not None
+        assert await one_info_alert_week(client, relay, clock) == 2
+        assert relay.digests.pending(retry) is not None
         relay.config = relay_config(digest=email_digest(smtp.port, to=["sre@example.com"]))
         smtp.inbox.refuse.clear()
         assert await flush_digests(relay) == 0
