@@ -379,12 +379,14 @@ def freshness(
         help="rule file to time (default: the shipped federation/rules/freshness.yml)")] = None,
     baseline: Annotated[Path | None, typer.Option(
         help="rule file timed beside it in the same Prometheus (default: the pre-#40 group)")] = None,
+    shards_per_region: Annotated[int, typer.Option(
+        min=1, max=100_000, help="children a region, one heartbeat series each")] = 200,
 ) -> Result:
     """The rule pack's freshness records in a real Prometheus: evaluation time against one raw `up` read."""
     from federation.testing.benches.freshness import BASELINE, RULES, run_freshness_bench
 
     return run_freshness_bench(targets=targets, replicas=replicas, minutes=minutes, rules=rules or RULES,
-                               baseline=baseline or BASELINE)
+                               baseline=baseline or BASELINE, shards_per_region=shards_per_region)
 
 
 def state_store(

@@ -11,10 +11,12 @@ import yaml
 from federation.testing.benches.freshness import (
     ANCHOR,
     BASELINE,
+    HEARTBEAT,
     RULES,
     SEQUENCE,
     renamed_baseline,
     sequenced,
+    series_labels,
     split_parts,
     started_at,
     whole,
@@ -74,3 +76,12 @@ def test_only_an_evaluation_that_ran_every_rule_counts() -> None:
     # Just after a reload: the group keeps the old evaluation's time, its new rules never ran.
     reloaded = ran | {"rules": [{"lastEvaluation": "0001-01-01T00:00:00Z"}, *ran["rules"]]}
     assert not whole(reloaded, since=0)
+
+
+@pytest.mark.parametrize(("per_region", "children"), [(200, 600), (1400, 4200)])
+def test_one_heartbeat_a_child_and_a_tenth_of_the_children_silent(per_region: int, children: int) -> None:
+    live, silent = series_labels(targets=30_000, replicas=1, shards_per_region=per_region)
+    beats = [s for s in live + silent if HEARTBEAT.encode() in s]
+    assert len(beats) == children and len(set(beats)) == children
+    assert sum(HEARTBEAT.encode() in s for s in silent) == children // 10
+    assert len(live) + len(silent) - children == 30_000

@@ -7,8 +7,9 @@ receiver and the rule file (default: the shipped ``federation/rules/freshness.ym
 other version to compare with, e.g. ``git show REV:federation/rules/freshness.yml``),
 evaluating every 15 s, and pushes ``up`` for TARGETS targets (REPLICAS copies each, as HA
 children send them) into it, as the children feed the master: MINUTES of history 15 s
-apart, then a live sample every 15 s, with each child's heartbeat (one series per child, 200
-shards a region). A tenth of the targets (every copy) stopped a minute before the start, as
+apart, then a live sample every 15 s, with each child's heartbeat (one series per child,
+``--shards-per-region`` children a region, default 200; the shipped spec has about 1,400 at
+100,000 targets). A tenth of the targets (every copy) stopped a minute before the start, as
 a dead child leaves them (with their shards' heartbeats): silent, still in the 5-minute
 lookback for the whole measurement. It prints Prometheus' own rule group timing and what the records
 found, against an anchor group of one plain ``max without (shard, replica) (up)`` (the raw
@@ -80,20 +81,25 @@ SPREAD = 5
 SEQUENCE = "bench-sequence"
 HEARTBEAT = "gpufed_child_heartbeat"
 HEARTBEAT_JOB = "gpufed-heartbeat"
+#: Children (shards) a region, one heartbeat each; the shipped spec's 12 nodes a child give
+#: about 1,400 a region at 100,000 targets.
+SHARDS_PER_REGION = 200
 
 
-def series_labels(*, targets: int, replicas: int) -> tuple[list[bytes], list[bytes]]:
+def series_labels(
+    *, targets: int, replicas: int, shards_per_region: int = SHARDS_PER_REGION
+) -> tuple[list[bytes], list[bytes]]:
     """(live, silent) series' encoded labels: every tenth target is silent.
 
     Each child also sends its heartbeat (``gpufed_child_heartbeat``, see
     ``sharder.children.render``): silent for a shard whose every target is silent (a tenth
-    of the shards), as a dead child's would be.
+    of the shards when ``shards_per_region`` is a multiple of 10), as a dead child's would be.
     """
     live: list[bytes] = []
     silent: list[bytes] = []
     shard_live: dict[tuple[str, str], bool] = {}
     for i in range(targets):
-        region, shard = f"r{i % 3}", f"r{i % 3}-{i % 200}"
+        region, shard = f"r{i % 3}", f"r{i % 3}-{i % shards_per_region}"
         labels = {"__name__": "up", "cluster": "bench", "region": region, "shard": shard,
                   "job": "gpu", "instance": f"10.{i // 65536}.{i // 256 % 256}.{i % 256}:9400",
                   "node": f"n{i}"}
@@ -214,7 +220,7 @@ def renamed_baseline(text: str) -> str:
 
 def run_freshness_bench(
     *, targets: int = 100_000, replicas: int = 1, minutes: float = 3.0, rules: Path = RULES,
-    baseline: Path | None = BASELINE,
+    baseline: Path | None = BASELINE, shards_per_region: int = SHARDS_PER_REGION,
 ) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="gpufed-bench-freshness-"))
     proc = None
@@ -230,7 +236,7 @@ def run_freshness_bench(
         (root / "sequence.yml").write_text(sequences[0][0], encoding="utf-8")
         (root / "prometheus.yml").write_text(
             f"global: {{evaluation_interval: {INTERVAL_S}s}}\nrule_files: [sequence.yml]\n", encoding="utf-8")
-        live, silent = series_labels(targets=targets, replicas=replicas)
+        live, silent = series_labels(targets=targets, replicas=replicas, shards_per_region=shards_per_region)
         port = free_port()
         proc = subprocess.Popen(
             ["prometheus", f"--config.file={root / 'prometheus.yml'}", f"--storage.tsdb.path={root / 'data'}",
@@ -310,6 +316,7 @@ def run_freshness_bench(
                 "replicas": replicas,
                 "up_series": targets * replicas,
                 "heartbeat_series": len(live) + len(silent) - targets * replicas,
+                "shards_per_region": shards_per_region,
                 "samples_per_target": samples,
                 "prometheus": _version(client, base),
                 "rules": _shown(rules),
@@ -347,9 +354,11 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--rules", type=Path, default=RULES)
     parser.add_argument("--baseline", type=Path, default=BASELINE)
+    parser.add_argument("--shards-per-region", type=int, default=SHARDS_PER_REGION)
     args = parser.parse_args()
     print(json.dumps(run_freshness_bench(targets=args.targets, replicas=args.replicas, minutes=args.minutes,
-                                         rules=args.rules, baseline=args.baseline), sort_keys=True))
+                                         rules=args.rules, baseline=args.baseline,
+                                         shards_per_region=args.shards_per_region), sort_keys=True))
 
 
 if __name__ == "__main__":
