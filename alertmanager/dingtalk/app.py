@@ -295,11 +295,12 @@ async def _mail_digest(relay: Relay, email: DigestEmailConfig, key: str, batch: 
     batch again on the next flush, alone; a final refusal (5xx) is counted and logged, not
     tried again; a smarthost that takes it for nobody keeps the batch under its key.
     """
-    to = email.to if key == digest.EMAIL else [a for a in digest.retry_recipients(key) if a in email.to]
+    wanted = email.to if key == digest.EMAIL else digest.retry_recipients(key)
+    to = [a for a in wanted if a in email.to]
     alerts = len(batch.entries) + batch.dropped
     if not to:
         log.warning("e-mail digest of %d alert(s) for %s dropped: no longer in digest.email.to",
-                    alerts, digest.retry_recipients(key))
+                    alerts, wanted)
         return 0
     subject, body = digest.render_email(batch, period=relay.digests.config.period, zone=relay.config.timezone)
     try:
@@ -310,8 +311,8 @@ async def _mail_digest(relay: Relay, email: DigestEmailConfig, key: str, batch: 
         relay.metrics.digest_email_failures.inc()
         log.warning("e-mail digest of %d alert(s) not sent, kept for the next try: %s", alerts, exc.detail)
         return 0
-    deferred = sorted(a for a, code in refused.items() if mail.temporary(code))
-    final = sorted(a for a in refused if a not in deferred)
+    deferred = [a for a, code in refused.items() if mail.temporary(code)]  # sorted, as refused is
+    final = [a for a, code in refused.items() if not mail.temporary(code)]
     taken = [a for a in to if a not in refused]
     if deferred:
         relay.metrics.digest_email_refused.labels("deferred").inc(len(deferred))

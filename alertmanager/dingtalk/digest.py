@@ -168,8 +168,7 @@ class Digests:
         """Drop the batches of robots no longer configured (the e-mail's retries go with
         ``EMAIL``); returns their names."""
         kept = set(keep)
-        gone = sorted(key for key in self._batches
-                      if key not in kept and not (key.startswith(EMAIL_RETRY) and EMAIL in kept))
+        gone = sorted(k for k in self._batches if k not in kept and not (is_email(k) and EMAIL in kept))
         for robot in gone:
             del self._batches[robot]
         return gone

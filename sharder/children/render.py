@@ -226,13 +226,13 @@ def prometheus_config(
         global_["evaluation_interval"] = spec.children.evaluation_interval
     writes = [w for w in spec.remote_write if not w.regions or region in w.regions]
     scrapes = [scrape_config(spec, job, shard=shard) for job in spec.jobs]
-    beat_url = url if writes else None  # no remote_write, nothing to carry a heartbeat
-    if beat_url is not None:
-        scrapes.append(heartbeat_config(spec, beat_url))
-    heartbeat = beat_url is not None
+    beat = heartbeat_config(spec, url) if writes and url is not None else None  # writes carry it
+    if beat is not None:
+        scrapes.append(beat)
     config: dict[str, Any] = {"global": global_, "scrape_configs": scrapes}
     if writes:
-        config["remote_write"] = [remote_write_config(w, tls=spec.tls, heartbeat=heartbeat) for w in writes]
+        config["remote_write"] = [remote_write_config(w, tls=spec.tls, heartbeat=beat is not None)
+                                  for w in writes]
     return config
 
 

@@ -54,7 +54,7 @@ def dump_yaml(data: Any) -> bytes:
     are not empty; it differs on other characters (U+0085, emoji) and on empty keys.
     Rendered configs are nearly always such mappings (a start-up at 1M targets writes 27,782
     child configs), so those go to libyaml and anything else to PyYAML's own emitter.
-    ``tests/kernel/test_dump_yaml.py`` holds the two to the same bytes.
+    ``tests/sharder/kernel/test_dump_yaml.py`` holds the two to the same bytes.
     """
     if _CSafeDumper is not None and isinstance(data, dict) and _plain(data):
         text = yaml.dump(data, Dumper=_CSafeDumper, **_YAML_STYLE)
